@@ -1,0 +1,325 @@
+//! Broker configuration: embedded defaults, an optional TOML file, then command-line overrides.
+//!
+//! Every struct denies unknown fields so that a typo in the file stops start-up with a message
+//! naming the key, instead of being silently ignored.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Kafka's `socket.request.max.bytes` default: 100 MiB.
+pub const DEFAULT_REQUEST_MAX_BYTES: usize = 100 * 1024 * 1024;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the Kafka listener binds on every shard (SO_REUSEPORT).
+    pub listen: String,
+    /// Address written into Metadata responses; defaults to `listen`.
+    pub advertised_listener: Option<String>,
+    pub data_dir: PathBuf,
+    /// Number of shards (executors). 0 means one per available core.
+    pub shards: usize,
+    /// CPUs that shards are pinned to, shard i on `cpus[i % len]`. Empty means all CPUs.
+    pub cpus: Vec<usize>,
+    pub node_id: i32,
+    pub request_max_bytes: usize,
+    pub auto_create_topics: bool,
+    pub log: LogConfig,
+    pub topic_defaults: TopicDefaults,
+    pub sharding: ShardingConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Roll the active segment once it would exceed this many bytes (`segment.bytes`).
+    pub segment_bytes: u64,
+    /// Roll the active segment once it is this old (`segment.ms`).
+    pub segment_ms: u64,
+    /// Bytes of log between two sparse index entries (`index.interval.bytes`).
+    pub index_interval_bytes: u32,
+    /// How long the flusher waits after the first unflushed append before it issues the group's
+    /// fdatasync. 0 means group commit: sync as soon as the previous sync finished.
+    pub flush_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicDefaults {
+    pub num_partitions: i32,
+    /// `max.message.bytes`: the largest record batch a topic accepts.
+    pub max_message_bytes: u32,
+    /// `message.timestamp.type`: "CreateTime" or "LogAppendTime".
+    pub message_timestamp_type: String,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub cleanup_policy: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShardingConfig {
+    /// Partitions of topics that are not pinned: "hash" spreads them by a hash of the topic name
+    /// plus the partition number, so a topic's partitions land on consecutive shards.
+    pub strategy: String,
+    /// Per-topic pinning: the topic's partition p is owned by `shards[p % shards.len()]`.
+    pub pin: Vec<TopicPin>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicPin {
+    pub topic: String,
+    pub shards: Vec<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            data_dir: PathBuf::from("./data"),
+            shards: 0,
+            cpus: Vec::new(),
+            node_id: 0,
+            request_max_bytes: DEFAULT_REQUEST_MAX_BYTES,
+            auto_create_topics: true,
+            log: LogConfig::default(),
+            topic_defaults: TopicDefaults::default(),
+            sharding: ShardingConfig::default(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            flush_interval_ms: 0,
+        }
+    }
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            num_partitions: 1,
+            max_message_bytes: 1024 * 1024 + 12,
+            message_timestamp_type: "CreateTime".into(),
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            cleanup_policy: "delete".into(),
+        }
+    }
+}
+
+impl Default for ShardingConfig {
+    fn default() -> Self {
+        ShardingConfig {
+            strategy: "hash".into(),
+            pin: Vec::new(),
+        }
+    }
+}
+
+/// Overrides given on the command line; each wins over the file.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub shards: Option<usize>,
+}
+
+impl Config {
+    pub fn load(file: Option<&std::path::Path>, overrides: Overrides) -> anyhow::Result<Config> {
+        let mut config = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read config file {}: {e}", path.display())
+                })?;
+                Self::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(listen) = overrides.listen {
+            config.listen = listen;
+        }
+        if let Some(dir) = overrides.data_dir {
+            config.data_dir = dir;
+        }
+        if let Some(shards) = overrides.shards {
+            config.shards = shards;
+        }
+        if config.shards == 0 {
+            config.shards = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Checks the values that the type system cannot; each message names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let bad = |key: &str, why: String| Err(anyhow::anyhow!("invalid value for `{key}`: {why}"));
+        if self.listen.parse::<SocketAddr>().is_err() {
+            return bad(
+                "listen",
+                format!("{:?} is not HOST:PORT with a numeric host", self.listen),
+            );
+        }
+        if let Some(adv) = &self.advertised_listener {
+            if host_port(adv).is_none() {
+                return bad("advertised_listener", format!("{adv:?} is not HOST:PORT"));
+            }
+        }
+        const MAX_SHARDS: usize = 1024;
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return bad(
+                "shards",
+                format!("{} is not in 1..={MAX_SHARDS}", self.shards),
+            );
+        }
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        if let Some(cpu) = self.cpus.iter().find(|&&c| c >= ncpu) {
+            return bad(
+                "cpus",
+                format!("cpu {cpu} does not exist (this machine has {ncpu})"),
+            );
+        }
+        if self.request_max_bytes < 1024 || self.request_max_bytes > i32::MAX as usize {
+            return bad(
+                "request_max_bytes",
+                format!("{} is not in 1024..=2^31-1", self.request_max_bytes),
+            );
+        }
+        if self.log.segment_bytes < 1024 || self.log.segment_bytes > u32::MAX as u64 {
+            return bad(
+                "log.segment_bytes",
+                format!("{} is not in 1024..=2^32-1", self.log.segment_bytes),
+            );
+        }
+        if self.log.segment_ms == 0 {
+            return bad("log.segment_ms", "must be positive".into());
+        }
+        if self.log.index_interval_bytes == 0 {
+            return bad("log.index_interval_bytes", "must be positive".into());
+        }
+        if self.log.flush_interval_ms > 60_000 {
+            return bad("log.flush_interval_ms", "must be at most 60000".into());
+        }
+        if self.topic_defaults.num_partitions < 1 {
+            return bad("topic_defaults.num_partitions", "must be at least 1".into());
+        }
+        if !matches!(
+            self.topic_defaults.message_timestamp_type.as_str(),
+            "CreateTime" | "LogAppendTime"
+        ) {
+            return bad(
+                "topic_defaults.message_timestamp_type",
+                format!(
+                    "{:?} is neither CreateTime nor LogAppendTime",
+                    self.topic_defaults.message_timestamp_type
+                ),
+            );
+        }
+        if !matches!(
+            self.topic_defaults.cleanup_policy.as_str(),
+            "delete" | "compact" | "compact,delete" | "delete,compact"
+        ) {
+            return bad(
+                "topic_defaults.cleanup_policy",
+                format!(
+                    "{:?} is not a cleanup policy",
+                    self.topic_defaults.cleanup_policy
+                ),
+            );
+        }
+        if self.sharding.strategy != "hash" {
+            return bad(
+                "sharding.strategy",
+                format!("{:?} is unknown (only \"hash\")", self.sharding.strategy),
+            );
+        }
+        for pin in &self.sharding.pin {
+            if pin.shards.is_empty() {
+                return bad(
+                    "sharding.pin.shards",
+                    format!("topic {:?} has an empty shard list", pin.topic),
+                );
+            }
+            if let Some(s) = pin.shards.iter().find(|&&s| s >= self.shards) {
+                return bad(
+                    "sharding.pin.shards",
+                    format!(
+                        "topic {:?} names shard {s}, but there are {} shards",
+                        pin.topic, self.shards
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// (host, port) that clients are told to connect to.
+    pub fn advertised(&self) -> (String, i32) {
+        let addr = self.advertised_listener.as_deref().unwrap_or(&self.listen);
+        host_port(addr).unwrap_or_else(|| ("127.0.0.1".into(), 9092))
+    }
+}
+
+fn host_port(s: &str) -> Option<(String, i32)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.trim_matches(['[', ']']).to_string(), port as i32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::parse("listen = \"127.0.0.1:1\"\nlsten = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lsten"), "{err}");
+        let err = Config::parse("[log]\nsegment_byte = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("segment_byte"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_is_named() {
+        let err = Config::parse("[log]\nsegment_bytes = \"big\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("segment_bytes"), "{err}");
+        let mut c = Config::parse("shards = 2\n[log]\nsegment_bytes = 10\n").unwrap();
+        c.shards = 2;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("log.segment_bytes"), "{err}");
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let mut c = Config::default();
+        c.shards = 1;
+        c.validate().unwrap();
+        assert_eq!(c.advertised(), ("127.0.0.1".to_string(), 9092));
+    }
+}

@@ -1,0 +1,48 @@
+//! CreatePartitions: grows a topic; new partitions open on their owning shards.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::shard::messages::{ControllerOp, ShardReply, ShardRequest};
+use crate::shard::{Shard, CONTROLLER_SHARD};
+use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: CreatePartitionsRequest = decode(body, version)?;
+    let topics: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .map(|t| (t.name.0.to_string(), t.count))
+        .collect();
+    let op = ControllerOp::CreatePartitions {
+        topics: topics.clone(),
+        validate_only: req.validate_only,
+    };
+    let outcomes = match shard
+        .call(CONTROLLER_SHARD, ShardRequest::Controller(op))
+        .await
+    {
+        Ok(ShardReply::Controller(o)) => o,
+        _ => topics
+            .iter()
+            .map(|_| (ResponseError::NotController.code(), None))
+            .collect(),
+    };
+    let results = req
+        .topics
+        .iter()
+        .zip(outcomes)
+        .map(|(t, (code, message))| {
+            CreatePartitionsTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(code)
+                .with_error_message(message.as_deref().map(str_bytes))
+        })
+        .collect();
+    encode(
+        &CreatePartitionsResponse::default().with_results(results),
+        version,
+    )
+}

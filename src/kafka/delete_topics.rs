@@ -1,0 +1,74 @@
+//! DeleteTopics, by name or (v6) by topic id.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::shard::messages::{ControllerOp, ShardReply, ShardRequest};
+use crate::shard::{Shard, CONTROLLER_SHARD};
+use bytes::Bytes;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: DeleteTopicsRequest = decode(body, version)?;
+    let catalog = shard.catalog();
+    // (name if known, topic id as requested)
+    let wanted: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
+        req.topics
+            .iter()
+            .map(|t| match &t.name {
+                Some(n) => (Some(n.0.to_string()), t.topic_id),
+                None => (
+                    catalog.by_id.get(t.topic_id.as_bytes()).cloned(),
+                    t.topic_id,
+                ),
+            })
+            .collect()
+    } else {
+        req.topic_names
+            .iter()
+            .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
+            .collect()
+    };
+    let known: Vec<String> = wanted.iter().filter_map(|(n, _)| n.clone()).collect();
+    let mut outcomes = match shard
+        .call(
+            CONTROLLER_SHARD,
+            ShardRequest::Controller(ControllerOp::DeleteTopics {
+                names: known.clone(),
+            }),
+        )
+        .await
+    {
+        Ok(ShardReply::Controller(o)) => o,
+        _ => known
+            .iter()
+            .map(|_| (ResponseError::NotController.code(), None))
+            .collect(),
+    }
+    .into_iter();
+    let mut responses = Vec::with_capacity(wanted.len());
+    for (name, id) in wanted {
+        let (code, message) = match &name {
+            Some(_) => outcomes.next().expect("one outcome per known name"),
+            None => (
+                ResponseError::UnknownTopicId.code(),
+                Some(format!("topic id {id} does not exist")),
+            ),
+        };
+        let mut r = DeletableTopicResult::default()
+            .with_name(name.map(|n| TopicName(str_bytes(&n))))
+            .with_error_code(code);
+        if version >= 5 {
+            r = r.with_error_message(message.as_deref().map(str_bytes));
+        }
+        if version >= 6 {
+            r = r.with_topic_id(id);
+        }
+        responses.push(r);
+    }
+    encode(
+        &DeleteTopicsResponse::default().with_responses(responses),
+        version,
+    )
+}

@@ -1,0 +1,91 @@
+//! ListOffsets: earliest (-2), latest (-1, the high watermark) and by timestamp.
+
+use super::{decode, encode, Reply};
+use crate::shard::messages::{OffsetsItem, OffsetsOutcome, ShardReply, ShardRequest};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+fn failed(e: ResponseError) -> OffsetsOutcome {
+    OffsetsOutcome {
+        error_code: e.code(),
+        offset: -1,
+        timestamp: -1,
+        leader_epoch: -1,
+    }
+}
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: ListOffsetsRequest = decode(body, version)?;
+    let catalog = shard.catalog();
+    let mut items = Vec::new();
+    let mut layout = Vec::with_capacity(req.topics.len());
+    for topic in &req.topics {
+        let name = topic.name.0.to_string();
+        let meta = catalog.topics.get(&name);
+        let row: Vec<_> = topic
+            .partitions
+            .iter()
+            .map(|p| {
+                let slot = if meta.is_none_or(|t| {
+                    p.partition_index < 0 || p.partition_index >= t.record.partitions as i32
+                }) {
+                    Err(ResponseError::UnknownTopicOrPartition)
+                } else {
+                    items.push(OffsetsItem {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        timestamp: p.timestamp,
+                    });
+                    Ok(items.len() - 1)
+                };
+                (p.partition_index, slot)
+            })
+            .collect();
+        layout.push((topic.name.clone(), row));
+    }
+    let outcomes = shard
+        .scatter(
+            items,
+            |i| shard.router.shard_of(&i.topic, i.partition),
+            |items| ShardRequest::ListOffsets { items },
+            |reply| match reply {
+                ShardReply::ListOffsets(v) => v,
+                _ => unreachable!("a list-offsets request gets a list-offsets reply"),
+            },
+            || failed(ResponseError::NotLeaderOrFollower),
+        )
+        .await;
+    let topics = layout
+        .into_iter()
+        .map(|(name, row)| {
+            let partitions = row
+                .into_iter()
+                .map(|(index, slot)| {
+                    let o = match slot {
+                        Ok(i) => outcomes[i],
+                        Err(e) => failed(e),
+                    };
+                    let mut r = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(index)
+                        .with_error_code(o.error_code)
+                        .with_timestamp(o.timestamp)
+                        .with_offset(o.offset);
+                    if version >= 4 {
+                        r = r.with_leader_epoch(o.leader_epoch);
+                    }
+                    r
+                })
+                .collect();
+            ListOffsetsTopicResponse::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    encode(&ListOffsetsResponse::default().with_topics(topics), version)
+}

@@ -1,0 +1,144 @@
+//! Metadata: brokers (this one), and topics with their partitions, all led by this broker.
+//! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::shard::messages::{ControllerOp, NewTopic, ShardRequest};
+use crate::shard::{Shard, CONTROLLER_SHARD};
+use crate::storage::catalog::{Catalog, TopicMeta};
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: MetadataRequest = decode(body, version)?;
+    // None: every topic. v0 used an empty list for that.
+    let requested: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
+        None => None,
+        Some(list) if list.is_empty() && version == 0 => None,
+        Some(list) => Some(
+            list.iter()
+                .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+                .collect(),
+        ),
+    };
+    let auto_create =
+        shard.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    if let (true, Some(list)) = (auto_create, &requested) {
+        let catalog = shard.catalog();
+        let missing: Vec<NewTopic> = list
+            .iter()
+            .filter_map(|(n, _)| n.as_ref())
+            .filter(|n| {
+                !catalog.topics.contains_key(*n)
+                    && crate::storage::catalog::validate_topic_name(n).is_ok()
+            })
+            .map(|n| NewTopic {
+                name: n.clone(),
+                partitions: -1,
+                replication_factor: -1,
+                configs: Vec::new(),
+            })
+            .collect();
+        if !missing.is_empty() {
+            // Outcomes are reflected in the catalog read below; a race with another creator
+            // (TOPIC_ALREADY_EXISTS) is success here.
+            let _ = shard
+                .call(
+                    CONTROLLER_SHARD,
+                    ShardRequest::Controller(ControllerOp::CreateTopics {
+                        topics: missing,
+                        validate_only: false,
+                    }),
+                )
+                .await;
+        }
+    }
+    let catalog = shard.catalog();
+    let topics = match requested {
+        None => catalog
+            .topics
+            .values()
+            .map(|t| topic_entry(t, version))
+            .collect(),
+        Some(list) => list
+            .iter()
+            .map(|(name, id)| lookup(&catalog, name.as_deref(), id, version))
+            .collect(),
+    };
+    let (host, port) = shard.config.advertised();
+    let mut resp = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(shard.config.node_id))
+            .with_host(str_bytes(&host))
+            .with_port(port)])
+        .with_topics(topics);
+    if version >= 1 {
+        resp = resp.with_controller_id(BrokerId(shard.config.node_id));
+    }
+    if version >= 2 {
+        resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
+    }
+    encode(&resp, version)
+}
+
+fn lookup(
+    catalog: &Catalog,
+    name: Option<&str>,
+    id: &uuid::Uuid,
+    version: i16,
+) -> MetadataResponseTopic {
+    let found = match name {
+        Some(n) => catalog.topics.get(n),
+        None => catalog
+            .by_id
+            .get(id.as_bytes())
+            .and_then(|n| catalog.topics.get(n)),
+    };
+    match found {
+        Some(t) => topic_entry(t, version),
+        None => {
+            let code = if name.is_none() {
+                ResponseError::UnknownTopicId
+            } else {
+                ResponseError::UnknownTopicOrPartition
+            };
+            let mut t = MetadataResponseTopic::default()
+                .with_error_code(code.code())
+                .with_name(name.map(|n| TopicName(str_bytes(n))));
+            if version >= 10 {
+                t = t.with_topic_id(*id);
+            }
+            t
+        }
+    }
+}
+
+fn topic_entry(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
+    let partitions = (0..t.record.partitions as i32)
+        .map(|p| {
+            let mut e = MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(BrokerId(0))
+                .with_replica_nodes(vec![BrokerId(0)])
+                .with_isr_nodes(vec![BrokerId(0)]);
+            if version >= 7 {
+                e = e.with_leader_epoch(0);
+            }
+            e
+        })
+        .collect();
+    let mut entry = MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(&t.record.name))))
+        .with_partitions(partitions);
+    if version >= 1 {
+        entry = entry.with_is_internal(t.record.name.starts_with("__"));
+    }
+    if version >= 10 {
+        entry = entry.with_topic_id(uuid::Uuid::from_bytes(t.record.id));
+    }
+    entry
+}

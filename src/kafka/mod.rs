@@ -1,0 +1,91 @@
+//! Kafka API handlers, one file per API, and the dispatch table. Each handler decodes its
+//! request, routes per-partition work to the owning shards, and encodes the response body.
+
+pub mod api_versions;
+pub mod controller;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_configs;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use crate::protocol::frame::RequestHeader;
+use crate::shard::Shard;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use std::rc::Rc;
+
+/// The versions served, per API: ApiVersions advertises exactly this table.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (
+        ApiKey::Produce,
+        crate::protocol::produce::MIN_VERSION,
+        crate::protocol::produce::MAX_VERSION,
+    ),
+    (
+        ApiKey::Fetch,
+        crate::protocol::fetch::MIN_VERSION,
+        crate::protocol::fetch::MAX_VERSION,
+    ),
+    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+];
+
+pub fn supported(key: ApiKey, version: i16) -> bool {
+    SUPPORTED
+        .iter()
+        .any(|&(k, lo, hi)| k == key && (lo..=hi).contains(&version))
+}
+
+/// What a handler answers.
+pub enum Reply {
+    /// No response at all (Produce with acks=0).
+    None,
+    /// The response body, in chunks.
+    Body(Vec<Bytes>),
+}
+
+/// Runs the handler for a request whose version was checked by `supported`. An Err means the
+/// request could not be decoded: the connection is closed, as Kafka does.
+pub async fn dispatch(
+    shard: &Rc<Shard>,
+    header: &RequestHeader,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
+    let v = header.api_version;
+    match header.api_key {
+        ApiKey::Produce => produce::handle(shard, v, body).await,
+        ApiKey::Fetch => fetch::handle(shard, v, body).await,
+        ApiKey::ListOffsets => list_offsets::handle(shard, v, body).await,
+        ApiKey::Metadata => metadata::handle(shard, v, body).await,
+        ApiKey::ApiVersions => api_versions::handle(v),
+        ApiKey::CreateTopics => create_topics::handle(shard, v, body).await,
+        ApiKey::DeleteTopics => delete_topics::handle(shard, v, body).await,
+        ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
+        ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
+        other => anyhow::bail!("no handler for {other:?}"),
+    }
+}
+
+pub fn decode<M: Decodable>(mut body: Bytes, version: i16) -> anyhow::Result<M> {
+    M::decode(&mut body, version)
+}
+
+pub fn encode<M: Encodable>(message: &M, version: i16) -> anyhow::Result<Reply> {
+    let mut buf = BytesMut::new();
+    message.encode(&mut buf, version)?;
+    Ok(Reply::Body(vec![buf.freeze()]))
+}
+
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}

@@ -1,0 +1,7 @@
+//! Sluice: a thread-per-core, Kafka-wire-compatible streaming broker. See ARCHITECTURE.md.
+pub mod config;
+pub mod kafka;
+pub mod protocol;
+pub mod server;
+pub mod shard;
+pub mod storage;

@@ -1,0 +1,267 @@
+//! Record batch v2 (magic 2) header: parsing, validation and the fields the broker rewrites.
+//!
+//! Layout (big-endian), offsets in bytes from the start of the batch:
+//! ```text
+//!  0 baseOffset i64        8 batchLength i32     12 partitionLeaderEpoch i32
+//! 16 magic i8             17 crc u32            21 attributes i16
+//! 23 lastOffsetDelta i32  27 baseTimestamp i64  35 maxTimestamp i64
+//! 43 producerId i64       51 producerEpoch i16  53 baseSequence i32
+//! 57 recordCount i32      61 records...
+//! ```
+//! The CRC32C covers bytes 21.. (attributes to the end), so the broker may rewrite baseOffset and
+//! partitionLeaderEpoch without recomputing it; LogAppendTime rewrites covered fields and does.
+
+/// Bytes before the records of a v2 batch.
+pub const HEADER_BYTES: usize = 61;
+/// Bytes of baseOffset plus batchLength: the prefix not counted in batchLength.
+pub const LOG_OVERHEAD: usize = 12;
+const CRC_START: usize = 21;
+const ATTR_TIMESTAMP_TYPE: i16 = 1 << 3;
+const ATTR_COMPRESSION_MASK: i16 = 0x7;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchError {
+    /// Fewer bytes than a header, or a batchLength that disagrees with the bytes present.
+    Truncated,
+    /// magic is not 2: the broker only stores the v2 format.
+    UnsupportedMagic(i8),
+    /// The CRC32C of the batch does not match its content.
+    CorruptCrc,
+    /// A field that can never hold in a valid batch (negative count, offset delta mismatch).
+    Invalid(&'static str),
+}
+
+/// A parsed view of a batch header. Cheap: reads fixed offsets only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Whole batch size in bytes, LOG_OVERHEAD included.
+    pub size_bytes: usize,
+    pub partition_leader_epoch: i32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    pub fn compression(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
+    }
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads the size of the batch that starts at `buf[0]` from its first 12 bytes, without any
+/// other check. None when fewer than 12 bytes are present or the length is impossible.
+pub fn peek_size(buf: &[u8]) -> Option<usize> {
+    if buf.len() < LOG_OVERHEAD {
+        return None;
+    }
+    let len = i32_at(buf, 8);
+    if len < (HEADER_BYTES - LOG_OVERHEAD) as i32 {
+        return None;
+    }
+    Some(LOG_OVERHEAD + len as usize)
+}
+
+/// Parses the header of the batch at the start of `buf`. `buf` may extend past the batch.
+pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    if buf.len() < HEADER_BYTES {
+        return Err(BatchError::Truncated);
+    }
+    let size_bytes = peek_size(buf).ok_or(BatchError::Truncated)?;
+    let magic = buf[16] as i8;
+    if magic != 2 {
+        return Err(BatchError::UnsupportedMagic(magic));
+    }
+    let header = BatchHeader {
+        base_offset: i64_at(buf, 0),
+        size_bytes,
+        partition_leader_epoch: i32_at(buf, 12),
+        attributes: i16_at(buf, 21),
+        last_offset_delta: i32_at(buf, 23),
+        base_timestamp: i64_at(buf, 27),
+        max_timestamp: i64_at(buf, 35),
+        producer_id: i64_at(buf, 43),
+        record_count: i32_at(buf, 57),
+    };
+    if header.record_count <= 0 {
+        return Err(BatchError::Invalid("record count is not positive"));
+    }
+    if header.last_offset_delta < 0 || header.last_offset_delta != header.record_count - 1 {
+        return Err(BatchError::Invalid(
+            "lastOffsetDelta does not match recordCount",
+        ));
+    }
+    Ok(header)
+}
+
+/// Parses and fully validates one whole batch: `buf` must hold exactly the batch.
+pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = parse_header(buf)?;
+    if header.size_bytes != buf.len() {
+        return Err(BatchError::Truncated);
+    }
+    let stored = u32::from_be_bytes(buf[17..21].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&buf[CRC_START..]) != stored {
+        return Err(BatchError::CorruptCrc);
+    }
+    Ok(header)
+}
+
+/// Splits a produce request's records field into validated batches. Kafka allows several
+/// batches in one field; each must be whole.
+pub fn validate_all(mut buf: &[u8]) -> Result<Vec<BatchHeader>, BatchError> {
+    let mut out = Vec::new();
+    if buf.is_empty() {
+        return Err(BatchError::Truncated);
+    }
+    while !buf.is_empty() {
+        let size = peek_size(buf).ok_or(BatchError::Truncated)?;
+        if size > buf.len() {
+            return Err(BatchError::Truncated);
+        }
+        out.push(validate(&buf[..size])?);
+        buf = &buf[size..];
+    }
+    Ok(out)
+}
+
+/// Rewrites the fields the broker owns in a stored copy of the batch: baseOffset and
+/// partitionLeaderEpoch always; with `log_append_time_ms`, the timestamp type bit and
+/// maxTimestamp too, followed by a fresh CRC (those fields are covered by it).
+pub fn assign(
+    batch: &mut [u8],
+    base_offset: i64,
+    leader_epoch: i32,
+    log_append_time_ms: Option<i64>,
+) {
+    debug_assert!(batch.len() >= HEADER_BYTES);
+    batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+    if let Some(ts) = log_append_time_ms {
+        let attrs = i16_at(batch, 21) | ATTR_TIMESTAMP_TYPE;
+        batch[21..23].copy_from_slice(&attrs.to_be_bytes());
+        batch[35..43].copy_from_slice(&ts.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[CRC_START..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// Builds a valid uncompressed batch of `count` records of `value_len` bytes each.
+    pub fn make_batch(base_offset: i64, count: i32, value_len: usize, timestamp: i64) -> Vec<u8> {
+        let mut records = Vec::new();
+        for i in 0..count {
+            let mut rec = Vec::new();
+            rec.push(0u8); // attributes
+            put_varint(&mut rec, 0); // timestamp delta
+            put_varint(&mut rec, i as i64); // offset delta
+            put_varint(&mut rec, -1); // key length: null
+            put_varint(&mut rec, value_len as i64);
+            rec.extend(std::iter::repeat_n(b'v', value_len));
+            put_varint(&mut rec, 0); // headers
+            put_varint(&mut records, rec.len() as i64);
+            records.extend(rec);
+        }
+        let mut b = Vec::new();
+        b.extend(base_offset.to_be_bytes());
+        b.extend(((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
+        b.extend(0i32.to_be_bytes());
+        b.push(2);
+        b.extend(0u32.to_be_bytes());
+        b.extend(0i16.to_be_bytes());
+        b.extend((count - 1).to_be_bytes());
+        b.extend(timestamp.to_be_bytes());
+        b.extend(timestamp.to_be_bytes());
+        b.extend((-1i64).to_be_bytes());
+        b.extend((-1i16).to_be_bytes());
+        b.extend((-1i32).to_be_bytes());
+        b.extend(count.to_be_bytes());
+        b.extend(records);
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    fn put_varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            if z < 0x80 {
+                out.push(z as u8);
+                return;
+            }
+            out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+    }
+
+    #[test]
+    fn valid_batch_parses() {
+        let b = make_batch(0, 3, 10, 1000);
+        let h = validate(&b).unwrap();
+        assert_eq!(h.record_count, 3);
+        assert_eq!(h.next_offset(), 3);
+        assert_eq!(h.size_bytes, b.len());
+    }
+
+    #[test]
+    fn bad_crc_is_detected() {
+        let mut b = make_batch(0, 3, 10, 1000);
+        let last = b.len() - 1;
+        b[last] ^= 1;
+        assert_eq!(validate(&b), Err(BatchError::CorruptCrc));
+    }
+
+    #[test]
+    fn truncation_and_magic() {
+        let b = make_batch(0, 3, 10, 1000);
+        assert_eq!(validate(&b[..b.len() - 1]), Err(BatchError::Truncated));
+        assert_eq!(validate(&b[..20]), Err(BatchError::Truncated));
+        let mut m = b.clone();
+        m[16] = 1;
+        assert_eq!(validate(&m), Err(BatchError::UnsupportedMagic(1)));
+        assert_eq!(validate_all(&[]), Err(BatchError::Truncated));
+    }
+
+    #[test]
+    fn several_batches() {
+        let mut b = make_batch(0, 2, 5, 1);
+        b.extend(make_batch(0, 4, 5, 2));
+        let hs = validate_all(&b).unwrap();
+        assert_eq!(hs.len(), 2);
+        assert_eq!(hs[1].record_count, 4);
+    }
+
+    #[test]
+    fn assign_keeps_crc_valid() {
+        let mut b = make_batch(0, 3, 10, 1000);
+        assign(&mut b, 42, 7, None);
+        let h = validate(&b).unwrap();
+        assert_eq!((h.base_offset, h.partition_leader_epoch), (42, 7));
+        assign(&mut b, 42, 7, Some(5000));
+        let h = validate(&b).unwrap();
+        assert_eq!(h.max_timestamp, 5000);
+        assert_ne!(h.attributes & ATTR_TIMESTAMP_TYPE, 0);
+    }
+}

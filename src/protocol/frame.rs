@@ -1,0 +1,138 @@
+//! Request framing: the size prefix, the request header (v0..=2), and response framing.
+
+use super::wire::Reader;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+
+/// Smallest request header: api_key, api_version, correlation_id.
+pub const MIN_HEADER_BYTES: usize = 8;
+
+#[derive(Debug)]
+pub struct RequestHeader {
+    pub api_key: ApiKey,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Too short to hold even api_key, api_version and correlation_id.
+    Truncated,
+    /// An API key Sluice does not know; Kafka closes the connection too.
+    UnknownApiKey(i16),
+    /// The header's client id or tagged fields are malformed.
+    BadHeader(&'static str),
+}
+
+/// Splits a request frame (without its size prefix) into header and body.
+pub fn parse_request(mut frame: Bytes) -> Result<(RequestHeader, Bytes), FrameError> {
+    if frame.len() < MIN_HEADER_BYTES {
+        return Err(FrameError::Truncated);
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api_key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApiKey(raw_key))?;
+    let header_version = api_key.request_header_version(api_version);
+    let rest = frame.split_off(MIN_HEADER_BYTES);
+    // The client id is a classic (non-compact) nullable string even in flexible headers.
+    let mut r = Reader::new(rest, false);
+    let client_id = if header_version >= 1 {
+        r.nullable_string()
+            .map_err(|e| FrameError::BadHeader(e.0))?
+    } else {
+        None
+    };
+    let mut r = into_flexible(r);
+    if header_version >= 2 {
+        r.skip_tagged_fields()
+            .map_err(|e| FrameError::BadHeader(e.0))?;
+    }
+    Ok((
+        RequestHeader {
+            api_key,
+            api_version,
+            correlation_id,
+            client_id,
+        },
+        r.into_rest(),
+    ))
+}
+
+fn into_flexible(r: Reader) -> Reader {
+    let rest = r.into_rest();
+    Reader::new(rest, true)
+}
+
+/// Frames a response: size prefix, correlation id, the header's empty tagged-field section for
+/// flexible response headers (v1), then the body chunks.
+pub fn frame_response(
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    body: Vec<Bytes>,
+) -> Vec<Bytes> {
+    let header_version = api_key.response_header_version(api_version);
+    let header_len = 4 + usize::from(header_version >= 1);
+    let body_len: usize = body.iter().map(Bytes::len).sum();
+    let mut head = BytesMut::with_capacity(4 + header_len);
+    head.put_i32((header_len + body_len) as i32);
+    head.put_i32(correlation_id);
+    if header_version >= 1 {
+        head.put_u8(0);
+    }
+    let mut out = Vec::with_capacity(body.len() + 1);
+    out.push(head.freeze());
+    out.extend(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_v1_and_v2_headers() {
+        // Metadata v1 uses header v1: key, version, correlation, client id.
+        let mut f = BytesMut::new();
+        f.put_i16(3);
+        f.put_i16(1);
+        f.put_i32(77);
+        f.put_i16(2);
+        f.put_slice(b"me");
+        f.put_slice(b"BODY");
+        let (h, body) = parse_request(f.freeze()).unwrap();
+        assert_eq!(
+            (h.api_key, h.correlation_id, h.client_id.as_deref()),
+            (ApiKey::Metadata, 77, Some("me"))
+        );
+        assert_eq!(&body[..], b"BODY");
+        // Metadata v12 uses header v2: a tagged-field section follows the client id.
+        let mut f = BytesMut::new();
+        f.put_i16(3);
+        f.put_i16(12);
+        f.put_i32(1);
+        f.put_i16(-1);
+        f.put_u8(0);
+        f.put_slice(b"X");
+        let (h, body) = parse_request(f.freeze()).unwrap();
+        assert_eq!(h.client_id, None);
+        assert_eq!(&body[..], b"X");
+    }
+
+    #[test]
+    fn rejects_bad_frames() {
+        assert_eq!(
+            parse_request(Bytes::from_static(&[0, 3, 0])).unwrap_err(),
+            FrameError::Truncated
+        );
+        let unknown = Bytes::from_static(&[0x7f, 0x00, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(
+            parse_request(unknown).unwrap_err(),
+            FrameError::UnknownApiKey(0x7f00)
+        );
+        let torn = Bytes::from_static(&[0, 3, 0, 1, 0, 0, 0, 1, 0, 9, b'a']);
+        assert!(matches!(parse_request(torn), Err(FrameError::BadHeader(_))));
+    }
+}

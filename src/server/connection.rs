@@ -1,0 +1,122 @@
+//! One client connection: read a size-prefixed frame, dispatch it, write the response, in
+//! order. Like Kafka, a connection has one request in progress at a time, which keeps
+//! responses in request order without reordering buffers.
+
+use crate::kafka::{self, Reply};
+use crate::protocol::frame::{self, FrameError};
+use crate::shard::Shard;
+use bytes::BytesMut;
+use futures::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use kafka_protocol::messages::ApiKey;
+use std::rc::Rc;
+
+pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    if let Err(e) = stream.set_nodelay(true) {
+        log::warn!("{peer}: cannot set TCP_NODELAY: {e}");
+    }
+    let max = shard.config.request_max_bytes;
+    loop {
+        let mut size_buf = [0u8; 4];
+        match read_exact_or_eof(&mut stream, &mut size_buf).await {
+            Ok(true) => {}
+            Ok(false) => return, // closed between requests: a normal goodbye
+            Err(e) => {
+                log::info!("{peer}: connection lost reading a frame size: {e}");
+                return;
+            }
+        }
+        let size = i32::from_be_bytes(size_buf);
+        if size < frame::MIN_HEADER_BYTES as i32 || size as usize > max {
+            log::warn!(
+                "{peer}: closing: frame size {size} is outside {}..={max}",
+                frame::MIN_HEADER_BYTES
+            );
+            return;
+        }
+        let mut buf = BytesMut::zeroed(size as usize);
+        if let Err(e) = stream.read_exact(&mut buf).await {
+            log::warn!(
+                "{peer}: closing: client vanished mid-request ({size} bytes announced): {e}"
+            );
+            return;
+        }
+        let (header, body) = match frame::parse_request(buf.freeze()) {
+            Ok(x) => x,
+            Err(FrameError::UnknownApiKey(k)) => {
+                log::warn!("{peer}: closing: unknown API key {k}");
+                return;
+            }
+            Err(e) => {
+                log::warn!("{peer}: closing: malformed request header: {e:?}");
+                return;
+            }
+        };
+        let reply = if kafka::supported(header.api_key, header.api_version) {
+            kafka::dispatch(&shard, &header, body).await
+        } else if header.api_key == ApiKey::ApiVersions {
+            // KIP-511: answer in v0 with the versions we do serve, so the client can downgrade.
+            kafka::api_versions::unsupported()
+        } else {
+            log::warn!(
+                "{peer}: closing: {:?} v{} is not supported",
+                header.api_key,
+                header.api_version
+            );
+            return;
+        };
+        let body = match reply {
+            Ok(Reply::None) => continue,
+            Ok(Reply::Body(body)) => body,
+            Err(e) => {
+                log::warn!(
+                    "{peer}: closing: cannot serve {:?} v{}: {e}",
+                    header.api_key,
+                    header.api_version
+                );
+                return;
+            }
+        };
+        // ApiVersions at an unsupported version is answered in v0 framing.
+        let framing_version = if kafka::supported(header.api_key, header.api_version) {
+            header.api_version
+        } else {
+            0
+        };
+        for chunk in
+            frame::frame_response(header.api_key, framing_version, header.correlation_id, body)
+        {
+            if let Err(e) = stream.write_all(&chunk).await {
+                log::info!("{peer}: connection lost writing a response: {e}");
+                return;
+            }
+        }
+        if let Err(e) = stream.flush().await {
+            log::info!("{peer}: connection lost flushing a response: {e}");
+            return;
+        }
+    }
+}
+
+/// Fills `buf`; Ok(false) if the stream ended before the first byte.
+async fn read_exact_or_eof(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let n = stream.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            if filled == 0 {
+                return Ok(false);
+            }
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "stream ended mid-size",
+            ));
+        }
+        filled += n;
+    }
+    Ok(true)
+}

@@ -1,0 +1,213 @@
+//! Start-up and shutdown: one pinned glommio executor per shard, joined in a channel mesh, each
+//! accepting on the same port (SO_REUSEPORT) so the kernel spreads connections across shards.
+
+pub mod connection;
+
+use crate::config::Config;
+use crate::shard::messages::MeshMsg;
+use crate::shard::router::Router;
+use crate::shard::{flusher, Shard};
+use crate::storage::catalog::Catalog;
+use event_listener::Event;
+use futures::StreamExt;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Messages in flight between two shards before a sender waits.
+const MESH_CHANNEL_CAPACITY: usize = 1024;
+/// How often a shard checks whether a shutdown signal arrived.
+const SHUTDOWN_POLL_MS: u64 = 50;
+/// How long shutdown waits for requests in progress before flushing anyway.
+const DRAIN_TIMEOUT_MS: u64 = 5_000;
+
+static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+
+pub fn run(config: Config) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
+    })?;
+    // Two brokers on one data dir would interleave writes; refuse like Kafka's .lock file.
+    let lock = std::fs::File::create(config.data_dir.join(".lock"))?;
+    lock.try_lock().map_err(|_| {
+        anyhow::anyhow!(
+            "data dir {} is in use by another broker",
+            config.data_dir.display()
+        )
+    })?;
+    // glommio binds with SO_REUSEPORT, which would silently share a port with another process;
+    // a plain bind first turns a clash into a clear error.
+    drop(
+        std::net::TcpListener::bind(&config.listen)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?,
+    );
+
+    let record = Catalog::load(&config.data_dir)?;
+    let catalog = Arc::new(
+        Catalog::from_record(&record, &config.topic_defaults, &config.log)
+            .map_err(|e| anyhow::anyhow!(e))?,
+    );
+    let config = Arc::new(config);
+    let router = Arc::new(Router::new(&config));
+    let shards = config.shards;
+    let cpus: Vec<usize> = if config.cpus.is_empty() {
+        (0..std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1))
+            .collect()
+    } else {
+        config.cpus.clone()
+    };
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut signals = signals;
+            if let Some(sig) = signals.forever().next() {
+                log::info!("signal {sig}: shutting down");
+                SHUTDOWN.store(true, Ordering::SeqCst);
+            }
+        })?;
+
+    let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
+    let mut handles = Vec::with_capacity(shards);
+    for id in 0..shards {
+        let (config, router, catalog, mesh) = (
+            config.clone(),
+            router.clone(),
+            catalog.clone(),
+            mesh.clone(),
+        );
+        let cpu = cpus[id % cpus.len()];
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("shard-{id}"))
+            .spawn(move || async move { run_shard(id, config, router, catalog, mesh).await })
+            .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
+        handles.push(handle);
+    }
+    if record.topics.is_empty() && !Catalog::path(&config.data_dir).exists() {
+        log::info!(
+            "new data dir {}: cluster id {}",
+            config.data_dir.display(),
+            record.cluster_id
+        );
+    }
+    let mut failed = false;
+    for (id, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                log::error!("shard {id} stopped with an error: {e}");
+                failed = true;
+            }
+            Err(e) => {
+                log::error!("shard {id} failed: {e:?}");
+                failed = true;
+            }
+        }
+    }
+    drop(lock);
+    if failed {
+        anyhow::bail!("a shard failed");
+    }
+    log::info!("shut down cleanly");
+    Ok(())
+}
+
+async fn run_shard(
+    id: usize,
+    config: Arc<Config>,
+    router: Arc<Router>,
+    catalog: Arc<Catalog>,
+    mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
+) -> anyhow::Result<()> {
+    let (senders, mut receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| anyhow::anyhow!("shard {id}: cannot join the mesh"))?;
+    let shard = Rc::new(Shard::new(
+        id,
+        config.clone(),
+        router,
+        catalog.clone(),
+        Some(senders),
+    ));
+    if id == crate::shard::CONTROLLER_SHARD && !Catalog::path(&config.data_dir).exists() {
+        Catalog::persist(&config.data_dir, &catalog.to_record()).await?;
+    }
+    shard.apply_catalog(catalog).await;
+    let flusher = glommio::spawn_local(flusher::run(shard.clone()));
+    for (_, mut stream) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = stream.next().await {
+                shard.on_mesh_message(msg);
+            }
+        })
+        .detach();
+    }
+    let listener = TcpListener::bind(&config.listen)
+        .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {}: {e}", config.listen))?;
+    log::info!(
+        "shard {id}: serving {} partitions on {}",
+        shard.partitions.borrow().len(),
+        config.listen
+    );
+
+    let stop = Rc::new(Event::new());
+    let in_flight = Rc::new(Cell::new(0usize));
+    glommio::spawn_local({
+        let (stop, shard) = (stop.clone(), shard.clone());
+        async move {
+            while !SHUTDOWN.load(Ordering::SeqCst) {
+                glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+            }
+            shard.shutting_down.set(true);
+            stop.notify(usize::MAX);
+        }
+    })
+    .detach();
+    loop {
+        let stopped = stop.listen();
+        if shard.shutting_down.get() {
+            break;
+        }
+        let accept = listener.accept();
+        futures::pin_mut!(accept);
+        match futures::future::select(accept, stopped).await {
+            futures::future::Either::Left((Ok(stream), _)) => {
+                let (shard, in_flight) = (shard.clone(), in_flight.clone());
+                glommio::spawn_local(async move {
+                    in_flight.set(in_flight.get() + 1);
+                    connection::serve(shard, stream).await;
+                    in_flight.set(in_flight.get() - 1);
+                })
+                .detach();
+            }
+            futures::future::Either::Left((Err(e), _)) => {
+                log::warn!("shard {id}: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            futures::future::Either::Right(_) => break,
+        }
+    }
+    drop(listener);
+    // Let requests in progress finish (connections are told by `shutting_down`), bounded.
+    let drain_deadline = crate::shard::now_ms() + DRAIN_TIMEOUT_MS;
+    while in_flight.get() > 0 && crate::shard::now_ms() < drain_deadline {
+        glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+    }
+    flusher::drain(&shard).await;
+    flusher.await;
+    shard.close_partitions().await;
+    log::info!("shard {id}: closed");
+    Ok(())
+}

@@ -1,0 +1,637 @@
+//! A shard: the state one executor (one core) owns, and the operations run on it.
+//!
+//! Each shard owns a set of partitions (chosen by `Router`), their logs and files, a flusher
+//! task that group-commits their writes, and its connections. Operations on a partition always
+//! run on its owning shard; a request that arrives elsewhere is forwarded over the channel mesh
+//! (`call`). Nothing here is shared across threads except immutable `Arc` snapshots.
+
+pub mod flusher;
+pub mod messages;
+pub mod router;
+
+use crate::config::Config;
+use crate::storage::catalog::Catalog;
+use crate::storage::log::{LogSettings, PartitionLog, ReadError};
+use crate::storage::read;
+use bytes::Bytes;
+use event_listener::Event;
+use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
+use glommio::channels::channel_mesh::Senders;
+use glommio::sync::Semaphore;
+use kafka_protocol::ResponseError;
+use messages::*;
+use router::Router;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The shard that owns the catalog and executes topic changes.
+pub const CONTROLLER_SHARD: usize = 0;
+const TOPIC_ID_FILE: &str = ".topic_id";
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub struct Partition {
+    pub log: RefCell<PartitionLog>,
+    /// Serializes appends so that offsets, positions and writes stay in order.
+    pub append_lock: Semaphore,
+    pub topic_id: [u8; 16],
+    /// Whether the partition sits in the flusher's queue.
+    pub queued_for_sync: Cell<bool>,
+}
+
+pub struct Shard {
+    pub id: usize,
+    pub config: Arc<Config>,
+    pub router: Arc<Router>,
+    pub catalog: RefCell<Arc<Catalog>>,
+    pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    /// Partitions with written but unsynced data, in the order they became dirty.
+    pub sync_queue: RefCell<Vec<Rc<Partition>>>,
+    /// Wakes the flusher when `sync_queue` gains work.
+    pub sync_needed: Event,
+    /// Fires whenever a high watermark advances (or a partition fails): wakes acks=all waiters
+    /// and parked fetches.
+    pub hw_advanced: Event,
+    pub shutting_down: Cell<bool>,
+    senders: Option<Senders<MeshMsg>>,
+    pending: RefCell<HashMap<u64, oneshot::Sender<ShardReply>>>,
+    next_call_id: Cell<u64>,
+    /// Serializes controller operations (only used on the controller shard).
+    controller_lock: Semaphore,
+}
+
+/// A peer shard has stopped and will not answer (only during shutdown).
+#[derive(Debug, Clone, Copy)]
+pub struct ShardGone;
+
+fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        config: Arc<Config>,
+        router: Arc<Router>,
+        catalog: Arc<Catalog>,
+        senders: Option<Senders<MeshMsg>>,
+    ) -> Shard {
+        Shard {
+            id,
+            config,
+            router,
+            catalog: RefCell::new(catalog),
+            partitions: RefCell::new(HashMap::new()),
+            sync_queue: RefCell::new(Vec::new()),
+            sync_needed: Event::new(),
+            hw_advanced: Event::new(),
+            shutting_down: Cell::new(false),
+            senders,
+            pending: RefCell::new(HashMap::new()),
+            next_call_id: Cell::new(0),
+            controller_lock: Semaphore::new(1),
+        }
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.borrow().clone()
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.config.data_dir.join(format!("{topic}-{partition}"))
+    }
+
+    // ---- cross-shard calls -------------------------------------------------------------
+
+    /// Runs `request` on `shard`: directly when it is this one, else over the mesh.
+    /// Err means the peer shard has stopped (shutdown) and cannot answer.
+    pub async fn call(
+        self: &Rc<Self>,
+        shard: usize,
+        request: ShardRequest,
+    ) -> Result<ShardReply, ShardGone> {
+        if shard == self.id {
+            return Ok(self.clone().handle(request).await);
+        }
+        let senders = self.senders.as_ref().expect("several shards imply a mesh");
+        let id = self.next_call_id.get();
+        self.next_call_id.set(id + 1);
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, tx);
+        if senders
+            .send_to(
+                shard,
+                MeshMsg::Request {
+                    from: self.id,
+                    id,
+                    request,
+                },
+            )
+            .await
+            .is_err()
+        {
+            self.pending.borrow_mut().remove(&id);
+            return Err(ShardGone);
+        }
+        rx.await.map_err(|_| ShardGone)
+    }
+
+    /// Handles one message from a peer shard.
+    pub fn on_mesh_message(self: &Rc<Self>, msg: MeshMsg) {
+        match msg {
+            MeshMsg::Request { from, id, request } => {
+                let shard = self.clone();
+                glommio::spawn_local(async move {
+                    let reply = shard.clone().handle(request).await;
+                    let senders = shard.senders.as_ref().expect("mesh");
+                    if senders
+                        .send_to(from, MeshMsg::Reply { id, reply })
+                        .await
+                        .is_err()
+                    {
+                        log::error!(
+                            "shard {}: reply to shard {from} lost: channel closed",
+                            shard.id
+                        );
+                    }
+                })
+                .detach();
+            }
+            MeshMsg::Reply { id, reply } => match self.pending.borrow_mut().remove(&id) {
+                Some(tx) => {
+                    let _ = tx.send(reply);
+                }
+                None => log::error!("shard {}: reply {id} matches no request", self.id),
+            },
+        }
+    }
+
+    /// Executes a request on this shard.
+    pub fn handle(self: Rc<Self>, request: ShardRequest) -> LocalBoxFuture<'static, ShardReply> {
+        Box::pin(async move {
+            match request {
+                ShardRequest::Produce {
+                    acks,
+                    timeout_ms,
+                    items,
+                } => {
+                    let futures = items
+                        .into_iter()
+                        .map(|item| self.produce_local(item, acks, timeout_ms));
+                    ShardReply::Produce(futures::future::join_all(futures).await)
+                }
+                ShardRequest::Fetch { items } => {
+                    let mut out = Vec::with_capacity(items.len());
+                    for item in items {
+                        out.push(self.fetch_local(item).await);
+                    }
+                    ShardReply::Fetch(out)
+                }
+                ShardRequest::WaitForData { items, deadline_ms } => {
+                    self.wait_for_data(&items, deadline_ms).await;
+                    ShardReply::Done
+                }
+                ShardRequest::ListOffsets { items } => {
+                    let mut out = Vec::with_capacity(items.len());
+                    for item in items {
+                        out.push(self.list_offsets_local(item).await);
+                    }
+                    ShardReply::ListOffsets(out)
+                }
+                ShardRequest::ApplyCatalog(catalog) => {
+                    self.apply_catalog(catalog).await;
+                    ShardReply::Done
+                }
+                ShardRequest::Controller(op) => {
+                    assert_eq!(
+                        self.id, CONTROLLER_SHARD,
+                        "controller ops go to the controller shard"
+                    );
+                    ShardReply::Controller(crate::kafka::controller::execute(&self, op).await)
+                }
+            }
+        })
+    }
+
+    /// Sends `items` to the shards that own them, in parallel, and returns the outcomes in the
+    /// order of `items`.
+    pub async fn scatter<T, R>(
+        self: &Rc<Self>,
+        items: Vec<T>,
+        owner: impl Fn(&T) -> usize,
+        request: impl Fn(Vec<T>) -> ShardRequest,
+        unpack: impl Fn(ShardReply) -> Vec<R>,
+        gone: impl Fn() -> R,
+    ) -> Vec<R> {
+        let n = items.len();
+        let mut by_shard: Vec<(Vec<usize>, Vec<T>)> = (0..self.router.shards())
+            .map(|_| (Vec::new(), Vec::new()))
+            .collect();
+        for (i, item) in items.into_iter().enumerate() {
+            let s = owner(&item);
+            by_shard[s].0.push(i);
+            by_shard[s].1.push(item);
+        }
+        let mut calls = Vec::new();
+        for (shard, (indexes, items)) in by_shard.into_iter().enumerate() {
+            if !items.is_empty() {
+                let req = request(items);
+                calls.push(async move { (indexes, self.call(shard, req).await) });
+            }
+        }
+        let mut slots: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        for (indexes, reply) in futures::future::join_all(calls).await {
+            let results = match reply {
+                Ok(reply) => unpack(reply),
+                Err(ShardGone) => indexes.iter().map(|_| gone()).collect(),
+            };
+            assert_eq!(
+                results.len(),
+                indexes.len(),
+                "a shard answers each item once"
+            );
+            for (i, r) in indexes.into_iter().zip(results) {
+                slots[i] = Some(r);
+            }
+        }
+        slots
+            .into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    // ---- catalog -----------------------------------------------------------------------
+
+    /// Installs a new catalog: opens the partitions this shard now owns, closes and deletes
+    /// those of topics that are gone.
+    pub async fn apply_catalog(&self, catalog: Arc<Catalog>) {
+        let stale: Vec<(String, i32)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|((topic, _), p)| {
+                catalog
+                    .topics
+                    .get(topic)
+                    .is_none_or(|t| t.record.id != p.topic_id)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            let removed = self.partitions.borrow_mut().remove(&key);
+            if let Some(p) = removed {
+                p.log.borrow_mut().failed = true; // wakes and fails anything still waiting on it
+                self.hw_advanced.notify(usize::MAX);
+                let dir = self.partition_dir(&key.0, key.1);
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    log::error!("deleting {}: {e}", dir.display());
+                }
+                log::info!("shard {}: deleted partition {}-{}", self.id, key.0, key.1);
+            }
+        }
+        for (name, topic) in &catalog.topics {
+            for p in 0..topic.record.partitions as i32 {
+                if self.router.shard_of(name, p) != self.id || self.partition(name, p).is_some() {
+                    continue;
+                }
+                match self.open_partition(name, p, topic).await {
+                    Ok(partition) => {
+                        self.partitions
+                            .borrow_mut()
+                            .insert((name.clone(), p), Rc::new(partition));
+                    }
+                    Err(e) => {
+                        log::error!("shard {}: cannot open partition {name}-{p}: {e}", self.id)
+                    }
+                }
+            }
+        }
+        *self.catalog.borrow_mut() = catalog;
+    }
+
+    async fn open_partition(
+        &self,
+        name: &str,
+        p: i32,
+        topic: &crate::storage::catalog::TopicMeta,
+    ) -> std::io::Result<Partition> {
+        let dir = self.partition_dir(name, p);
+        let id_file = dir.join(TOPIC_ID_FILE);
+        // A directory left by an older topic of the same name (deleted before a crash) must not
+        // leak its records into the new topic.
+        match std::fs::read(&id_file) {
+            Ok(id) if id != topic.record.id => {
+                log::warn!("removing {}: it belongs to a deleted topic", dir.display());
+                std::fs::remove_dir_all(&dir)?;
+            }
+            _ => {}
+        }
+        let fresh = !id_file.exists();
+        let c = &topic.config;
+        let settings = LogSettings {
+            segment_bytes: c.segment_bytes,
+            segment_ms: c.segment_ms,
+            index_interval_bytes: c.index_interval_bytes,
+            log_append_time: c.log_append_time,
+        };
+        let log = PartitionLog::open(dir.clone(), settings, 0, now_ms()).await?;
+        if fresh {
+            crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;
+            crate::storage::log::sync_dir(&dir).await?;
+        }
+        Ok(Partition {
+            log: RefCell::new(log),
+            append_lock: Semaphore::new(1),
+            topic_id: topic.record.id,
+            queued_for_sync: Cell::new(false),
+        })
+    }
+
+    // ---- produce -----------------------------------------------------------------------
+
+    async fn produce_local(&self, item: ProduceItem, acks: i16, timeout_ms: i32) -> ProduceOutcome {
+        let fail = |e: ResponseError| ProduceOutcome {
+            error_code: code(e),
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        };
+        let Some(partition) = self.partition(&item.topic, item.partition) else {
+            return fail(ResponseError::UnknownTopicOrPartition);
+        };
+        let Some(records) = item.records else {
+            return fail(ResponseError::CorruptMessage);
+        };
+        let headers = match crate::protocol::batch::validate_all(&records) {
+            Ok(h) => h,
+            Err(e) => {
+                log::warn!(
+                    "produce to {}-{}: rejected batch: {e:?}",
+                    item.topic,
+                    item.partition
+                );
+                return fail(match e {
+                    crate::protocol::batch::BatchError::UnsupportedMagic(_) => {
+                        ResponseError::UnsupportedForMessageFormat
+                    }
+                    _ => ResponseError::CorruptMessage,
+                });
+            }
+        };
+        let max_message_bytes = self
+            .catalog()
+            .topics
+            .get(&item.topic)
+            .map(|t| t.config.max_message_bytes)
+            .unwrap_or(u32::MAX);
+        if headers
+            .iter()
+            .any(|h| h.size_bytes > max_message_bytes as usize)
+        {
+            return fail(ResponseError::MessageTooLarge);
+        }
+        let outcome = {
+            let _permit = match partition.append_lock.acquire_permit(1).await {
+                Ok(p) => p,
+                Err(_) => return fail(ResponseError::KafkaStorageError),
+            };
+            if partition.log.borrow().failed {
+                return fail(ResponseError::KafkaStorageError);
+            }
+            let now = now_ms();
+            if partition.log.borrow().needs_roll(records.len() as u64, now) {
+                if let Err(e) = PartitionLog::roll(&partition.log, now).await {
+                    log::error!(
+                        "partition {}-{}: roll failed: {e}",
+                        item.topic,
+                        item.partition
+                    );
+                    partition.log.borrow_mut().failed = true;
+                    return fail(ResponseError::KafkaStorageError);
+                }
+            }
+            let plan = partition
+                .log
+                .borrow_mut()
+                .prepare_append(&records, &headers, now);
+            let len = plan.data.len();
+            match plan.file.write_at(plan.data, plan.position).await {
+                Ok(n) if n == len => {}
+                result => {
+                    log::error!(
+                        "partition {}-{}: write failed: {result:?}",
+                        item.topic,
+                        item.partition
+                    );
+                    partition.log.borrow_mut().failed = true;
+                    self.hw_advanced.notify(usize::MAX);
+                    return fail(ResponseError::KafkaStorageError);
+                }
+            }
+            (plan.base_offset, plan.end_offset, plan.log_append_time_ms)
+        };
+        let (base_offset, end_offset, log_append_time_ms) = outcome;
+        self.queue_for_sync(&partition);
+        if acks == -1 {
+            let deadline = now_ms() + timeout_ms.max(0) as u64;
+            let durable = self
+                .wait_until(deadline, || {
+                    partition.log.borrow().high_watermark() >= end_offset
+                        || partition.log.borrow().failed
+                })
+                .await;
+            if partition.log.borrow().failed {
+                return fail(ResponseError::KafkaStorageError);
+            }
+            if !durable {
+                return fail(ResponseError::RequestTimedOut);
+            }
+        }
+        let log_start_offset = partition.log.borrow().log_start_offset;
+        ProduceOutcome {
+            error_code: 0,
+            base_offset,
+            log_append_time_ms,
+            log_start_offset,
+        }
+    }
+
+    fn queue_for_sync(&self, partition: &Rc<Partition>) {
+        if !partition.queued_for_sync.replace(true) {
+            self.sync_queue.borrow_mut().push(partition.clone());
+            self.sync_needed.notify(1);
+        }
+    }
+
+    /// Waits until `done()` holds or `deadline_ms` passes; returns whether it holds. Re-checks
+    /// on every high-watermark event.
+    async fn wait_until(&self, deadline_ms: u64, done: impl Fn() -> bool) -> bool {
+        loop {
+            if done() {
+                return true;
+            }
+            let listener = self.hw_advanced.listen();
+            if done() {
+                return true;
+            }
+            let now = now_ms();
+            if now >= deadline_ms {
+                return false;
+            }
+            let timer = glommio::timer::sleep(Duration::from_millis(deadline_ms - now));
+            futures::pin_mut!(timer);
+            futures::future::select(listener, timer).await;
+        }
+    }
+
+    // ---- fetch -------------------------------------------------------------------------
+
+    async fn fetch_local(&self, item: FetchItem) -> FetchOutcome {
+        let fail = |e: ResponseError, hw: i64, lso: i64| FetchOutcome {
+            error_code: code(e),
+            high_watermark: hw,
+            log_start_offset: lso,
+            records: Bytes::new(),
+        };
+        let Some(partition) = self.partition(&item.topic, item.partition) else {
+            return fail(ResponseError::UnknownTopicOrPartition, -1, -1);
+        };
+        let (plan, hw, lso, interval) = {
+            let log = partition.log.borrow();
+            let (hw, lso) = (log.high_watermark(), log.log_start_offset);
+            if log.failed {
+                return fail(ResponseError::KafkaStorageError, hw, lso);
+            }
+            if item.leader_epoch >= 0 && item.leader_epoch != log.leader_epoch {
+                let e = if item.leader_epoch > log.leader_epoch {
+                    ResponseError::UnknownLeaderEpoch
+                } else {
+                    ResponseError::FencedLeaderEpoch
+                };
+                return fail(e, hw, lso);
+            }
+            match log.plan_read(item.offset) {
+                Err(ReadError::OffsetOutOfRange) => {
+                    return fail(ResponseError::OffsetOutOfRange, hw, lso)
+                }
+                Ok(plan) => (plan, hw, lso, log.settings.index_interval_bytes),
+            }
+        };
+        let records = match plan {
+            None => Bytes::new(),
+            Some(plan) => {
+                match read::read_batches(&plan, item.offset, item.max_bytes, interval).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        log::error!(
+                            "fetch {}-{} at {}: {e}",
+                            item.topic,
+                            item.partition,
+                            item.offset
+                        );
+                        return fail(ResponseError::KafkaStorageError, hw, lso);
+                    }
+                }
+            }
+        };
+        FetchOutcome {
+            error_code: 0,
+            high_watermark: hw,
+            log_start_offset: lso,
+            records,
+        }
+    }
+
+    async fn wait_for_data(&self, items: &[(String, i32, i64)], deadline_ms: u64) {
+        let has_data = || {
+            items
+                .iter()
+                .any(|(topic, p, offset)| match self.partition(topic, *p) {
+                    Some(part) => {
+                        let log = part.log.borrow();
+                        log.high_watermark() > *offset || log.failed
+                    }
+                    None => true, // gone: the re-read reports the error
+                })
+        };
+        self.wait_until(deadline_ms, has_data).await;
+    }
+
+    // ---- list offsets ------------------------------------------------------------------
+
+    async fn list_offsets_local(&self, item: OffsetsItem) -> OffsetsOutcome {
+        let out = |error: i16, offset: i64, timestamp: i64| OffsetsOutcome {
+            error_code: error,
+            offset,
+            timestamp,
+            leader_epoch: 0,
+        };
+        let Some(partition) = self.partition(&item.topic, item.partition) else {
+            return out(code(ResponseError::UnknownTopicOrPartition), -1, -1);
+        };
+        const LATEST: i64 = -1;
+        const EARLIEST: i64 = -2;
+        let plan = {
+            let log = partition.log.borrow();
+            if log.failed {
+                return out(code(ResponseError::KafkaStorageError), -1, -1);
+            }
+            match item.timestamp {
+                LATEST => return out(0, log.high_watermark(), -1),
+                EARLIEST => return out(0, log.log_start_offset, -1),
+                t if t < 0 => return out(code(ResponseError::InvalidRequest), -1, -1),
+                t => log.plan_timestamp_lookup(t),
+            }
+        };
+        let Some((plan, _)) = plan else {
+            return out(0, -1, -1);
+        };
+        match read::find_offset_for_timestamp(&plan, item.timestamp).await {
+            Ok(Some(offset)) => out(0, offset, item.timestamp),
+            Ok(None) => out(0, -1, -1),
+            Err(e) => {
+                log::error!("list offsets {}-{}: {e}", item.topic, item.partition);
+                out(code(ResponseError::KafkaStorageError), -1, -1)
+            }
+        }
+    }
+
+    // ---- shutdown ----------------------------------------------------------------------
+
+    /// Syncs and closes every partition, writing indexes and clean-shutdown markers.
+    pub async fn close_partitions(&self) {
+        let all: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        for ((topic, p), partition) in all {
+            let _permit = partition.append_lock.acquire_permit(1).await;
+            if let Err(e) = PartitionLog::close(&partition.log).await {
+                log::error!("closing {topic}-{p}: {e}");
+            }
+        }
+    }
+
+    pub fn controller_lock(&self) -> &Semaphore {
+        &self.controller_lock
+    }
+}

@@ -1,0 +1,292 @@
+//! The topic catalog: names, ids, partition counts and per-topic config overrides.
+//!
+//! Shard 0 owns the authoritative copy and persists it (rkyv) before a change is acknowledged;
+//! every shard holds an immutable `Arc<Catalog>` snapshot, replaced wholesale when shard 0
+//! broadcasts a change. Readers never take a lock.
+
+use crate::config::TopicDefaults;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const FILE_NAME: &str = "catalog.rkyv";
+/// Kafka's limit on topic name length.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+/// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
+pub const MAX_PARTITIONS: i32 = 10_000;
+
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct TopicRecord {
+    pub name: String,
+    pub id: [u8; 16],
+    pub partitions: u32,
+    pub configs: Vec<(String, String)>,
+}
+
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct CatalogRecord {
+    pub cluster_id: String,
+    pub topics: Vec<TopicRecord>,
+}
+
+/// The resolved configuration of a topic: defaults with its overrides applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicConfig {
+    pub cleanup_policy: String,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub max_message_bytes: u32,
+    pub log_append_time: bool,
+    pub min_insync_replicas: i32,
+    pub index_interval_bytes: u32,
+}
+
+/// Every topic config key Sluice knows, with how to read it. Unknown keys are INVALID_CONFIG.
+pub const TOPIC_CONFIG_KEYS: &[&str] = &[
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "segment.bytes",
+    "segment.ms",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "index.interval.bytes",
+    "compression.type",
+];
+
+impl TopicConfig {
+    pub fn resolve(
+        defaults: &TopicDefaults,
+        log: &crate::config::LogConfig,
+        overrides: &[(String, String)],
+    ) -> Result<TopicConfig, String> {
+        let mut c = TopicConfig {
+            cleanup_policy: defaults.cleanup_policy.clone(),
+            retention_ms: defaults.retention_ms,
+            retention_bytes: defaults.retention_bytes,
+            segment_bytes: log.segment_bytes,
+            segment_ms: log.segment_ms,
+            max_message_bytes: defaults.max_message_bytes,
+            log_append_time: defaults.message_timestamp_type == "LogAppendTime",
+            min_insync_replicas: 1,
+            index_interval_bytes: log.index_interval_bytes,
+        };
+        for (key, value) in overrides {
+            let num = |lo: i64, hi: i64| -> Result<i64, String> {
+                match value.parse::<i64>() {
+                    Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+                    _ => Err(format!(
+                        "invalid value {value:?} for {key}: expected an integer in {lo}..={hi}"
+                    )),
+                }
+            };
+            match key.as_str() {
+                "cleanup.policy" => match value.as_str() {
+                    "delete" | "compact" | "compact,delete" | "delete,compact" => {
+                        c.cleanup_policy = value.clone()
+                    }
+                    _ => return Err(format!("invalid value {value:?} for cleanup.policy")),
+                },
+                "retention.ms" => c.retention_ms = num(-1, i64::MAX)?,
+                "retention.bytes" => c.retention_bytes = num(-1, i64::MAX)?,
+                "segment.bytes" => c.segment_bytes = num(1024, u32::MAX as i64)? as u64,
+                "segment.ms" => c.segment_ms = num(1, i64::MAX)? as u64,
+                "max.message.bytes" => c.max_message_bytes = num(0, i32::MAX as i64)? as u32,
+                "message.timestamp.type" => match value.as_str() {
+                    "CreateTime" => c.log_append_time = false,
+                    "LogAppendTime" => c.log_append_time = true,
+                    _ => {
+                        return Err(format!(
+                            "invalid value {value:?} for message.timestamp.type"
+                        ))
+                    }
+                },
+                "min.insync.replicas" => c.min_insync_replicas = num(1, i32::MAX as i64)? as i32,
+                "index.interval.bytes" => c.index_interval_bytes = num(1, i32::MAX as i64)? as u32,
+                // Batches are stored as the producer compressed them; no re-compression.
+                "compression.type" if value == "producer" => {}
+                "compression.type" => {
+                    return Err(format!(
+                        "compression.type {value:?} is not supported: only \"producer\""
+                    ))
+                }
+                _ => return Err(format!("unknown topic config {key:?}")),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Every key with its effective value, for DescribeConfigs.
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("cleanup.policy", self.cleanup_policy.clone()),
+            ("retention.ms", self.retention_ms.to_string()),
+            ("retention.bytes", self.retention_bytes.to_string()),
+            ("segment.bytes", self.segment_bytes.to_string()),
+            ("segment.ms", self.segment_ms.to_string()),
+            ("max.message.bytes", self.max_message_bytes.to_string()),
+            (
+                "message.timestamp.type",
+                if self.log_append_time {
+                    "LogAppendTime"
+                } else {
+                    "CreateTime"
+                }
+                .to_string(),
+            ),
+            ("min.insync.replicas", self.min_insync_replicas.to_string()),
+            (
+                "index.interval.bytes",
+                self.index_interval_bytes.to_string(),
+            ),
+            ("compression.type", "producer".to_string()),
+        ]
+    }
+}
+
+#[derive(Debug)]
+pub struct TopicMeta {
+    pub record: TopicRecord,
+    pub config: TopicConfig,
+}
+
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, Arc<TopicMeta>>,
+    pub by_id: HashMap<[u8; 16], String>,
+}
+
+impl Catalog {
+    pub fn from_record(
+        record: &CatalogRecord,
+        defaults: &TopicDefaults,
+        log: &crate::config::LogConfig,
+    ) -> Result<Catalog, String> {
+        let mut c = Catalog {
+            cluster_id: record.cluster_id.clone(),
+            ..Default::default()
+        };
+        for t in &record.topics {
+            let config = TopicConfig::resolve(defaults, log, &t.configs)
+                .map_err(|e| format!("topic {}: {e}", t.name))?;
+            c.by_id.insert(t.id, t.name.clone());
+            c.topics.insert(
+                t.name.clone(),
+                Arc::new(TopicMeta {
+                    record: t.clone(),
+                    config,
+                }),
+            );
+        }
+        Ok(c)
+    }
+
+    pub fn to_record(&self) -> CatalogRecord {
+        CatalogRecord {
+            cluster_id: self.cluster_id.clone(),
+            topics: self.topics.values().map(|t| t.record.clone()).collect(),
+        }
+    }
+
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join("__meta").join(FILE_NAME)
+    }
+
+    /// Loads the persisted catalog, or a fresh one with a new cluster id.
+    pub fn load(data_dir: &Path) -> anyhow::Result<CatalogRecord> {
+        let path = Self::path(data_dir);
+        match std::fs::read(&path) {
+            Ok(raw) => {
+                let mut aligned = rkyv::util::AlignedVec::<16>::new();
+                aligned.extend_from_slice(&raw);
+                rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned)
+                    .map_err(|e| anyhow::anyhow!("catalog {} is corrupt: {e}", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogRecord {
+                cluster_id: uuid::Uuid::new_v4().simple().to_string()[..22].to_string(),
+                topics: Vec::new(),
+            }),
+            Err(e) => Err(anyhow::anyhow!(
+                "cannot read catalog {}: {e}",
+                path.display()
+            )),
+        }
+    }
+
+    /// Persists a catalog: write a temporary file, sync it, rename it over the old one, sync the
+    /// directory. A crash leaves either the old or the new catalog, never a torn one.
+    pub async fn persist(data_dir: &Path, record: &CatalogRecord) -> std::io::Result<()> {
+        let path = Self::path(data_dir);
+        let dir = path.parent().expect("catalog has a parent dir");
+        std::fs::create_dir_all(dir)?;
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(record).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension("tmp");
+        crate::storage::log::write_file(&tmp, bytes.to_vec()).await?;
+        std::fs::rename(&tmp, &path)?;
+        crate::storage::log::sync_dir(dir).await
+    }
+}
+
+/// Kafka's topic name rule: 1..=249 characters of [a-zA-Z0-9._-], not "." or "..".
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_TOPIC_NAME_LEN {
+        return Err(format!(
+            "topic name must have 1..={MAX_TOPIC_NAME_LEN} characters"
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err("topic name cannot be \".\" or \"..\"".into());
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "topic name {name:?} has characters other than [a-zA-Z0-9._-]"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_through_rkyv() {
+        let rec = CatalogRecord {
+            cluster_id: "c".into(),
+            topics: vec![TopicRecord {
+                name: "t".into(),
+                id: [3; 16],
+                partitions: 8,
+                configs: vec![("retention.ms".into(), "5".into())],
+            }],
+        };
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&rec).unwrap();
+        let back = rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&bytes).unwrap();
+        assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn config_validation() {
+        let d = TopicDefaults::default();
+        let l = crate::config::LogConfig::default();
+        assert!(TopicConfig::resolve(&d, &l, &[("nope".into(), "1".into())]).is_err());
+        assert!(TopicConfig::resolve(&d, &l, &[("retention.ms".into(), "x".into())]).is_err());
+        let c = TopicConfig::resolve(
+            &d,
+            &l,
+            &[("message.timestamp.type".into(), "LogAppendTime".into())],
+        )
+        .unwrap();
+        assert!(c.log_append_time);
+        assert!(validate_topic_name("a.b-c_9").is_ok());
+        assert!(validate_topic_name("a/b").is_err());
+        assert!(validate_topic_name("..").is_err());
+    }
+}

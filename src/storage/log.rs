@@ -1,0 +1,509 @@
+//! The log of one partition: its segments, offsets and durability state. Owned by one shard and
+//! never shared across threads.
+//!
+//! Offsets and positions:
+//! - `log_end_offset` (LEO): the next offset to assign; every write below it has completed,
+//!   because appends to a partition are serialized by its append lock.
+//! - `high_watermark`: everything below it is covered by an fdatasync. Consumers read only below
+//!   it, so nothing they see can vanish in a crash. It is a separate notion from the LEO so that
+//!   replication can later move it by its own rule.
+//!
+//! Methods are synchronous planners around the async file I/O done by the caller, so that no
+//! `RefCell` borrow is held across an await.
+
+use super::recovery::{self, CLEAN_MARKER};
+use super::segment::SegmentMeta;
+use crate::protocol::batch::{self, BatchHeader};
+use bytes::Bytes;
+use glommio::io::{BufferedFile, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Settings a log takes from its topic's configuration.
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub index_interval_bytes: u32,
+    pub log_append_time: bool,
+}
+
+pub struct Segment {
+    pub meta: SegmentMeta,
+    pub file: Rc<BufferedFile>,
+}
+
+/// A durable position: an offset and where it sits in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPosition {
+    pub offset: i64,
+    pub segment_base: i64,
+    pub file_position: u64,
+}
+
+pub struct PartitionLog {
+    pub dir: PathBuf,
+    pub settings: LogSettings,
+    pub segments: Vec<Segment>,
+    pub log_start_offset: i64,
+    pub leader_epoch: i32,
+    high_watermark: LogPosition,
+    /// Segments closed by a roll whose data still awaits an fdatasync.
+    unsynced_closed: Vec<Rc<BufferedFile>>,
+    /// Whether bytes were written since the last sync was planned.
+    dirty: bool,
+    /// Set after a failed write or sync: the partition refuses work until a restart recovers it.
+    pub failed: bool,
+}
+
+/// An append planned by `prepare_append`: the caller writes `data` at `position` of `file`.
+pub struct AppendPlan {
+    pub file: Rc<BufferedFile>,
+    pub position: u64,
+    pub data: Vec<u8>,
+    pub base_offset: i64,
+    pub end_offset: i64,
+    pub log_append_time_ms: i64,
+}
+
+/// Work for the flusher: sync these files, then call `complete_sync(target)`.
+pub struct SyncWork {
+    pub files: Vec<Rc<BufferedFile>>,
+    pub target: LogPosition,
+}
+
+/// What a read covers: bytes `[position, position+len)` of `file`, of which whole batches from
+/// `start_offset` on are returned.
+pub struct ReadPlan {
+    pub file: Rc<BufferedFile>,
+    pub position: u64,
+    /// Bytes readable from `position`: to the end of the segment or the high watermark.
+    pub readable: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    OffsetOutOfRange,
+}
+
+async fn open_segment_file(path: &Path) -> std::io::Result<BufferedFile> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .buffered_open(path)
+        .await
+        .map_err(std::io::Error::from)
+}
+
+impl PartitionLog {
+    /// Opens (recovering if needed) or creates the log in `dir`.
+    pub async fn open(
+        dir: PathBuf,
+        settings: LogSettings,
+        leader_epoch: i32,
+        now_ms: u64,
+    ) -> std::io::Result<PartitionLog> {
+        std::fs::create_dir_all(&dir)?;
+        let recovered = recovery::recover(&dir, settings.index_interval_bytes, now_ms)?;
+        if recovered.truncated_bytes > 0 {
+            log::warn!(
+                "partition {}: recovery truncated {} bytes",
+                dir.display(),
+                recovered.truncated_bytes
+            );
+        }
+        let mut metas = recovered.segments;
+        if metas.is_empty() {
+            metas.push(SegmentMeta::new(0, now_ms));
+        }
+        let mut segments = Vec::with_capacity(metas.len());
+        for meta in metas {
+            let file = open_segment_file(&SegmentMeta::log_path(&dir, meta.base_offset)).await?;
+            segments.push(Segment {
+                meta,
+                file: Rc::new(file),
+            });
+        }
+        sync_dir(&dir).await?;
+        let last = &segments.last().expect("at least one segment").meta;
+        // After recovery everything on disk is whole; make it durable before calling it so.
+        segments
+            .last()
+            .expect("segment")
+            .file
+            .fdatasync()
+            .await
+            .map_err(std::io::Error::from)?;
+        let high_watermark = LogPosition {
+            offset: last.next_offset,
+            segment_base: last.base_offset,
+            file_position: last.size_bytes,
+        };
+        let log_start_offset = segments[0].meta.base_offset;
+        Ok(PartitionLog {
+            dir,
+            settings,
+            segments,
+            log_start_offset,
+            leader_epoch,
+            high_watermark,
+            unsynced_closed: Vec::new(),
+            dirty: false,
+            failed: false,
+        })
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().meta.next_offset
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.offset
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
+    }
+
+    /// Whether appending `len` bytes at `now_ms` must first roll to a new segment.
+    pub fn needs_roll(&self, len: u64, now_ms: u64) -> bool {
+        let meta = &self.active().meta;
+        !meta.is_empty()
+            && (meta.size_bytes + len > self.settings.segment_bytes
+                || now_ms.saturating_sub(meta.created_ms) >= self.settings.segment_ms)
+    }
+
+    /// Rolls to a new segment starting at the LEO. Async: creates the file, and writes the
+    /// closing segment's indexes (their data is synced with the closed segment by the flusher).
+    pub async fn roll(log: &std::cell::RefCell<PartitionLog>, now_ms: u64) -> std::io::Result<()> {
+        let (dir, base, closing_base, offset_index, time_index) = {
+            let l = log.borrow();
+            let m = &l.active().meta;
+            (
+                l.dir.clone(),
+                l.log_end_offset(),
+                m.base_offset,
+                m.offset_index.to_bytes(),
+                m.time_index.to_bytes(),
+            )
+        };
+        write_file(&SegmentMeta::index_path(&dir, closing_base), offset_index).await?;
+        write_file(
+            &SegmentMeta::time_index_path(&dir, closing_base),
+            time_index,
+        )
+        .await?;
+        let file = Rc::new(open_segment_file(&SegmentMeta::log_path(&dir, base)).await?);
+        sync_dir(&dir).await?;
+        let mut l = log.borrow_mut();
+        debug_assert_eq!(
+            l.log_end_offset(),
+            base,
+            "appends are serialized around a roll"
+        );
+        let closed = l.active().file.clone();
+        l.unsynced_closed.push(closed);
+        l.segments.push(Segment {
+            meta: SegmentMeta::new(base, now_ms),
+            file,
+        });
+        log::info!("partition {}: rolled to segment {base}", dir.display());
+        Ok(())
+    }
+
+    /// Assigns offsets to already-validated batches and prepares the bytes to write: a copy of
+    /// the batches with the broker-owned header fields rewritten (see ARCHITECTURE.md).
+    pub fn prepare_append(
+        &mut self,
+        records: &Bytes,
+        headers: &[BatchHeader],
+        now_ms: u64,
+    ) -> AppendPlan {
+        let mut data = records.to_vec();
+        let append_time = if self.settings.log_append_time {
+            Some(now_ms as i64)
+        } else {
+            None
+        };
+        let interval = self.settings.index_interval_bytes;
+        let epoch = self.leader_epoch;
+        let base_offset = self.log_end_offset();
+        let segment = self.segments.last_mut().expect("active segment");
+        let position = segment.meta.size_bytes;
+        let mut at = 0usize;
+        let mut next = base_offset;
+        for h in headers {
+            let stored = &mut data[at..at + h.size_bytes];
+            batch::assign(stored, next, epoch, append_time);
+            let mut assigned = *h;
+            assigned.base_offset = next;
+            if let Some(ts) = append_time {
+                assigned.max_timestamp = ts;
+            }
+            segment
+                .meta
+                .note_batch(&assigned, position + at as u64, interval);
+            next = assigned.next_offset();
+            at += h.size_bytes;
+        }
+        debug_assert_eq!(at, data.len());
+        self.dirty = true;
+        AppendPlan {
+            file: segment.file.clone(),
+            position,
+            data,
+            base_offset,
+            end_offset: next,
+            log_append_time_ms: append_time.unwrap_or(-1),
+        }
+    }
+
+    /// What the flusher must sync to cover everything written so far; None when clean.
+    pub fn take_sync_work(&mut self) -> Option<SyncWork> {
+        if !self.dirty || self.failed {
+            return None;
+        }
+        self.dirty = false;
+        let mut files = std::mem::take(&mut self.unsynced_closed);
+        let active = self.active();
+        files.push(active.file.clone());
+        let target = LogPosition {
+            offset: active.meta.next_offset,
+            segment_base: active.meta.base_offset,
+            file_position: active.meta.size_bytes,
+        };
+        Some(SyncWork { files, target })
+    }
+
+    /// Advances the high watermark after the sync that covers `target`.
+    pub fn complete_sync(&mut self, target: LogPosition) {
+        if target.offset > self.high_watermark.offset {
+            self.high_watermark = target;
+        }
+    }
+
+    /// Plans a read of whole batches holding `offset`, bounded by the high watermark.
+    /// Ok(None) means the offset is at the high watermark: nothing to read yet.
+    pub fn plan_read(&self, offset: i64) -> Result<Option<ReadPlan>, ReadError> {
+        let hw = self.high_watermark;
+        if offset < self.log_start_offset || offset > hw.offset {
+            return Err(ReadError::OffsetOutOfRange);
+        }
+        if offset == hw.offset {
+            return Ok(None);
+        }
+        let i = self
+            .segments
+            .partition_point(|s| s.meta.base_offset <= offset)
+            - 1;
+        let segment = &self.segments[i];
+        let end = if segment.meta.base_offset == hw.segment_base {
+            hw.file_position
+        } else {
+            segment.meta.size_bytes
+        };
+        let relative = (offset - segment.meta.base_offset) as u32;
+        let (_, position) = segment.meta.offset_index.lookup(relative);
+        if position as u64 >= end {
+            // The offset lies past this segment's readable bytes: it starts the next segment.
+            return match self.segments.get(i + 1) {
+                Some(next) => Ok(Some(ReadPlan {
+                    file: next.file.clone(),
+                    position: 0,
+                    readable: next_end(next, &hw),
+                })),
+                None => Ok(None),
+            };
+        }
+        Ok(Some(ReadPlan {
+            file: segment.file.clone(),
+            position: position as u64,
+            readable: end - position as u64,
+        }))
+    }
+
+    /// The earliest offset whose batch may hold a timestamp >= `timestamp`, and where to start
+    /// reading for it; None when every stored record is older.
+    pub fn plan_timestamp_lookup(&self, timestamp: i64) -> Option<(ReadPlan, i64)> {
+        let hw = self.high_watermark;
+        let i = self
+            .segments
+            .iter()
+            .position(|s| s.meta.max_timestamp >= timestamp && s.meta.base_offset < hw.offset)?;
+        let segment = &self.segments[i];
+        let relative = segment.meta.time_index.lookup(timestamp);
+        let (index_rel, position) = segment.meta.offset_index.lookup(relative);
+        let end = if segment.meta.base_offset == hw.segment_base {
+            hw.file_position
+        } else {
+            segment.meta.size_bytes
+        };
+        if position as u64 >= end {
+            return None;
+        }
+        Some((
+            ReadPlan {
+                file: segment.file.clone(),
+                position: position as u64,
+                readable: end - position as u64,
+            },
+            segment.meta.base_offset + index_rel as i64,
+        ))
+    }
+
+    /// Writes the index files and the clean-shutdown marker, after a final sync. Called once no
+    /// more appends can arrive.
+    pub async fn close(log: &std::cell::RefCell<PartitionLog>) -> std::io::Result<()> {
+        let (dir, files, base, offset_index, time_index, failed) = {
+            let l = log.borrow();
+            let m = &l.active().meta;
+            let files: Vec<_> = l.segments.iter().map(|s| s.file.clone()).collect();
+            (
+                l.dir.clone(),
+                files,
+                m.base_offset,
+                m.offset_index.to_bytes(),
+                m.time_index.to_bytes(),
+                l.failed,
+            )
+        };
+        for f in &files {
+            f.fdatasync().await.map_err(std::io::Error::from)?;
+        }
+        if failed {
+            return Ok(()); // no marker: the next start recovers fully
+        }
+        write_file(&SegmentMeta::index_path(&dir, base), offset_index).await?;
+        write_file(&SegmentMeta::time_index_path(&dir, base), time_index).await?;
+        write_file(&dir.join(CLEAN_MARKER), Vec::new()).await?;
+        sync_dir(&dir).await
+    }
+
+    /// Removes every record at or after `offset` (rounded down to the batch holding it), for
+    /// replication's divergence handling and for tests. Later segments are deleted.
+    pub async fn truncate_to(
+        log: &std::cell::RefCell<PartitionLog>,
+        offset: i64,
+    ) -> std::io::Result<()> {
+        let (dir, doomed, keep_file, plan) = {
+            let mut l = log.borrow_mut();
+            if offset >= l.log_end_offset() {
+                return Ok(());
+            }
+            let offset = offset.max(l.log_start_offset);
+            let keep = l
+                .segments
+                .partition_point(|s| s.meta.base_offset <= offset)
+                .max(1);
+            let doomed: Vec<i64> = l
+                .segments
+                .drain(keep..)
+                .map(|s| s.meta.base_offset)
+                .collect();
+            let seg = l.segments.last().expect("kept a segment");
+            let (_, position) = seg
+                .meta
+                .offset_index
+                .lookup((offset - seg.meta.base_offset) as u32);
+            (
+                l.dir.clone(),
+                doomed,
+                seg.file.clone(),
+                (position as u64, seg.meta.size_bytes),
+            )
+        };
+        for base in doomed {
+            recovery::remove_segment(&dir, base)?;
+        }
+        // Scan from the index position to find the first batch that reaches `offset`.
+        let (mut position, size) = plan;
+        while position < size {
+            let head = keep_file
+                .read_at(position, batch::HEADER_BYTES)
+                .await
+                .map_err(std::io::Error::from)?;
+            let h =
+                batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+            if h.last_offset() >= offset {
+                break;
+            }
+            position += h.size_bytes as u64;
+        }
+        keep_file
+            .truncate(position)
+            .await
+            .map_err(std::io::Error::from)?;
+        keep_file.fdatasync().await.map_err(std::io::Error::from)?;
+        let mut l = log.borrow_mut();
+        let interval = l.settings.index_interval_bytes;
+        let seg = l.segments.last_mut().expect("segment");
+        // Rebuild the segment's bookkeeping up to the cut from the index prefix.
+        seg.meta.offset_index.truncate_to_position(position as u32);
+        let (rel, pos) = seg.meta.offset_index.lookup(u32::MAX);
+        let mut meta = SegmentMeta::new(seg.meta.base_offset, seg.meta.created_ms);
+        meta.offset_index = seg.meta.offset_index.clone();
+        meta.time_index = seg.meta.time_index.clone();
+        meta.size_bytes = pos as u64;
+        meta.next_offset = seg.meta.base_offset + rel as i64;
+        let mut at = pos as u64;
+        while at < position {
+            let head = seg
+                .file
+                .read_at(at, batch::HEADER_BYTES)
+                .await
+                .map_err(std::io::Error::from)?;
+            let h =
+                batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+            meta.note_batch(&h, at, interval);
+            at += h.size_bytes as u64;
+        }
+        meta.time_index
+            .truncate_to_offset((meta.next_offset - meta.base_offset) as u32);
+        let hw_candidate = LogPosition {
+            offset: meta.next_offset,
+            segment_base: meta.base_offset,
+            file_position: meta.size_bytes,
+        };
+        seg.meta = meta;
+        if l.high_watermark.offset > hw_candidate.offset {
+            l.high_watermark = hw_candidate;
+        }
+        Ok(())
+    }
+}
+
+fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
+    if segment.meta.base_offset == hw.segment_base {
+        hw.file_position
+    } else {
+        segment.meta.size_bytes
+    }
+}
+
+/// Writes a whole small file (index, marker) and makes it durable.
+pub async fn write_file(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .buffered_open(path)
+        .await
+        .map_err(std::io::Error::from)?;
+    if !data.is_empty() {
+        file.write_at(data, 0).await.map_err(std::io::Error::from)?;
+    }
+    file.fdatasync().await.map_err(std::io::Error::from)?;
+    file.close().await.map_err(std::io::Error::from)
+}
+
+/// Makes new directory entries (segment files) durable.
+pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    let d = glommio::io::Directory::open(dir)
+        .await
+        .map_err(std::io::Error::from)?;
+    d.sync().await.map_err(std::io::Error::from)?;
+    d.close().await.map_err(std::io::Error::from)
+}

@@ -1,0 +1,7 @@
+//! Durable storage: segmented partition logs, their indexes, recovery, and the topic catalog.
+pub mod catalog;
+pub mod index;
+pub mod log;
+pub mod read;
+pub mod recovery;
+pub mod segment;

@@ -1,0 +1,261 @@
+//! Start-up recovery of one partition directory, with blocking std::fs I/O: it runs before the
+//! shard serves anything, and scanning is sequential reads the page cache handles well.
+//!
+//! - Segments are found by name and sorted by base offset.
+//! - The last segment is scanned from its last trusted position (the last index entry after a
+//!   clean shutdown, the start otherwise), validating each batch's CRC32C; the first torn or
+//!   corrupt batch and everything after it is truncated away, with a log line.
+//! - Older segments keep their index files when those are sane; otherwise the index is rebuilt
+//!   by scanning batch headers.
+
+use super::index::{OffsetIndex, TimeIndex};
+use super::segment::SegmentMeta;
+use crate::protocol::batch::{self, HEADER_BYTES};
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// Marker written by a clean close; its presence lets recovery trust the indexes.
+pub const CLEAN_MARKER: &str = ".clean_shutdown";
+/// Largest batch recovery will read: larger length fields are corruption, not data.
+const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
+
+pub struct Recovered {
+    pub segments: Vec<SegmentMeta>,
+    /// Bytes cut from the tail, for the log line and for tests.
+    pub truncated_bytes: u64,
+}
+
+/// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
+pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> {
+    let clean = dir.join(CLEAN_MARKER).exists();
+    let mut bases: Vec<i64> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".log")?.parse::<i64>().ok()
+        })
+        .collect();
+    bases.sort_unstable();
+    let mut segments = Vec::with_capacity(bases.len());
+    let mut truncated_bytes = 0;
+    for (i, &base) in bases.iter().enumerate() {
+        let is_last = i + 1 == bases.len();
+        let path = SegmentMeta::log_path(dir, base);
+        let file_len = fs::metadata(&path)?.len();
+        let loaded = if clean || !is_last {
+            load_indexes(dir, base, file_len)
+        } else {
+            None
+        };
+        let (mut meta, scan_from) = match loaded {
+            Some((offset_index, time_index)) => {
+                let (rel, pos) = offset_index.lookup(u32::MAX);
+                let mut meta = SegmentMeta::new(base, now_ms);
+                meta.offset_index = offset_index;
+                meta.time_index = time_index;
+                meta.size_bytes = pos as u64;
+                meta.next_offset = base + rel as i64;
+                (meta, pos as u64)
+            }
+            None => (SegmentMeta::new(base, now_ms), 0),
+        };
+        // The tail of the last segment is always CRC-checked; older ones only structurally.
+        let scan = scan(&path, scan_from, &mut meta, interval, is_last)?;
+        if scan.valid_end < file_len {
+            let cut = file_len - scan.valid_end;
+            log::warn!(
+                "recovery: {}: {} at byte {}; truncating {cut} bytes",
+                path.display(),
+                scan.reason.unwrap_or("torn batch"),
+                scan.valid_end
+            );
+            truncate_file(&path, scan.valid_end)?;
+            truncated_bytes += cut;
+            segments.push(meta);
+            // A tear inside an older segment means everything after it followed a gap.
+            for &later in &bases[i + 1..] {
+                log::warn!("recovery: dropping segment {later} after a torn segment");
+                remove_segment(dir, later)?;
+            }
+            break;
+        }
+        segments.push(meta);
+    }
+    if clean {
+        fs::remove_file(dir.join(CLEAN_MARKER))?;
+    }
+    Ok(Recovered {
+        segments,
+        truncated_bytes,
+    })
+}
+
+fn load_indexes(dir: &Path, base: i64, file_len: u64) -> Option<(OffsetIndex, TimeIndex)> {
+    let offsets = fs::read(SegmentMeta::index_path(dir, base)).ok()?;
+    let times = fs::read(SegmentMeta::time_index_path(dir, base)).ok()?;
+    Some((
+        OffsetIndex::from_bytes(&offsets, file_len)?,
+        TimeIndex::from_bytes(&times)?,
+    ))
+}
+
+struct Scan {
+    valid_end: u64,
+    reason: Option<&'static str>,
+}
+
+/// Reads batches from `from` to the end of the file, noting each in `meta`. Stops at the first
+/// batch that is torn, structurally invalid, or (with `check_crc`) corrupt.
+fn scan(
+    path: &Path,
+    from: u64,
+    meta: &mut SegmentMeta,
+    interval: u32,
+    check_crc: bool,
+) -> io::Result<Scan> {
+    let mut file = File::open(path)?;
+    let file_len = file.metadata()?.len();
+    file.seek(SeekFrom::Start(from))?;
+    let mut reader = io::BufReader::with_capacity(1 << 20, file);
+    let mut pos = from;
+    let mut buf = vec![0u8; HEADER_BYTES];
+    let mut expected_base = meta.next_offset;
+    loop {
+        if pos == file_len {
+            return Ok(Scan {
+                valid_end: pos,
+                reason: None,
+            });
+        }
+        let bad = |reason| {
+            Ok(Scan {
+                valid_end: pos,
+                reason: Some(reason),
+            })
+        };
+        if file_len - pos < HEADER_BYTES as u64 {
+            return bad("torn batch header");
+        }
+        buf.resize(HEADER_BYTES, 0);
+        reader.read_exact(&mut buf)?;
+        let size = match batch::peek_size(&buf) {
+            Some(s) if s <= MAX_BATCH_BYTES => s,
+            _ => return bad("impossible batch length"),
+        };
+        if pos + size as u64 > file_len {
+            return bad("torn batch");
+        }
+        buf.resize(size, 0);
+        reader.read_exact(&mut buf[HEADER_BYTES..])?;
+        let header = if check_crc {
+            batch::validate(&buf)
+        } else {
+            batch::parse_header(&buf)
+        };
+        let header = match header {
+            Ok(h) => h,
+            Err(batch::BatchError::CorruptCrc) => return bad("CRC mismatch"),
+            Err(_) => return bad("invalid batch header"),
+        };
+        if header.base_offset < expected_base {
+            return bad("offsets go backwards");
+        }
+        meta.note_batch(&header, pos, interval);
+        expected_base = header.next_offset();
+        pos += size as u64;
+    }
+}
+
+fn truncate_file(path: &Path, len: u64) -> io::Result<()> {
+    let f = fs::OpenOptions::new().write(true).open(path)?;
+    f.set_len(len)?;
+    f.sync_all()
+}
+
+pub fn remove_segment(dir: &Path, base: i64) -> io::Result<()> {
+    for p in [
+        SegmentMeta::log_path(dir, base),
+        SegmentMeta::index_path(dir, base),
+        SegmentMeta::time_index_path(dir, base),
+    ] {
+        match fs::remove_file(&p) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::batch::tests::make_batch;
+
+    fn write_segment(dir: &Path, base: i64, batches: &[Vec<u8>]) -> Vec<u8> {
+        let mut all = Vec::new();
+        let mut next = base;
+        for b in batches {
+            let mut b = b.clone();
+            let h = batch::validate(&b).unwrap();
+            batch::assign(&mut b, next, 0, None);
+            next += h.record_count as i64;
+            all.extend(b);
+        }
+        fs::write(SegmentMeta::log_path(dir, base), &all).unwrap();
+        all
+    }
+
+    #[test]
+    fn torn_tail_is_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches: Vec<_> = (0..10)
+            .map(|i| make_batch(0, 3, 100 + i, 1000 + i as i64))
+            .collect();
+        let all = write_segment(dir.path(), 0, &batches);
+        let whole = all.len() as u64;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(SegmentMeta::log_path(dir.path(), 0))
+            .unwrap();
+        f.set_len(whole - 50).unwrap();
+        let r = recover(dir.path(), 256, 0).unwrap();
+        let seg = &r.segments[0];
+        assert_eq!(seg.next_offset, 27, "nine whole batches of three records");
+        assert_eq!(seg.size_bytes + batches[9].len() as u64 - 50, whole - 50);
+        assert!(r.truncated_bytes > 0);
+        assert_eq!(
+            fs::metadata(SegmentMeta::log_path(dir.path(), 0))
+                .unwrap()
+                .len(),
+            seg.size_bytes
+        );
+        assert!(seg.offset_index.len() > 1, "index rebuilt");
+    }
+
+    #[test]
+    fn corrupt_crc_in_tail_is_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches: Vec<_> = (0..4).map(|_| make_batch(0, 2, 50, 5)).collect();
+        let mut all = write_segment(dir.path(), 0, &batches);
+        let n = all.len();
+        all[n - 3] ^= 0xff;
+        fs::write(SegmentMeta::log_path(dir.path(), 0), &all).unwrap();
+        let r = recover(dir.path(), 4096, 0).unwrap();
+        assert_eq!(r.segments[0].next_offset, 6);
+    }
+
+    #[test]
+    fn several_segments_and_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        write_segment(dir.path(), 0, &[make_batch(0, 5, 10, 1)]);
+        write_segment(dir.path(), 5, &[make_batch(0, 5, 10, 2)]);
+        let mut tail = fs::read(SegmentMeta::log_path(dir.path(), 5)).unwrap();
+        tail.extend([0xffu8; 30]);
+        fs::write(SegmentMeta::log_path(dir.path(), 5), &tail).unwrap();
+        let r = recover(dir.path(), 4096, 0).unwrap();
+        assert_eq!(r.segments.len(), 2);
+        assert_eq!(r.segments[1].next_offset, 10);
+        assert_eq!(r.truncated_bytes, 30);
+    }
+}

@@ -1,0 +1,73 @@
+//! One segment: a file of whole record batches starting at `base_offset`, plus its in-memory
+//! sparse indexes. Pure bookkeeping; the file handle lives beside it in `log.rs`.
+
+use super::index::{OffsetIndex, TimeIndex};
+use crate::protocol::batch::BatchHeader;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct SegmentMeta {
+    pub base_offset: i64,
+    /// Bytes of whole batches in the file.
+    pub size_bytes: u64,
+    /// One past the last offset stored; `base_offset` when empty.
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub offset_index: OffsetIndex,
+    pub time_index: TimeIndex,
+    /// Bytes appended since the last offset-index entry.
+    pub bytes_since_index: u32,
+    /// When the segment was created (wall clock, ms), for `segment.ms`.
+    pub created_ms: u64,
+}
+
+impl SegmentMeta {
+    pub fn new(base_offset: i64, created_ms: u64) -> SegmentMeta {
+        SegmentMeta {
+            base_offset,
+            size_bytes: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            offset_index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            bytes_since_index: 0,
+            created_ms,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size_bytes == 0
+    }
+
+    /// Records a batch appended at `position`, adding index entries each `interval` bytes.
+    pub fn note_batch(&mut self, header: &BatchHeader, position: u64, interval: u32) {
+        debug_assert_eq!(position, self.size_bytes);
+        let relative = (header.base_offset - self.base_offset) as u32;
+        if self.bytes_since_index >= interval {
+            self.offset_index.push(relative, position as u32);
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index = self
+            .bytes_since_index
+            .saturating_add(header.size_bytes as u32);
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.time_index.maybe_push(
+                header.max_timestamp,
+                (header.last_offset() - self.base_offset) as u32,
+            );
+        }
+        self.size_bytes = position + header.size_bytes as u64;
+        self.next_offset = header.next_offset();
+    }
+
+    pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
+        dir.join(format!("{base_offset:020}.log"))
+    }
+    pub fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
+        dir.join(format!("{base_offset:020}.index"))
+    }
+    pub fn time_index_path(dir: &Path, base_offset: i64) -> PathBuf {
+        dir.join(format!("{base_offset:020}.timeindex"))
+    }
+}
