@@ -1,0 +1,64 @@
+"""confluent-kafka (librdkafka) helpers."""
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from records import record
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, config=None):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])
+    futures[name].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int, compression="none", extra=None):
+    """Produces records 0..count with acks=all; returns {i: (partition, offset)} of acknowledged ones."""
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "compression.type": compression, "linger.ms": 5}
+    conf.update(extra or {})
+    producer = Producer(conf)
+    acked, errors = {}, []
+
+    def on_delivery(err, msg, i):
+        if err is not None:
+            errors.append((i, err))
+        else:
+            acked[i] = (msg.partition(), msg.offset())
+
+    for i in range(count):
+        r = record(i, partitions)
+        while True:
+            try:
+                producer.produce(topic, key=r["key"], value=r["value"], partition=r["partition"], headers=r["headers"],
+                                 timestamp=r["timestamp"], on_delivery=lambda e, m, i=i: on_delivery(e, m, i))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    assert remaining == 0, f"{remaining} records not delivered"
+    assert not errors, f"delivery errors: {errors[:5]}"
+    return acked
+
+
+def consume(bootstrap: str, topic: str, partitions, expected_total: int, timeout_s=60.0):
+    """Reads by assignment from offset 0; returns {partition: [(offset, key, value, headers, ts)]}."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
+                         "enable.partition.eof": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    got = {p: [] for p in partitions}
+    n = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while n < expected_total and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            got[msg.partition()].append((msg.offset(), msg.key(), msg.value(), msg.headers() or [], msg.timestamp()[1]))
+            n += 1
+    finally:
+        consumer.close()
+    return got

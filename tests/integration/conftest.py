@@ -1,0 +1,24 @@
+import pytest
+
+from broker import Broker
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    """Factory for brokers on free ports; every broker is stopped and checked for panics."""
+    brokers = []
+
+    def make(shards: int = 2, **kwargs) -> Broker:
+        b = Broker(tmp_path / f"data-{len(brokers)}", shards=shards, **kwargs)
+        brokers.append(b)
+        return b.start()
+
+    yield make
+    for b in brokers:
+        b.kill()
+        b.assert_no_panic()
+
+
+@pytest.fixture
+def broker(make_broker) -> Broker:
+    return make_broker()

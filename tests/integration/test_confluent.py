@@ -1,0 +1,89 @@
+"""Round trips through librdkafka (confluent-kafka): admin, produce with acks=all in every
+compression, consume by assignment, byte-equal check."""
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+
+import ck
+from records import check_partition, expected_by_partition
+
+COUNT = 20_000
+PARTITIONS = 8
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_round_trip_every_compression(broker, compression):
+    topic = f"rt-{compression}"
+    ck.create_topic(broker.bootstrap, topic, PARTITIONS)
+    acked = ck.produce(broker.bootstrap, topic, COUNT, PARTITIONS, compression)
+    assert len(acked) == COUNT
+    got = ck.consume(broker.bootstrap, topic, range(PARTITIONS), COUNT)
+    want = expected_by_partition(COUNT, PARTITIONS)
+    for p in range(PARTITIONS):
+        check_partition(got[p], want[p], f"{topic}[{p}]")
+    # The offsets the producer was told are the offsets the records are stored at.
+    for i, (p, off) in acked.items():
+        assert got[p][off][1] == f"key-{i}".encode()
+
+
+def test_admin_describe_configs_and_partitions(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ck.create_topic(broker.bootstrap, "cfg", 2, {"retention.ms": "12345", "message.timestamp.type": "CreateTime"})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cfg")
+    configs = admin.describe_configs([res])[res].result(timeout=10)
+    assert configs["retention.ms"].value == "12345"
+    assert not configs["retention.ms"].is_default
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["cleanup.policy"].is_default
+    admin.create_partitions([NewPartitions("cfg", 5)])["cfg"].result(timeout=10)
+    md = admin.list_topics("cfg", timeout=10)
+    assert sorted(md.topics["cfg"].partitions) == [0, 1, 2, 3, 4]
+    # The new partitions take writes.
+    acked = ck.produce(broker.bootstrap, "cfg", 50, 5)
+    assert {p for p, _ in acked.values()} == {0, 1, 2, 3, 4}
+
+
+def test_admin_errors(broker):
+    from confluent_kafka.admin import NewTopic
+    from confluent_kafka import KafkaError
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ck.create_topic(broker.bootstrap, "dup", 1)
+    cases = {
+        "dup": (NewTopic("dup", 1, 1), KafkaError.TOPIC_ALREADY_EXISTS),
+        "bad/name": (NewTopic("bad/name", 1, 1), KafkaError.TOPIC_EXCEPTION),
+        "rf3": (NewTopic("rf3", 1, 3), KafkaError.INVALID_REPLICATION_FACTOR),
+        "badcfg": (NewTopic("badcfg", 1, 1, config={"no.such.key": "1"}), KafkaError.INVALID_CONFIG),
+    }
+    for name, (nt, code) in cases.items():
+        with pytest.raises(Exception) as e:
+            admin.create_topics([nt])[nt.topic].result(timeout=10)
+        assert e.value.args[0].code() == code, (name, e.value)
+
+
+def test_delete_topic_and_recreate(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ck.create_topic(broker.bootstrap, "gone", 2)
+    ck.produce(broker.bootstrap, "gone", 100, 2)
+    admin.delete_topics(["gone"])["gone"].result(timeout=10)
+    assert "gone" not in admin.list_topics(timeout=10).topics
+    # Recreated under the same name, it starts empty.
+    ck.create_topic(broker.bootstrap, "gone", 2)
+    acked = ck.produce(broker.bootstrap, "gone", 10, 2)
+    assert sorted(off for _, off in acked.values()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def test_list_offsets_by_timestamp(broker):
+    from confluent_kafka import Consumer, TopicPartition
+    from records import BASE_TS_MS
+    ck.create_topic(broker.bootstrap, "ts", 1)
+    ck.produce(broker.bootstrap, "ts", 1000, 1, extra={"linger.ms": 50})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ts"})
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition("ts", 0), timeout=10)
+        assert (lo, hi) == (0, 1000)
+        for target in [0, 1, 499, 998, 999]:
+            tp = c.offsets_for_times([TopicPartition("ts", 0, BASE_TS_MS + target)], timeout=10)[0]
+            assert tp.offset == target, (target, tp)
+        past = c.offsets_for_times([TopicPartition("ts", 0, BASE_TS_MS + 5000)], timeout=10)[0]
+        assert past.offset == -1
+    finally:
+        c.close()
