@@ -56,8 +56,19 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 return;
             }
         };
+        if shard.shutting_down.get() {
+            log::info!("{peer}: closing: the broker is shutting down");
+            return;
+        }
         let reply = if kafka::supported(header.api_key, header.api_version) {
-            kafka::dispatch(&shard, &header, body).await
+            shard
+                .requests_in_progress
+                .set(shard.requests_in_progress.get() + 1);
+            let reply = kafka::dispatch(&shard, &header, body).await;
+            shard
+                .requests_in_progress
+                .set(shard.requests_in_progress.get() - 1);
+            reply
         } else if header.api_key == ApiKey::ApiVersions {
             // KIP-511: answer in v0 with the versions we do serve, so the client can downgrade.
             kafka::api_versions::unsupported()

@@ -13,7 +13,6 @@ use futures::StreamExt;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
-use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -40,12 +39,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             config.data_dir.display()
         )
     })?;
-    // glommio binds with SO_REUSEPORT, which would silently share a port with another process;
-    // a plain bind first turns a clash into a clear error.
-    drop(
-        std::net::TcpListener::bind(&config.listen)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?,
-    );
+    ensure_port_free(&config.listen)?;
 
     let record = Catalog::load(&config.data_dir)?;
     let catalog = Arc::new(
@@ -122,6 +116,23 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// glommio binds with SO_REUSEPORT, which would silently share a port with another process
+/// listening there, so a connection attempt checks first. (A plain bind is no test: sockets a
+/// killed broker left in FIN_WAIT make it fail spuriously.) A killed broker's listener can
+/// outlive it for a moment, while the kernel tears down its io_uring asynchronously, so only a
+/// listener that keeps answering for `PORT_PROBE_ATTEMPTS` tries counts as a clash.
+fn ensure_port_free(listen: &str) -> anyhow::Result<()> {
+    const PORT_PROBE_ATTEMPTS: u32 = 30;
+    let addr: std::net::SocketAddr = listen.parse()?;
+    for _ in 0..PORT_PROBE_ATTEMPTS {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    anyhow::bail!("cannot listen on {listen}: another process is listening there")
+}
+
 async fn run_shard(
     id: usize,
     config: Arc<Config>,
@@ -163,7 +174,6 @@ async fn run_shard(
     );
 
     let stop = Rc::new(Event::new());
-    let in_flight = Rc::new(Cell::new(0usize));
     glommio::spawn_local({
         let (stop, shard) = (stop.clone(), shard.clone());
         async move {
@@ -172,6 +182,7 @@ async fn run_shard(
             }
             shard.shutting_down.set(true);
             stop.notify(usize::MAX);
+            shard.sync_needed.notify(usize::MAX); // the flusher exits once idle
         }
     })
     .detach();
@@ -184,13 +195,7 @@ async fn run_shard(
         futures::pin_mut!(accept);
         match futures::future::select(accept, stopped).await {
             futures::future::Either::Left((Ok(stream), _)) => {
-                let (shard, in_flight) = (shard.clone(), in_flight.clone());
-                glommio::spawn_local(async move {
-                    in_flight.set(in_flight.get() + 1);
-                    connection::serve(shard, stream).await;
-                    in_flight.set(in_flight.get() - 1);
-                })
-                .detach();
+                glommio::spawn_local(connection::serve(shard.clone(), stream)).detach();
             }
             futures::future::Either::Left((Err(e), _)) => {
                 log::warn!("shard {id}: accept failed: {e}");
@@ -200,9 +205,9 @@ async fn run_shard(
         }
     }
     drop(listener);
-    // Let requests in progress finish (connections are told by `shutting_down`), bounded.
+    // Let requests in progress finish, bounded; connections take no new ones.
     let drain_deadline = crate::shard::now_ms() + DRAIN_TIMEOUT_MS;
-    while in_flight.get() > 0 && crate::shard::now_ms() < drain_deadline {
+    while shard.requests_in_progress.get() > 0 && crate::shard::now_ms() < drain_deadline {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
     flusher::drain(&shard).await;

@@ -63,6 +63,8 @@ pub struct Shard {
     /// and parked fetches.
     pub hw_advanced: Event,
     pub shutting_down: Cell<bool>,
+    /// Client requests being served on this shard, for a bounded drain at shutdown.
+    pub requests_in_progress: Cell<usize>,
     senders: Option<Senders<MeshMsg>>,
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardReply>>>,
     next_call_id: Cell<u64>,
@@ -96,6 +98,7 @@ impl Shard {
             sync_needed: Event::new(),
             hw_advanced: Event::new(),
             shutting_down: Cell::new(false),
+            requests_in_progress: Cell::new(0),
             senders,
             pending: RefCell::new(HashMap::new()),
             next_call_id: Cell::new(0),
@@ -313,6 +316,11 @@ impl Shard {
                 }
                 match self.open_partition(name, p, topic).await {
                     Ok(partition) => {
+                        let leo = partition.log.borrow().log_end_offset();
+                        log::info!(
+                            "shard {}: opened partition {name}-{p} at offset {leo}",
+                            self.id
+                        );
                         self.partitions
                             .borrow_mut()
                             .insert((name.clone(), p), Rc::new(partition));

@@ -49,7 +49,9 @@ class Broker:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+                sockets = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+                mine = [line for line in sockets.splitlines() if f":{self.port} " in line]
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}\nsockets: {mine}")
             if self.log().count("serving") >= self.shards * self.starts:
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=1):

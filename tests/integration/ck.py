@@ -62,3 +62,17 @@ def consume(bootstrap: str, topic: str, partitions, expected_total: int, timeout
     finally:
         consumer.close()
     return got
+
+
+def consume_to_end(bootstrap: str, topic: str, partitions, timeout_s=60.0):
+    """Reads every partition from offset 0 up to its high watermark at call time."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
+    got = consume(bootstrap, topic, [p for p in partitions if ends[p] > 0], sum(ends.values()), timeout_s)
+    for p in partitions:
+        got.setdefault(p, [])
+        assert len(got[p]) == ends[p], f"{topic}[{p}]: read {len(got[p])} of {ends[p]}"
+    return got

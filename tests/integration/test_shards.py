@@ -1,0 +1,43 @@
+"""Partitions spread over shards; one connection reaches them all through the mesh."""
+import re
+
+import ck
+from records import check_partition, expected_by_partition
+
+
+def owners(broker, topic):
+    """{partition: shard} from the broker's 'opened partition' log lines."""
+    found = {}
+    for shard, p in re.findall(rf"shard (\d+): opened partition {re.escape(topic)}-(\d+) ", broker.log()):
+        assert int(p) not in found or found[int(p)] == int(shard), f"partition {p} opened by two shards"
+        found[int(p)] = int(shard)
+    return found
+
+
+def test_cross_shard_produce_and_consume(make_broker):
+    broker = make_broker(shards=4)
+    ck.create_topic(broker.bootstrap, "xs", 8)
+    own = owners(broker, "xs")
+    assert sorted(own) == list(range(8))
+    # The default hash spreads a topic's partitions evenly: two per shard.
+    assert sorted(own.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
+    # One producer connection writes to all eight partitions, so at least six are forwarded.
+    ck.produce(broker.bootstrap, "xs", 4000, 8, extra={"connections.max.idle.ms": 0})
+    got = ck.consume(broker.bootstrap, "xs", range(8), 4000)
+    want = expected_by_partition(4000, 8)
+    for p in range(8):
+        check_partition(got[p], want[p], f"xs[{p}]")
+    # Each shard's partitions live in their own directories and hold their own records.
+    for p in range(8):
+        seg = broker.data_dir / f"xs-{p}" / "00000000000000000000.log"
+        assert seg.stat().st_size > 0
+
+
+def test_pinned_topic(make_broker):
+    config = '[[sharding.pin]]\ntopic = "pinned"\nshards = [3]\n'
+    broker = make_broker(shards=4, config=config)
+    ck.create_topic(broker.bootstrap, "pinned", 4)
+    assert set(owners(broker, "pinned").values()) == {3}
+    ck.produce(broker.bootstrap, "pinned", 400, 4)
+    got = ck.consume(broker.bootstrap, "pinned", range(4), 400)
+    assert sum(len(v) for v in got.values()) == 400
