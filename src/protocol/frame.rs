@@ -21,12 +21,23 @@ pub enum FrameError {
     Truncated,
     /// An API key Sluice does not know; Kafka closes the connection too.
     UnknownApiKey(i16),
+    /// A known API at a version not served. Its header past the correlation id is not parsed:
+    /// its layout depends on the version.
+    UnsupportedVersion {
+        api_key: ApiKey,
+        api_version: i16,
+        correlation_id: i32,
+    },
     /// The header's client id or tagged fields are malformed.
     BadHeader(&'static str),
 }
 
-/// Splits a request frame (without its size prefix) into header and body.
-pub fn parse_request(mut frame: Bytes) -> Result<(RequestHeader, Bytes), FrameError> {
+/// Splits a request frame (without its size prefix) into header and body; `served` says which
+/// (API, version) pairs the broker serves.
+pub fn parse_request(
+    mut frame: Bytes,
+    served: impl Fn(ApiKey, i16) -> bool,
+) -> Result<(RequestHeader, Bytes), FrameError> {
     if frame.len() < MIN_HEADER_BYTES {
         return Err(FrameError::Truncated);
     }
@@ -34,6 +45,13 @@ pub fn parse_request(mut frame: Bytes) -> Result<(RequestHeader, Bytes), FrameEr
     let api_version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let api_key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApiKey(raw_key))?;
+    if !served(api_key, api_version) {
+        return Err(FrameError::UnsupportedVersion {
+            api_key,
+            api_version,
+            correlation_id,
+        });
+    }
     let header_version = api_key.request_header_version(api_version);
     let rest = frame.split_off(MIN_HEADER_BYTES);
     // The client id is a classic (non-compact) nullable string even in flexible headers.
@@ -102,7 +120,7 @@ mod tests {
         f.put_i16(2);
         f.put_slice(b"me");
         f.put_slice(b"BODY");
-        let (h, body) = parse_request(f.freeze()).unwrap();
+        let (h, body) = parse_request(f.freeze(), |_, _| true).unwrap();
         assert_eq!(
             (h.api_key, h.correlation_id, h.client_id.as_deref()),
             (ApiKey::Metadata, 77, Some("me"))
@@ -116,7 +134,7 @@ mod tests {
         f.put_i16(-1);
         f.put_u8(0);
         f.put_slice(b"X");
-        let (h, body) = parse_request(f.freeze()).unwrap();
+        let (h, body) = parse_request(f.freeze(), |_, _| true).unwrap();
         assert_eq!(h.client_id, None);
         assert_eq!(&body[..], b"X");
     }
@@ -124,15 +142,18 @@ mod tests {
     #[test]
     fn rejects_bad_frames() {
         assert_eq!(
-            parse_request(Bytes::from_static(&[0, 3, 0])).unwrap_err(),
+            parse_request(Bytes::from_static(&[0, 3, 0]), |_, _| true).unwrap_err(),
             FrameError::Truncated
         );
         let unknown = Bytes::from_static(&[0x7f, 0x00, 0, 0, 0, 0, 0, 1]);
         assert_eq!(
-            parse_request(unknown).unwrap_err(),
+            parse_request(unknown, |_, _| true).unwrap_err(),
             FrameError::UnknownApiKey(0x7f00)
         );
         let torn = Bytes::from_static(&[0, 3, 0, 1, 0, 0, 0, 1, 0, 9, b'a']);
-        assert!(matches!(parse_request(torn), Err(FrameError::BadHeader(_))));
+        assert!(matches!(
+            parse_request(torn, |_, _| true),
+            Err(FrameError::BadHeader(_))
+        ));
     }
 }

@@ -45,8 +45,40 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             );
             return;
         }
-        let (header, body) = match frame::parse_request(buf.freeze()) {
+        let (header, body) = match frame::parse_request(buf.freeze(), kafka::supported) {
             Ok(x) => x,
+            Err(FrameError::UnsupportedVersion {
+                api_key: ApiKey::ApiVersions,
+                correlation_id,
+                ..
+            }) => {
+                // KIP-511: answer in v0 with the versions served, so the client can downgrade.
+                let body = match kafka::api_versions::unsupported() {
+                    Ok(Reply::Body(body)) => body,
+                    _ => return,
+                };
+                if write_response(
+                    &mut stream,
+                    &peer,
+                    ApiKey::ApiVersions,
+                    0,
+                    correlation_id,
+                    body,
+                )
+                .await
+                {
+                    continue;
+                }
+                return;
+            }
+            Err(FrameError::UnsupportedVersion {
+                api_key,
+                api_version,
+                ..
+            }) => {
+                log::warn!("{peer}: closing: {api_key:?} v{api_version} is not supported");
+                return;
+            }
             Err(FrameError::UnknownApiKey(k)) => {
                 log::warn!("{peer}: closing: unknown API key {k}");
                 return;
@@ -60,26 +92,13 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             log::info!("{peer}: closing: the broker is shutting down");
             return;
         }
-        let reply = if kafka::supported(header.api_key, header.api_version) {
-            shard
-                .requests_in_progress
-                .set(shard.requests_in_progress.get() + 1);
-            let reply = kafka::dispatch(&shard, &header, body).await;
-            shard
-                .requests_in_progress
-                .set(shard.requests_in_progress.get() - 1);
-            reply
-        } else if header.api_key == ApiKey::ApiVersions {
-            // KIP-511: answer in v0 with the versions we do serve, so the client can downgrade.
-            kafka::api_versions::unsupported()
-        } else {
-            log::warn!(
-                "{peer}: closing: {:?} v{} is not supported",
-                header.api_key,
-                header.api_version
-            );
-            return;
-        };
+        shard
+            .requests_in_progress
+            .set(shard.requests_in_progress.get() + 1);
+        let reply = kafka::dispatch(&shard, &header, body).await;
+        shard
+            .requests_in_progress
+            .set(shard.requests_in_progress.get() - 1);
         let body = match reply {
             Ok(Reply::None) => continue,
             Ok(Reply::Body(body)) => body,
@@ -92,25 +111,33 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 return;
             }
         };
-        // ApiVersions at an unsupported version is answered in v0 framing.
-        let framing_version = if kafka::supported(header.api_key, header.api_version) {
-            header.api_version
-        } else {
-            0
-        };
-        for chunk in
-            frame::frame_response(header.api_key, framing_version, header.correlation_id, body)
-        {
-            if let Err(e) = stream.write_all(&chunk).await {
-                log::info!("{peer}: connection lost writing a response: {e}");
-                return;
-            }
-        }
-        if let Err(e) = stream.flush().await {
-            log::info!("{peer}: connection lost flushing a response: {e}");
+        let (key, version, id) = (header.api_key, header.api_version, header.correlation_id);
+        if !write_response(&mut stream, &peer, key, version, id, body).await {
             return;
         }
     }
+}
+
+/// Writes a framed response; false if the connection is gone.
+async fn write_response(
+    stream: &mut TcpStream,
+    peer: &str,
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    body: Vec<bytes::Bytes>,
+) -> bool {
+    for chunk in frame::frame_response(api_key, api_version, correlation_id, body) {
+        if let Err(e) = stream.write_all(&chunk).await {
+            log::info!("{peer}: connection lost writing a response: {e}");
+            return false;
+        }
+    }
+    if let Err(e) = stream.flush().await {
+        log::info!("{peer}: connection lost flushing a response: {e}");
+        return false;
+    }
+    true
 }
 
 /// Fills `buf`; Ok(false) if the stream ended before the first byte.

@@ -1,0 +1,86 @@
+"""Minimal hand-built Kafka frames for raw-socket tests of malformed input. Only what the tests
+need: a request header v1, a Produce v3 body, and reading a response."""
+import socket
+import struct
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def string(s: str | None) -> bytes:
+    if s is None:
+        return struct.pack(">h", -1)
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def varint(v: int) -> bytes:
+    z = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def record_batch(values, timestamp=1_700_000_000_000) -> bytes:
+    records = b""
+    for i, v in enumerate(values):
+        body = b"\x00" + varint(0) + varint(i) + varint(-1) + varint(len(v)) + v + varint(0)
+        records += varint(len(body)) + body
+    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, -1, -1, -1, len(values)) + records
+    crc = crc32c(after_crc)
+    head = struct.pack(">iB", 0, 2) + struct.pack(">I", crc)  # partitionLeaderEpoch, magic, crc
+    batch_len = len(head) + len(after_crc)
+    return struct.pack(">qi", 0, batch_len) + head + after_crc
+
+
+def request(api_key: int, version: int, correlation_id: int, body: bytes, client_id="raw") -> bytes:
+    payload = struct.pack(">hhi", api_key, version, correlation_id) + string(client_id) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def produce_v3(topic: str, partition: int, records: bytes, acks=-1) -> bytes:
+    body = string(None) + struct.pack(">hi", acks, 5000) + struct.pack(">i", 1) + string(topic)
+    body += struct.pack(">i", 1) + struct.pack(">i", partition) + struct.pack(">i", len(records)) + records
+    return body
+
+
+def read_response(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    return recv_exact(sock, size)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+def produce_v3_error_code(response: bytes) -> tuple[int, int]:
+    """(error_code, base_offset) of the single partition in a Produce v3 response."""
+    pos = 4  # correlation id
+    pos += 4  # topics array length
+    name_len = struct.unpack(">h", response[pos:pos + 2])[0]
+    pos += 2 + name_len + 4  # name, partitions array length
+    _index, error, base = struct.unpack(">ihq", response[pos:pos + 14])
+    return error, base
+
+
+def closed_by_peer(sock: socket.socket, timeout_s=5.0) -> bool:
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
