@@ -1,1 +1,91 @@
-fn main() {}
+//! Micro-benchmarks of the storage hot path: record-batch validation (CRC32C) and log append
+//! and read through glommio's io_uring files.
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use sluice::protocol::batch;
+use sluice::storage::log::{LogSettings, PartitionLog};
+use sluice::storage::read::read_batches;
+use std::cell::RefCell;
+
+/// 16 records of 1 KiB: a typical librdkafka batch for 1 KiB messages.
+fn sample_batch() -> Bytes {
+    Bytes::from(batch::synthetic(0, 16, 1024, 1_700_000_000_000))
+}
+
+fn validate(c: &mut Criterion) {
+    let b = sample_batch();
+    let mut g = c.benchmark_group("batch");
+    g.throughput(Throughput::Bytes(b.len() as u64));
+    g.bench_function("validate_16x1KiB", |bench| bench.iter(|| batch::validate(&b).unwrap()));
+    g.finish();
+}
+
+const BATCHES: usize = 256;
+
+fn settings() -> LogSettings {
+    LogSettings { segment_bytes: 64 << 20, segment_ms: u64::MAX, index_interval_bytes: 4096, log_append_time: false }
+}
+
+async fn fill(log: &RefCell<PartitionLog>, b: &Bytes) {
+    let headers = batch::validate_all(b).unwrap();
+    for _ in 0..BATCHES {
+        let plan = log.borrow_mut().prepare_append(b, &headers, 0);
+        plan.file.write_at(plan.data, plan.position).await.unwrap();
+    }
+}
+
+fn append_and_read(c: &mut Criterion) {
+    let executor = glommio::LocalExecutorBuilder::default().make().unwrap();
+    let b = sample_batch();
+    let mut g = c.benchmark_group("log");
+    g.throughput(Throughput::Bytes((b.len() * BATCHES) as u64));
+    g.sample_size(20);
+    g.bench_function("append_256x16KiB", |bench| {
+        bench.iter_batched(
+            || tempfile::tempdir().unwrap(),
+            |dir| {
+                executor.run(async {
+                    let log = RefCell::new(PartitionLog::open(dir.path().into(), settings(), 0, 0).await.unwrap());
+                    fill(&log, &b).await;
+                });
+                dir
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    // Read everything back, batch by batch as a consumer would, from the page cache.
+    let dir = tempfile::tempdir().unwrap();
+    let log = executor.run(async {
+        let log = RefCell::new(PartitionLog::open(dir.path().into(), settings(), 0, 0).await.unwrap());
+        fill(&log, &b).await;
+        let work = log.borrow_mut().take_sync_work().unwrap();
+        for f in &work.files {
+            f.fdatasync().await.unwrap();
+        }
+        log.borrow_mut().complete_sync(work.target);
+        log
+    });
+    g.bench_function("read_256x16KiB", |bench| {
+        bench.iter(|| {
+            executor.run(async {
+                let mut offset = 0;
+                let end = log.borrow().high_watermark();
+                while offset < end {
+                    let plan = log.borrow().plan_read(offset).unwrap().unwrap();
+                    let got = read_batches(&plan, offset, 1 << 20, 4096).await.unwrap();
+                    let mut at = 0;
+                    while at < got.len() {
+                        let h = batch::parse_header(&got[at..]).unwrap();
+                        offset = h.next_offset();
+                        at += h.size_bytes;
+                    }
+                }
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, validate, append_and_read);
+criterion_main!(benches);

@@ -317,8 +317,7 @@ mod tests {
 
     #[test]
     fn defaults_are_valid() {
-        let mut c = Config::default();
-        c.shards = 1;
+        let c = Config { shards: 1, ..Config::default() };
         c.validate().unwrap();
         assert_eq!(c.advertised(), ("127.0.0.1".to_string(), 9092));
     }

@@ -165,60 +165,62 @@ pub fn assign(
     }
 }
 
+/// Builds a valid uncompressed batch of `count` records of `value_len` bytes each: for tests,
+/// benches and the load generator.
+pub fn synthetic(base_offset: i64, count: i32, value_len: usize, timestamp: i64) -> Vec<u8> {
+    let mut records = Vec::new();
+    for i in 0..count {
+        let mut rec = Vec::new();
+        rec.push(0u8); // attributes
+        put_varint(&mut rec, 0); // timestamp delta
+        put_varint(&mut rec, i as i64); // offset delta
+        put_varint(&mut rec, -1); // key length: null
+        put_varint(&mut rec, value_len as i64);
+        rec.extend(std::iter::repeat_n(b'v', value_len));
+        put_varint(&mut rec, 0); // headers
+        put_varint(&mut records, rec.len() as i64);
+        records.extend(rec);
+    }
+    let mut b = Vec::new();
+    b.extend(base_offset.to_be_bytes());
+    b.extend(((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
+    b.extend(0i32.to_be_bytes());
+    b.push(2);
+    b.extend(0u32.to_be_bytes());
+    b.extend(0i16.to_be_bytes());
+    b.extend((count - 1).to_be_bytes());
+    b.extend(timestamp.to_be_bytes());
+    b.extend(timestamp.to_be_bytes());
+    b.extend((-1i64).to_be_bytes());
+    b.extend((-1i16).to_be_bytes());
+    b.extend((-1i32).to_be_bytes());
+    b.extend(count.to_be_bytes());
+    b.extend(records);
+    let crc = crc32c::crc32c(&b[CRC_START..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+fn put_varint(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        if z < 0x80 {
+            out.push(z as u8);
+            return;
+        }
+        out.push((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+}
+
+
 #[cfg(test)]
 pub mod tests {
     use super::*;
 
-    /// Builds a valid uncompressed batch of `count` records of `value_len` bytes each.
-    pub fn make_batch(base_offset: i64, count: i32, value_len: usize, timestamp: i64) -> Vec<u8> {
-        let mut records = Vec::new();
-        for i in 0..count {
-            let mut rec = Vec::new();
-            rec.push(0u8); // attributes
-            put_varint(&mut rec, 0); // timestamp delta
-            put_varint(&mut rec, i as i64); // offset delta
-            put_varint(&mut rec, -1); // key length: null
-            put_varint(&mut rec, value_len as i64);
-            rec.extend(std::iter::repeat_n(b'v', value_len));
-            put_varint(&mut rec, 0); // headers
-            put_varint(&mut records, rec.len() as i64);
-            records.extend(rec);
-        }
-        let mut b = Vec::new();
-        b.extend(base_offset.to_be_bytes());
-        b.extend(((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
-        b.extend(0i32.to_be_bytes());
-        b.push(2);
-        b.extend(0u32.to_be_bytes());
-        b.extend(0i16.to_be_bytes());
-        b.extend((count - 1).to_be_bytes());
-        b.extend(timestamp.to_be_bytes());
-        b.extend(timestamp.to_be_bytes());
-        b.extend((-1i64).to_be_bytes());
-        b.extend((-1i16).to_be_bytes());
-        b.extend((-1i32).to_be_bytes());
-        b.extend(count.to_be_bytes());
-        b.extend(records);
-        let crc = crc32c::crc32c(&b[CRC_START..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
-        b
-    }
-
-    fn put_varint(out: &mut Vec<u8>, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        loop {
-            if z < 0x80 {
-                out.push(z as u8);
-                return;
-            }
-            out.push((z as u8 & 0x7f) | 0x80);
-            z >>= 7;
-        }
-    }
-
     #[test]
     fn valid_batch_parses() {
-        let b = make_batch(0, 3, 10, 1000);
+        let b = synthetic(0, 3, 10, 1000);
         let h = validate(&b).unwrap();
         assert_eq!(h.record_count, 3);
         assert_eq!(h.next_offset(), 3);
@@ -227,7 +229,7 @@ pub mod tests {
 
     #[test]
     fn bad_crc_is_detected() {
-        let mut b = make_batch(0, 3, 10, 1000);
+        let mut b = synthetic(0, 3, 10, 1000);
         let last = b.len() - 1;
         b[last] ^= 1;
         assert_eq!(validate(&b), Err(BatchError::CorruptCrc));
@@ -235,7 +237,7 @@ pub mod tests {
 
     #[test]
     fn truncation_and_magic() {
-        let b = make_batch(0, 3, 10, 1000);
+        let b = synthetic(0, 3, 10, 1000);
         assert_eq!(validate(&b[..b.len() - 1]), Err(BatchError::Truncated));
         assert_eq!(validate(&b[..20]), Err(BatchError::Truncated));
         let mut m = b.clone();
@@ -246,8 +248,8 @@ pub mod tests {
 
     #[test]
     fn several_batches() {
-        let mut b = make_batch(0, 2, 5, 1);
-        b.extend(make_batch(0, 4, 5, 2));
+        let mut b = synthetic(0, 2, 5, 1);
+        b.extend(synthetic(0, 4, 5, 2));
         let hs = validate_all(&b).unwrap();
         assert_eq!(hs.len(), 2);
         assert_eq!(hs[1].record_count, 4);
@@ -255,7 +257,7 @@ pub mod tests {
 
     #[test]
     fn assign_keeps_crc_valid() {
-        let mut b = make_batch(0, 3, 10, 1000);
+        let mut b = synthetic(0, 3, 10, 1000);
         assign(&mut b, 42, 7, None);
         let h = validate(&b).unwrap();
         assert_eq!((h.base_offset, h.partition_leader_epoch), (42, 7));

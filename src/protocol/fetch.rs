@@ -94,7 +94,7 @@ mod tests {
     /// Our encoder must produce what the reference codec reads back, on every version we serve.
     #[test]
     fn agrees_with_kafka_protocol() {
-        let batch = Bytes::from(crate::protocol::batch::tests::make_batch(5, 2, 8, 7));
+        let batch = Bytes::from(crate::protocol::batch::synthetic(5, 2, 8, 7));
         for version in MIN_VERSION..=MAX_VERSION {
             let resp = FetchResponse {
                 error_code: 0,

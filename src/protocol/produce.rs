@@ -67,7 +67,7 @@ mod tests {
     /// Our decoder must agree with the reference codec on every version we serve.
     #[test]
     fn agrees_with_kafka_protocol() {
-        let records = Bytes::from(crate::protocol::batch::tests::make_batch(0, 2, 8, 7));
+        let records = Bytes::from(crate::protocol::batch::synthetic(0, 2, 8, 7));
         for version in MIN_VERSION..=MAX_VERSION {
             let req = KpProduce::default()
                 .with_acks(-1)

@@ -60,7 +60,7 @@ impl OffsetIndex {
     /// Loads an index file; None if it is malformed or points past `segment_size`, in which case
     /// the caller rebuilds it from the segment.
     pub fn from_bytes(raw: &[u8], segment_size: u64) -> Option<OffsetIndex> {
-        if raw.len() % Self::ENTRY_BYTES != 0 {
+        if !raw.len().is_multiple_of(Self::ENTRY_BYTES) {
             return None;
         }
         let mut index = OffsetIndex::default();
@@ -126,7 +126,7 @@ impl TimeIndex {
     }
 
     pub fn from_bytes(raw: &[u8]) -> Option<TimeIndex> {
-        if raw.len() % Self::ENTRY_BYTES != 0 {
+        if !raw.len().is_multiple_of(Self::ENTRY_BYTES) {
             return None;
         }
         let mut index = TimeIndex::default();

@@ -383,7 +383,8 @@ impl PartitionLog {
     }
 
     /// Removes every record at or after `offset` (rounded down to the batch holding it), for
-    /// replication's divergence handling and for tests. Later segments are deleted.
+    /// replication's divergence handling and for tests. Later segments are deleted. The caller
+    /// holds the partition's append lock, so no append interleaves.
     pub async fn truncate_to(
         log: &std::cell::RefCell<PartitionLog>,
         offset: i64,
@@ -437,21 +438,24 @@ impl PartitionLog {
             .await
             .map_err(std::io::Error::from)?;
         keep_file.fdatasync().await.map_err(std::io::Error::from)?;
-        let mut l = log.borrow_mut();
-        let interval = l.settings.index_interval_bytes;
-        let seg = l.segments.last_mut().expect("segment");
-        // Rebuild the segment's bookkeeping up to the cut from the index prefix.
-        seg.meta.offset_index.truncate_to_position(position as u32);
-        let (rel, pos) = seg.meta.offset_index.lookup(u32::MAX);
-        let mut meta = SegmentMeta::new(seg.meta.base_offset, seg.meta.created_ms);
-        meta.offset_index = seg.meta.offset_index.clone();
-        meta.time_index = seg.meta.time_index.clone();
-        meta.size_bytes = pos as u64;
-        meta.next_offset = seg.meta.base_offset + rel as i64;
-        let mut at = pos as u64;
+        // Rebuild the kept segment's bookkeeping up to the cut, from its index prefix.
+        let mut meta = {
+            let l = log.borrow();
+            let old = &l.segments.last().expect("segment").meta;
+            let mut offset_index = old.offset_index.clone();
+            offset_index.truncate_to_position(position as u32);
+            let (rel, pos) = offset_index.lookup(u32::MAX);
+            let mut meta = SegmentMeta::new(old.base_offset, old.created_ms);
+            meta.offset_index = offset_index;
+            meta.time_index = old.time_index.clone();
+            meta.size_bytes = pos as u64;
+            meta.next_offset = old.base_offset + rel as i64;
+            meta
+        };
+        let interval = log.borrow().settings.index_interval_bytes;
+        let mut at = meta.size_bytes;
         while at < position {
-            let head = seg
-                .file
+            let head = keep_file
                 .read_at(at, batch::HEADER_BYTES)
                 .await
                 .map_err(std::io::Error::from)?;
@@ -467,7 +471,8 @@ impl PartitionLog {
             segment_base: meta.base_offset,
             file_position: meta.size_bytes,
         };
-        seg.meta = meta;
+        let mut l = log.borrow_mut();
+        l.segments.last_mut().expect("segment").meta = meta;
         if l.high_watermark.offset > hw_candidate.offset {
             l.high_watermark = hw_candidate;
         }
@@ -506,4 +511,114 @@ pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
         .map_err(std::io::Error::from)?;
     d.sync().await.map_err(std::io::Error::from)?;
     d.close().await.map_err(std::io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::batch::{self, synthetic};
+    use std::cell::RefCell;
+
+    fn settings(segment_bytes: u64) -> LogSettings {
+        LogSettings { segment_bytes, segment_ms: u64::MAX, index_interval_bytes: 256, log_append_time: false }
+    }
+
+    /// Appends `count`-record batches the way the shard does: roll if needed, plan, write.
+    async fn append(log: &RefCell<PartitionLog>, count: i32) -> (i64, i64) {
+        let raw = Bytes::from(synthetic(0, count, 40, 1000));
+        let headers = batch::validate_all(&raw).unwrap();
+        if log.borrow().needs_roll(raw.len() as u64, 0) {
+            PartitionLog::roll(log, 0).await.unwrap();
+        }
+        let plan = log.borrow_mut().prepare_append(&raw, &headers, 0);
+        plan.file.write_at(plan.data, plan.position).await.unwrap();
+        (plan.base_offset, plan.end_offset)
+    }
+
+    async fn sync(log: &RefCell<PartitionLog>) {
+        let work = log.borrow_mut().take_sync_work().unwrap();
+        for f in &work.files {
+            f.fdatasync().await.unwrap();
+        }
+        log.borrow_mut().complete_sync(work.target);
+    }
+
+    async fn read_offsets(log: &RefCell<PartitionLog>, from: i64) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut next = from;
+        loop {
+            let plan = log.borrow().plan_read(next).unwrap();
+            let Some(plan) = plan else { return out };
+            let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, 256).await.unwrap();
+            let mut at = 0;
+            while at < bytes.len() {
+                let h = batch::validate(&bytes[at..at + batch::peek_size(&bytes[at..]).unwrap()]).unwrap();
+                for o in h.base_offset..h.next_offset() {
+                    if o >= next {
+                        out.push(o);
+                    }
+                }
+                at += h.size_bytes;
+                next = h.next_offset();
+            }
+        }
+    }
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+        glommio::LocalExecutorBuilder::default().spawn(f).unwrap().join().unwrap();
+    }
+
+    #[test]
+    fn append_sync_read_roll_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = RefCell::new(PartitionLog::open(path.clone(), settings(2048), 0, 0).await.unwrap());
+            for _ in 0..30 {
+                append(&log, 3).await;
+            }
+            assert_eq!(log.borrow().log_end_offset(), 90);
+            assert_eq!(log.borrow().high_watermark(), 0, "nothing is readable before a sync");
+            assert!(read_offsets(&log, 0).await.is_empty());
+            sync(&log).await;
+            assert_eq!(log.borrow().high_watermark(), 90);
+            assert!(log.borrow().segments.len() >= 3, "2 KiB segments roll");
+            assert_eq!(read_offsets(&log, 0).await, (0..90).collect::<Vec<_>>());
+            assert_eq!(read_offsets(&log, 44).await, (44..90).collect::<Vec<_>>());
+            assert_eq!(log.borrow().plan_read(91).err(), Some(ReadError::OffsetOutOfRange));
+            PartitionLog::close(&log).await.unwrap();
+            let reopened = RefCell::new(PartitionLog::open(path, settings(2048), 0, 0).await.unwrap());
+            assert_eq!(reopened.borrow().log_end_offset(), 90);
+            assert_eq!(read_offsets(&reopened, 31).await, (31..90).collect::<Vec<_>>());
+        });
+    }
+
+    #[test]
+    fn truncate_to_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = RefCell::new(PartitionLog::open(path.clone(), settings(2048), 0, 0).await.unwrap());
+            for _ in 0..30 {
+                append(&log, 3).await;
+            }
+            sync(&log).await;
+            let segments_before = log.borrow().segments.len();
+            // Offset 40 sits inside the batch [39, 41]: that whole batch goes.
+            PartitionLog::truncate_to(&log, 40).await.unwrap();
+            assert_eq!(log.borrow().log_end_offset(), 39);
+            assert_eq!(log.borrow().high_watermark(), 39);
+            assert!(log.borrow().segments.len() < segments_before);
+            assert_eq!(read_offsets(&log, 0).await, (0..39).collect::<Vec<_>>());
+            // The log goes on from the cut.
+            assert_eq!(append(&log, 2).await, (39, 41));
+            sync(&log).await;
+            assert_eq!(read_offsets(&log, 35).await, (35..41).collect::<Vec<_>>());
+            // And a restart without a clean close recovers the same log.
+            drop(log);
+            let reopened = RefCell::new(PartitionLog::open(path, settings(2048), 0, 0).await.unwrap());
+            assert_eq!(reopened.borrow().log_end_offset(), 41);
+            assert_eq!(read_offsets(&reopened, 0).await, (0..41).collect::<Vec<_>>());
+        });
+    }
 }

@@ -190,7 +190,7 @@ pub fn remove_segment(dir: &Path, base: i64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::batch::tests::make_batch;
+    use crate::protocol::batch::synthetic;
 
     fn write_segment(dir: &Path, base: i64, batches: &[Vec<u8>]) -> Vec<u8> {
         let mut all = Vec::new();
@@ -210,7 +210,7 @@ mod tests {
     fn torn_tail_is_truncated() {
         let dir = tempfile::tempdir().unwrap();
         let batches: Vec<_> = (0..10)
-            .map(|i| make_batch(0, 3, 100 + i, 1000 + i as i64))
+            .map(|i| synthetic(0, 3, 100 + i, 1000 + i as i64))
             .collect();
         let all = write_segment(dir.path(), 0, &batches);
         let whole = all.len() as u64;
@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn corrupt_crc_in_tail_is_truncated() {
         let dir = tempfile::tempdir().unwrap();
-        let batches: Vec<_> = (0..4).map(|_| make_batch(0, 2, 50, 5)).collect();
+        let batches: Vec<_> = (0..4).map(|_| synthetic(0, 2, 50, 5)).collect();
         let mut all = write_segment(dir.path(), 0, &batches);
         let n = all.len();
         all[n - 3] ^= 0xff;
@@ -248,8 +248,8 @@ mod tests {
     #[test]
     fn several_segments_and_garbage() {
         let dir = tempfile::tempdir().unwrap();
-        write_segment(dir.path(), 0, &[make_batch(0, 5, 10, 1)]);
-        write_segment(dir.path(), 5, &[make_batch(0, 5, 10, 2)]);
+        write_segment(dir.path(), 0, &[synthetic(0, 5, 10, 1)]);
+        write_segment(dir.path(), 5, &[synthetic(0, 5, 10, 2)]);
         let mut tail = fs::read(SegmentMeta::log_path(dir.path(), 5)).unwrap();
         tail.extend([0xffu8; 30]);
         fs::write(SegmentMeta::log_path(dir.path(), 5), &tail).unwrap();
