@@ -17,14 +17,21 @@ fn validate(c: &mut Criterion) {
     let b = sample_batch();
     let mut g = c.benchmark_group("batch");
     g.throughput(Throughput::Bytes(b.len() as u64));
-    g.bench_function("validate_16x1KiB", |bench| bench.iter(|| batch::validate(&b).unwrap()));
+    g.bench_function("validate_16x1KiB", |bench| {
+        bench.iter(|| batch::validate(&b).unwrap())
+    });
     g.finish();
 }
 
 const BATCHES: usize = 256;
 
 fn settings() -> LogSettings {
-    LogSettings { segment_bytes: 64 << 20, segment_ms: u64::MAX, index_interval_bytes: 4096, log_append_time: false }
+    LogSettings {
+        segment_bytes: 64 << 20,
+        segment_ms: u64::MAX,
+        index_interval_bytes: 4096,
+        log_append_time: false,
+    }
 }
 
 async fn fill(log: &RefCell<PartitionLog>, b: &Bytes) {
@@ -46,7 +53,11 @@ fn append_and_read(c: &mut Criterion) {
             || tempfile::tempdir().unwrap(),
             |dir| {
                 executor.run(async {
-                    let log = RefCell::new(PartitionLog::open(dir.path().into(), settings(), 0, 0).await.unwrap());
+                    let log = RefCell::new(
+                        PartitionLog::open(dir.path().into(), settings(), 0, 0)
+                            .await
+                            .unwrap(),
+                    );
                     fill(&log, &b).await;
                 });
                 dir
@@ -57,7 +68,11 @@ fn append_and_read(c: &mut Criterion) {
     // Read everything back, batch by batch as a consumer would, from the page cache.
     let dir = tempfile::tempdir().unwrap();
     let log = executor.run(async {
-        let log = RefCell::new(PartitionLog::open(dir.path().into(), settings(), 0, 0).await.unwrap());
+        let log = RefCell::new(
+            PartitionLog::open(dir.path().into(), settings(), 0, 0)
+                .await
+                .unwrap(),
+        );
         fill(&log, &b).await;
         let work = log.borrow_mut().take_sync_work().unwrap();
         for f in &work.files {

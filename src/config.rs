@@ -316,8 +316,29 @@ mod tests {
     }
 
     #[test]
+    fn tuning_profiles_parse() {
+        for (name, text) in [
+            ("single-core", include_str!("../tuning/single-core.toml")),
+            (
+                "dedicated-8-core",
+                include_str!("../tuning/dedicated-8-core.toml"),
+            ),
+            (
+                "test-cross-shard",
+                include_str!("../tuning/test-cross-shard.toml"),
+            ),
+        ] {
+            let c = Config::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(c.shards > 0, "{name} sets shards");
+        }
+    }
+
+    #[test]
     fn defaults_are_valid() {
-        let c = Config { shards: 1, ..Config::default() };
+        let c = Config {
+            shards: 1,
+            ..Config::default()
+        };
         c.validate().unwrap();
         assert_eq!(c.advertised(), ("127.0.0.1".to_string(), 9092));
     }

@@ -213,7 +213,6 @@ fn put_varint(out: &mut Vec<u8>, v: i64) {
     }
 }
 
-
 #[cfg(test)]
 pub mod tests {
     use super::*;

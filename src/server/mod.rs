@@ -41,7 +41,15 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     })?;
     ensure_port_free(&config.listen)?;
 
+    if !Catalog::path(&config.data_dir).exists() {
+        log::info!("new data dir {}", config.data_dir.display());
+    }
     let record = Catalog::load(&config.data_dir)?;
+    log::info!(
+        "cluster id {}, {} topics",
+        record.cluster_id,
+        record.topics.len()
+    );
     let catalog = Arc::new(
         Catalog::from_record(&record, &config.topic_defaults, &config.log)
             .map_err(|e| anyhow::anyhow!(e))?,
@@ -86,13 +94,6 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .spawn(move || async move { run_shard(id, config, router, catalog, mesh).await })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
-    }
-    if record.topics.is_empty() && !Catalog::path(&config.data_dir).exists() {
-        log::info!(
-            "new data dir {}: cluster id {}",
-            config.data_dir.display(),
-            record.cluster_id
-        );
     }
     let mut failed = false;
     for (id, h) in handles.into_iter().enumerate() {

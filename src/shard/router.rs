@@ -57,7 +57,10 @@ mod tests {
 
     #[test]
     fn hash_spreads_and_is_stable() {
-        let c = Config { shards: 4, ..Config::default() };
+        let c = Config {
+            shards: 4,
+            ..Config::default()
+        };
         let r = Router::new(&c);
         let owners: Vec<_> = (0..8).map(|p| r.shard_of("orders", p)).collect();
         for s in 0..4 {
@@ -73,7 +76,10 @@ mod tests {
 
     #[test]
     fn pins_win() {
-        let mut c = Config { shards: 4, ..Config::default() };
+        let mut c = Config {
+            shards: 4,
+            ..Config::default()
+        };
         c.sharding.pin.push(TopicPin {
             topic: "hot".into(),
             shards: vec![3, 1],

@@ -520,7 +520,12 @@ mod tests {
     use std::cell::RefCell;
 
     fn settings(segment_bytes: u64) -> LogSettings {
-        LogSettings { segment_bytes, segment_ms: u64::MAX, index_interval_bytes: 256, log_append_time: false }
+        LogSettings {
+            segment_bytes,
+            segment_ms: u64::MAX,
+            index_interval_bytes: 256,
+            log_append_time: false,
+        }
     }
 
     /// Appends `count`-record batches the way the shard does: roll if needed, plan, write.
@@ -549,10 +554,13 @@ mod tests {
         loop {
             let plan = log.borrow().plan_read(next).unwrap();
             let Some(plan) = plan else { return out };
-            let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, 256).await.unwrap();
+            let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, 256)
+                .await
+                .unwrap();
             let mut at = 0;
             while at < bytes.len() {
-                let h = batch::validate(&bytes[at..at + batch::peek_size(&bytes[at..]).unwrap()]).unwrap();
+                let h = batch::validate(&bytes[at..at + batch::peek_size(&bytes[at..]).unwrap()])
+                    .unwrap();
                 for o in h.base_offset..h.next_offset() {
                     if o >= next {
                         out.push(o);
@@ -565,7 +573,11 @@ mod tests {
     }
 
     fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
-        glommio::LocalExecutorBuilder::default().spawn(f).unwrap().join().unwrap();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
     }
 
     #[test]
@@ -573,23 +585,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let log = RefCell::new(PartitionLog::open(path.clone(), settings(2048), 0, 0).await.unwrap());
+            let log = RefCell::new(
+                PartitionLog::open(path.clone(), settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
             for _ in 0..30 {
                 append(&log, 3).await;
             }
             assert_eq!(log.borrow().log_end_offset(), 90);
-            assert_eq!(log.borrow().high_watermark(), 0, "nothing is readable before a sync");
+            assert_eq!(
+                log.borrow().high_watermark(),
+                0,
+                "nothing is readable before a sync"
+            );
             assert!(read_offsets(&log, 0).await.is_empty());
             sync(&log).await;
             assert_eq!(log.borrow().high_watermark(), 90);
             assert!(log.borrow().segments.len() >= 3, "2 KiB segments roll");
             assert_eq!(read_offsets(&log, 0).await, (0..90).collect::<Vec<_>>());
             assert_eq!(read_offsets(&log, 44).await, (44..90).collect::<Vec<_>>());
-            assert_eq!(log.borrow().plan_read(91).err(), Some(ReadError::OffsetOutOfRange));
+            assert_eq!(
+                log.borrow().plan_read(91).err(),
+                Some(ReadError::OffsetOutOfRange)
+            );
             PartitionLog::close(&log).await.unwrap();
-            let reopened = RefCell::new(PartitionLog::open(path, settings(2048), 0, 0).await.unwrap());
+            let reopened = RefCell::new(
+                PartitionLog::open(path, settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!(reopened.borrow().log_end_offset(), 90);
-            assert_eq!(read_offsets(&reopened, 31).await, (31..90).collect::<Vec<_>>());
+            assert_eq!(
+                read_offsets(&reopened, 31).await,
+                (31..90).collect::<Vec<_>>()
+            );
         });
     }
 
@@ -598,7 +628,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let log = RefCell::new(PartitionLog::open(path.clone(), settings(2048), 0, 0).await.unwrap());
+            let log = RefCell::new(
+                PartitionLog::open(path.clone(), settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
             for _ in 0..30 {
                 append(&log, 3).await;
             }
@@ -616,9 +650,16 @@ mod tests {
             assert_eq!(read_offsets(&log, 35).await, (35..41).collect::<Vec<_>>());
             // And a restart without a clean close recovers the same log.
             drop(log);
-            let reopened = RefCell::new(PartitionLog::open(path, settings(2048), 0, 0).await.unwrap());
+            let reopened = RefCell::new(
+                PartitionLog::open(path, settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!(reopened.borrow().log_end_offset(), 41);
-            assert_eq!(read_offsets(&reopened, 0).await, (0..41).collect::<Vec<_>>());
+            assert_eq!(
+                read_offsets(&reopened, 0).await,
+                (0..41).collect::<Vec<_>>()
+            );
         });
     }
 }
