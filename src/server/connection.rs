@@ -92,6 +92,12 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             log::info!("{peer}: closing: the broker is shutting down");
             return;
         }
+        log::debug!(
+            "{peer}: {:?} v{} correlation {}",
+            header.api_key,
+            header.api_version,
+            header.correlation_id
+        );
         shard
             .requests_in_progress
             .set(shard.requests_in_progress.get() + 1);

@@ -87,3 +87,35 @@ def test_list_offsets_by_timestamp(broker):
         assert past.offset == -1
     finally:
         c.close()
+
+
+def test_log_append_time(broker):
+    import time
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+    ck.create_topic(broker.bootstrap, "lat", 1, {"message.timestamp.type": "LogAppendTime"})
+    before_ms = int(time.time() * 1000)
+    ck.produce(broker.bootstrap, "lat", 50, 1)
+    after_ms = int(time.time() * 1000)
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lat", "enable.auto.commit": False})
+    c.assign([TopicPartition("lat", 0, 0)])
+    seen = []
+    deadline = time.monotonic() + 20
+    while len(seen) < 50 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            seen.append(m.timestamp())
+    c.close()
+    assert len(seen) == 50
+    for ts_type, ts in seen:
+        assert ts_type == TIMESTAMP_LOG_APPEND_TIME
+        assert before_ms <= ts <= after_ms, (before_ms, ts, after_ms)
+
+
+def test_requests_use_topic_id_versions(make_broker):
+    """librdkafka 2.x fetches with topic ids (Fetch v13) and reads them from Metadata v12."""
+    broker = make_broker(shards=2)
+    ck.create_topic(broker.bootstrap, "ids", 2)
+    ck.produce(broker.bootstrap, "ids", 10, 2)
+    got = ck.consume(broker.bootstrap, "ids", [0, 1], 10)
+    assert sum(len(v) for v in got.values()) == 10
