@@ -29,13 +29,21 @@ enum Command {
         #[arg(long)]
         shards: Option<usize>,
     },
+    /// Load generator: drive any Kafka-compatible broker and report throughput and latency.
+    Bench(sluice::bench::args::BenchArgs),
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+    let cli = Cli::parse();
+    // The bench reports client errors itself, counted; librdkafka's own log lines would drown
+    // its progress lines.
+    let default_filter = match cli.command {
+        Command::Serve { .. } => "info",
+        Command::Bench(_) => "warn,rdkafka=off,librdkafka=off",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
         .format_timestamp_millis()
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve {
             config,
@@ -50,6 +58,15 @@ fn main() {
             };
             sluice::config::Config::load(config.as_deref(), overrides).and_then(sluice::server::run)
         }
+        Command::Bench(args) => match sluice::bench::run(args) {
+            // Errors were reported and counted; a run that had any fails.
+            Ok(report) if report.errors > 0 => {
+                eprintln!("sluice bench: {} errors", report.errors);
+                std::process::exit(2);
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        },
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

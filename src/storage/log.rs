@@ -628,14 +628,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let s = LogSettings { segment_ms: 10, ..settings(1 << 20) };
+            let s = LogSettings {
+                segment_ms: 10,
+                ..settings(1 << 20)
+            };
             let log = RefCell::new(PartitionLog::open(path, s, 0, 0).await.unwrap());
             append(&log, 1).await;
             assert!(!log.borrow().needs_roll(100, 9));
             assert!(log.borrow().needs_roll(100, 10), "the segment is 10 ms old");
             PartitionLog::roll(&log, 10).await.unwrap();
             assert_eq!(log.borrow().segments.len(), 2);
-            assert!(!log.borrow().needs_roll(100, 15), "an empty segment never rolls");
+            assert!(
+                !log.borrow().needs_roll(100, 15),
+                "an empty segment never rolls"
+            );
         });
     }
 

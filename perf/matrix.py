@@ -1,0 +1,178 @@
+"""The standard matrix behind perf/run: 1 KiB records; acks=1 and acks=all; 1, 4 and 16
+producers; 1, 8 and 64 partitions; then an e2e run at half the measured peak. Each row runs
+against Sluice and, with --compare-to, against the other broker right after it, so a ratio
+compares two measurements taken minutes apart on the same machine."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BINARY = ROOT / "target" / "release" / "sluice"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sluice(data_dir: Path, log_path: Path):
+    port = free_port()
+    proc = subprocess.Popen([str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)],
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    sys.exit(f"sluice did not start: see {log_path}")
+
+
+def bench(bootstrap, topic, out: Path, **opts):
+    args = [str(BINARY), "bench", "--bootstrap", bootstrap, "--topic", topic, "--json", str(out)]
+    for k, v in opts.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    print("+", " ".join(args[1:]), flush=True)
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode not in (0, 2):  # 2: the run completed with errors, which are in the JSON
+        print(p.stderr, file=sys.stderr)
+        return None
+    return json.loads(out.read_text())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compare-to", help="HOST:PORT of another Kafka-compatible broker")
+    ap.add_argument("--compare-name", default="other")
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
+    a = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="sluice-perf-"))
+    proc, sluice = start_sluice(work / "data", work / "broker.log")
+    targets = [("sluice", sluice)] + ([(a.compare_name, a.compare_to)] if a.compare_to else [])
+    rows = []
+    try:
+        for acks in ["1", "all"]:
+            for producers in [1, 4, 16]:
+                for partitions in [1, 8, 64]:
+                    row = {"acks": acks, "producers": producers, "partitions": partitions}
+                    for name, bootstrap in targets:
+                        topic = f"perf-{acks}-{partitions}-{int(time.time() * 1000)}"
+                        row[name] = bench(bootstrap, topic, work / f"{name}.json", mode="produce",
+                                          duration=a.duration, warmup=a.warmup, producers=producers,
+                                          partitions=partitions, message_size=1024, acks=acks)
+                    rows.append(row)
+        peak = max((r["sluice"]["records_per_sec"] for r in rows if r["sluice"] and r["acks"] == "all"), default=0)
+        e2e = {}
+        for name, bootstrap in targets:
+            e2e[name] = bench(bootstrap, f"perf-e2e-{int(time.time() * 1000)}", work / f"{name}-e2e.json", mode="e2e",
+                              duration=a.duration, warmup=a.warmup, producers=4, consumers=4, partitions=8,
+                              message_size=1024, acks="all", rate=int(peak / 2))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    date = datetime.date.today().isoformat()
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"{date}-{commit}"
+    write_markdown(stem.with_suffix(".md"), rows, e2e, targets, peak, a, commit)
+    plot(stem.with_suffix(".png"), rows)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {stem}.md and {stem}.png")
+
+
+def fmt(r, key):
+    if r is None:
+        return "failed"
+    if key == "records_per_sec":
+        return f"{r[key]:,.0f}"
+    if key == "mb_per_sec":
+        return f"{r[key]:.1f}"
+    return f"{r['latency_ms'][key]:.2f}"
+
+
+def write_markdown(path, rows, e2e, targets, peak, a, commit):
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    lines = [
+        f"# sluice bench matrix, {datetime.date.today().isoformat()}, commit {commit}",
+        "",
+        f"- Command: `perf/run{' --compare-to ' + a.compare_to + ' --compare-name ' + a.compare_name if a.compare_to else ''}`"
+        f" (each row: `sluice bench --mode produce --duration {a.duration} --warmup {a.warmup} --message-size 1024`)",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; the broker and the load"
+        " generator share it.",
+        "- Latency is send to acknowledgement, in ms, for an open-loop producer at full speed: it is"
+        " dominated by the client's own queue, so compare it between rows and brokers, not as a floor.",
+        "",
+    ]
+    names = [n for n, _ in targets]
+    head = "| acks | producers | partitions | " + " | ".join(
+        f"{n} rec/s | {n} MB/s | {n} p50 | {n} p99 | {n} p99.9" for n in names)
+    if len(names) == 2:
+        head += f" | rec/s ratio {names[0]}/{names[1]} | p99 ratio {names[0]}/{names[1]}"
+    lines += [head + " |", "|" + "---|" * (3 + 5 * len(names) + (2 if len(names) == 2 else 0))]
+    for r in rows:
+        cells = [r["acks"], str(r["producers"]), str(r["partitions"])]
+        for n in names:
+            cells += [fmt(r[n], k) for k in ["records_per_sec", "mb_per_sec", "p50", "p99", "p99_9"]]
+        if len(names) == 2:
+            x, y = r[names[0]], r[names[1]]
+            cells.append(f"{x['records_per_sec'] / y['records_per_sec']:.2f}" if x and y and y["records_per_sec"] else "-")
+            cells.append(f"{x['latency_ms']['p99'] / y['latency_ms']['p99']:.2f}" if x and y and y["latency_ms"]["p99"] else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"## e2e at half the acks=all peak ({peak:,.0f} rec/s → --rate {int(peak / 2)})", "",
+              "| broker | rec/s | p50 | p90 | p99 | p99.9 | max | missing |", "|---|---|---|---|---|---|---|---|"]
+    for n in names:
+        r = e2e.get(n)
+        if r is None:
+            lines.append(f"| {n} | failed | | | | | | |")
+            continue
+        l = r["latency_ms"]
+        lines.append(f"| {n} | {r['records_per_sec']:,.0f} | {l['p50']:.2f} | {l['p90']:.2f} | {l['p99']:.2f} | "
+                     f"{l['p99_9']:.2f} | {l['max']:.2f} | {r['e2e_missing']} |")
+    lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def plot(path, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for acks, style in [("1", "--"), ("all", "-")]:
+        for partitions in [1, 8, 64]:
+            pts = [(r["producers"], r["sluice"]) for r in rows
+                   if r["acks"] == acks and r["partitions"] == partitions and r["sluice"]]
+            if not pts:
+                continue
+            xs = [p for p, _ in pts]
+            label = f"acks={acks}, {partitions} part."
+            ax1.plot(xs, [s["records_per_sec"] for _, s in pts], style, marker="o", label=label)
+            ax2.plot(xs, [s["latency_ms"]["p99"] for _, s in pts], style, marker="o", label=label)
+    ax1.set(xscale="log", xlabel="producers", ylabel="records/s", title="Throughput (1 KiB records)")
+    ax2.set(xscale="log", yscale="log", xlabel="producers", ylabel="p99 latency (ms)", title="p99 send→ack")
+    for ax in (ax1, ax2):
+        ax.set_xticks([1, 4, 16], labels=["1", "4", "16"])
+        ax.grid(True, alpha=0.3)
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+//! `sluice bench`: a load generator that speaks Kafka through librdkafka (the `rdkafka` crate),
+//! so its figures are what real applications see, against Sluice or any Kafka-compatible
+//! broker.
+
+pub mod args;
+mod consume;
+mod payload;
+mod produce;
+pub mod stats;
+
+use args::{BenchArgs, Mode};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Offset;
+use serde::Serialize;
+use stats::{Latency, Meter};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long e2e consumers may trail the producers' end before the missing records count as lost.
+const E2E_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_DURATION_S: f64 = 10.0;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub mode: String,
+    pub records: u64,
+    pub bytes: u64,
+    pub records_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub errors: u64,
+    pub latency_ms: Latency,
+    pub elapsed_s: f64,
+    /// e2e only: records acknowledged to the producers but never received.
+    pub e2e_missing: u64,
+    pub e2e_duplicates: u64,
+    pub command: String,
+    pub nproc: usize,
+    pub kernel: String,
+    pub sluice_version: String,
+}
+
+/// Runs the bench; Err for set-up failures (an unreachable broker, bad options).
+pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
+    args.validate().map_err(|e| anyhow::anyhow!(e))?;
+    let partitions = ensure_topic(&args)?;
+    let epoch = Instant::now();
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let pin = move |i: usize| {
+        if !cores.is_empty() {
+            core_affinity::set_for_current(cores[i % cores.len()]);
+        }
+    };
+
+    let consumers = Arc::new(consume::Shared {
+        meter: Meter::new(args.consumers),
+        stop: AtomicBool::new(false),
+        epoch,
+        received: AtomicU64::new(0),
+        seen: Mutex::new(HashSet::new()),
+        duplicates: AtomicU64::new(0),
+    });
+    let producers = Arc::new(produce::Shared {
+        meter: Meter::new(args.producers),
+        stop: AtomicBool::new(false),
+        next: AtomicU64::new(0),
+        epoch,
+        acked_total: AtomicU64::new(0),
+        printed: AtomicU64::new(0),
+    });
+    let consuming = args.mode != Mode::Produce;
+    let producing = args.mode != Mode::Consume;
+    let starts = if consuming {
+        start_offsets(&args, partitions)?
+    } else {
+        Vec::new()
+    };
+
+    let mut handles = Vec::new();
+    if consuming {
+        for w in 0..args.consumers {
+            let (args, shared, starts, pin) =
+                (args.clone(), consumers.clone(), starts.clone(), pin.clone());
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("consumer-{w}"))
+                    .spawn(move || {
+                        pin(w + args.producers);
+                        consume::run(w, &args, shared, &starts)
+                    })?,
+            );
+        }
+    }
+    let mut producer_handles = Vec::new();
+    if producing {
+        for w in 0..args.producers {
+            let (args, shared, pin) = (args.clone(), producers.clone(), pin.clone());
+            producer_handles.push(
+                std::thread::Builder::new()
+                    .name(format!("producer-{w}"))
+                    .spawn(move || {
+                        pin(w);
+                        produce::run(w, &args, shared, partitions)
+                    })?,
+            );
+        }
+    }
+
+    // The meter that the summary reports: receipt for consume and e2e, acks for produce.
+    let main_meter = |p: &produce::Shared, c: &consume::Shared| -> (u64, u64, u64) {
+        let m = if consuming { &c.meter } else { &p.meter };
+        (
+            m.records.load(Ordering::Relaxed),
+            m.bytes.load(Ordering::Relaxed),
+            p.meter.errors.load(Ordering::Relaxed) + c.meter.errors.load(Ordering::Relaxed),
+        )
+    };
+    let warmup = if args.count.is_none() {
+        Duration::from_secs_f64(args.warmup)
+    } else {
+        Duration::ZERO
+    };
+    let duration = match (args.count, args.duration) {
+        (Some(_), _) => None,
+        (None, d) => Some(Duration::from_secs_f64(d.unwrap_or(DEFAULT_DURATION_S))),
+    };
+    let begin = Instant::now();
+    let mut measured_from = begin;
+    let mut warmed = warmup.is_zero();
+    let mut last = (Instant::now(), 0u64, 0u64);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = Instant::now();
+        if !warmed && now - begin >= warmup {
+            producers.meter.reset();
+            consumers.meter.reset();
+            measured_from = now;
+            warmed = true;
+            last = (now, 0, 0);
+        }
+        let (records, bytes, errors) = main_meter(&producers, &consumers);
+        if now - last.0 >= Duration::from_secs(1) {
+            let secs = (now - last.0).as_secs_f64();
+            let h = if consuming {
+                consumers.meter.merged()
+            } else {
+                producers.meter.merged()
+            };
+            println!(
+                "{:>6.1}s {:>10.0} rec/s {:>9.2} MB/s  p99 {:>8.3} ms  errors {}{}",
+                (now - begin).as_secs_f64(),
+                (records - last.1) as f64 / secs,
+                (bytes - last.2) as f64 / secs / 1e6,
+                h.value_at_quantile(0.99) as f64 / 1000.0,
+                errors,
+                if warmed { "" } else { "  (warm-up)" }
+            );
+            last = (now, records, bytes);
+        }
+        let producers_done = !producing || producer_handles.iter().all(|h| h.is_finished());
+        let done = match duration {
+            Some(d) => warmed && now - measured_from >= d,
+            None => match args.mode {
+                Mode::Consume => {
+                    consumers.received.load(Ordering::Relaxed) >= args.count.unwrap_or(u64::MAX)
+                }
+                _ => producers_done,
+            },
+        };
+        if done {
+            break;
+        }
+    }
+    producers.stop.store(true, Ordering::Relaxed);
+    for h in producer_handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a producer thread panicked"))??;
+    }
+    let elapsed = measured_from.elapsed();
+    let mut missing = 0;
+    if args.mode == Mode::E2e {
+        // Wait for the consumers to see everything the producers had acknowledged.
+        let acked = producers.acked_total.load(Ordering::Relaxed);
+        let seen = || consumers.seen.lock().expect("seen lock").len() as u64;
+        let deadline = Instant::now() + E2E_DRAIN_TIMEOUT;
+        while seen() < acked && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        missing = acked.saturating_sub(seen());
+        if missing > 0 {
+            eprintln!("bench: {missing} acknowledged records were never received");
+        }
+    }
+    consumers.stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a consumer thread panicked"))??;
+    }
+    let (records, bytes, errors) = main_meter(&producers, &consumers);
+    let histogram = if consuming {
+        consumers.meter.merged()
+    } else {
+        producers.meter.merged()
+    };
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let report = Report {
+        mode: format!("{:?}", args.mode).to_lowercase(),
+        records,
+        bytes,
+        records_per_sec: records as f64 / secs,
+        mb_per_sec: bytes as f64 / secs / 1e6,
+        errors: errors + missing,
+        latency_ms: Latency::from_histogram(&histogram),
+        elapsed_s: secs,
+        e2e_missing: missing,
+        e2e_duplicates: consumers.duplicates.load(Ordering::Relaxed),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        nproc: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        sluice_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    print_summary(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// Checks the broker answers, and creates the topic if it is missing. Returns its partition
+/// count.
+fn ensure_topic(args: &BenchArgs) -> anyhow::Result<i32> {
+    let probe: BaseConsumer = consume::client_config(args).create()?;
+    let unreachable = |e: &dyn std::fmt::Display| {
+        anyhow::anyhow!("cannot reach a broker at {}: {e}", args.bootstrap)
+    };
+    let md = probe
+        .fetch_metadata(None, METADATA_TIMEOUT)
+        .map_err(|e| unreachable(&e))?;
+    if md.brokers().is_empty() {
+        return Err(unreachable(&"no brokers in metadata"));
+    }
+    if let Some(t) = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == args.topic && t.error().is_none())
+    {
+        return Ok(t.partitions().len() as i32);
+    }
+    let admin: AdminClient<DefaultClientContext> = produce::client_config(args).create()?;
+    let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
+    let results = futures::executor::block_on(admin.create_topics(
+        [&topic],
+        &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
+    ))?;
+    for r in results {
+        match r {
+            Ok(_) => {}
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => anyhow::bail!("cannot create topic {name}: {code}"),
+        }
+    }
+    // Wait until the new topic shows in metadata with all its partitions.
+    let deadline = Instant::now() + METADATA_TIMEOUT;
+    loop {
+        let md = probe.fetch_metadata(Some(&args.topic), METADATA_TIMEOUT)?;
+        if let Some(t) = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == args.topic && t.error().is_none() && !t.partitions().is_empty())
+        {
+            return Ok(t.partitions().len() as i32);
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("topic {} did not appear in metadata", args.topic);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Where each partition's consumer starts: the earliest offset, or the current end, resolved
+/// now so that an e2e run sees exactly the records it produces.
+fn start_offsets(args: &BenchArgs, partitions: i32) -> anyhow::Result<Vec<Offset>> {
+    let probe: BaseConsumer = consume::client_config(args).create()?;
+    (0..partitions)
+        .map(|p| {
+            if args.mode == Mode::Consume && args.from == args::From::Earliest {
+                return Ok(Offset::Beginning);
+            }
+            let (_, high) = probe.fetch_watermarks(&args.topic, p, METADATA_TIMEOUT)?;
+            Ok(Offset::Offset(high))
+        })
+        .collect()
+}
+
+fn print_summary(r: &Report) {
+    let l = &r.latency_ms;
+    println!();
+    println!("{:<14} {:>14}", "mode", r.mode);
+    println!("{:<14} {:>14}", "records", r.records);
+    println!("{:<14} {:>14}", "bytes", r.bytes);
+    println!("{:<14} {:>14.0}", "records/s", r.records_per_sec);
+    println!("{:<14} {:>14.2}", "MB/s", r.mb_per_sec);
+    println!("{:<14} {:>14}", "errors", r.errors);
+    for (name, v) in [
+        ("p50", l.p50),
+        ("p90", l.p90),
+        ("p99", l.p99),
+        ("p99.9", l.p99_9),
+        ("p99.99", l.p99_99),
+        ("max", l.max),
+    ] {
+        println!("{:<14} {:>11.3} ms", format!("latency {name}"), v);
+    }
+}

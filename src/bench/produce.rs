@@ -1,0 +1,174 @@
+//! Producer threads: one librdkafka producer each, pinned to a core.
+
+use super::args::{BenchArgs, Keys};
+use super::payload::{self, Stamp};
+use super::stats::Meter;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the producers share.
+pub struct Shared {
+    pub meter: Meter,
+    pub stop: AtomicBool,
+    /// Next sequence number to claim, for --count.
+    pub next: AtomicU64,
+    pub epoch: Instant,
+    /// Records acknowledged over the whole run, warm-up included (never reset).
+    pub acked_total: AtomicU64,
+    /// Errors printed so far; only the first few are printed.
+    pub printed: AtomicU64,
+}
+
+const PRINTED_ERRORS_MAX: u64 = 5;
+
+impl Shared {
+    pub fn report_error(&self, what: &str) {
+        self.meter.error();
+        if self.printed.fetch_add(1, Ordering::Relaxed) < PRINTED_ERRORS_MAX {
+            eprintln!("bench: {what}");
+        }
+    }
+}
+
+struct Context {
+    shared: Arc<Shared>,
+    worker: usize,
+}
+
+impl ClientContext for Context {}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(msg) => {
+                self.shared.acked_total.fetch_add(1, Ordering::Relaxed);
+                let now_ns = self.shared.epoch.elapsed().as_nanos() as u64;
+                let payload = msg.payload().unwrap_or_default();
+                if let Some(stamp) = payload::read(payload) {
+                    let latency_us = now_ns.saturating_sub(stamp.sent_ns) / 1000;
+                    self.shared
+                        .meter
+                        .record(self.worker, payload.len(), latency_us);
+                }
+            }
+            Err((e, _)) => self.shared.report_error(&format!("delivery failed: {e}")),
+        }
+    }
+}
+
+pub fn client_config(args: &BenchArgs) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &args.bootstrap)
+        .set("acks", args.acks_str())
+        .set("compression.type", args.compression_str())
+        .set("linger.ms", args.linger_ms.to_string())
+        .set("batch.size", args.batch_size.to_string())
+        .set("message.timeout.ms", "30000")
+        .set("queue.buffering.max.kbytes", "262144")
+        // The bench measures the broker, not idempotence: keep librdkafka's default off.
+        .set("enable.idempotence", "false");
+    c
+}
+
+/// Runs one producer until `stop`, or until --count records have been claimed.
+pub fn run(
+    worker: usize,
+    args: &BenchArgs,
+    shared: Arc<Shared>,
+    partitions: i32,
+) -> Result<(), KafkaError> {
+    let ctx = Context {
+        shared: shared.clone(),
+        worker,
+    };
+    let producer: BaseProducer<Context> = client_config(args).create_with_context(ctx)?;
+    let per_producer_rate = args.rate.map(|r| r / args.producers as f64);
+    let start = Instant::now();
+    let mut buf = payload::filler(args.message_size);
+    let mut sent: u64 = 0;
+    let mut rng = worker as u64 * 0x9e37_79b9_7f4a_7c15 + 1;
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let seq = shared.next.fetch_add(1, Ordering::Relaxed);
+        if args.count.is_some_and(|n| seq >= n) {
+            break;
+        }
+        let intended = match per_producer_rate {
+            Some(rate) => {
+                let at = start + Duration::from_secs_f64(sent as f64 / rate);
+                let now = Instant::now();
+                if at > now {
+                    std::thread::sleep(at - now);
+                }
+                at
+            }
+            None => Instant::now(),
+        };
+        let sent_ns = intended.duration_since(shared.epoch).as_nanos() as u64;
+        payload::write(
+            &mut buf,
+            &Stamp {
+                sent_ns,
+                producer: worker as u32,
+                seq,
+            },
+        );
+        let key = match args.keys {
+            Keys::None => None,
+            Keys::Random => {
+                // xorshift: cheap and good enough to spread keys.
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                Some(rng.to_be_bytes())
+            }
+            Keys::Distinct(n) => Some((seq % n).to_be_bytes()),
+        };
+        let mut record = BaseRecord::to(&args.topic).payload(&buf[..]);
+        if let Some(k) = &key {
+            record = record.key(&k[..]);
+        } else {
+            record = record.partition(((seq + worker as u64) % partitions as u64) as i32);
+        }
+        // A full local queue is back-pressure, not an error: serve callbacks and retry.
+        let mut pending = record;
+        loop {
+            match producer.send(pending) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    producer.poll(Duration::from_millis(1));
+                    pending = r;
+                    if shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                Err((e, _)) => {
+                    shared.report_error(&format!("send failed: {e}"));
+                    break;
+                }
+            }
+        }
+        sent += 1;
+        producer.poll(Duration::ZERO);
+    }
+    if producer.flush(Duration::from_secs(30)).is_err() {
+        let left = producer.in_flight_count();
+        for _ in 0..left {
+            shared.meter.error();
+        }
+        shared.report_error(&format!(
+            "{left} records not acknowledged within 30 s of the end"
+        ));
+    }
+    Ok(())
+}
