@@ -25,6 +25,11 @@ pub struct Config {
     pub node_id: i32,
     pub request_max_bytes: usize,
     pub auto_create_topics: bool,
+    /// Bound on operations parked on one shard's timing wheel (fetch long polls, acks=all
+    /// timeouts). Past it, fetches are answered without waiting, with a log line.
+    pub max_parked_operations: usize,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
+    pub metrics_listen: Option<String>,
     pub log: LogConfig,
     pub topic_defaults: TopicDefaults,
     pub sharding: ShardingConfig,
@@ -85,6 +90,8 @@ impl Default for Config {
             node_id: 0,
             request_max_bytes: DEFAULT_REQUEST_MAX_BYTES,
             auto_create_topics: true,
+            max_parked_operations: 100_000,
+            metrics_listen: None,
             log: LogConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
@@ -202,6 +209,20 @@ impl Config {
                 "request_max_bytes",
                 format!("{} is not in 1024..=2^31-1", self.request_max_bytes),
             );
+        }
+        if self.max_parked_operations == 0 || self.max_parked_operations > 10_000_000 {
+            return bad(
+                "max_parked_operations",
+                format!("{} is not in 1..=10000000", self.max_parked_operations),
+            );
+        }
+        if let Some(m) = &self.metrics_listen {
+            if m.parse::<SocketAddr>().is_err() {
+                return bad(
+                    "metrics_listen",
+                    format!("{m:?} is not HOST:PORT with a numeric host"),
+                );
+            }
         }
         if self.log.segment_bytes < 1024 || self.log.segment_bytes > u32::MAX as u64 {
             return bad(

@@ -2,7 +2,9 @@
 pub mod bench;
 pub mod config;
 pub mod kafka;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod shard;
 pub mod storage;
+pub mod timer;

@@ -30,8 +30,7 @@ pub fn client_config(args: &BenchArgs) -> ClientConfig {
     c.set("bootstrap.servers", &args.bootstrap)
         .set("group.id", format!("sluice-bench-{}", std::process::id()))
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "100");
+        .set("enable.partition.eof", "false");
     c
 }
 

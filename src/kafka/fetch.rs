@@ -81,7 +81,9 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         if bytes >= min_bytes.max(1) || any_error || items.is_empty() || now_ms() >= deadline_ms {
             break outcomes;
         }
-        park(shard, &items, deadline_ms).await;
+        if !park(shard, &items, deadline_ms).await {
+            break outcomes; // no room to park: answer with what there is
+        }
     };
     let topics = layout
         .into_iter()
@@ -135,8 +137,9 @@ async fn read_all(shard: &Rc<Shard>, items: &[FetchItem]) -> Vec<FetchOutcome> {
         .await
 }
 
-/// Waits until any owning shard reports new data for these items, or the deadline.
-async fn park(shard: &Rc<Shard>, items: &[FetchItem], deadline_ms: u64) {
+/// Waits until any owning shard reports new data for these items, or the deadline. False when
+/// a shard could not park the wait (its bound on parked operations was hit).
+async fn park(shard: &Rc<Shard>, items: &[FetchItem], deadline_ms: u64) -> bool {
     let mut by_shard: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); shard.router.shards()];
     for i in items {
         by_shard[shard.router.shard_of(&i.topic, i.partition)].push((
@@ -152,5 +155,6 @@ async fn park(shard: &Rc<Shard>, items: &[FetchItem], deadline_ms: u64) {
         .map(|(s, items)| Box::pin(shard.call(s, ShardRequest::WaitForData { items, deadline_ms })))
         .collect();
     // Which shard woke first does not matter: the caller re-reads them all.
-    let _ = futures::future::select_all(waits).await;
+    let (first, _, _) = futures::future::select_all(waits).await;
+    !matches!(first, Ok(ShardReply::Parked(false)))
 }

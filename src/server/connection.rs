@@ -101,6 +101,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         shard
             .requests_in_progress
             .set(shard.requests_in_progress.get() + 1);
+        shard.metrics.count_request(header.api_key);
         let reply = kafka::dispatch(&shard, &header, body).await;
         shard
             .requests_in_progress

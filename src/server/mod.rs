@@ -4,6 +4,7 @@
 pub mod connection;
 
 use crate::config::Config;
+use crate::metrics::ShardMetrics;
 use crate::shard::messages::MeshMsg;
 use crate::shard::router::Router;
 use crate::shard::{flusher, Shard};
@@ -79,19 +80,31 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             }
         })?;
 
+    let metrics: Vec<Arc<ShardMetrics>> = (0..shards)
+        .map(|_| Arc::new(ShardMetrics::default()))
+        .collect();
+    if let Some(addr) = &config.metrics_listen {
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+        crate::metrics::serve(listener, metrics.clone())?;
+        log::info!("metrics on http://{addr}/metrics");
+    }
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
     let mut handles = Vec::with_capacity(shards);
     for id in 0..shards {
-        let (config, router, catalog, mesh) = (
+        let (config, router, catalog, mesh, metrics) = (
             config.clone(),
             router.clone(),
             catalog.clone(),
             mesh.clone(),
+            metrics[id].clone(),
         );
         let cpu = cpus[id % cpus.len()];
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{id}"))
-            .spawn(move || async move { run_shard(id, config, router, catalog, mesh).await })
+            .spawn(
+                move || async move { run_shard(id, config, router, catalog, mesh, metrics).await },
+            )
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
     }
@@ -140,6 +153,7 @@ async fn run_shard(
     router: Arc<Router>,
     catalog: Arc<Catalog>,
     mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
+    metrics: Arc<ShardMetrics>,
 ) -> anyhow::Result<()> {
     let (senders, mut receivers) = mesh
         .join()
@@ -151,7 +165,9 @@ async fn run_shard(
         router,
         catalog.clone(),
         Some(senders),
+        metrics,
     ));
+    glommio::spawn_local(shard.timers.clone().drive(crate::shard::now_ms)).detach();
     if id == crate::shard::CONTROLLER_SHARD && !Catalog::path(&config.data_dir).exists() {
         Catalog::persist(&config.data_dir, &catalog.to_record()).await?;
     }

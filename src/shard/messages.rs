@@ -101,6 +101,8 @@ pub enum ShardReply {
     Fetch(Vec<FetchOutcome>),
     ListOffsets(Vec<OffsetsOutcome>),
     Controller(ControllerOutcome),
+    /// WaitForData: whether the shard parked the wait (false: its parking bound was hit).
+    Parked(bool),
     Done,
 }
 

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::storage::catalog::Catalog;
 use crate::storage::log::{LogSettings, PartitionLog, ReadError};
 use crate::storage::read;
+use crate::timer::Timers;
 use bytes::Bytes;
 use event_listener::Event;
 use futures::channel::oneshot;
@@ -27,7 +28,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The shard that owns the catalog and executes topic changes.
 pub const CONTROLLER_SHARD: usize = 0;
@@ -68,8 +68,21 @@ pub struct Shard {
     senders: Option<Senders<MeshMsg>>,
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardReply>>>,
     next_call_id: Cell<u64>,
+    /// Counters the metrics endpoint reads.
+    pub metrics: Arc<crate::metrics::ShardMetrics>,
+    /// The timing wheel every delayed operation on this shard parks on.
+    pub timers: Rc<Timers>,
     /// Serializes controller operations (only used on the controller shard).
     controller_lock: Semaphore,
+}
+
+/// How a parked wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Done,
+    Deadline,
+    /// The shard's bound on parked operations was reached.
+    Refused,
 }
 
 /// A peer shard has stopped and will not answer (only during shutdown).
@@ -87,7 +100,9 @@ impl Shard {
         router: Arc<Router>,
         catalog: Arc<Catalog>,
         senders: Option<Senders<MeshMsg>>,
+        metrics: Arc<crate::metrics::ShardMetrics>,
     ) -> Shard {
+        let max_parked = config.max_parked_operations;
         Shard {
             id,
             config,
@@ -103,6 +118,8 @@ impl Shard {
             pending: RefCell::new(HashMap::new()),
             next_call_id: Cell::new(0),
             controller_lock: Semaphore::new(1),
+            timers: Rc::new(Timers::new(now_ms(), max_parked, metrics.clone())),
+            metrics,
         }
     }
 
@@ -208,8 +225,7 @@ impl Shard {
                     ShardReply::Fetch(out)
                 }
                 ShardRequest::WaitForData { items, deadline_ms } => {
-                    self.wait_for_data(&items, deadline_ms).await;
-                    ShardReply::Done
+                    ShardReply::Parked(self.wait_for_data(&items, deadline_ms).await)
                 }
                 ShardRequest::ListOffsets { items } => {
                     let mut out = Vec::with_capacity(items.len());
@@ -459,16 +475,23 @@ impl Shard {
         self.queue_for_sync(&partition);
         if acks == -1 {
             let deadline = now_ms() + timeout_ms.max(0) as u64;
-            let durable = self
-                .wait_until(deadline, || {
-                    partition.log.borrow().high_watermark() >= end_offset
-                        || partition.log.borrow().failed
-                })
-                .await;
+            let durable = || {
+                let log = partition.log.borrow();
+                log.high_watermark() >= end_offset || log.failed
+            };
+            let mut wait = self.wait_until(deadline, durable).await;
+            if wait == Wait::Refused {
+                // The sync is already under way: wait for it without a timeout timer rather
+                // than fail a write that is about to become durable.
+                self.warn_parking_refused(
+                    "an acks=all produce waits for its sync without a timeout",
+                );
+                wait = self.wait_until_synced(durable).await;
+            }
             if partition.log.borrow().failed {
                 return fail(ResponseError::KafkaStorageError);
             }
-            if !durable {
+            if wait == Wait::Deadline {
                 return fail(ResponseError::RequestTimedOut);
             }
         }
@@ -488,24 +511,38 @@ impl Shard {
         }
     }
 
-    /// Waits until `done()` holds or `deadline_ms` passes; returns whether it holds. Re-checks
-    /// on every high-watermark event.
-    async fn wait_until(&self, deadline_ms: u64, done: impl Fn() -> bool) -> bool {
+    /// Waits until `done()` holds or `deadline_ms` passes, parked on the shard's timing wheel
+    /// and woken by every high-watermark event.
+    async fn wait_until(&self, deadline_ms: u64, done: impl Fn() -> bool) -> Wait {
+        if done() {
+            return Wait::Done;
+        }
+        let Ok(deadline) = self.timers.sleep_until(deadline_ms) else {
+            return Wait::Refused;
+        };
+        futures::pin_mut!(deadline);
         loop {
-            if done() {
-                return true;
-            }
             let listener = self.hw_advanced.listen();
             if done() {
-                return true;
+                return Wait::Done;
             }
-            let now = now_ms();
-            if now >= deadline_ms {
-                return false;
+            if let futures::future::Either::Right(_) =
+                futures::future::select(listener, &mut deadline).await
+            {
+                return if done() { Wait::Done } else { Wait::Deadline };
             }
-            let timer = glommio::timer::sleep(Duration::from_millis(deadline_ms - now));
-            futures::pin_mut!(timer);
-            futures::future::select(listener, timer).await;
+        }
+    }
+
+    /// Logs that the bound on parked operations was hit, at most once per 1000 refusals.
+    fn warn_parking_refused(&self, what: &str) {
+        let n = self.timers.parked_rejected.get();
+        if n % 1000 == 1 {
+            log::warn!(
+                "shard {}: {} operations parked, the limit (max_parked_operations): {what} ({n} refused so far)",
+                self.id,
+                self.timers.parked()
+            );
         }
     }
 
@@ -567,7 +604,8 @@ impl Shard {
         }
     }
 
-    async fn wait_for_data(&self, items: &[(String, i32, i64)], deadline_ms: u64) {
+    /// Parks until data arrives for any item or the deadline; false if parking was refused.
+    async fn wait_for_data(&self, items: &[(String, i32, i64)], deadline_ms: u64) -> bool {
         let has_data = || {
             items
                 .iter()
@@ -579,7 +617,22 @@ impl Shard {
                     None => true, // gone: the re-read reports the error
                 })
         };
-        self.wait_until(deadline_ms, has_data).await;
+        let parked = self.wait_until(deadline_ms, has_data).await;
+        if parked == Wait::Refused {
+            self.warn_parking_refused("a fetch is answered without waiting");
+        }
+        parked != Wait::Refused
+    }
+
+    /// Waits for `done()` with no deadline; only for waits that the flusher bounds.
+    async fn wait_until_synced(&self, done: impl Fn() -> bool) -> Wait {
+        loop {
+            let listener = self.hw_advanced.listen();
+            if done() {
+                return Wait::Done;
+            }
+            listener.await;
+        }
     }
 
     // ---- list offsets ------------------------------------------------------------------

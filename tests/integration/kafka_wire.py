@@ -47,8 +47,8 @@ def request(api_key: int, version: int, correlation_id: int, body: bytes, client
     return struct.pack(">i", len(payload)) + payload
 
 
-def produce_v3(topic: str, partition: int, records: bytes, acks=-1) -> bytes:
-    body = string(None) + struct.pack(">hi", acks, 5000) + struct.pack(">i", 1) + string(topic)
+def produce_v3(topic: str, partition: int, records: bytes, acks=-1, timeout_ms=5000) -> bytes:
+    body = string(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + string(topic)
     body += struct.pack(">i", 1) + struct.pack(">i", partition) + struct.pack(">i", len(records)) + records
     return body
 
@@ -84,3 +84,24 @@ def closed_by_peer(sock: socket.socket, timeout_s=5.0) -> bool:
         return sock.recv(1) == b""
     except ConnectionResetError:
         return True
+
+
+def fetch_v4(topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes=1) -> bytes:
+    """A Fetch v4 body for one partition (replica -1, read_uncommitted)."""
+    body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, 1 << 20, 0)
+    body += struct.pack(">i", 1) + string(topic) + struct.pack(">i", 1)
+    body += struct.pack(">iqi", partition, offset, 1 << 20)
+    return body
+
+
+def fetch_v4_partition(response: bytes) -> tuple[int, int, int]:
+    """(error_code, high_watermark, records bytes) of the single partition in a Fetch v4 response."""
+    pos = 4 + 4 + 4  # correlation id, throttle, topics array length
+    name_len = struct.unpack(">h", response[pos:pos + 2])[0]
+    pos += 2 + name_len + 4  # name, partitions array length
+    _p, error, hw, _lso = struct.unpack(">ihqq", response[pos:pos + 22])
+    pos += 22
+    aborted = struct.unpack(">i", response[pos:pos + 4])[0]
+    pos += 4 + max(aborted, 0) * 16
+    records = struct.unpack(">i", response[pos:pos + 4])[0]
+    return error, hw, records

@@ -1,0 +1,143 @@
+//! Delayed operations on a shard: one timing wheel, one driver task, and `sleep_until` futures
+//! that register in the wheel and cancel themselves when dropped. Fetch long polls and
+//! acks=all produce waits park here; so will group session and rebalance timeouts.
+
+pub mod wheel;
+
+use crate::metrics::ShardMetrics;
+use event_listener::Event;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use wheel::{InsertError, TimerId, TimingWheel};
+
+/// Wheel resolution: deadlines are met within one tick.
+pub const TICK_MS: u64 = 1;
+/// Buckets per level: level 0 spans 512 ms, level 1 ~4.4 minutes, level 2 ~38 hours.
+pub const WHEEL_SIZE: usize = 512;
+
+/// What a parked operation shares with the wheel: whether its deadline passed, and whom to wake.
+#[derive(Default)]
+struct Parked {
+    fired: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+pub struct Timers {
+    wheel: RefCell<TimingWheel<Rc<Parked>>>,
+    /// Wakes the driver when a timer earlier than the one it sleeps for is added.
+    rearm: Event,
+    sleeping_until: Cell<u64>,
+    pub parked_rejected: Cell<u64>,
+    metrics: Arc<ShardMetrics>,
+}
+
+impl Timers {
+    pub fn new(now_ms: u64, capacity: usize, metrics: Arc<ShardMetrics>) -> Timers {
+        Timers {
+            wheel: RefCell::new(TimingWheel::new(TICK_MS, WHEEL_SIZE, now_ms, capacity)),
+            rearm: Event::new(),
+            sleeping_until: Cell::new(u64::MAX),
+            parked_rejected: Cell::new(0),
+            metrics,
+        }
+    }
+
+    fn publish(&self) {
+        self.metrics
+            .parked
+            .store(self.wheel.borrow().len() as u64, Ordering::Relaxed);
+        self.metrics
+            .parked_rejected
+            .store(self.parked_rejected.get(), Ordering::Relaxed);
+    }
+
+    pub fn parked(&self) -> usize {
+        self.wheel.borrow().len()
+    }
+
+    /// A future that completes at `deadline_ms` (wall-clock ms). Err when the shard's bound on
+    /// parked operations is reached.
+    pub fn sleep_until(self: &Rc<Self>, deadline_ms: u64) -> Result<Sleep, InsertError> {
+        let parked = Rc::new(Parked::default());
+        let inserted = self.wheel.borrow_mut().insert(deadline_ms, parked.clone());
+        let id = inserted.inspect_err(|_| {
+            self.parked_rejected.set(self.parked_rejected.get() + 1);
+            self.publish();
+        })?;
+        self.publish();
+        if deadline_ms < self.sleeping_until.get() {
+            self.rearm.notify(1);
+        }
+        Ok(Sleep {
+            timers: self.clone(),
+            id,
+            parked,
+        })
+    }
+
+    /// The driver: sleeps until the wheel's next expiration (or until an earlier timer is
+    /// added), fires what is due, repeats. With nothing parked it waits on an event and does
+    /// no work at all.
+    pub async fn drive(self: Rc<Self>, now_ms: impl Fn() -> u64) {
+        loop {
+            let rearm = self.rearm.listen();
+            let next = self.wheel.borrow().next_expiration();
+            match next {
+                None => {
+                    self.sleeping_until.set(u64::MAX);
+                    rearm.await;
+                }
+                Some(at) => {
+                    let now = now_ms();
+                    if at > now {
+                        self.sleeping_until.set(at);
+                        let sleep = glommio::timer::sleep(Duration::from_millis(at - now));
+                        futures::pin_mut!(sleep);
+                        futures::future::select(sleep, rearm).await;
+                    }
+                }
+            }
+            let due = self.wheel.borrow_mut().poll(now_ms());
+            self.publish();
+            for parked in due {
+                parked.fired.set(true);
+                if let Some(w) = parked.waker.borrow_mut().take() {
+                    w.wake();
+                }
+            }
+        }
+    }
+}
+
+/// Completes at its deadline; dropping it first cancels the timer (O(1)).
+pub struct Sleep {
+    timers: Rc<Timers>,
+    id: TimerId,
+    parked: Rc<Parked>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.parked.fired.get() {
+            return Poll::Ready(());
+        }
+        *self.parked.waker.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if !self.parked.fired.get() {
+            self.timers.wheel.borrow_mut().cancel(self.id);
+            self.timers.publish();
+        }
+    }
+}

@@ -1,0 +1,19 @@
+"""Reads the broker's Prometheus endpoint."""
+import re
+import urllib.request
+
+
+def scrape(addr: str) -> dict:
+    """{(name, labels-string): value}"""
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)\{([^}]*)\} (\d+)$", line)
+        if m:
+            out[(m.group(1), m.group(2))] = int(m.group(3))
+    return out
+
+
+def total(addr: str, name: str, **labels) -> int:
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(v for (n, l), v in scrape(addr).items() if n == name and all(w in l for w in want))
