@@ -28,6 +28,13 @@ pub struct Config {
     /// Bound on operations parked on one shard's timing wheel (fetch long polls, acks=all
     /// timeouts). Past it, fetches are answered without waiting, with a log line.
     pub max_parked_operations: usize,
+    /// Partitions of `__consumer_offsets`, which place and persist consumer groups.
+    pub offsets_topic_partitions: i32,
+    /// Kafka's group.initial.rebalance.delay.ms: how long an empty group's first rebalance waits
+    /// for more members.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// Kafka's group.min.session.timeout.ms.
+    pub group_min_session_timeout_ms: i32,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
     pub log: LogConfig,
@@ -92,6 +99,9 @@ impl Default for Config {
             auto_create_topics: true,
             max_parked_operations: 100_000,
             metrics_listen: None,
+            offsets_topic_partitions: 16,
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
             log: LogConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
@@ -214,6 +224,27 @@ impl Config {
             return bad(
                 "max_parked_operations",
                 format!("{} is not in 1..=10000000", self.max_parked_operations),
+            );
+        }
+        if !(1..=1000).contains(&self.offsets_topic_partitions) {
+            return bad(
+                "offsets_topic_partitions",
+                format!("{} is not in 1..=1000", self.offsets_topic_partitions),
+            );
+        }
+        if self.group_initial_rebalance_delay_ms > 300_000 {
+            return bad(
+                "group_initial_rebalance_delay_ms",
+                "must be at most 300000".into(),
+            );
+        }
+        if !(1..=1_800_000).contains(&self.group_min_session_timeout_ms) {
+            return bad(
+                "group_min_session_timeout_ms",
+                format!(
+                    "{} is not in 1..=1800000",
+                    self.group_min_session_timeout_ms
+                ),
             );
         }
         if let Some(m) = &self.metrics_listen {

@@ -1,6 +1,7 @@
 //! Sluice: a thread-per-core, Kafka-wire-compatible streaming broker. See ARCHITECTURE.md.
 pub mod bench;
 pub mod config;
+pub mod group;
 pub mod kafka;
 pub mod metrics;
 pub mod protocol;

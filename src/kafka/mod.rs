@@ -5,12 +5,23 @@ pub mod api_versions;
 pub mod controller;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 use crate::protocol::frame::RequestHeader;
 use crate::shard::Shard;
@@ -38,6 +49,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -60,8 +82,10 @@ pub async fn dispatch(
     shard: &Rc<Shard>,
     header: &RequestHeader,
     body: Bytes,
+    peer_host: &str,
 ) -> anyhow::Result<Reply> {
     let v = header.api_version;
+    let client_id = header.client_id.as_deref().unwrap_or_default();
     match header.api_key {
         ApiKey::Produce => produce::handle(shard, v, body).await,
         ApiKey::Fetch => fetch::handle(shard, v, body).await,
@@ -72,6 +96,17 @@ pub async fn dispatch(
         ApiKey::DeleteTopics => delete_topics::handle(shard, v, body).await,
         ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
         ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
+        ApiKey::FindCoordinator => find_coordinator::handle(shard, v, body).await,
+        ApiKey::JoinGroup => join_group::handle(shard, v, body, client_id, peer_host).await,
+        ApiKey::SyncGroup => sync_group::handle(shard, v, body).await,
+        ApiKey::Heartbeat => heartbeat::handle(shard, v, body).await,
+        ApiKey::LeaveGroup => leave_group::handle(shard, v, body).await,
+        ApiKey::OffsetCommit => offset_commit::handle(shard, v, body).await,
+        ApiKey::OffsetFetch => offset_fetch::handle(shard, v, body).await,
+        ApiKey::DescribeGroups => describe_groups::handle(shard, v, body).await,
+        ApiKey::ListGroups => list_groups::handle(shard, v, body).await,
+        ApiKey::DeleteGroups => delete_groups::handle(shard, v, body).await,
+        ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
         other => anyhow::bail!("no handler for {other:?}"),
     }
 }

@@ -165,25 +165,37 @@ pub fn assign(
     }
 }
 
-/// Builds a valid uncompressed batch of `count` records of `value_len` bytes each: for tests,
-/// benches and the load generator.
-pub fn synthetic(base_offset: i64, count: i32, value_len: usize, timestamp: i64) -> Vec<u8> {
-    let mut records = Vec::new();
-    for i in 0..count {
+/// A record's key and value as `build` takes them; None is null.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// Builds an uncompressed batch (base offset 0) of records with these keys and values (None is
+/// null, a tombstone for a value), all stamped `timestamp`. Used for the broker's own internal
+/// records, and by tests and benches.
+pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Vec<u8> {
+    assert!(!records.is_empty(), "a batch holds at least one record");
+    let mut body = Vec::new();
+    for (i, (key, value)) in records.iter().enumerate() {
         let mut rec = Vec::new();
         rec.push(0u8); // attributes
         put_varint(&mut rec, 0); // timestamp delta
         put_varint(&mut rec, i as i64); // offset delta
-        put_varint(&mut rec, -1); // key length: null
-        put_varint(&mut rec, value_len as i64);
-        rec.extend(std::iter::repeat_n(b'v', value_len));
+        for field in [key, value] {
+            match field {
+                Some(b) => {
+                    put_varint(&mut rec, b.len() as i64);
+                    rec.extend_from_slice(b);
+                }
+                None => put_varint(&mut rec, -1),
+            }
+        }
         put_varint(&mut rec, 0); // headers
-        put_varint(&mut records, rec.len() as i64);
-        records.extend(rec);
+        put_varint(&mut body, rec.len() as i64);
+        body.extend(rec);
     }
-    let mut b = Vec::new();
-    b.extend(base_offset.to_be_bytes());
-    b.extend(((HEADER_BYTES - LOG_OVERHEAD + records.len()) as i32).to_be_bytes());
+    let count = records.len() as i32;
+    let mut b = Vec::with_capacity(HEADER_BYTES + body.len());
+    b.extend(0i64.to_be_bytes());
+    b.extend(((HEADER_BYTES - LOG_OVERHEAD + body.len()) as i32).to_be_bytes());
     b.extend(0i32.to_be_bytes());
     b.push(2);
     b.extend(0u32.to_be_bytes());
@@ -195,10 +207,75 @@ pub fn synthetic(base_offset: i64, count: i32, value_len: usize, timestamp: i64)
     b.extend((-1i16).to_be_bytes());
     b.extend((-1i32).to_be_bytes());
     b.extend(count.to_be_bytes());
-    b.extend(records);
+    b.extend(body);
     let crc = crc32c::crc32c(&b[CRC_START..]);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b
+}
+
+/// A valid uncompressed batch of `count` keyless records of `value_len` bytes each.
+pub fn synthetic(base_offset: i64, count: i32, value_len: usize, timestamp: i64) -> Vec<u8> {
+    let value = vec![b'v'; value_len];
+    let records: Vec<_> = (0..count).map(|_| (None, Some(&value[..]))).collect();
+    let mut b = build(&records, timestamp);
+    b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    b
+}
+
+/// One record of an uncompressed batch.
+pub struct Record<'a> {
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+}
+
+/// The records of one whole uncompressed batch; None if it is compressed or malformed.
+pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
+    let h = parse_header(batch).ok()?;
+    if h.compression() != 0 || h.size_bytes > batch.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(h.record_count as usize);
+    let mut at = HEADER_BYTES;
+    let end = h.size_bytes;
+    for _ in 0..h.record_count {
+        let (len, n) = get_varint(batch.get(at..end)?)?;
+        let rec_end = (at + n).checked_add(usize::try_from(len).ok()?)?;
+        let mut p = at + n + 1; // attributes
+        let (_, n) = get_varint(batch.get(p..rec_end)?)?; // timestamp delta
+        p += n;
+        let (offset_delta, n) = get_varint(batch.get(p..rec_end)?)?;
+        p += n;
+        let mut fields = [None, None];
+        for f in &mut fields {
+            let (l, n) = get_varint(batch.get(p..rec_end)?)?;
+            p += n;
+            if l >= 0 {
+                let l = l as usize;
+                *f = Some(batch.get(p..p + l)?);
+                p += l;
+            }
+        }
+        out.push(Record {
+            offset: h.base_offset + offset_delta,
+            key: fields[0],
+            value: fields[1],
+        });
+        at = rec_end;
+    }
+    Some(out)
+}
+
+/// Zig-zag varint: value and bytes read.
+pub fn get_varint(b: &[u8]) -> Option<(i64, usize)> {
+    let mut raw: u64 = 0;
+    for (i, &byte) in b.iter().take(10).enumerate() {
+        raw |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), i + 1));
+        }
+    }
+    None
 }
 
 fn put_varint(out: &mut Vec<u8>, v: i64) {
@@ -252,6 +329,24 @@ pub mod tests {
         let hs = validate_all(&b).unwrap();
         assert_eq!(hs.len(), 2);
         assert_eq!(hs[1].record_count, 4);
+    }
+
+    #[test]
+    fn build_and_read_records() {
+        let b = build(
+            &[
+                (Some(b"k1"), Some(b"v1")),
+                (None, None),
+                (Some(b""), Some(b"vv")),
+            ],
+            9,
+        );
+        validate(&b).unwrap();
+        let r = records(&b).unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[0].key, r[0].value), (Some(&b"k1"[..]), Some(&b"v1"[..])));
+        assert_eq!((r[1].key, r[1].value, r[1].offset), (None, None, 1));
+        assert_eq!((r[2].key, r[2].value), (Some(&b""[..]), Some(&b"vv"[..])));
     }
 
     #[test]

@@ -47,6 +47,11 @@ impl Reader {
         Ok(self.buf.get_i32())
     }
 
+    pub fn i64(&mut self) -> WireResult<i64> {
+        self.need(8)?;
+        Ok(self.buf.get_i64())
+    }
+
     pub fn uvarint(&mut self) -> WireResult<u32> {
         let mut value: u32 = 0;
         for shift in (0..35).step_by(7) {

@@ -12,10 +12,14 @@ use kafka_protocol::messages::ApiKey;
 use std::rc::Rc;
 
 pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
-    let peer = stream
-        .peer_addr()
+    let peer_addr = stream.peer_addr().ok();
+    let peer = peer_addr
         .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
+        .unwrap_or_else(|| "?".into());
+    // Kafka reports a member's host as "/<ip>".
+    let client_host = peer_addr
+        .map(|a| format!("/{}", a.ip()))
+        .unwrap_or_default();
     if let Err(e) = stream.set_nodelay(true) {
         log::warn!("{peer}: cannot set TCP_NODELAY: {e}");
     }
@@ -102,7 +106,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             .requests_in_progress
             .set(shard.requests_in_progress.get() + 1);
         shard.metrics.count_request(header.api_key);
-        let reply = kafka::dispatch(&shard, &header, body).await;
+        let reply = kafka::dispatch(&shard, &header, body, &client_host).await;
         shard
             .requests_in_progress
             .set(shard.requests_in_progress.get() - 1);

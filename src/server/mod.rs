@@ -130,6 +130,38 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Creates `__consumer_offsets` on first start, so groups have somewhere to live. Other shards
+/// may serve clients meanwhile; they answer group requests with COORDINATOR_NOT_AVAILABLE (which
+/// clients retry) until it exists.
+async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    use crate::shard::messages::{ControllerOp, NewTopic};
+    if shard
+        .catalog()
+        .topics
+        .contains_key(crate::group::OFFSETS_TOPIC)
+    {
+        return;
+    }
+    let topic = NewTopic {
+        name: crate::group::OFFSETS_TOPIC.to_string(),
+        partitions: shard.config.offsets_topic_partitions,
+        replication_factor: 1,
+        configs: vec![("cleanup.policy".to_string(), "compact".to_string())],
+    };
+    let op = ControllerOp::CreateTopics {
+        topics: vec![topic],
+        validate_only: false,
+    };
+    for (code, message) in crate::kafka::controller::execute(shard, op).await {
+        if code != 0 {
+            log::error!(
+                "cannot create {}: {code} {message:?}",
+                crate::group::OFFSETS_TOPIC
+            );
+        }
+    }
+}
+
 /// glommio binds with SO_REUSEPORT, which would silently share a port with another process
 /// listening there, so a connection attempt checks first. (A plain bind is no test: sockets a
 /// killed broker left in FIN_WAIT make it fail spuriously.) A killed broker's listener can
@@ -182,6 +214,11 @@ async fn run_shard(
         })
         .detach();
     }
+    if id == crate::shard::CONTROLLER_SHARD {
+        ensure_offsets_topic(&shard).await;
+    }
+    crate::group::replay(&shard).await;
+    glommio::spawn_local(crate::group::drive(shard.clone())).detach();
     let listener = TcpListener::bind(&config.listen)
         .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {}: {e}", config.listen))?;
     log::info!(
@@ -227,8 +264,10 @@ async fn run_shard(
     while shard.requests_in_progress.get() > 0 && crate::shard::now_ms() < drain_deadline {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
+    log::debug!("shard {id}: requests drained");
     flusher::drain(&shard).await;
     flusher.await;
+    log::debug!("shard {id}: flusher stopped");
     shard.close_partitions().await;
     log::info!("shard {id}: closed");
     Ok(())

@@ -94,6 +94,8 @@ pub enum ShardRequest {
     },
     ApplyCatalog(Arc<Catalog>),
     Controller(ControllerOp),
+    /// A consumer-group operation, for the shard that owns the group.
+    Group(crate::group::GroupOp),
 }
 
 pub enum ShardReply {
@@ -103,6 +105,7 @@ pub enum ShardReply {
     Controller(ControllerOutcome),
     /// WaitForData: whether the shard parked the wait (false: its parking bound was hit).
     Parked(bool),
+    Group(crate::group::GroupReply),
     Done,
 }
 

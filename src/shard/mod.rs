@@ -70,6 +70,8 @@ pub struct Shard {
     next_call_id: Cell<u64>,
     /// Counters the metrics endpoint reads.
     pub metrics: Arc<crate::metrics::ShardMetrics>,
+    /// The consumer groups this shard coordinates.
+    pub groups: crate::group::GroupManager,
     /// The timing wheel every delayed operation on this shard parks on.
     pub timers: Rc<Timers>,
     /// Serializes controller operations (only used on the controller shard).
@@ -103,6 +105,7 @@ impl Shard {
         metrics: Arc<crate::metrics::ShardMetrics>,
     ) -> Shard {
         let max_parked = config.max_parked_operations;
+        let groups = crate::group::GroupManager::new(now_ms(), &config);
         Shard {
             id,
             config,
@@ -119,6 +122,7 @@ impl Shard {
             next_call_id: Cell::new(0),
             controller_lock: Semaphore::new(1),
             timers: Rc::new(Timers::new(now_ms(), max_parked, metrics.clone())),
+            groups,
             metrics,
         }
     }
@@ -238,6 +242,7 @@ impl Shard {
                     self.apply_catalog(catalog).await;
                     ShardReply::Done
                 }
+                ShardRequest::Group(op) => ShardReply::Group(crate::group::handle(&self, op).await),
                 ShardRequest::Controller(op) => {
                     assert_eq!(
                         self.id, CONTROLLER_SHARD,
@@ -390,7 +395,12 @@ impl Shard {
 
     // ---- produce -----------------------------------------------------------------------
 
-    async fn produce_local(&self, item: ProduceItem, acks: i16, timeout_ms: i32) -> ProduceOutcome {
+    pub(crate) async fn produce_local(
+        &self,
+        item: ProduceItem,
+        acks: i16,
+        timeout_ms: i32,
+    ) -> ProduceOutcome {
         let fail = |e: ResponseError| ProduceOutcome {
             error_code: code(e),
             base_offset: -1,
@@ -548,7 +558,7 @@ impl Shard {
 
     // ---- fetch -------------------------------------------------------------------------
 
-    async fn fetch_local(&self, item: FetchItem) -> FetchOutcome {
+    pub(crate) async fn fetch_local(&self, item: FetchItem) -> FetchOutcome {
         let fail = |e: ResponseError, hw: i64, lso: i64| FetchOutcome {
             error_code: code(e),
             high_watermark: hw,

@@ -11,7 +11,7 @@ pub struct Router {
 
 /// FNV-1a: stable across builds and platforms, unlike std's randomized hasher, so a partition's
 /// owner does not move between restarts.
-fn fnv1a(data: &[u8]) -> u64 {
+pub fn fnv1a(data: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in data {
         h ^= b as u64;

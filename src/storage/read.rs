@@ -139,30 +139,18 @@ fn first_record_at_or_after(
 ) -> Option<i64> {
     let mut at = HEADER_BYTES;
     for _ in 0..header.record_count {
-        let (len, n) = varint(&body[at..])?;
+        let (len, n) = batch::get_varint(&body[at..])?;
         let record_start = at + n;
         let mut p = record_start + 1; // attributes
-        let (ts_delta, n) = varint(body.get(p..)?)?;
+        let (ts_delta, n) = batch::get_varint(body.get(p..)?)?;
         p += n;
-        let (offset_delta, _) = varint(body.get(p..)?)?;
+        let (offset_delta, _) = batch::get_varint(body.get(p..)?)?;
         if header.base_timestamp + ts_delta >= timestamp {
             return Some(header.base_offset + offset_delta);
         }
         at = record_start.checked_add(usize::try_from(len).ok()?)?;
         if at > body.len() {
             return None;
-        }
-    }
-    None
-}
-
-/// Zig-zag varint (records use signed varints): value and bytes read.
-fn varint(b: &[u8]) -> Option<(i64, usize)> {
-    let mut raw: u64 = 0;
-    for (i, &byte) in b.iter().take(10).enumerate() {
-        raw |= ((byte & 0x7f) as u64) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), i + 1));
         }
     }
     None

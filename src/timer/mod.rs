@@ -87,7 +87,7 @@ impl Timers {
     pub async fn drive(self: Rc<Self>, now_ms: impl Fn() -> u64) {
         loop {
             let rearm = self.rearm.listen();
-            let next = self.wheel.borrow().next_expiration();
+            let next = self.wheel.borrow_mut().next_expiration();
             match next {
                 None => {
                     self.sleeping_until.set(u64::MAX);

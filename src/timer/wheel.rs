@@ -101,9 +101,20 @@ impl<T> TimingWheel<T> {
         self.len == 0
     }
 
-    /// Earliest time at which `poll` may have something to do.
-    pub fn next_expiration(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((t, _, _))| *t)
+    /// Earliest time at which a timer is due. Drops heap entries of buckets that were emptied
+    /// by cancels or moved on to a later round, so an idle wheel reports nothing.
+    pub fn next_expiration(&mut self) -> Option<u64> {
+        while let Some(&Reverse((expiration, level, bucket))) = self.heap.peek() {
+            let b = &mut self.levels[level as usize].buckets[bucket as usize];
+            if b.expiration_ms == expiration && b.head != NIL {
+                return Some(expiration);
+            }
+            if b.expiration_ms == expiration {
+                b.expiration_ms = u64::MAX; // emptied by cancels
+            }
+            self.heap.pop();
+        }
+        None
     }
 
     /// Adds a timer. A deadline within the current tick is already due: it is returned by the

@@ -1,0 +1,1347 @@
+//! The group coordinator's state machine (classic protocol), without I/O: requests and the time
+//! come in as values; responses, deferred responses and records to persist come out.
+//!
+//! States: Empty → PreparingRebalance → CompletingRebalance → Stable, and Dead once deleted.
+//! - A JoinGroup moves the group to PreparingRebalance; the join completes when every member has
+//!   rejoined or the rebalance timeout passes (members that did not rejoin are removed). Then
+//!   the generation increases and every joined member gets its JoinGroup response; the leader's
+//!   carries the members' subscriptions.
+//! - The leader's SyncGroup carries the assignment; every member's SyncGroup is answered with
+//!   its share, and the group is Stable.
+//! - Heartbeats keep a member alive for its session timeout; a member that misses it, or
+//!   leaves, triggers a rebalance.
+//! - Static members (KIP-345) keep their assignment across restarts inside the session timeout.
+
+use crate::timer::wheel::{TimerId, TimingWheel};
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::PreparingRebalance => "PreparingRebalance",
+            State::CompletingRebalance => "CompletingRebalance",
+            State::Stable => "Stable",
+            State::Dead => "Dead",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    awaiting_join: bool,
+    awaiting_sync: bool,
+    heartbeat_timer: Option<TimerId>,
+}
+
+impl Member {
+    pub fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+#[derive(Debug)]
+pub struct Group {
+    pub id: String,
+    pub state: State,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// group.instance.id → member id.
+    pub static_members: HashMap<String, String>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED and not joined yet (KIP-394).
+    pending_members: HashMap<String, TimerId>,
+    rebalance_timer: Option<TimerId>,
+    /// The rebalance of an empty group waits out the initial delay even once all have joined.
+    rebalance_timer_initial: bool,
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+}
+
+impl Group {
+    fn new(id: &str) -> Group {
+        Group {
+            id: id.to_string(),
+            state: State::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            static_members: HashMap::new(),
+            pending_members: HashMap::new(),
+            rebalance_timer: None,
+            rebalance_timer_initial: false,
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    /// Topics the members' subscriptions name (consumer protocol only), for OffsetDelete.
+    pub fn is_subscribed_to(&self, topic: &str) -> bool {
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return false;
+        }
+        let Some(protocol) = &self.protocol else {
+            return false;
+        };
+        self.members.values().any(|m| {
+            let meta = m.metadata_for(protocol);
+            crate::group::records::subscribed_topics(&meta)
+                .iter()
+                .any(|t| t == topic)
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// v4+: a join without a member id gets MEMBER_ID_REQUIRED and a fresh id.
+    pub require_known_member_id: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JoinResponse {
+    pub error_code: i16,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    pub skip_assignment: bool,
+    /// (member id, group instance id, metadata): only for the leader.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SyncResponse {
+    pub error_code: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+/// What the shell must do after an input.
+#[derive(Debug)]
+pub enum Output {
+    /// Answer the parked JoinGroup of this member.
+    Join {
+        group_id: String,
+        member_id: String,
+        response: JoinResponse,
+    },
+    /// Answer the parked SyncGroup of this member.
+    Sync {
+        group_id: String,
+        member_id: String,
+        response: SyncResponse,
+    },
+    /// The group's metadata changed: persist it (members, generation, assignments).
+    PersistGroup { group_id: String },
+}
+
+/// A join or sync that is answered now, or later through an `Output` for this member id.
+#[derive(Debug)]
+pub enum Reply<T> {
+    Now(T),
+    Later(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TimerKind {
+    Heartbeat { group: String, member: String },
+    Rebalance { group: String, generation: i32 },
+    Pending { group: String, member: String },
+}
+
+/// Limits that protect the coordinator from runaway clients.
+pub const MAX_MEMBERS_PER_GROUP: usize = 10_000;
+pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
+pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
+
+pub struct Coordinator {
+    pub groups: HashMap<String, Group>,
+    wheel: TimingWheel<TimerKind>,
+    outputs: Vec<Output>,
+    /// Delay before the first rebalance of an empty group completes, so members starting
+    /// together land in one generation (Kafka's group.initial.rebalance.delay.ms).
+    initial_rebalance_delay_ms: u64,
+    min_session_timeout_ms: i32,
+}
+
+fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+impl Coordinator {
+    pub fn new(
+        now_ms: u64,
+        initial_rebalance_delay_ms: u64,
+        min_session_timeout_ms: i32,
+    ) -> Coordinator {
+        Coordinator {
+            groups: HashMap::new(),
+            wheel: TimingWheel::new(1, 256, now_ms, 1_000_000),
+            outputs: Vec::new(),
+            initial_rebalance_delay_ms,
+            min_session_timeout_ms,
+        }
+    }
+
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        self.wheel.next_expiration()
+    }
+
+    pub fn group_mut(&mut self, id: &str) -> &mut Group {
+        self.groups
+            .entry(id.to_string())
+            .or_insert_with(|| Group::new(id))
+    }
+
+    fn new_member_id(&self, client_id: &str) -> String {
+        format!("{client_id}-{}", uuid::Uuid::new_v4())
+    }
+
+    // ---- JoinGroup ---------------------------------------------------------------------
+
+    pub fn join(&mut self, now_ms: u64, req: JoinRequest) -> Reply<JoinResponse> {
+        let fail = |e: ResponseError, member_id: &str| {
+            Reply::Now(JoinResponse {
+                error_code: code(e),
+                generation_id: -1,
+                member_id: member_id.to_string(),
+                ..Default::default()
+            })
+        };
+        if req.session_timeout_ms < self.min_session_timeout_ms
+            || req.session_timeout_ms > MAX_SESSION_TIMEOUT_MS
+        {
+            return fail(ResponseError::InvalidSessionTimeout, &req.member_id);
+        }
+        if req.protocol_type.is_empty() || req.protocols.is_empty() {
+            return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+        }
+        let group = self.group_mut(&req.group_id);
+        if group.state == State::Dead {
+            return fail(ResponseError::CoordinatorNotAvailable, &req.member_id);
+        }
+        // The group's protocol type must match, and the members must share a protocol.
+        if group.state != State::Empty || !group.members.is_empty() {
+            let type_ok = group.protocol_type.as_deref() == Some(req.protocol_type.as_str());
+            let shared = group.members.values().all(|m| {
+                m.protocols
+                    .iter()
+                    .any(|(n, _)| req.protocols.iter().any(|(r, _)| r == n))
+            });
+            if !type_ok || !shared {
+                return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+            }
+        }
+        if let Some(instance) = req.group_instance_id.clone() {
+            return self.join_static(now_ms, req, instance);
+        }
+        if req.member_id.is_empty() {
+            let member_id = self.new_member_id(&req.client_id);
+            if req.require_known_member_id {
+                let timer = self.wheel.insert(
+                    now_ms + req.session_timeout_ms as u64,
+                    TimerKind::Pending {
+                        group: req.group_id.clone(),
+                        member: member_id.clone(),
+                    },
+                );
+                let group = self.group_mut(&req.group_id);
+                if group.members.len() + group.pending_members.len() >= MAX_MEMBERS_PER_GROUP {
+                    if let Ok(t) = timer {
+                        self.wheel.cancel(t);
+                    }
+                    return fail(ResponseError::GroupMaxSizeReached, "");
+                }
+                if let Ok(t) = timer {
+                    group.pending_members.insert(member_id.clone(), t);
+                }
+                return fail(ResponseError::MemberIdRequired, &member_id);
+            }
+            return self.add_member_and_rebalance(now_ms, req, member_id);
+        }
+        let group = self.group_mut(&req.group_id);
+        if let Some(t) = group.pending_members.remove(&req.member_id) {
+            self.wheel.cancel(t);
+            let id = req.member_id.clone();
+            return self.add_member_and_rebalance(now_ms, req, id);
+        }
+        if !group.members.contains_key(&req.member_id) {
+            return fail(ResponseError::UnknownMemberId, &req.member_id);
+        }
+        self.update_member_and_rebalance(now_ms, req)
+    }
+
+    fn join_static(
+        &mut self,
+        now_ms: u64,
+        req: JoinRequest,
+        instance: String,
+    ) -> Reply<JoinResponse> {
+        let group = self.group_mut(&req.group_id);
+        match group.static_members.get(&instance).cloned() {
+            None => {
+                if !req.member_id.is_empty() {
+                    return Reply::Now(JoinResponse {
+                        error_code: code(ResponseError::UnknownMemberId),
+                        generation_id: -1,
+                        member_id: req.member_id.clone(),
+                        ..Default::default()
+                    });
+                }
+                let member_id = self.new_member_id(&req.client_id);
+                self.add_member_and_rebalance(now_ms, req, member_id)
+            }
+            Some(old_id) if req.member_id.is_empty() => {
+                // A restarted static member: it takes over the old member's slot under a new id.
+                let new_id = self.new_member_id(&req.client_id);
+                let group = self.group_mut(&req.group_id);
+                let Some(mut member) = group.members.remove(&old_id) else {
+                    group.static_members.remove(&instance);
+                    return self.add_member_and_rebalance(now_ms, req, new_id);
+                };
+                let protocols_changed = member.protocols != req.protocols;
+                if let Some(t) = member.heartbeat_timer.take() {
+                    self.wheel.cancel(t);
+                }
+                let group = self.group_mut(&req.group_id);
+                let was_awaiting_join = member.awaiting_join;
+                member.member_id = new_id.clone();
+                member.session_timeout_ms = req.session_timeout_ms;
+                member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+                member.client_id = req.client_id.clone();
+                member.client_host = req.client_host.clone();
+                member.awaiting_join = false;
+                member.awaiting_sync = false;
+                group.members.insert(new_id.clone(), member);
+                group.static_members.insert(instance, new_id.clone());
+                if group.leader.as_deref() == Some(old_id.as_str()) {
+                    group.leader = Some(new_id.clone());
+                }
+                if was_awaiting_join {
+                    // The old incarnation's parked join is fenced.
+                    self.outputs.push(Output::Join {
+                        group_id: req.group_id.clone(),
+                        member_id: old_id.clone(),
+                        response: JoinResponse {
+                            error_code: code(ResponseError::FencedInstanceId),
+                            generation_id: -1,
+                            member_id: old_id,
+                            ..Default::default()
+                        },
+                    });
+                }
+                let state = self.group_mut(&req.group_id).state;
+                match state {
+                    State::Stable if !protocols_changed => {
+                        // Same subscription: no rebalance. It gets the current generation and
+                        // fetches its stored assignment with SyncGroup.
+                        self.schedule_heartbeat(now_ms, &req.group_id, &new_id);
+                        self.outputs.push(Output::PersistGroup {
+                            group_id: req.group_id.clone(),
+                        });
+                        let group = self.group_mut(&req.group_id);
+                        Reply::Now(JoinResponse {
+                            error_code: 0,
+                            generation_id: group.generation,
+                            protocol_type: group.protocol_type.clone(),
+                            protocol_name: group.protocol.clone(),
+                            leader: group.leader.clone().unwrap_or_default(),
+                            member_id: new_id,
+                            skip_assignment: false,
+                            members: Vec::new(),
+                        })
+                    }
+                    _ => self.update_member_and_rebalance(
+                        now_ms,
+                        JoinRequest {
+                            member_id: new_id,
+                            ..req
+                        },
+                    ),
+                }
+            }
+            Some(old_id) if old_id != req.member_id => Reply::Now(JoinResponse {
+                error_code: code(ResponseError::FencedInstanceId),
+                generation_id: -1,
+                member_id: req.member_id.clone(),
+                ..Default::default()
+            }),
+            Some(_) => self.update_member_and_rebalance(now_ms, req),
+        }
+    }
+
+    fn add_member_and_rebalance(
+        &mut self,
+        now_ms: u64,
+        req: JoinRequest,
+        member_id: String,
+    ) -> Reply<JoinResponse> {
+        let group = self.group_mut(&req.group_id);
+        if group.members.len() >= MAX_MEMBERS_PER_GROUP {
+            return Reply::Now(JoinResponse {
+                error_code: code(ResponseError::GroupMaxSizeReached),
+                generation_id: -1,
+                member_id,
+                ..Default::default()
+            });
+        }
+        if group.members.is_empty() {
+            group.protocol_type = Some(req.protocol_type.clone());
+        }
+        if let Some(instance) = &req.group_instance_id {
+            group
+                .static_members
+                .insert(instance.clone(), member_id.clone());
+        }
+        group.members.insert(
+            member_id.clone(),
+            Member {
+                member_id: member_id.clone(),
+                group_instance_id: req.group_instance_id.clone(),
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                rebalance_timeout_ms: req.rebalance_timeout_ms,
+                session_timeout_ms: req.session_timeout_ms,
+                protocol_type: req.protocol_type.clone(),
+                protocols: req.protocols.clone(),
+                assignment: Bytes::new(),
+                awaiting_join: true,
+                awaiting_sync: false,
+                heartbeat_timer: None,
+            },
+        );
+        self.schedule_heartbeat(now_ms, &req.group_id, &member_id);
+        self.prepare_rebalance(now_ms, &req.group_id);
+        self.maybe_complete_join(&req.group_id);
+        Reply::Later(member_id)
+    }
+
+    fn update_member_and_rebalance(
+        &mut self,
+        now_ms: u64,
+        req: JoinRequest,
+    ) -> Reply<JoinResponse> {
+        let group = self.group_mut(&req.group_id);
+        let member = group
+            .members
+            .get_mut(&req.member_id)
+            .expect("caller checked the member");
+        if member.awaiting_join {
+            // A second join from the same member replaces the first; the first is answered
+            // with an error so that its client does not wait forever.
+            self.outputs.push(Output::Join {
+                group_id: req.group_id.clone(),
+                member_id: req.member_id.clone(),
+                response: JoinResponse {
+                    error_code: code(ResponseError::RebalanceInProgress),
+                    generation_id: -1,
+                    member_id: req.member_id.clone(),
+                    ..Default::default()
+                },
+            });
+        }
+        let group = self.group_mut(&req.group_id);
+        let member = group.members.get_mut(&req.member_id).expect("present");
+        member.protocols = req.protocols.clone();
+        member.session_timeout_ms = req.session_timeout_ms;
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        member.awaiting_join = true;
+        let state = group.state;
+        self.schedule_heartbeat(now_ms, &req.group_id, &req.member_id);
+        // A rejoin in Stable or CompletingRebalance starts a new rebalance, as in Kafka.
+        if state != State::PreparingRebalance {
+            self.prepare_rebalance(now_ms, &req.group_id);
+        }
+        self.maybe_complete_join(&req.group_id);
+        Reply::Later(req.member_id)
+    }
+
+    fn prepare_rebalance(&mut self, now_ms: u64, group_id: &str) {
+        let initial_delay = self.initial_rebalance_delay_ms;
+        let group = self.group_mut(group_id);
+        if group.state == State::PreparingRebalance {
+            return;
+        }
+        // Members waiting for their sync must rejoin.
+        let waiting_sync: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| m.awaiting_sync)
+            .map(|m| m.member_id.clone())
+            .collect();
+        let was_empty = group.state == State::Empty;
+        group.state = State::PreparingRebalance;
+        let generation = group.generation;
+        let timeout = if was_empty {
+            initial_delay
+        } else {
+            group
+                .members
+                .values()
+                .map(|m| m.rebalance_timeout_ms.max(0) as u64)
+                .max()
+                .unwrap_or(0)
+        };
+        for member_id in waiting_sync {
+            if let Some(m) = self.group_mut(group_id).members.get_mut(&member_id) {
+                m.awaiting_sync = false;
+            }
+            self.outputs.push(Output::Sync {
+                group_id: group_id.to_string(),
+                member_id,
+                response: SyncResponse {
+                    error_code: code(ResponseError::RebalanceInProgress),
+                    ..Default::default()
+                },
+            });
+        }
+        let timer = self
+            .wheel
+            .insert(
+                now_ms + timeout,
+                TimerKind::Rebalance {
+                    group: group_id.to_string(),
+                    generation,
+                },
+            )
+            .ok();
+        let group = self.group_mut(group_id);
+        if let Some(old) = std::mem::replace(&mut group.rebalance_timer, timer) {
+            self.wheel.cancel(old);
+        }
+        // An empty group waits out the initial delay so that members starting together land
+        // in one generation; otherwise the join completes as soon as everyone has rejoined.
+        if was_empty && initial_delay > 0 {
+            self.group_mut(group_id).rebalance_timer_initial = true;
+        }
+    }
+
+    /// Completes the join phase when every member has rejoined (and no initial delay is
+    /// pending).
+    fn maybe_complete_join(&mut self, group_id: &str) {
+        let group = self.group_mut(group_id);
+        if group.state != State::PreparingRebalance || group.rebalance_timer_initial {
+            return;
+        }
+        if group.members.values().all(|m| m.awaiting_join) && group.pending_members.is_empty() {
+            self.complete_join(group_id);
+        }
+    }
+
+    fn complete_join(&mut self, group_id: &str) {
+        let group = self.group_mut(group_id);
+        if let Some(t) = group.rebalance_timer.take() {
+            self.wheel.cancel(t);
+        }
+        let group = self.group_mut(group_id);
+        group.rebalance_timer_initial = false;
+        // Members that did not rejoin in time are out (static members keep their slot only
+        // while their session lasts, which their heartbeat timer enforces).
+        let gone: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| !m.awaiting_join)
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in gone {
+            self.remove_member(group_id, &id);
+        }
+        let group = self.group_mut(group_id);
+        group.generation += 1;
+        if group.members.is_empty() {
+            group.state = State::Empty;
+            group.protocol = None;
+            group.leader = None;
+            self.outputs.push(Output::PersistGroup {
+                group_id: group_id.to_string(),
+            });
+            return;
+        }
+        group.state = State::CompletingRebalance;
+        group.protocol = select_protocol(group);
+        if group
+            .leader
+            .as_ref()
+            .is_none_or(|l| !group.members.contains_key(l))
+        {
+            group.leader = group.members.keys().next().cloned();
+        }
+        let protocol = group.protocol.clone().unwrap_or_default();
+        let leader = group.leader.clone().unwrap_or_default();
+        let members_meta: Vec<(String, Option<String>, Bytes)> = group
+            .members
+            .values()
+            .map(|m| {
+                (
+                    m.member_id.clone(),
+                    m.group_instance_id.clone(),
+                    m.metadata_for(&protocol),
+                )
+            })
+            .collect();
+        let generation = group.generation;
+        let protocol_type = group.protocol_type.clone();
+        let ids: Vec<String> = group.members.keys().cloned().collect();
+        for id in ids {
+            let m = self
+                .group_mut(group_id)
+                .members
+                .get_mut(&id)
+                .expect("member");
+            m.awaiting_join = false;
+            m.assignment = Bytes::new();
+            self.outputs.push(Output::Join {
+                group_id: group_id.to_string(),
+                member_id: id.clone(),
+                response: JoinResponse {
+                    error_code: 0,
+                    generation_id: generation,
+                    protocol_type: protocol_type.clone(),
+                    protocol_name: Some(protocol.clone()),
+                    leader: leader.clone(),
+                    member_id: id.clone(),
+                    skip_assignment: false,
+                    members: if id == leader {
+                        members_meta.clone()
+                    } else {
+                        Vec::new()
+                    },
+                },
+            });
+        }
+    }
+
+    fn remove_member(&mut self, group_id: &str, member_id: &str) {
+        let group = self.group_mut(group_id);
+        let Some(m) = group.members.remove(member_id) else {
+            return;
+        };
+        if let Some(instance) = &m.group_instance_id {
+            if group.static_members.get(instance).map(String::as_str) == Some(member_id) {
+                group.static_members.remove(instance);
+            }
+        }
+        if group.leader.as_deref() == Some(member_id) {
+            group.leader = None;
+        }
+        if let Some(t) = m.heartbeat_timer {
+            self.wheel.cancel(t);
+        }
+        if m.awaiting_join {
+            self.outputs.push(Output::Join {
+                group_id: group_id.to_string(),
+                member_id: member_id.to_string(),
+                response: JoinResponse {
+                    error_code: code(ResponseError::UnknownMemberId),
+                    generation_id: -1,
+                    member_id: member_id.to_string(),
+                    ..Default::default()
+                },
+            });
+        }
+        if m.awaiting_sync {
+            self.outputs.push(Output::Sync {
+                group_id: group_id.to_string(),
+                member_id: member_id.to_string(),
+                response: SyncResponse {
+                    error_code: code(ResponseError::UnknownMemberId),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+
+    /// A member left or timed out: rebalance the rest.
+    fn member_gone(&mut self, now_ms: u64, group_id: &str, member_id: &str) {
+        self.remove_member(group_id, member_id);
+        let group = self.group_mut(group_id);
+        match group.state {
+            State::Stable | State::CompletingRebalance => {
+                if group.members.is_empty() {
+                    group.state = State::Empty;
+                    group.generation += 1;
+                    group.protocol = None;
+                    self.outputs.push(Output::PersistGroup {
+                        group_id: group_id.to_string(),
+                    });
+                } else {
+                    self.prepare_rebalance(now_ms, group_id);
+                }
+            }
+            State::PreparingRebalance => self.maybe_complete_join(group_id),
+            State::Empty | State::Dead => {}
+        }
+    }
+
+    fn schedule_heartbeat(&mut self, now_ms: u64, group_id: &str, member_id: &str) {
+        let group = self.group_mut(group_id);
+        let Some(m) = group.members.get_mut(member_id) else {
+            return;
+        };
+        let old = m.heartbeat_timer.take();
+        let deadline = now_ms + m.session_timeout_ms.max(0) as u64;
+        if let Some(t) = old {
+            self.wheel.cancel(t);
+        }
+        let t = self
+            .wheel
+            .insert(
+                deadline,
+                TimerKind::Heartbeat {
+                    group: group_id.to_string(),
+                    member: member_id.to_string(),
+                },
+            )
+            .ok();
+        if let Some(m) = self.group_mut(group_id).members.get_mut(member_id) {
+            m.heartbeat_timer = t;
+        }
+    }
+
+    // ---- SyncGroup ---------------------------------------------------------------------
+
+    pub fn sync(
+        &mut self,
+        now_ms: u64,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        group_instance_id: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Reply<SyncResponse> {
+        let fail = |e: ResponseError| {
+            Reply::Now(SyncResponse {
+                error_code: code(e),
+                ..Default::default()
+            })
+        };
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return fail(ResponseError::UnknownMemberId);
+        };
+        if let Err(e) = check_member(group, member_id, group_instance_id) {
+            return fail(e);
+        }
+        if generation != group.generation {
+            return fail(ResponseError::IllegalGeneration);
+        }
+        match group.state {
+            State::PreparingRebalance => fail(ResponseError::RebalanceInProgress),
+            State::Empty | State::Dead => fail(ResponseError::UnknownMemberId),
+            State::Stable => {
+                let m = &group.members[member_id];
+                let response = SyncResponse {
+                    error_code: 0,
+                    protocol_type: group.protocol_type.clone(),
+                    protocol_name: group.protocol.clone(),
+                    assignment: m.assignment.clone(),
+                };
+                self.schedule_heartbeat(now_ms, group_id, member_id);
+                Reply::Now(response)
+            }
+            State::CompletingRebalance => {
+                group
+                    .members
+                    .get_mut(member_id)
+                    .expect("checked")
+                    .awaiting_sync = true;
+                if group.leader.as_deref() == Some(member_id) {
+                    for m in group.members.values_mut() {
+                        m.assignment = assignments
+                            .iter()
+                            .find(|(id, _)| *id == m.member_id)
+                            .map(|(_, a)| a.clone())
+                            .unwrap_or_default();
+                    }
+                    group.state = State::Stable;
+                    let ids: Vec<String> = group
+                        .members
+                        .values()
+                        .filter(|m| m.awaiting_sync)
+                        .map(|m| m.member_id.clone())
+                        .collect();
+                    for id in ids {
+                        let group = self.groups.get_mut(group_id).expect("group");
+                        let m = group.members.get_mut(&id).expect("member");
+                        m.awaiting_sync = false;
+                        let response = SyncResponse {
+                            error_code: 0,
+                            protocol_type: group.protocol_type.clone(),
+                            protocol_name: group.protocol.clone(),
+                            assignment: m.assignment.clone(),
+                        };
+                        self.outputs.push(Output::Sync {
+                            group_id: group_id.to_string(),
+                            member_id: id,
+                            response,
+                        });
+                    }
+                    self.outputs.push(Output::PersistGroup {
+                        group_id: group_id.to_string(),
+                    });
+                }
+                self.schedule_heartbeat(now_ms, group_id, member_id);
+                Reply::Later(member_id.to_string())
+            }
+        }
+    }
+
+    // ---- Heartbeat, LeaveGroup ---------------------------------------------------------
+
+    pub fn heartbeat(
+        &mut self,
+        now_ms: u64,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        group_instance_id: Option<&str>,
+    ) -> i16 {
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return code(ResponseError::UnknownMemberId);
+        };
+        if let Err(e) = check_member(group, member_id, group_instance_id) {
+            return code(e);
+        }
+        let result = match group.state {
+            State::Empty | State::Dead => code(ResponseError::UnknownMemberId),
+            _ if generation != group.generation => code(ResponseError::IllegalGeneration),
+            State::PreparingRebalance => code(ResponseError::RebalanceInProgress),
+            State::CompletingRebalance | State::Stable => 0,
+        };
+        // A heartbeat during a rebalance still proves the member alive.
+        self.schedule_heartbeat(now_ms, group_id, member_id);
+        result
+    }
+
+    /// Leave by member id or (v3+) by group instance id; one result per member.
+    pub fn leave(
+        &mut self,
+        now_ms: u64,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> (i16, Vec<i16>) {
+        if !self.groups.contains_key(group_id) {
+            return (
+                0,
+                members
+                    .iter()
+                    .map(|_| code(ResponseError::UnknownMemberId))
+                    .collect(),
+            );
+        }
+        let mut results = Vec::with_capacity(members.len());
+        for (member_id, instance) in members {
+            let group = self.groups.get_mut(group_id).expect("group");
+            let id = match instance {
+                Some(inst) => match group.static_members.get(inst) {
+                    Some(id) if member_id.is_empty() || id == member_id => id.clone(),
+                    Some(_) => {
+                        results.push(code(ResponseError::FencedInstanceId));
+                        continue;
+                    }
+                    None => {
+                        results.push(code(ResponseError::UnknownMemberId));
+                        continue;
+                    }
+                },
+                None => member_id.clone(),
+            };
+            if let Some(t) = group.pending_members.remove(&id) {
+                self.wheel.cancel(t);
+                results.push(0);
+                self.maybe_complete_join(group_id);
+                continue;
+            }
+            if !group.members.contains_key(&id) {
+                results.push(code(ResponseError::UnknownMemberId));
+                continue;
+            }
+            self.member_gone(now_ms, group_id, &id);
+            results.push(0);
+        }
+        (0, results)
+    }
+
+    // ---- time --------------------------------------------------------------------------
+
+    /// Fires every timer due at `now_ms`: expired sessions, rebalance timeouts, pending
+    /// member ids that never joined.
+    pub fn tick(&mut self, now_ms: u64) {
+        for timer in self.wheel.poll(now_ms) {
+            match timer {
+                TimerKind::Heartbeat { group, member } => {
+                    if let Some(m) = self
+                        .groups
+                        .get_mut(&group)
+                        .and_then(|g| g.members.get_mut(&member))
+                    {
+                        m.heartbeat_timer = None;
+                        log::info!("group {group}: member {member} session expired");
+                        self.member_gone(now_ms, &group, &member);
+                    }
+                }
+                TimerKind::Rebalance { group, generation } => {
+                    let Some(g) = self.groups.get_mut(&group) else {
+                        continue;
+                    };
+                    if g.state == State::PreparingRebalance && g.generation == generation {
+                        g.rebalance_timer = None;
+                        g.rebalance_timer_initial = false;
+                        self.complete_join(&group);
+                    }
+                }
+                TimerKind::Pending { group, member } => {
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.pending_members.remove(&member);
+                    }
+                    self.maybe_complete_join(&group);
+                }
+            }
+        }
+    }
+
+    // ---- offsets -----------------------------------------------------------------------
+
+    /// Checks an OffsetCommit's membership: generation -1 with no member id is a "simple"
+    /// commit, allowed only while the group has no members.
+    pub fn check_commit(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        group_instance_id: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        let group = self.group_mut(group_id);
+        if generation < 0 && member_id.is_empty() {
+            return if group.members.is_empty() {
+                Ok(())
+            } else {
+                Err(ResponseError::UnknownMemberId)
+            };
+        }
+        check_member(group, member_id, group_instance_id)?;
+        if generation != group.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        match group.state {
+            State::Stable => Ok(()),
+            State::CompletingRebalance | State::PreparingRebalance => {
+                Err(ResponseError::RebalanceInProgress)
+            }
+            State::Empty | State::Dead => Err(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// Deletes a group that has no members; its offsets go with it.
+    pub fn delete(&mut self, group_id: &str) -> Result<(), ResponseError> {
+        match self.groups.get(group_id) {
+            None => Err(ResponseError::GroupIdNotFound),
+            Some(g) if g.state == State::Dead => Err(ResponseError::GroupIdNotFound),
+            Some(g) if !g.members.is_empty() || g.state != State::Empty => {
+                Err(ResponseError::NonEmptyGroup)
+            }
+            Some(_) => {
+                self.groups.remove(group_id);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn check_member(
+    group: &Group,
+    member_id: &str,
+    group_instance_id: Option<&str>,
+) -> Result<(), ResponseError> {
+    if let Some(instance) = group_instance_id {
+        match group.static_members.get(instance) {
+            Some(id) if id != member_id => return Err(ResponseError::FencedInstanceId),
+            None => return Err(ResponseError::UnknownMemberId),
+            _ => {}
+        }
+    }
+    if !group.members.contains_key(member_id) {
+        return Err(ResponseError::UnknownMemberId);
+    }
+    Ok(())
+}
+
+/// The protocol every member supports, preferring the members' first choices (Kafka's vote).
+fn select_protocol(group: &Group) -> Option<String> {
+    let candidates: Vec<&String> = group
+        .members
+        .values()
+        .next()?
+        .protocols
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| {
+            group
+                .members
+                .values()
+                .all(|m| m.protocols.iter().any(|(p, _)| p == *n))
+        })
+        .collect();
+    let mut votes: Vec<(usize, &String)> = candidates
+        .iter()
+        .map(|c| {
+            (
+                group
+                    .members
+                    .values()
+                    .filter(|m| {
+                        m.protocols
+                            .iter()
+                            .find(|(p, _)| candidates.contains(&p))
+                            .map(|(p, _)| p)
+                            == Some(*c)
+                    })
+                    .count(),
+                *c,
+            )
+        })
+        .collect();
+    votes.sort_by_key(|v| std::cmp::Reverse(v.0));
+    votes.first().map(|(_, n)| (*n).clone())
+}
+
+/// A group as persisted in `__consumer_offsets` (Kafka's GroupMetadataValue).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredGroup {
+    pub protocol_type: String,
+    pub generation: i32,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub current_state_timestamp_ms: i64,
+    pub members: Vec<StoredMember>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    pub subscription: Bytes,
+    pub assignment: Bytes,
+}
+
+impl Coordinator {
+    pub fn snapshot(&self, group_id: &str, now_ms: u64) -> Option<StoredGroup> {
+        let g = self.groups.get(group_id)?;
+        let protocol = g.protocol.clone();
+        Some(StoredGroup {
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            generation: g.generation,
+            protocol: protocol.clone(),
+            leader: g.leader.clone(),
+            current_state_timestamp_ms: now_ms as i64,
+            members: g
+                .members
+                .values()
+                .map(|m| StoredMember {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    subscription: m.metadata_for(protocol.as_deref().unwrap_or_default()),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Rebuilds a group from its stored form at start-up: Stable with its members (who must
+    /// heartbeat within their session timeout, counted from now), or Empty.
+    pub fn restore(&mut self, now_ms: u64, group_id: &str, stored: StoredGroup) {
+        let group = self.group_mut(group_id);
+        group.generation = stored.generation;
+        group.protocol_type =
+            (!stored.protocol_type.is_empty()).then_some(stored.protocol_type.clone());
+        group.members.clear();
+        group.static_members.clear();
+        if stored.members.is_empty() || stored.protocol.is_none() {
+            group.state = State::Empty;
+            group.protocol = None;
+            group.leader = None;
+            return;
+        }
+        group.state = State::Stable;
+        group.protocol = stored.protocol.clone();
+        group.leader = stored.leader.clone();
+        let protocol = stored.protocol.clone().unwrap_or_default();
+        for m in stored.members {
+            if let Some(instance) = &m.group_instance_id {
+                group
+                    .static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            group.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    protocol_type: stored.protocol_type.clone(),
+                    protocols: vec![(protocol.clone(), m.subscription)],
+                    assignment: m.assignment,
+                    awaiting_join: false,
+                    awaiting_sync: false,
+                    heartbeat_timer: None,
+                },
+            );
+        }
+        let ids: Vec<String> = self.group_mut(group_id).members.keys().cloned().collect();
+        for id in ids {
+            self.schedule_heartbeat(now_ms, group_id, &id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join_req(group: &str, member: &str, instance: Option<&str>) -> JoinRequest {
+        JoinRequest {
+            group_id: group.into(),
+            member_id: member.into(),
+            group_instance_id: instance.map(Into::into),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 20_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+            require_known_member_id: true,
+        }
+    }
+
+    fn joined(outputs: &[Output], member: &str) -> Option<JoinResponse> {
+        outputs.iter().find_map(|o| match o {
+            Output::Join {
+                member_id,
+                response,
+                ..
+            } if member_id == member => Some(response.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn two_members_one_generation_then_stable() {
+        let mut c = Coordinator::new(0, 0, 6000);
+        // KIP-394: the first join is bounced with a member id.
+        let Reply::Now(r) = c.join(0, join_req("g", "", None)) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, ResponseError::MemberIdRequired.code());
+        let a = r.member_id;
+        let Reply::Later(_) = c.join(0, join_req("g", &a, None)) else {
+            panic!()
+        };
+        let out = c.take_outputs();
+        let ra = joined(&out, &a).expect("a lone member completes the join at once");
+        assert_eq!(
+            (ra.error_code, ra.generation_id, ra.leader.as_str()),
+            (0, 1, a.as_str())
+        );
+        assert_eq!(ra.members.len(), 1);
+        // A second member triggers a rebalance: the first must rejoin.
+        let Reply::Now(r) = c.join(10, join_req("g", "", None)) else {
+            panic!()
+        };
+        let b = r.member_id;
+        let Reply::Later(_) = c.join(10, join_req("g", &b, None)) else {
+            panic!()
+        };
+        assert_eq!(c.groups["g"].state, State::PreparingRebalance);
+        assert_eq!(
+            c.heartbeat(20, "g", &a, 1, None),
+            ResponseError::RebalanceInProgress.code()
+        );
+        let Reply::Later(_) = c.join(30, join_req("g", &a, None)) else {
+            panic!()
+        };
+        let out = c.take_outputs();
+        assert_eq!(joined(&out, &a).unwrap().generation_id, 2);
+        assert!(
+            joined(&out, &b).unwrap().members.is_empty(),
+            "only the leader gets the members"
+        );
+        // The follower's sync waits for the leader's.
+        assert!(matches!(
+            c.sync(40, "g", &b, 2, None, vec![]),
+            Reply::Later(_)
+        ));
+        let assignments = vec![
+            (a.clone(), Bytes::from_static(b"A")),
+            (b.clone(), Bytes::from_static(b"B")),
+        ];
+        assert!(matches!(
+            c.sync(41, "g", &a, 2, None, assignments),
+            Reply::Later(_)
+        ));
+        let out = c.take_outputs();
+        let syncs: Vec<_> = out
+            .iter()
+            .filter_map(|o| {
+                if let Output::Sync {
+                    member_id,
+                    response,
+                    ..
+                } = o
+                {
+                    Some((member_id.clone(), response.assignment.clone()))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert!(syncs.contains(&(a.clone(), Bytes::from_static(b"A"))));
+        assert!(syncs.contains(&(b.clone(), Bytes::from_static(b"B"))));
+        assert_eq!(c.groups["g"].state, State::Stable);
+        assert_eq!(c.heartbeat(50, "g", &b, 2, None), 0);
+        assert_eq!(
+            c.heartbeat(50, "g", &b, 1, None),
+            ResponseError::IllegalGeneration.code()
+        );
+        assert_eq!(
+            c.heartbeat(50, "g", "nobody", 2, None),
+            ResponseError::UnknownMemberId.code()
+        );
+    }
+
+    #[test]
+    fn session_expiry_removes_the_member() {
+        let mut c = Coordinator::new(0, 0, 6000);
+        let Reply::Now(r) = c.join(0, join_req("g", "", None)) else {
+            panic!()
+        };
+        let a = r.member_id;
+        c.join(0, join_req("g", &a, None));
+        c.take_outputs();
+        c.sync(1, "g", &a, 1, None, vec![(a.clone(), Bytes::new())]);
+        // The next wake-up is at most the session deadline (a coarser level may wake earlier to
+        // cascade the timer down).
+        assert!(c.next_deadline().is_some_and(|d| d > 1 && d <= 10_001));
+        c.tick(10_000);
+        assert!(c.groups["g"].members.contains_key(&a), "not yet");
+        c.tick(10_001);
+        assert!(c.groups["g"].members.is_empty());
+        assert_eq!(c.groups["g"].state, State::Empty);
+    }
+
+    #[test]
+    fn static_member_rejoins_without_rebalance() {
+        let mut c = Coordinator::new(0, 0, 6000);
+        let Reply::Later(a) = c.join(0, join_req("g", "", Some("i1"))) else {
+            panic!("static members skip KIP-394")
+        };
+        c.take_outputs();
+        c.sync(
+            1,
+            "g",
+            &a,
+            1,
+            None,
+            vec![(a.clone(), Bytes::from_static(b"mine"))],
+        );
+        c.take_outputs();
+        // Restart: same instance id, no member id.
+        let Reply::Now(r) = c.join(100, join_req("g", "", Some("i1"))) else {
+            panic!("no rebalance")
+        };
+        assert_eq!((r.error_code, r.generation_id), (0, 1));
+        assert_ne!(r.member_id, a);
+        assert_eq!(c.groups["g"].state, State::Stable);
+        let Reply::Now(s) = c.sync(101, "g", &r.member_id, 1, Some("i1"), vec![]) else {
+            panic!()
+        };
+        assert_eq!(s.assignment, Bytes::from_static(b"mine"));
+        // The old incarnation is fenced.
+        assert_eq!(
+            c.heartbeat(102, "g", &a, 1, Some("i1")),
+            ResponseError::FencedInstanceId.code()
+        );
+    }
+
+    #[test]
+    fn snapshot_restore_round_trip() {
+        let mut c = Coordinator::new(0, 0, 6000);
+        let Reply::Later(a) = c.join(0, join_req("g", "", Some("i1"))) else {
+            panic!()
+        };
+        c.take_outputs();
+        c.sync(
+            1,
+            "g",
+            &a,
+            1,
+            None,
+            vec![(a.clone(), Bytes::from_static(b"x"))],
+        );
+        let snap = c.snapshot("g", 5).unwrap();
+        let mut d = Coordinator::new(0, 0, 6000);
+        d.restore(10, "g", snap.clone());
+        assert_eq!(d.groups["g"].state, State::Stable);
+        assert_eq!(d.snapshot("g", 5), Some(snap));
+        assert_eq!(d.heartbeat(11, "g", &a, 1, Some("i1")), 0);
+    }
+}

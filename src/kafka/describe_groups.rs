@@ -1,0 +1,58 @@
+//! DescribeGroups: state, protocol and members of each group.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::group::{route, GroupOp, GroupReply};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: DescribeGroupsRequest = decode(body, version)?;
+    let mut groups = Vec::with_capacity(req.groups.len());
+    for g in &req.groups {
+        let out = DescribedGroup::default().with_group_id(g.clone());
+        groups.push(
+            match route(
+                shard,
+                g.0.as_str(),
+                GroupOp::Describe {
+                    group: g.0.to_string(),
+                },
+            )
+            .await
+            {
+                Ok(GroupReply::Describe(d)) => out
+                    .with_group_state(str_bytes(d.state))
+                    .with_protocol_type(str_bytes(&d.protocol_type))
+                    .with_protocol_data(str_bytes(&d.protocol))
+                    .with_members(
+                        d.members
+                            .into_iter()
+                            .map(|m| {
+                                let mut dm = DescribedGroupMember::default()
+                                    .with_member_id(str_bytes(&m.member_id))
+                                    .with_client_id(str_bytes(&m.client_id))
+                                    .with_client_host(str_bytes(&m.client_host))
+                                    .with_member_metadata(m.metadata)
+                                    .with_member_assignment(m.assignment);
+                                if version >= 4 {
+                                    dm = dm.with_group_instance_id(
+                                        m.group_instance_id.as_deref().map(str_bytes),
+                                    );
+                                }
+                                dm
+                            })
+                            .collect(),
+                    ),
+                Ok(_) => unreachable!("a describe gets a description"),
+                Err(c) => out.with_error_code(c).with_group_state(str_bytes("Dead")),
+            },
+        );
+    }
+    encode(
+        &DescribeGroupsResponse::default().with_groups(groups),
+        version,
+    )
+}

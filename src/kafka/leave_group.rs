@@ -1,0 +1,63 @@
+//! LeaveGroup: one member (v0–v2) or a batch by member or instance id (v3+, KIP-345).
+
+use super::{decode, encode, Reply};
+use crate::group::{route, GroupOp, GroupReply};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: LeaveGroupRequest = decode(body, version)?;
+    let group = req.group_id.0.to_string();
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|s| s.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let (code, each) = match route(
+        shard,
+        &group,
+        GroupOp::Leave {
+            group: group.clone(),
+            members: members.clone(),
+        },
+    )
+    .await
+    {
+        Ok(GroupReply::Leave(code, each)) => (code, each),
+        Ok(_) => unreachable!("a leave gets a leave reply"),
+        Err(c) => (c, Vec::new()),
+    };
+    let resp = if version >= 3 {
+        let results = members
+            .iter()
+            .zip(each.iter().copied().chain(std::iter::repeat(code)))
+            .map(|((id, instance), c)| {
+                MemberResponse::default()
+                    .with_member_id(super::str_bytes(id))
+                    .with_group_instance_id(instance.as_deref().map(super::str_bytes))
+                    .with_error_code(c)
+            })
+            .collect();
+        LeaveGroupResponse::default()
+            .with_error_code(code)
+            .with_members(results)
+    } else {
+        LeaveGroupResponse::default().with_error_code(if code != 0 {
+            code
+        } else {
+            each.first().copied().unwrap_or(0)
+        })
+    };
+    encode(&resp, version)
+}

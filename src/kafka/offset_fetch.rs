@@ -1,0 +1,128 @@
+//! OffsetFetch: one group (v1–v7) or several (v8).
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::group::{route, GroupOp, GroupReply, OffsetEntry};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+async fn fetch(
+    shard: &Rc<Shard>,
+    group: &str,
+    partitions: Option<Vec<(String, i32)>>,
+) -> Result<Vec<OffsetEntry>, i16> {
+    match route(
+        shard,
+        group,
+        GroupOp::FetchOffsets {
+            group: group.to_string(),
+            partitions,
+        },
+    )
+    .await
+    {
+        Ok(GroupReply::Offsets(r)) => r,
+        Ok(_) => unreachable!("an offset fetch gets offsets"),
+        Err(c) => Err(c),
+    }
+}
+
+/// Groups entries by topic, keeping their order.
+fn by_topic(entries: Vec<OffsetEntry>) -> BTreeMap<String, Vec<OffsetEntry>> {
+    let mut out: BTreeMap<String, Vec<OffsetEntry>> = BTreeMap::new();
+    for e in entries {
+        out.entry(e.0.clone()).or_default().push(e);
+    }
+    out
+}
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: OffsetFetchRequest = decode(body, version)?;
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(req.groups.len());
+        for g in &req.groups {
+            let partitions = g.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .flat_map(|t| {
+                        t.partition_indexes
+                            .iter()
+                            .map(|p| (t.name.0.to_string(), *p))
+                    })
+                    .collect()
+            });
+            let group = match fetch(shard, g.group_id.0.as_str(), partitions).await {
+                Ok(entries) => OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id.clone())
+                    .with_topics(
+                        by_topic(entries)
+                            .into_iter()
+                            .map(|(t, es)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(TopicName(str_bytes(&t)))
+                                    .with_partitions(
+                                        es.into_iter()
+                                            .map(|(_, p, o, e, m)| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(e)
+                                                    .with_metadata(Some(str_bytes(&m)))
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                Err(c) => OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id.clone())
+                    .with_error_code(c),
+            };
+            groups.push(group);
+        }
+        return encode(&OffsetFetchResponse::default().with_groups(groups), version);
+    }
+    let partitions = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .flat_map(|t| {
+                t.partition_indexes
+                    .iter()
+                    .map(|p| (t.name.0.to_string(), *p))
+            })
+            .collect()
+    });
+    let group: &GroupId = &req.group_id;
+    let resp = match fetch(shard, group.0.as_str(), partitions).await {
+        Ok(entries) => OffsetFetchResponse::default().with_topics(
+            by_topic(entries)
+                .into_iter()
+                .map(|(t, es)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(TopicName(str_bytes(&t)))
+                        .with_partitions(
+                            es.into_iter()
+                                .map(|(_, p, o, e, m)| {
+                                    let mut r = OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(o)
+                                        .with_metadata(Some(str_bytes(&m)));
+                                    if version >= 5 {
+                                        r = r.with_committed_leader_epoch(e);
+                                    }
+                                    r
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+        Err(c) if version >= 2 => OffsetFetchResponse::default().with_error_code(c),
+        Err(_) => OffsetFetchResponse::default(),
+    };
+    encode(&resp, version)
+}

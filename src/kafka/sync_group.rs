@@ -1,0 +1,40 @@
+//! SyncGroup: the leader hands out the assignment; everyone gets its share.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::group::{route, GroupOp, GroupReply};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: SyncGroupRequest = decode(body, version)?;
+    let group = req.group_id.0.to_string();
+    let op = GroupOp::Sync {
+        group: group.clone(),
+        member: req.member_id.to_string(),
+        generation: req.generation_id,
+        instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
+        assignments: req
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+            .collect(),
+    };
+    let resp = match route(shard, &group, op).await {
+        Ok(GroupReply::Sync(r)) => {
+            let mut resp = SyncGroupResponse::default()
+                .with_error_code(r.error_code)
+                .with_assignment(r.assignment);
+            if version >= 5 {
+                resp = resp
+                    .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
+                    .with_protocol_name(r.protocol_name.as_deref().map(str_bytes));
+            }
+            resp
+        }
+        Ok(_) => unreachable!("a sync gets a sync reply"),
+        Err(code) => SyncGroupResponse::default().with_error_code(code),
+    };
+    encode(&resp, version)
+}
