@@ -35,6 +35,8 @@ pub struct Config {
     pub group_initial_rebalance_delay_ms: u64,
     /// Kafka's group.min.session.timeout.ms.
     pub group_min_session_timeout_ms: i32,
+    /// Kafka's producer.id.expiration.ms: an idempotent producer idle this long is forgotten.
+    pub producer_id_expiration_ms: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
     pub log: LogConfig,
@@ -102,6 +104,7 @@ impl Default for Config {
             offsets_topic_partitions: 16,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
+            producer_id_expiration_ms: 86_400_000,
             log: LogConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
@@ -246,6 +249,9 @@ impl Config {
                     self.group_min_session_timeout_ms
                 ),
             );
+        }
+        if self.producer_id_expiration_ms < 1000 {
+            return bad("producer_id_expiration_ms", "must be at least 1000".into());
         }
         if let Some(m) = &self.metrics_listen {
             if m.parse::<SocketAddr>().is_err() {

@@ -172,3 +172,33 @@ fn check_new_topic(
     TopicConfig::resolve(&config.topic_defaults, &config.log, &t.configs)
         .map_err(|m| err(ResponseError::InvalidConfig, m))
 }
+
+/// Producer ids reserved per catalog write: a restart resumes after the reserved block, so
+/// ids stay unique across restarts with one catalog write per block.
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// Hands out the next producer id (InitProducerId), persisting a new reserved block when the
+/// current one is used up.
+pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
+    let _permit = shard
+        .controller_lock()
+        .acquire_permit(1)
+        .await
+        .expect("controller lock never closes");
+    let current = shard.catalog();
+    let id = shard.next_producer_id.get();
+    if id >= current.producer_id_block_end {
+        let mut record = current.to_record();
+        record.producer_id_block_end = id + PRODUCER_ID_BLOCK;
+        if let Err(e) = Catalog::persist(&shard.config.data_dir, &record).await {
+            log::error!("controller: cannot persist a producer id block: {e}");
+            return Err(ResponseError::KafkaStorageError.code());
+        }
+        let next = Catalog::from_record(&record, &shard.config.topic_defaults, &shard.config.log)
+            .map_err(|_| ResponseError::UnknownServerError.code())?;
+        // Only the controller reads the block end; other shards keep their snapshot.
+        *shard.catalog.borrow_mut() = Arc::new(next);
+    }
+    shard.next_producer_id.set(id + 1);
+    Ok(id)
+}

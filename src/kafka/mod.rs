@@ -12,6 +12,7 @@ pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
@@ -60,6 +61,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -107,6 +109,7 @@ pub async fn dispatch(
         ApiKey::ListGroups => list_groups::handle(shard, v, body).await,
         ApiKey::DeleteGroups => delete_groups::handle(shard, v, body).await,
         ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
+        ApiKey::InitProducerId => init_producer_id::handle(shard, v, body).await,
         other => anyhow::bail!("no handler for {other:?}"),
     }
 }

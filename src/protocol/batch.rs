@@ -43,6 +43,8 @@ pub struct BatchHeader {
     pub base_timestamp: i64,
     pub max_timestamp: i64,
     pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
     pub record_count: i32,
 }
 
@@ -53,6 +55,16 @@ impl BatchHeader {
     pub fn next_offset(&self) -> i64 {
         self.last_offset() + 1
     }
+    /// Whether the batch comes from an idempotent (or transactional) producer.
+    pub fn is_idempotent(&self) -> bool {
+        self.producer_id >= 0
+    }
+
+    /// The sequence number of the batch's last record (sequences wrap at i32::MAX).
+    pub fn last_sequence(&self) -> i32 {
+        ((self.base_sequence as i64 + self.last_offset_delta as i64) % (i32::MAX as i64 + 1)) as i32
+    }
+
     pub fn compression(&self) -> i16 {
         self.attributes & ATTR_COMPRESSION_MASK
     }
@@ -100,6 +112,8 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
         base_timestamp: i64_at(buf, 27),
         max_timestamp: i64_at(buf, 35),
         producer_id: i64_at(buf, 43),
+        producer_epoch: i16_at(buf, 51),
+        base_sequence: i32_at(buf, 53),
         record_count: i32_at(buf, 57),
     };
     if header.record_count <= 0 {

@@ -96,6 +96,8 @@ pub enum ShardRequest {
     Controller(ControllerOp),
     /// A consumer-group operation, for the shard that owns the group.
     Group(crate::group::GroupOp),
+    /// A new producer id, from the controller.
+    AllocateProducerId,
 }
 
 pub enum ShardReply {
@@ -106,6 +108,7 @@ pub enum ShardReply {
     /// WaitForData: whether the shard parked the wait (false: its parking bound was hit).
     Parked(bool),
     Group(crate::group::GroupReply),
+    ProducerId(Result<i64, i16>),
     Done,
 }
 

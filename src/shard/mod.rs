@@ -12,6 +12,7 @@ pub mod router;
 use crate::config::Config;
 use crate::storage::catalog::Catalog;
 use crate::storage::log::{LogSettings, PartitionLog, ReadError};
+use crate::storage::producer_state::Verdict;
 use crate::storage::read;
 use crate::timer::Timers;
 use bytes::Bytes;
@@ -70,6 +71,8 @@ pub struct Shard {
     next_call_id: Cell<u64>,
     /// Counters the metrics endpoint reads.
     pub metrics: Arc<crate::metrics::ShardMetrics>,
+    /// The next producer id to hand out (controller shard only).
+    pub next_producer_id: Cell<i64>,
     /// The consumer groups this shard coordinates.
     pub groups: crate::group::GroupManager,
     /// The timing wheel every delayed operation on this shard parks on.
@@ -106,6 +109,7 @@ impl Shard {
     ) -> Shard {
         let max_parked = config.max_parked_operations;
         let groups = crate::group::GroupManager::new(now_ms(), &config);
+        let catalog_block_end = catalog.producer_id_block_end;
         Shard {
             id,
             config,
@@ -123,6 +127,7 @@ impl Shard {
             controller_lock: Semaphore::new(1),
             timers: Rc::new(Timers::new(now_ms(), max_parked, metrics.clone())),
             groups,
+            next_producer_id: Cell::new(catalog_block_end),
             metrics,
         }
     }
@@ -243,6 +248,9 @@ impl Shard {
                     ShardReply::Done
                 }
                 ShardRequest::Group(op) => ShardReply::Group(crate::group::handle(&self, op).await),
+                ShardRequest::AllocateProducerId => ShardReply::ProducerId(
+                    crate::kafka::controller::allocate_producer_id(&self).await,
+                ),
                 ShardRequest::Controller(op) => {
                     assert_eq!(
                         self.id, CONTROLLER_SHARD,
@@ -449,6 +457,38 @@ impl Shard {
             if partition.log.borrow().failed {
                 return fail(ResponseError::KafkaStorageError);
             }
+            // Idempotent batches: checked against the producer's sequence state under the
+            // append lock, so that no other append to this partition interleaves.
+            if headers.iter().any(|h| h.is_idempotent()) {
+                if headers.len() != 1 {
+                    // Kafka requires exactly one batch per partition from such producers.
+                    return fail(ResponseError::InvalidRecord);
+                }
+                let verdict = partition.log.borrow().producers.check(&headers[0]);
+                match verdict {
+                    Ok(Verdict::Append) => {}
+                    Ok(Verdict::Duplicate { base_offset }) => {
+                        log::debug!(
+                            "{}-{}: duplicate batch from producer {} at {base_offset}",
+                            item.topic,
+                            item.partition,
+                            headers[0].producer_id
+                        );
+                        let end_offset = base_offset + headers[0].last_offset_delta as i64 + 1;
+                        return self
+                            .finish_produce(
+                                &partition,
+                                base_offset,
+                                end_offset,
+                                -1,
+                                acks,
+                                timeout_ms,
+                            )
+                            .await;
+                    }
+                    Err(e) => return fail(e),
+                }
+            }
             let now = now_ms();
             if partition.log.borrow().needs_roll(records.len() as u64, now) {
                 if let Err(e) = PartitionLog::roll(&partition.log, now).await {
@@ -483,6 +523,35 @@ impl Shard {
         };
         let (base_offset, end_offset, log_append_time_ms) = outcome;
         self.queue_for_sync(&partition);
+        self.finish_produce(
+            &partition,
+            base_offset,
+            end_offset,
+            log_append_time_ms,
+            acks,
+            timeout_ms,
+        )
+        .await
+    }
+
+    /// Answers a produce whose records are at `base_offset..end_offset`, once they are as durable
+    /// as the producer asked: acks=all parks on the timing wheel until the high watermark covers
+    /// them or `timeout_ms` passes. A retried duplicate comes here too, with its original offsets.
+    async fn finish_produce(
+        &self,
+        partition: &Rc<Partition>,
+        base_offset: i64,
+        end_offset: i64,
+        log_append_time_ms: i64,
+        acks: i16,
+        timeout_ms: i32,
+    ) -> ProduceOutcome {
+        let fail = |e: ResponseError| ProduceOutcome {
+            error_code: code(e),
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        };
         if acks == -1 {
             let deadline = now_ms() + timeout_ms.max(0) as u64;
             let durable = || {
@@ -680,6 +749,36 @@ impl Shard {
             Err(e) => {
                 log::error!("list offsets {}-{}: {e}", item.topic, item.partition);
                 out(code(ResponseError::KafkaStorageError), -1, -1)
+            }
+        }
+    }
+
+    /// Forgets idle idempotent producers (producer_id_expiration_ms), checking every quarter of
+    /// that period (at most every minute), parked on the timing wheel in between.
+    pub async fn expire_producers(self: Rc<Self>) {
+        let expiration_ms = self.config.producer_id_expiration_ms;
+        let period_ms = (expiration_ms / 4).clamp(250, 60_000);
+        loop {
+            match self.timers.sleep_until(now_ms() + period_ms) {
+                Ok(sleep) => sleep.await,
+                Err(_) => glommio::timer::sleep(std::time::Duration::from_millis(period_ms)).await,
+            }
+            let now = now_ms() as i64;
+            let partitions: Vec<Rc<Partition>> =
+                self.partitions.borrow().values().cloned().collect();
+            for p in partitions {
+                let n = p
+                    .log
+                    .borrow_mut()
+                    .producers
+                    .expire(now, expiration_ms as i64);
+                if n > 0 {
+                    log::info!(
+                        "shard {}: {} expired {n} idle producers",
+                        self.id,
+                        p.log.borrow().dir.display()
+                    );
+                }
             }
         }
     }

@@ -27,6 +27,8 @@ pub struct TopicRecord {
 pub struct CatalogRecord {
     pub cluster_id: String,
     pub topics: Vec<TopicRecord>,
+    /// Producer ids below this may have been handed out; allocation restarts here.
+    pub producer_id_block_end: i64,
 }
 
 /// The resolved configuration of a topic: defaults with its overrides applied.
@@ -158,6 +160,7 @@ pub struct Catalog {
     pub cluster_id: String,
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
     pub by_id: HashMap<[u8; 16], String>,
+    pub producer_id_block_end: i64,
 }
 
 impl Catalog {
@@ -168,6 +171,7 @@ impl Catalog {
     ) -> Result<Catalog, String> {
         let mut c = Catalog {
             cluster_id: record.cluster_id.clone(),
+            producer_id_block_end: record.producer_id_block_end,
             ..Default::default()
         };
         for t in &record.topics {
@@ -189,6 +193,7 @@ impl Catalog {
         CatalogRecord {
             cluster_id: self.cluster_id.clone(),
             topics: self.topics.values().map(|t| t.record.clone()).collect(),
+            producer_id_block_end: self.producer_id_block_end,
         }
     }
 
@@ -209,6 +214,7 @@ impl Catalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogRecord {
                 cluster_id: uuid::Uuid::new_v4().simple().to_string()[..22].to_string(),
                 topics: Vec::new(),
+                producer_id_block_end: 0,
             }),
             Err(e) => Err(anyhow::anyhow!(
                 "cannot read catalog {}: {e}",
@@ -266,6 +272,7 @@ mod tests {
                 partitions: 8,
                 configs: vec![("retention.ms".into(), "5".into())],
             }],
+            producer_id_block_end: 3000,
         };
         let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&rec).unwrap();
         let back = rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&bytes).unwrap();

@@ -11,6 +11,7 @@
 //! Methods are synchronous planners around the async file I/O done by the caller, so that no
 //! `RefCell` borrow is held across an await.
 
+use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
 use super::segment::SegmentMeta;
 use crate::protocol::batch::{self, BatchHeader};
@@ -54,6 +55,8 @@ pub struct PartitionLog {
     dirty: bool,
     /// Set after a failed write or sync: the partition refuses work until a restart recovers it.
     pub failed: bool,
+    /// Idempotent producers' sequence state, rebuilt on open from the snapshot and the log tail.
+    pub producers: ProducerTable,
 }
 
 /// An append planned by `prepare_append`: the caller writes `data` at `position` of `file`.
@@ -105,7 +108,7 @@ impl PartitionLog {
         now_ms: u64,
     ) -> std::io::Result<PartitionLog> {
         std::fs::create_dir_all(&dir)?;
-        let recovered = recovery::recover(&dir, settings.index_interval_bytes, now_ms)?;
+        let mut recovered = recovery::recover(&dir, settings.index_interval_bytes, now_ms)?;
         if recovered.truncated_bytes > 0 {
             log::warn!(
                 "partition {}: recovery truncated {} bytes",
@@ -113,7 +116,7 @@ impl PartitionLog {
                 recovered.truncated_bytes
             );
         }
-        let mut metas = recovered.segments;
+        let mut metas = std::mem::take(&mut recovered.segments);
         if metas.is_empty() {
             metas.push(SegmentMeta::new(0, now_ms));
         }
@@ -141,6 +144,8 @@ impl PartitionLog {
             file_position: last.size_bytes,
         };
         let log_start_offset = segments[0].meta.base_offset;
+        let producers =
+            rebuild_producers(&dir, high_watermark.offset, recovered.idempotent, now_ms);
         Ok(PartitionLog {
             dir,
             settings,
@@ -151,6 +156,7 @@ impl PartitionLog {
             unsynced_closed: Vec::new(),
             dirty: false,
             failed: false,
+            producers,
         })
     }
 
@@ -190,6 +196,11 @@ impl PartitionLog {
                 m.time_index.to_bytes(),
             )
         };
+        let snapshot = Snapshot {
+            offset: base,
+            producers: log.borrow().producers.to_entries(),
+        };
+        write_snapshot(&dir, &snapshot).await?;
         write_file(&SegmentMeta::index_path(&dir, closing_base), offset_index).await?;
         write_file(
             &SegmentMeta::time_index_path(&dir, closing_base),
@@ -246,6 +257,7 @@ impl PartitionLog {
             segment
                 .meta
                 .note_batch(&assigned, position + at as u64, interval);
+            self.producers.record(&assigned, now_ms as i64);
             next = assigned.next_offset();
             at += h.size_bytes;
         }
@@ -378,6 +390,14 @@ impl PartitionLog {
         }
         write_file(&SegmentMeta::index_path(&dir, base), offset_index).await?;
         write_file(&SegmentMeta::time_index_path(&dir, base), time_index).await?;
+        let snapshot = {
+            let l = log.borrow();
+            Snapshot {
+                offset: l.log_end_offset(),
+                producers: l.producers.to_entries(),
+            }
+        };
+        write_snapshot(&dir, &snapshot).await?;
         write_file(&dir.join(CLEAN_MARKER), Vec::new()).await?;
         sync_dir(&dir).await
     }
@@ -473,6 +493,7 @@ impl PartitionLog {
         };
         let mut l = log.borrow_mut();
         l.segments.last_mut().expect("segment").meta = meta;
+        l.producers.truncate(hw_candidate.offset);
         if l.high_watermark.offset > hw_candidate.offset {
             l.high_watermark = hw_candidate;
         }
@@ -486,6 +507,35 @@ fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
     } else {
         segment.meta.size_bytes
     }
+}
+
+/// Producer state as of the log end: the latest snapshot at or below it, plus the idempotent
+/// batches recovery scanned past the snapshot's offset.
+fn rebuild_producers(
+    dir: &Path,
+    log_end: i64,
+    scanned: Vec<BatchHeader>,
+    now_ms: u64,
+) -> ProducerTable {
+    let snapshot = std::fs::read(dir.join(producer_state::SNAPSHOT_FILE))
+        .ok()
+        .and_then(|raw| producer_state::decode_snapshot(&raw))
+        .filter(|s| s.offset <= log_end);
+    let from = snapshot.as_ref().map_or(i64::MIN, |s| s.offset);
+    let mut table = snapshot
+        .map(|s| ProducerTable::from_entries(s.producers))
+        .unwrap_or_default();
+    for h in scanned.iter().filter(|h| h.base_offset >= from) {
+        table.record(h, now_ms as i64);
+    }
+    table
+}
+
+/// Writes the producer snapshot next to the segments, replacing the previous one atomically.
+async fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{}.tmp", producer_state::SNAPSHOT_FILE));
+    write_file(&tmp, producer_state::encode_snapshot(snapshot)).await?;
+    std::fs::rename(&tmp, dir.join(producer_state::SNAPSHOT_FILE))
 }
 
 /// Writes a whole small file (index, marker) and makes it durable.

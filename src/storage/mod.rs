@@ -2,6 +2,7 @@
 pub mod catalog;
 pub mod index;
 pub mod log;
+pub mod producer_state;
 pub mod read;
 pub mod recovery;
 pub mod segment;

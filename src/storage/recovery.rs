@@ -24,6 +24,8 @@ pub struct Recovered {
     pub segments: Vec<SegmentMeta>,
     /// Bytes cut from the tail, for the log line and for tests.
     pub truncated_bytes: u64,
+    /// Headers of the idempotent batches scanned, in log order, to rebuild producer state.
+    pub idempotent: Vec<batch::BatchHeader>,
 }
 
 /// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
@@ -39,6 +41,7 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
     bases.sort_unstable();
     let mut segments = Vec::with_capacity(bases.len());
     let mut truncated_bytes = 0;
+    let mut idempotent = Vec::new();
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == bases.len();
         let path = SegmentMeta::log_path(dir, base);
@@ -61,7 +64,14 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
             None => (SegmentMeta::new(base, now_ms), 0),
         };
         // The tail of the last segment is always CRC-checked; older ones only structurally.
-        let scan = scan(&path, scan_from, &mut meta, interval, is_last)?;
+        let scan = scan(
+            &path,
+            scan_from,
+            &mut meta,
+            interval,
+            is_last,
+            &mut idempotent,
+        )?;
         if scan.valid_end < file_len {
             let cut = file_len - scan.valid_end;
             log::warn!(
@@ -88,6 +98,7 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
     Ok(Recovered {
         segments,
         truncated_bytes,
+        idempotent,
     })
 }
 
@@ -106,13 +117,15 @@ struct Scan {
 }
 
 /// Reads batches from `from` to the end of the file, noting each in `meta`. Stops at the first
-/// batch that is torn, structurally invalid, or (with `check_crc`) corrupt.
+/// batch that is torn, structurally invalid, or (with `check_crc`) corrupt. Idempotent batches'
+/// headers are added to `idempotent`.
 fn scan(
     path: &Path,
     from: u64,
     meta: &mut SegmentMeta,
     interval: u32,
     check_crc: bool,
+    idempotent: &mut Vec<batch::BatchHeader>,
 ) -> io::Result<Scan> {
     let mut file = File::open(path)?;
     let file_len = file.metadata()?.len();
@@ -162,6 +175,9 @@ fn scan(
             return bad("offsets go backwards");
         }
         meta.note_batch(&header, pos, interval);
+        if header.is_idempotent() {
+            idempotent.push(header);
+        }
         expected_base = header.next_offset();
         pos += size as u64;
     }

@@ -30,12 +30,13 @@ def varint(v: int) -> bytes:
     return bytes(out)
 
 
-def record_batch(values, timestamp=1_700_000_000_000) -> bytes:
+def record_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytes:
     records = b""
     for i, v in enumerate(values):
         body = b"\x00" + varint(0) + varint(i) + varint(-1) + varint(len(v)) + v + varint(0)
         records += varint(len(body)) + body
-    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, -1, -1, -1, len(values)) + records
+    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
+                            base_sequence, len(values)) + records
     crc = crc32c(after_crc)
     head = struct.pack(">iB", 0, 2) + struct.pack(">I", crc)  # partitionLeaderEpoch, magic, crc
     batch_len = len(head) + len(after_crc)
@@ -105,3 +106,14 @@ def fetch_v4_partition(response: bytes) -> tuple[int, int, int]:
     pos += 4 + max(aborted, 0) * 16
     records = struct.unpack(">i", response[pos:pos + 4])[0]
     return error, hw, records
+
+
+def init_producer_id_v1() -> bytes:
+    """An InitProducerId v1 body for an idempotent (non-transactional) producer."""
+    return string(None) + struct.pack(">i", 60_000)
+
+
+def init_producer_id_v1_response(response: bytes) -> tuple[int, int, int]:
+    """(error_code, producer_id, producer_epoch)"""
+    _corr, _throttle, error, pid, epoch = struct.unpack(">iihqh", response[:20])
+    return error, pid, epoch

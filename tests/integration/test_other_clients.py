@@ -21,9 +21,9 @@ def test_kafka_python_round_trip(broker, compression):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     admin.close()
-    # kafka-python 3 turns idempotence on by default; InitProducerId arrives with issue 7.
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", compression_type=compression, linger_ms=5,
-                             enable_idempotence=False)
+    # kafka-python 3 turns idempotence on by default, as Java does: InitProducerId and sequence
+    # numbers are exercised here too.
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", compression_type=compression, linger_ms=5)
     futures = []
     for i in range(count):
         r = record(i, partitions)
