@@ -543,7 +543,7 @@ pub async fn drive(shard: Rc<Shard>) {
         let next = shard.groups.coordinator.borrow_mut().next_deadline();
         match next {
             None => changed.await,
-            Some(at) => match shard.timers.sleep_until(at) {
+            Some(at) => match shard.timers.sleep_until_internal(at) {
                 Ok(sleep) => {
                     futures::pin_mut!(sleep);
                     futures::future::select(sleep, changed).await;

@@ -759,7 +759,7 @@ impl Shard {
         let expiration_ms = self.config.producer_id_expiration_ms;
         let period_ms = (expiration_ms / 4).clamp(250, 60_000);
         loop {
-            match self.timers.sleep_until(now_ms() + period_ms) {
+            match self.timers.sleep_until_internal(now_ms() + period_ms) {
                 Ok(sleep) => sleep.await,
                 Err(_) => glommio::timer::sleep(std::time::Duration::from_millis(period_ms)).await,
             }

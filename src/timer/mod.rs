@@ -21,11 +21,17 @@ pub const TICK_MS: u64 = 1;
 /// Buckets per level: level 0 spans 512 ms, level 1 ~4.4 minutes, level 2 ~38 hours.
 pub const WHEEL_SIZE: usize = 512;
 
+/// Slots kept beyond `max_parked_operations` for the broker's own timers (group and producer
+/// housekeeping), so clients cannot starve them.
+const INTERNAL_TIMER_SLOTS: usize = 64;
+
 /// What a parked operation shares with the wheel: whether its deadline passed, and whom to wake.
 #[derive(Default)]
 struct Parked {
     fired: Cell<bool>,
     waker: RefCell<Option<Waker>>,
+    /// A client's request (counted against the bound), not the broker's own housekeeping.
+    client: bool,
 }
 
 pub struct Timers {
@@ -34,16 +40,26 @@ pub struct Timers {
     rearm: Event,
     sleeping_until: Cell<u64>,
     pub parked_rejected: Cell<u64>,
+    /// Client operations parked now, and the bound on them.
+    client_parked: Cell<usize>,
+    client_limit: usize,
     metrics: Arc<ShardMetrics>,
 }
 
 impl Timers {
     pub fn new(now_ms: u64, capacity: usize, metrics: Arc<ShardMetrics>) -> Timers {
         Timers {
-            wheel: RefCell::new(TimingWheel::new(TICK_MS, WHEEL_SIZE, now_ms, capacity)),
+            wheel: RefCell::new(TimingWheel::new(
+                TICK_MS,
+                WHEEL_SIZE,
+                now_ms,
+                capacity + INTERNAL_TIMER_SLOTS,
+            )),
             rearm: Event::new(),
             sleeping_until: Cell::new(u64::MAX),
             parked_rejected: Cell::new(0),
+            client_parked: Cell::new(0),
+            client_limit: capacity,
             metrics,
         }
     }
@@ -51,25 +67,44 @@ impl Timers {
     fn publish(&self) {
         self.metrics
             .parked
-            .store(self.wheel.borrow().len() as u64, Ordering::Relaxed);
+            .store(self.client_parked.get() as u64, Ordering::Relaxed);
         self.metrics
             .parked_rejected
             .store(self.parked_rejected.get(), Ordering::Relaxed);
     }
 
     pub fn parked(&self) -> usize {
-        self.wheel.borrow().len()
+        self.client_parked.get()
     }
 
-    /// A future that completes at `deadline_ms` (wall-clock ms). Err when the shard's bound on
-    /// parked operations is reached.
+    /// A future that completes at `deadline_ms` (wall-clock ms), for a client's request. Err
+    /// when the shard's bound on parked operations is reached.
     pub fn sleep_until(self: &Rc<Self>, deadline_ms: u64) -> Result<Sleep, InsertError> {
-        let parked = Rc::new(Parked::default());
-        let inserted = self.wheel.borrow_mut().insert(deadline_ms, parked.clone());
-        let id = inserted.inspect_err(|_| {
+        if self.client_parked.get() >= self.client_limit {
             self.parked_rejected.set(self.parked_rejected.get() + 1);
             self.publish();
-        })?;
+            return Err(InsertError::Full);
+        }
+        self.park(deadline_ms, true)
+    }
+
+    /// The same for the broker's own housekeeping timers, which do not count against the bound.
+    pub fn sleep_until_internal(self: &Rc<Self>, deadline_ms: u64) -> Result<Sleep, InsertError> {
+        self.park(deadline_ms, false)
+    }
+
+    fn park(self: &Rc<Self>, deadline_ms: u64, client: bool) -> Result<Sleep, InsertError> {
+        let parked = Rc::new(Parked {
+            client,
+            ..Parked::default()
+        });
+        let id = self
+            .wheel
+            .borrow_mut()
+            .insert(deadline_ms, parked.clone())?;
+        if client {
+            self.client_parked.set(self.client_parked.get() + 1);
+        }
         self.publish();
         if deadline_ms < self.sleeping_until.get() {
             self.rearm.notify(1);
@@ -104,13 +139,16 @@ impl Timers {
                 }
             }
             let due = self.wheel.borrow_mut().poll(now_ms());
-            self.publish();
             for parked in due {
+                if parked.client {
+                    self.client_parked.set(self.client_parked.get() - 1);
+                }
                 parked.fired.set(true);
                 if let Some(w) = parked.waker.borrow_mut().take() {
                     w.wake();
                 }
             }
+            self.publish();
         }
     }
 }
@@ -137,6 +175,11 @@ impl Drop for Sleep {
     fn drop(&mut self) {
         if !self.parked.fired.get() {
             self.timers.wheel.borrow_mut().cancel(self.id);
+            if self.parked.client {
+                self.timers
+                    .client_parked
+                    .set(self.timers.client_parked.get() - 1);
+            }
             self.timers.publish();
         }
     }
