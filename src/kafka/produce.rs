@@ -12,15 +12,6 @@ use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-fn failed(e: ResponseError) -> ProduceOutcome {
-    ProduceOutcome {
-        error_code: e.code(),
-        base_offset: -1,
-        log_append_time_ms: -1,
-        log_start_offset: -1,
-    }
-}
-
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
@@ -64,7 +55,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 ShardReply::Produce(v) => v,
                 _ => unreachable!("a produce request gets a produce reply"),
             },
-            || failed(ResponseError::NotLeaderOrFollower),
+            || ProduceOutcome::failed(ResponseError::NotLeaderOrFollower),
         )
         .await;
     if acks == 0 {
@@ -80,7 +71,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 .map(|(index, slot)| {
                     let o = match slot {
                         Ok(i) => outcomes[i],
-                        Err(e) => failed(e),
+                        Err(e) => ProduceOutcome::failed(e),
                     };
                     let mut r = PartitionProduceResponse::default()
                         .with_index(index)

@@ -19,6 +19,17 @@ pub struct ProduceOutcome {
     pub log_start_offset: i64,
 }
 
+impl ProduceOutcome {
+    pub fn failed(e: kafka_protocol::ResponseError) -> ProduceOutcome {
+        ProduceOutcome {
+            error_code: e.code(),
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct FetchItem {
     pub topic: String,

@@ -409,12 +409,7 @@ impl Shard {
         acks: i16,
         timeout_ms: i32,
     ) -> ProduceOutcome {
-        let fail = |e: ResponseError| ProduceOutcome {
-            error_code: code(e),
-            base_offset: -1,
-            log_append_time_ms: -1,
-            log_start_offset: -1,
-        };
+        let fail = ProduceOutcome::failed;
         let Some(partition) = self.partition(&item.topic, item.partition) else {
             return fail(ResponseError::UnknownTopicOrPartition);
         };
@@ -546,12 +541,7 @@ impl Shard {
         acks: i16,
         timeout_ms: i32,
     ) -> ProduceOutcome {
-        let fail = |e: ResponseError| ProduceOutcome {
-            error_code: code(e),
-            base_offset: -1,
-            log_append_time_ms: -1,
-            log_start_offset: -1,
-        };
+        let fail = ProduceOutcome::failed;
         if acks == -1 {
             let deadline = now_ms() + timeout_ms.max(0) as u64;
             let durable = || {
