@@ -246,11 +246,8 @@ pub async fn handle(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
                 Reply::Later(member) => {
                     let rx = wait_for(&mgr.joins, &group, &member);
                     process_outputs(shard);
-                    GroupReply::Join(rx.await.unwrap_or_else(|_| JoinResponse {
-                        error_code: ResponseError::CoordinatorNotAvailable.code(),
-                        generation_id: -1,
-                        member_id: member,
-                        ..Default::default()
+                    GroupReply::Join(rx.await.unwrap_or_else(|_| {
+                        JoinResponse::error(ResponseError::CoordinatorNotAvailable, member)
                     }))
                 }
             }

@@ -154,6 +154,18 @@ pub struct JoinResponse {
     pub members: Vec<(String, Option<String>, Bytes)>,
 }
 
+impl JoinResponse {
+    /// A failed join: no generation, the member id the client should use (or its own).
+    pub fn error(e: ResponseError, member_id: impl Into<String>) -> JoinResponse {
+        JoinResponse {
+            error_code: e.code(),
+            generation_id: -1,
+            member_id: member_id.into(),
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct SyncResponse {
     pub error_code: i16,
@@ -251,12 +263,7 @@ impl Coordinator {
 
     pub fn join(&mut self, now_ms: u64, req: JoinRequest) -> Reply<JoinResponse> {
         let fail = |e: ResponseError, member_id: &str| {
-            Reply::Now(JoinResponse {
-                error_code: code(e),
-                generation_id: -1,
-                member_id: member_id.to_string(),
-                ..Default::default()
-            })
+            Reply::Now(JoinResponse::error(e, member_id.to_string()))
         };
         if req.session_timeout_ms < self.min_session_timeout_ms
             || req.session_timeout_ms > MAX_SESSION_TIMEOUT_MS
@@ -331,12 +338,10 @@ impl Coordinator {
         match group.static_members.get(&instance).cloned() {
             None => {
                 if !req.member_id.is_empty() {
-                    return Reply::Now(JoinResponse {
-                        error_code: code(ResponseError::UnknownMemberId),
-                        generation_id: -1,
-                        member_id: req.member_id.clone(),
-                        ..Default::default()
-                    });
+                    return Reply::Now(JoinResponse::error(
+                        ResponseError::UnknownMemberId,
+                        req.member_id.clone(),
+                    ));
                 }
                 let member_id = self.new_member_id(&req.client_id);
                 self.add_member_and_rebalance(now_ms, req, member_id)
@@ -372,12 +377,7 @@ impl Coordinator {
                     self.outputs.push(Output::Join {
                         group_id: req.group_id.clone(),
                         member_id: old_id.clone(),
-                        response: JoinResponse {
-                            error_code: code(ResponseError::FencedInstanceId),
-                            generation_id: -1,
-                            member_id: old_id,
-                            ..Default::default()
-                        },
+                        response: JoinResponse::error(ResponseError::FencedInstanceId, old_id),
                     });
                 }
                 let state = self.group_mut(&req.group_id).state;
@@ -410,12 +410,10 @@ impl Coordinator {
                     ),
                 }
             }
-            Some(old_id) if old_id != req.member_id => Reply::Now(JoinResponse {
-                error_code: code(ResponseError::FencedInstanceId),
-                generation_id: -1,
-                member_id: req.member_id.clone(),
-                ..Default::default()
-            }),
+            Some(old_id) if old_id != req.member_id => Reply::Now(JoinResponse::error(
+                ResponseError::FencedInstanceId,
+                req.member_id.clone(),
+            )),
             Some(_) => self.update_member_and_rebalance(now_ms, req),
         }
     }
@@ -428,12 +426,10 @@ impl Coordinator {
     ) -> Reply<JoinResponse> {
         let group = self.group_mut(&req.group_id);
         if group.members.len() >= MAX_MEMBERS_PER_GROUP {
-            return Reply::Now(JoinResponse {
-                error_code: code(ResponseError::GroupMaxSizeReached),
-                generation_id: -1,
+            return Reply::Now(JoinResponse::error(
+                ResponseError::GroupMaxSizeReached,
                 member_id,
-                ..Default::default()
-            });
+            ));
         }
         if group.members.is_empty() {
             group.protocol_type = Some(req.protocol_type.clone());
@@ -482,12 +478,10 @@ impl Coordinator {
             self.outputs.push(Output::Join {
                 group_id: req.group_id.clone(),
                 member_id: req.member_id.clone(),
-                response: JoinResponse {
-                    error_code: code(ResponseError::RebalanceInProgress),
-                    generation_id: -1,
-                    member_id: req.member_id.clone(),
-                    ..Default::default()
-                },
+                response: JoinResponse::error(
+                    ResponseError::RebalanceInProgress,
+                    req.member_id.clone(),
+                ),
             });
         }
         let group = self.group_mut(&req.group_id);
@@ -681,12 +675,10 @@ impl Coordinator {
             self.outputs.push(Output::Join {
                 group_id: group_id.to_string(),
                 member_id: member_id.to_string(),
-                response: JoinResponse {
-                    error_code: code(ResponseError::UnknownMemberId),
-                    generation_id: -1,
-                    member_id: member_id.to_string(),
-                    ..Default::default()
-                },
+                response: JoinResponse::error(
+                    ResponseError::UnknownMemberId,
+                    member_id.to_string(),
+                ),
             });
         }
         if m.awaiting_sync {
