@@ -37,6 +37,12 @@ pub struct Config {
     pub group_min_session_timeout_ms: i32,
     /// Kafka's producer.id.expiration.ms: an idempotent producer idle this long is forgotten.
     pub producer_id_expiration_ms: u64,
+    /// Bound on open client connections to the broker (all shards together).
+    pub max_connections: usize,
+    /// Bound on open connections from one client IP.
+    pub max_connections_per_ip: usize,
+    /// Kafka's connections.max.idle.ms: a connection with no request for this long is closed.
+    pub connections_max_idle_ms: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
     pub log: LogConfig,
@@ -105,6 +111,9 @@ impl Default for Config {
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             producer_id_expiration_ms: 86_400_000,
+            max_connections: 10_000,
+            max_connections_per_ip: 1_000,
+            connections_max_idle_ms: 600_000,
             log: LogConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
@@ -249,6 +258,18 @@ impl Config {
                     self.group_min_session_timeout_ms
                 ),
             );
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return bad(
+                "max_connections",
+                format!("{} is not in 1..=1000000", self.max_connections),
+            );
+        }
+        if self.max_connections_per_ip == 0 {
+            return bad("max_connections_per_ip", "must be at least 1".into());
+        }
+        if self.connections_max_idle_ms < 100 {
+            return bad("connections_max_idle_ms", "must be at least 100".into());
         }
         if self.producer_id_expiration_ms < 1000 {
             return bad("producer_id_expiration_ms", "must be at least 1000".into());

@@ -11,7 +11,8 @@ use glommio::net::TcpStream;
 use kafka_protocol::messages::ApiKey;
 use std::rc::Rc;
 
-pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+/// Serves one connection until it closes; `_admission` holds its slot in the connection limits.
+pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream, _admission: super::limits::Admission) {
     let peer_addr = stream.peer_addr().ok();
     let peer = peer_addr
         .map(|a| a.to_string())
@@ -26,7 +27,27 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     let max = shard.config.request_max_bytes;
     loop {
         let mut size_buf = [0u8; 4];
-        match read_exact_or_eof(&mut stream, &mut size_buf).await {
+        // Between requests a connection may idle for connections_max_idle_ms, timed on the
+        // shard's wheel; the timer is cancelled as soon as a request starts.
+        let idle_deadline = crate::shard::now_ms() + shard.config.connections_max_idle_ms;
+        let next = match shard.timers.sleep_until_idle(idle_deadline) {
+            Ok(idle) => {
+                let read = read_exact_or_eof(&mut stream, &mut size_buf);
+                futures::pin_mut!(read);
+                match futures::future::select(read, idle).await {
+                    futures::future::Either::Left((r, _)) => r,
+                    futures::future::Either::Right(_) => {
+                        log::info!(
+                            "{peer}: closing: idle for {} ms (connections_max_idle_ms)",
+                            shard.config.connections_max_idle_ms
+                        );
+                        return;
+                    }
+                }
+            }
+            Err(_) => read_exact_or_eof(&mut stream, &mut size_buf).await,
+        };
+        match next {
             Ok(true) => {}
             Ok(false) => return, // closed between requests: a normal goodbye
             Err(e) => {

@@ -2,6 +2,7 @@
 //! accepting on the same port (SO_REUSEPORT) so the kernel spreads connections across shards.
 
 pub mod connection;
+pub mod limits;
 
 use crate::config::Config;
 use crate::metrics::ShardMetrics;
@@ -89,6 +90,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         crate::metrics::serve(listener, metrics.clone())?;
         log::info!("metrics on http://{addr}/metrics");
     }
+    let limits =
+        limits::ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
     let mut handles = Vec::with_capacity(shards);
     for id in 0..shards {
@@ -99,12 +102,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             mesh.clone(),
             metrics[id].clone(),
         );
+        let limits = limits.clone();
         let cpu = cpus[id % cpus.len()];
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{id}"))
-            .spawn(
-                move || async move { run_shard(id, config, router, catalog, mesh, metrics).await },
-            )
+            .spawn(move || async move {
+                run_shard(id, config, router, catalog, mesh, metrics, limits).await
+            })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
     }
@@ -186,6 +190,7 @@ async fn run_shard(
     catalog: Arc<Catalog>,
     mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
     metrics: Arc<ShardMetrics>,
+    limits: Arc<limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
     let (senders, mut receivers) = mesh
         .join()
@@ -250,7 +255,17 @@ async fn run_shard(
         futures::pin_mut!(accept);
         match futures::future::select(accept, stopped).await {
             futures::future::Either::Left((Ok(stream), _)) => {
-                glommio::spawn_local(connection::serve(shard.clone(), stream)).detach();
+                let admitted = match stream.peer_addr() {
+                    Ok(addr) => limits.admit(addr.ip()),
+                    Err(e) => Err(format!("no peer address: {e}")),
+                };
+                match admitted {
+                    Ok(admission) => {
+                        glommio::spawn_local(connection::serve(shard.clone(), stream, admission))
+                            .detach();
+                    }
+                    Err(why) => log::warn!("shard {id}: refusing a connection: {why}"),
+                }
             }
             futures::future::Either::Left((Err(e), _)) => {
                 log::warn!("shard {id}: accept failed: {e}");

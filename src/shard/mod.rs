@@ -108,6 +108,7 @@ impl Shard {
         metrics: Arc<crate::metrics::ShardMetrics>,
     ) -> Shard {
         let max_parked = config.max_parked_operations;
+        let max_connections = config.max_connections;
         let groups = crate::group::GroupManager::new(now_ms(), &config);
         let catalog_block_end = catalog.producer_id_block_end;
         Shard {
@@ -125,7 +126,12 @@ impl Shard {
             pending: RefCell::new(HashMap::new()),
             next_call_id: Cell::new(0),
             controller_lock: Semaphore::new(1),
-            timers: Rc::new(Timers::new(now_ms(), max_parked, metrics.clone())),
+            timers: Rc::new(Timers::new(
+                now_ms(),
+                max_parked,
+                max_connections,
+                metrics.clone(),
+            )),
             groups,
             next_producer_id: Cell::new(catalog_block_end),
             metrics,

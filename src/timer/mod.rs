@@ -47,13 +47,20 @@ pub struct Timers {
 }
 
 impl Timers {
-    pub fn new(now_ms: u64, capacity: usize, metrics: Arc<ShardMetrics>) -> Timers {
+    /// `capacity` bounds client operations; `connections` more slots are kept for the idle
+    /// timers of client connections (one each at most).
+    pub fn new(
+        now_ms: u64,
+        capacity: usize,
+        connections: usize,
+        metrics: Arc<ShardMetrics>,
+    ) -> Timers {
         Timers {
             wheel: RefCell::new(TimingWheel::new(
                 TICK_MS,
                 WHEEL_SIZE,
                 now_ms,
-                capacity + INTERNAL_TIMER_SLOTS,
+                capacity + connections + INTERNAL_TIMER_SLOTS,
             )),
             rearm: Event::new(),
             sleeping_until: Cell::new(u64::MAX),
@@ -86,6 +93,12 @@ impl Timers {
             return Err(InsertError::Full);
         }
         self.park(deadline_ms, true)
+    }
+
+    /// A connection's idle timer: outside the client bound, since the connection limit already
+    /// bounds how many there can be.
+    pub fn sleep_until_idle(self: &Rc<Self>, deadline_ms: u64) -> Result<Sleep, InsertError> {
+        self.park(deadline_ms, false)
     }
 
     /// The same for the broker's own housekeeping timers, which do not count against the bound.

@@ -1,0 +1,82 @@
+//! Connection admission: a bound on connections to the broker, in total and per client IP.
+//! Checked once per accepted connection (never on the data path), so one small lock shared by
+//! the shards is enough.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+pub struct ConnectionLimits {
+    max_total: usize,
+    max_per_ip: usize,
+    counts: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// Held for as long as a connection lives; its drop gives the slot back.
+pub struct Admission {
+    limits: Arc<ConnectionLimits>,
+    ip: IpAddr,
+}
+
+impl ConnectionLimits {
+    pub fn new(max_total: usize, max_per_ip: usize) -> Arc<ConnectionLimits> {
+        Arc::new(ConnectionLimits {
+            max_total,
+            max_per_ip,
+            counts: Mutex::new((0, HashMap::new())),
+        })
+    }
+
+    /// Admits a connection from `ip`, or says which limit it hit.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, String> {
+        let mut c = self.counts.lock().expect("connection counts lock");
+        if c.0 >= self.max_total {
+            return Err(format!("max_connections ({}) reached", self.max_total));
+        }
+        let per_ip = c.1.get(&ip).copied().unwrap_or(0);
+        if per_ip >= self.max_per_ip {
+            return Err(format!(
+                "max_connections_per_ip ({}) reached for {ip}",
+                self.max_per_ip
+            ));
+        }
+        c.0 += 1;
+        *c.1.entry(ip).or_insert(0) += 1;
+        Ok(Admission {
+            limits: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut c = self.limits.counts.lock().expect("connection counts lock");
+        c.0 -= 1;
+        if let Some(n) = c.1.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                c.1.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_and_release() {
+        let l = ConnectionLimits::new(3, 2);
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = l.admit(a).unwrap();
+        let _a2 = l.admit(a).unwrap();
+        assert!(l.admit(a).unwrap_err().contains("per_ip"));
+        let _b1 = l.admit(b).unwrap();
+        assert!(l.admit(b).unwrap_err().contains("max_connections (3)"));
+        drop(a1);
+        let _a3 = l.admit(a).unwrap();
+    }
+}
