@@ -73,9 +73,9 @@ mod tests {
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let a1 = l.admit(a).unwrap();
         let _a2 = l.admit(a).unwrap();
-        assert!(l.admit(a).unwrap_err().contains("per_ip"));
+        assert!(l.admit(a).err().unwrap().contains("per_ip"));
         let _b1 = l.admit(b).unwrap();
-        assert!(l.admit(b).unwrap_err().contains("max_connections (3)"));
+        assert!(l.admit(b).err().unwrap().contains("max_connections (3)"));
         drop(a1);
         let _a3 = l.admit(a).unwrap();
     }
