@@ -740,7 +740,7 @@ impl Shard {
             return out(0, -1, -1);
         };
         match read::find_offset_for_timestamp(&plan, item.timestamp).await {
-            Ok(Some(offset)) => out(0, offset, item.timestamp),
+            Ok(Some((offset, timestamp))) => out(0, offset, timestamp),
             Ok(None) => out(0, -1, -1),
             Err(e) => {
                 log::error!("list offsets {}-{}: {e}", item.topic, item.partition);

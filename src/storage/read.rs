@@ -95,13 +95,13 @@ pub async fn read_batches(
     Ok(Bytes::new())
 }
 
-/// Finds the first offset in the planned range whose record timestamp is >= `timestamp`,
-/// scanning batches in the planned range. For compressed batches the batch's base offset is
+/// Finds the first record in the planned range whose timestamp is >= `timestamp`: its offset
+/// and its timestamp. For compressed batches the batch's base offset and base timestamp are
 /// returned: the records inside are not decompressed.
 pub async fn find_offset_for_timestamp(
     plan: &ReadPlan,
     timestamp: i64,
-) -> std::io::Result<Option<i64>> {
+) -> std::io::Result<Option<(i64, i64)>> {
     let end = plan.position + plan.readable;
     let mut position = plan.position;
     while position < end {
@@ -114,8 +114,16 @@ pub async fn find_offset_for_timestamp(
             batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         if header.max_timestamp >= timestamp {
             let log_append_time = header.attributes & (1 << 3) != 0;
+            // The first record's own timestamp: the batch's max under LogAppendTime (all records
+            // share it), else its base timestamp (for compressed batches the records are not
+            // decompressed, so the batch's first offset and base timestamp stand for them).
+            let first = if log_append_time {
+                header.max_timestamp
+            } else {
+                header.base_timestamp
+            };
             if header.compression() != 0 || log_append_time || header.base_timestamp >= timestamp {
-                return Ok(Some(header.base_offset));
+                return Ok(Some((header.base_offset, first)));
             }
             let body = plan
                 .file
@@ -123,7 +131,8 @@ pub async fn find_offset_for_timestamp(
                 .await
                 .map_err(std::io::Error::from)?;
             return Ok(Some(
-                first_record_at_or_after(&body, &header, timestamp).unwrap_or(header.base_offset),
+                first_record_at_or_after(&body, &header, timestamp)
+                    .unwrap_or((header.base_offset, first)),
             ));
         }
         position += (header.size_bytes as u64).max(1);
@@ -136,7 +145,7 @@ fn first_record_at_or_after(
     body: &[u8],
     header: &batch::BatchHeader,
     timestamp: i64,
-) -> Option<i64> {
+) -> Option<(i64, i64)> {
     let mut at = HEADER_BYTES;
     for _ in 0..header.record_count {
         let (len, n) = batch::get_varint(&body[at..])?;
@@ -146,7 +155,10 @@ fn first_record_at_or_after(
         p += n;
         let (offset_delta, _) = batch::get_varint(body.get(p..)?)?;
         if header.base_timestamp + ts_delta >= timestamp {
-            return Some(header.base_offset + offset_delta);
+            return Some((
+                header.base_offset + offset_delta,
+                header.base_timestamp + ts_delta,
+            ));
         }
         at = record_start.checked_add(usize::try_from(len).ok()?)?;
         if at > body.len() {

@@ -87,6 +87,15 @@ def test_list_offsets_by_timestamp(broker):
         assert past.offset == -1
     finally:
         c.close()
+    # The answer carries the found record's own timestamp (kafka-python exposes it).
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    kc = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    try:
+        found = kc.offsets_for_times({KTP("ts", 0): BASE_TS_MS + 499})[KTP("ts", 0)]
+        assert (found.offset, found.timestamp) == (499, BASE_TS_MS + 499)
+    finally:
+        kc.close()
 
 
 def test_log_append_time(broker):
