@@ -230,6 +230,29 @@ async fn append(
     }
 }
 
+/// Delivers a join or sync reply: at once, or once the coordinator answers the parked member
+/// (`gone` when the shard stops first).
+async fn settle<T>(
+    shard: &Rc<Shard>,
+    waiters: &Waiters<T>,
+    group: &str,
+    reply: Reply<T>,
+    gone: impl FnOnce(String) -> T,
+) -> T {
+    match reply {
+        Reply::Now(r) => {
+            process_outputs(shard);
+            r
+        }
+        Reply::Later(member) => {
+            // Registered before the outputs go out: they may already hold this member's answer.
+            let rx = wait_for(waiters, group, &member);
+            process_outputs(shard);
+            rx.await.unwrap_or_else(|_| gone(member))
+        }
+    }
+}
+
 /// Runs a group operation on this (the group's) shard.
 pub async fn handle(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
     let now = now_ms();
@@ -238,19 +261,12 @@ pub async fn handle(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
         GroupOp::Join(req) => {
             let group = req.group_id.clone();
             let reply = mgr.coordinator.borrow_mut().join(now, req);
-            match reply {
-                Reply::Now(r) => {
-                    process_outputs(shard);
-                    GroupReply::Join(r)
-                }
-                Reply::Later(member) => {
-                    let rx = wait_for(&mgr.joins, &group, &member);
-                    process_outputs(shard);
-                    GroupReply::Join(rx.await.unwrap_or_else(|_| {
-                        JoinResponse::error(ResponseError::CoordinatorNotAvailable, member)
-                    }))
-                }
-            }
+            GroupReply::Join(
+                settle(shard, &mgr.joins, &group, reply, |member| {
+                    JoinResponse::error(ResponseError::CoordinatorNotAvailable, member)
+                })
+                .await,
+            )
         }
         GroupOp::Sync {
             group,
@@ -267,20 +283,13 @@ pub async fn handle(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
                 instance.as_deref(),
                 assignments,
             );
-            match reply {
-                Reply::Now(r) => {
-                    process_outputs(shard);
-                    GroupReply::Sync(r)
-                }
-                Reply::Later(member) => {
-                    let rx = wait_for(&mgr.syncs, &group, &member);
-                    process_outputs(shard);
-                    GroupReply::Sync(rx.await.unwrap_or_else(|_| SyncResponse {
-                        error_code: ResponseError::CoordinatorNotAvailable.code(),
-                        ..Default::default()
-                    }))
-                }
-            }
+            GroupReply::Sync(
+                settle(shard, &mgr.syncs, &group, reply, |_| SyncResponse {
+                    error_code: ResponseError::CoordinatorNotAvailable.code(),
+                    ..Default::default()
+                })
+                .await,
+            )
         }
         GroupOp::Heartbeat {
             group,
