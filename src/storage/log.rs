@@ -622,6 +622,19 @@ mod tests {
         }
     }
 
+    /// A log of 2 KiB segments holding 30 batches of 3 records (offsets 0..90), not synced.
+    async fn filled_log(path: std::path::PathBuf) -> RefCell<PartitionLog> {
+        let log = RefCell::new(
+            PartitionLog::open(path, settings(2048), 0, 0)
+                .await
+                .unwrap(),
+        );
+        for _ in 0..30 {
+            append(&log, 3).await;
+        }
+        log
+    }
+
     fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
         glommio::LocalExecutorBuilder::default()
             .spawn(f)
@@ -635,14 +648,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let log = RefCell::new(
-                PartitionLog::open(path.clone(), settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
-            for _ in 0..30 {
-                append(&log, 3).await;
-            }
+            let log = filled_log(path.clone()).await;
             assert_eq!(log.borrow().log_end_offset(), 90);
             assert_eq!(
                 log.borrow().high_watermark(),
@@ -700,14 +706,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let log = RefCell::new(
-                PartitionLog::open(path.clone(), settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
-            for _ in 0..30 {
-                append(&log, 3).await;
-            }
+            let log = filled_log(path.clone()).await;
             sync(&log).await;
             let segments_before = log.borrow().segments.len();
             // Offset 40 sits inside the batch [39, 41]: that whole batch goes.
