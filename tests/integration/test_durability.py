@@ -89,11 +89,16 @@ def test_torn_tail_is_truncated_on_restart(broker):
 
 def test_clean_restart_and_segment_roll(make_broker):
     # Small segments so the data spans many files and recovery loads their indexes.
-    broker = make_broker(shards=2, config="[log]\nsegment_bytes = 65536\nindex_interval_bytes = 1024\n")
+    # About 320 KiB per partition in batches of at most ~8 KiB, against 32 KiB segments: about
+    # ten segments. (librdkafka's default batch.size is 1 MB, which let one batch fill a segment
+    # and made the count depend on timing.)
+    broker = make_broker(shards=2, config="[log]\nsegment_bytes = 32768\nindex_interval_bytes = 1024\n")
     ck.create_topic(broker.bootstrap, "roll", 2)
-    ck.produce(broker.bootstrap, "roll", 6000, 2)
-    segments = list((broker.data_dir / "roll-0").glob("*.log"))
+    ck.produce(broker.bootstrap, "roll", 6000, 2, extra={"batch.size": 8192})
+    segments = sorted((broker.data_dir / "roll-0").glob("*.log"))
     assert len(segments) > 5, segments
+    # A batch that would take a segment past segment_bytes goes to a new one instead.
+    assert all(s.stat().st_size <= 32768 for s in segments), [s.stat().st_size for s in segments]
     assert broker.stop() == 0
     assert "shut down cleanly" in broker.log()
     assert (broker.data_dir / "roll-0" / ".clean_shutdown").exists()
