@@ -38,7 +38,7 @@ async fn fill(log: &RefCell<PartitionLog>, b: &Bytes) {
     let headers = batch::validate_all(b).unwrap();
     for _ in 0..BATCHES {
         let plan = log.borrow_mut().prepare_append(b, &headers, 0);
-        plan.file.write_at(plan.data, plan.position).await.unwrap();
+        PartitionLog::write(log, plan).await.unwrap();
     }
 }
 

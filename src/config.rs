@@ -43,6 +43,17 @@ pub struct Config {
     pub max_connections_per_ip: usize,
     /// Kafka's connections.max.idle.ms: a connection with no request for this long is closed.
     pub connections_max_idle_ms: u64,
+    /// Requests a connection may have read and not yet answered. Past it the broker stops
+    /// reading that socket until a response goes out (TCP backpressure); requests are still
+    /// served one at a time, in order, as Kafka does.
+    pub max_in_flight_requests_per_connection: usize,
+    /// Bytes of request frames (mostly produce data) one shard's connections may hold at once.
+    /// A connection that would pass it waits before reading the frame's body, so a flood of
+    /// producers slows down instead of exhausting memory. At least `request_max_bytes`.
+    pub max_request_memory_bytes_per_shard: usize,
+    /// Time allowed from a request's first byte to its last. A client that trickles bytes
+    /// (slowloris) is disconnected after it, so it cannot hold memory or a slot forever.
+    pub request_read_timeout_ms: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
     pub log: LogConfig,
@@ -114,6 +125,9 @@ impl Default for Config {
             max_connections: 10_000,
             max_connections_per_ip: 1_000,
             connections_max_idle_ms: 600_000,
+            max_in_flight_requests_per_connection: 5,
+            max_request_memory_bytes_per_shard: 4 * DEFAULT_REQUEST_MAX_BYTES,
+            request_read_timeout_ms: 30_000,
             log: LogConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
@@ -271,6 +285,27 @@ impl Config {
         if self.connections_max_idle_ms < 100 {
             return bad("connections_max_idle_ms", "must be at least 100".into());
         }
+        if !(1..=1000).contains(&self.max_in_flight_requests_per_connection) {
+            return bad(
+                "max_in_flight_requests_per_connection",
+                format!(
+                    "{} is not in 1..=1000",
+                    self.max_in_flight_requests_per_connection
+                ),
+            );
+        }
+        if self.max_request_memory_bytes_per_shard < self.request_max_bytes {
+            return bad(
+                "max_request_memory_bytes_per_shard",
+                format!(
+                    "{} is less than request_max_bytes ({}), so a largest request could never be read",
+                    self.max_request_memory_bytes_per_shard, self.request_max_bytes
+                ),
+            );
+        }
+        if self.request_read_timeout_ms < 100 {
+            return bad("request_read_timeout_ms", "must be at least 100".into());
+        }
         if self.producer_id_expiration_ms < 1000 {
             return bad("producer_id_expiration_ms", "must be at least 1000".into());
         }
@@ -420,5 +455,21 @@ mod tests {
         };
         c.validate().unwrap();
         assert_eq!(c.advertised(), ("127.0.0.1".to_string(), 9092));
+    }
+
+    #[test]
+    fn request_memory_must_hold_a_largest_request() {
+        let c = Config::parse(
+            "shards = 1\nrequest_max_bytes = 2048\nmax_request_memory_bytes_per_shard = 1024\n",
+        )
+        .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("max_request_memory_bytes_per_shard"), "{err}");
+        let c = Config::parse("shards = 1\nmax_in_flight_requests_per_connection = 0\n").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("max_in_flight_requests_per_connection"),
+            "{err}"
+        );
     }
 }

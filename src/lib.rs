@@ -1,4 +1,5 @@
 //! Sluice: a thread-per-core, Kafka-wire-compatible streaming broker. See ARCHITECTURE.md.
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod config;
 pub mod group;

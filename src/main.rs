@@ -30,6 +30,7 @@ enum Command {
         shards: Option<usize>,
     },
     /// Load generator: drive any Kafka-compatible broker and report throughput and latency.
+    #[cfg(feature = "bench")]
     Bench(sluice::bench::args::BenchArgs),
 }
 
@@ -39,6 +40,7 @@ fn main() {
     // its progress lines.
     let default_filter = match cli.command {
         Command::Serve { .. } => "info",
+        #[cfg(feature = "bench")]
         Command::Bench(_) => "warn,rdkafka=off,librdkafka=off",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
@@ -58,6 +60,7 @@ fn main() {
             };
             sluice::config::Config::load(config.as_deref(), overrides).and_then(sluice::server::run)
         }
+        #[cfg(feature = "bench")]
         Command::Bench(args) => match sluice::bench::run(args) {
             // Errors were reported and counted; a run that had any fails.
             Ok(report) if report.errors > 0 => {

@@ -19,6 +19,16 @@ pub struct ShardMetrics {
     pub requests: [AtomicU64; SUPPORTED.len()],
     pub parked: AtomicU64,
     pub parked_rejected: AtomicU64,
+    /// Appends that failed to reach the disk (ENOSPC, EIO) and were answered KAFKA_STORAGE_ERROR.
+    pub storage_errors: AtomicU64,
+    /// Requests read from a socket and not yet answered.
+    pub requests_queued: AtomicU64,
+    /// Bytes of request frames held by the shard's connections, and how often a connection had
+    /// to wait for room under `max_request_memory_bytes_per_shard`.
+    pub request_memory_bytes: AtomicU64,
+    pub request_memory_waits: AtomicU64,
+    /// Connections closed because a request's bytes arrived too slowly.
+    pub slow_requests_closed: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -28,6 +38,72 @@ impl ShardMetrics {
         }
     }
 }
+
+/// Adds `delta` (which may be negative) to a gauge.
+pub fn adjust(gauge: &AtomicU64, delta: i64) {
+    if delta >= 0 {
+        gauge.fetch_add(delta as u64, Ordering::Relaxed);
+    } else {
+        gauge.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+    }
+}
+
+pub fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// One value per shard: name, help, type, and where it is kept.
+type PerShard = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ShardMetrics) -> &AtomicU64,
+);
+
+const PER_SHARD: &[PerShard] = &[
+    (
+        "sluice_parked_operations",
+        "Operations parked on the shard's timing wheel.",
+        "gauge",
+        |m| &m.parked,
+    ),
+    (
+        "sluice_parked_rejected_total",
+        "Operations not parked because the shard's bound was reached.",
+        "counter",
+        |m| &m.parked_rejected,
+    ),
+    (
+        "sluice_storage_errors_total",
+        "Appends that failed to reach the disk and were answered KAFKA_STORAGE_ERROR.",
+        "counter",
+        |m| &m.storage_errors,
+    ),
+    (
+        "sluice_requests_queued",
+        "Requests read from sockets and not yet answered.",
+        "gauge",
+        |m| &m.requests_queued,
+    ),
+    (
+        "sluice_request_memory_bytes",
+        "Bytes of request frames held by the shard's connections.",
+        "gauge",
+        |m| &m.request_memory_bytes,
+    ),
+    (
+        "sluice_request_memory_waits_total",
+        "Times a connection waited for room under max_request_memory_bytes_per_shard.",
+        "counter",
+        |m| &m.request_memory_waits,
+    ),
+    (
+        "sluice_slow_requests_closed_total",
+        "Connections closed because a request arrived slower than request_read_timeout_ms.",
+        "counter",
+        |m| &m.slow_requests_closed,
+    ),
+];
 
 pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     let mut out = String::new();
@@ -40,19 +116,14 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             ));
         }
     }
-    out.push_str("# HELP sluice_parked_operations Operations parked on the shard's timing wheel.\n# TYPE sluice_parked_operations gauge\n");
-    for (s, m) in shards.iter().enumerate() {
-        out.push_str(&format!(
-            "sluice_parked_operations{{shard=\"{s}\"}} {}\n",
-            m.parked.load(Ordering::Relaxed)
-        ));
-    }
-    out.push_str("# HELP sluice_parked_rejected_total Operations not parked because the shard's bound was reached.\n# TYPE sluice_parked_rejected_total counter\n");
-    for (s, m) in shards.iter().enumerate() {
-        out.push_str(&format!(
-            "sluice_parked_rejected_total{{shard=\"{s}\"}} {}\n",
-            m.parked_rejected.load(Ordering::Relaxed)
-        ));
+    for &(name, help, kind, value) in PER_SHARD {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (s, m) in shards.iter().enumerate() {
+            out.push_str(&format!(
+                "{name}{{shard=\"{s}\"}} {}\n",
+                value(m).load(Ordering::Relaxed)
+            ));
+        }
     }
     out
 }

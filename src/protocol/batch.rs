@@ -137,6 +137,16 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if crc32c::crc32c(&buf[CRC_START..]) != stored {
         return Err(BatchError::CorruptCrc);
     }
+    // The count decides how far the log's offsets advance, so it must be one the bytes can
+    // hold. Records are not parsed on the produce path; a compressed batch is bounded only by
+    // the offset range check at append (see PartitionLog::needs_roll).
+    if header.compression() == 0
+        && header.record_count as usize > (header.size_bytes - HEADER_BYTES) / MIN_RECORD_BYTES
+    {
+        return Err(BatchError::Invalid(
+            "recordCount is more than the batch's bytes can hold",
+        ));
+    }
     Ok(header)
 }
 
@@ -174,9 +184,14 @@ pub fn assign(
         let attrs = i16_at(batch, 21) | ATTR_TIMESTAMP_TYPE;
         batch[21..23].copy_from_slice(&attrs.to_be_bytes());
         batch[35..43].copy_from_slice(&ts.to_be_bytes());
-        let crc = crc32c::crc32c(&batch[CRC_START..]);
-        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        seal(batch);
     }
+}
+
+/// Writes the CRC32C of a whole batch's covered bytes into its crc field.
+pub fn seal(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[CRC_START..]);
+    batch[17..CRC_START].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// A record's key and value as `build` takes them; None is null.
@@ -222,8 +237,7 @@ pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Vec<u8> {
     b.extend((-1i32).to_be_bytes());
     b.extend(count.to_be_bytes());
     b.extend(body);
-    let crc = crc32c::crc32c(&b[CRC_START..]);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    seal(&mut b);
     b
 }
 
@@ -235,6 +249,10 @@ pub fn synthetic(base_offset: i64, count: i32, value_len: usize, timestamp: i64)
     b[0..8].copy_from_slice(&base_offset.to_be_bytes());
     b
 }
+
+/// The smallest record: one byte each for its length, attributes, timestamp delta, offset
+/// delta, key length, value length and header count.
+const MIN_RECORD_BYTES: usize = 7;
 
 /// One record of an uncompressed batch.
 pub struct Record<'a> {
@@ -249,7 +267,9 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
     if h.compression() != 0 || h.size_bytes > batch.len() {
         return None;
     }
-    let mut out = Vec::with_capacity(h.record_count as usize);
+    // The count is untrusted: reserve no more records than the bytes could hold.
+    let fit = h.size_bytes.saturating_sub(HEADER_BYTES) / MIN_RECORD_BYTES;
+    let mut out = Vec::with_capacity((h.record_count as usize).min(fit));
     let mut at = HEADER_BYTES;
     let end = h.size_bytes;
     for _ in 0..h.record_count {
@@ -265,13 +285,13 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
             let (l, n) = get_varint(batch.get(p..rec_end)?)?;
             p += n;
             if l >= 0 {
-                let l = l as usize;
-                *f = Some(batch.get(p..p + l)?);
-                p += l;
+                let field_end = p.checked_add(usize::try_from(l).ok()?)?;
+                *f = Some(batch.get(p..field_end)?);
+                p = field_end;
             }
         }
         out.push(Record {
-            offset: h.base_offset + offset_delta,
+            offset: h.base_offset.checked_add(offset_delta)?,
             key: fields[0],
             value: fields[1],
         });
@@ -373,5 +393,32 @@ pub mod tests {
         let h = validate(&b).unwrap();
         assert_eq!(h.max_timestamp, 5000);
         assert_ne!(h.attributes & ATTR_TIMESTAMP_TYPE, 0);
+    }
+
+    /// Found by the record_batch fuzz target: a header claiming 2^31-1 records made `records`
+    /// reserve 45 GB before reading any.
+    #[test]
+    fn a_huge_record_count_reserves_nothing_unreasonable() {
+        let mut b = build(&[(None, Some(b"v"))], 1);
+        let count = i32::MAX;
+        b[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+        b[57..61].copy_from_slice(&count.to_be_bytes());
+        seal(&mut b);
+        assert!(records(&b).is_none(), "one record present, not 2^31-1");
+        // Nor may such a batch be appended: the count would move the log's offsets.
+        assert!(matches!(validate(&b), Err(BatchError::Invalid(_))));
+    }
+
+    /// Found by the record_batch fuzz target: offset deltas and field lengths near their
+    /// limits overflowed the arithmetic that places them.
+    #[test]
+    fn extreme_record_fields_are_rejected_not_overflowed() {
+        let mut b = build(&[(None, Some(b"v"))], 1);
+        b[0..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        // The record: length, attributes, timestamp delta, then offset delta = 1.
+        let offset_delta_at = HEADER_BYTES + 3;
+        assert_eq!(b[offset_delta_at], 0);
+        b[offset_delta_at] = 2; // zigzag 1
+        assert!(records(&b).is_none());
     }
 }

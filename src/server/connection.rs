@@ -1,101 +1,141 @@
-//! One client connection: read a size-prefixed frame, dispatch it, write the response, in
-//! order. Like Kafka, a connection has one request in progress at a time, which keeps
-//! responses in request order without reordering buffers.
+//! One client connection, as two halves joined in one task:
+//! - the reader reads size-prefixed frames and parses their headers, at most
+//!   `max_in_flight_requests_per_connection` ahead of the responses, each frame's bytes counted
+//!   against the shard's `max_request_memory_bytes_per_shard`;
+//! - the processor serves them one at a time and writes each response, in request order.
+//!
+//! Like Kafka, a connection has one request in progress at a time, which keeps responses in
+//! request order without reordering buffers; reading ahead lets the next request's bytes arrive
+//! while the current one is served. Every wait on the client is bounded: the idle timeout between
+//! requests, and `request_read_timeout_ms` from a request's first byte to its last.
 
 use crate::kafka::{self, Reply};
-use crate::protocol::frame::{self, FrameError};
+use crate::metrics::{adjust, bump, ShardMetrics};
+use crate::protocol::frame::{self, FrameError, RequestHeader};
 use crate::shard::Shard;
-use bytes::BytesMut;
-use futures::{AsyncReadExt, AsyncWriteExt};
+use bytes::{Bytes, BytesMut};
+use futures::future::Either;
+use futures::io::{ReadHalf, WriteHalf};
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
+use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::ApiKey;
 use std::rc::Rc;
+use std::sync::Arc;
+
+/// A request read and not yet answered.
+enum Incoming {
+    Request {
+        header: RequestHeader,
+        body: Bytes,
+        held: Held,
+    },
+    /// An ApiVersions at a version not served: answered in v0 (KIP-511).
+    ApiVersionsFallback { correlation_id: i32, _held: Held },
+}
+
+/// What one request holds from being read until its response is written: its in-flight slot and
+/// its bytes of the shard's request memory. Dropping it gives both back.
+struct Held {
+    _slot: StaticPermit,
+    _memory: StaticPermit,
+    bytes: u64,
+    metrics: Arc<ShardMetrics>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        adjust(&self.metrics.request_memory_bytes, -(self.bytes as i64));
+        adjust(&self.metrics.requests_queued, -1);
+    }
+}
+
+/// Why reading a frame stopped.
+enum ReadEnd {
+    /// The client closed between requests: a normal goodbye.
+    Closed,
+    /// The connection must close; the reason was logged.
+    Abort,
+}
+
+struct Conn {
+    shard: Rc<Shard>,
+    peer: String,
+    /// Kafka reports a member's host as "/<ip>".
+    client_host: String,
+    in_flight: Rc<Semaphore>,
+}
 
 /// Serves one connection until it closes; `_admission` holds its slot in the connection limits.
-pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream, _admission: super::limits::Admission) {
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _admission: super::limits::Admission) {
     let peer_addr = stream.peer_addr().ok();
     let peer = peer_addr
         .map(|a| a.to_string())
         .unwrap_or_else(|| "?".into());
-    // Kafka reports a member's host as "/<ip>".
     let client_host = peer_addr
         .map(|a| format!("/{}", a.ip()))
         .unwrap_or_default();
     if let Err(e) = stream.set_nodelay(true) {
         log::warn!("{peer}: cannot set TCP_NODELAY: {e}");
     }
-    let max = shard.config.request_max_bytes;
+    let max_in_flight = shard.config.max_in_flight_requests_per_connection;
+    let conn = Conn {
+        shard,
+        peer,
+        client_host,
+        in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
+    };
+    let (read_half, write_half) = stream.split();
+    // Never holds more than max_in_flight items: each one holds an in-flight slot.
+    let (tx, rx) = local_channel::new_bounded(max_in_flight);
+    let reader = read_requests(&conn, read_half, tx);
+    let processor = serve_requests(&conn, write_half, rx);
+    futures::pin_mut!(reader, processor);
+    // When the reader stops, the processor still answers what was read; when the processor stops
+    // (the socket broke), reading more is pointless.
+    if let Either::Left(((), processor)) = futures::future::select(reader, processor).await {
+        processor.await;
+    }
+}
+
+async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSender<Incoming>) {
+    let shard = &conn.shard;
+    let peer = &conn.peer;
     loop {
-        let mut size_buf = [0u8; 4];
-        // Between requests a connection may idle for connections_max_idle_ms, timed on the
-        // shard's wheel; the timer is cancelled as soon as a request starts.
-        let idle_deadline = crate::shard::now_ms() + shard.config.connections_max_idle_ms;
-        let next = match shard.timers.sleep_until_idle(idle_deadline) {
-            Ok(idle) => {
-                let read = read_exact_or_eof(&mut stream, &mut size_buf);
-                futures::pin_mut!(read);
-                match futures::future::select(read, idle).await {
-                    futures::future::Either::Left((r, _)) => r,
-                    futures::future::Either::Right(_) => {
-                        log::info!(
-                            "{peer}: closing: idle for {} ms (connections_max_idle_ms)",
-                            shard.config.connections_max_idle_ms
-                        );
-                        return;
-                    }
-                }
-            }
-            Err(_) => read_exact_or_eof(&mut stream, &mut size_buf).await,
+        let Ok(slot) = conn.in_flight.acquire_static_permit(1).await else {
+            return;
         };
-        match next {
-            Ok(true) => {}
-            Ok(false) => return, // closed between requests: a normal goodbye
-            Err(e) => {
-                log::info!("{peer}: connection lost reading a frame size: {e}");
-                return;
-            }
-        }
-        let size = i32::from_be_bytes(size_buf);
-        if size < frame::MIN_HEADER_BYTES as i32 || size as usize > max {
-            log::warn!(
-                "{peer}: closing: frame size {size} is outside {}..={max}",
-                frame::MIN_HEADER_BYTES
-            );
-            return;
-        }
-        let mut buf = BytesMut::zeroed(size as usize);
-        if let Err(e) = stream.read_exact(&mut buf).await {
-            log::warn!(
-                "{peer}: closing: client vanished mid-request ({size} bytes announced): {e}"
-            );
-            return;
-        }
-        let (header, body) = match frame::parse_request(buf.freeze(), kafka::supported) {
+        let (size, memory) = match read_frame_size(conn, &mut stream).await {
             Ok(x) => x,
+            Err(ReadEnd::Closed | ReadEnd::Abort) => return,
+        };
+        adjust(&shard.metrics.requests_queued, 1);
+        adjust(&shard.metrics.request_memory_bytes, size as i64);
+        let held = Held {
+            _slot: slot,
+            _memory: memory,
+            bytes: size as u64,
+            metrics: shard.metrics.clone(),
+        };
+        let mut buf = BytesMut::zeroed(size);
+        let deadline_ms = crate::shard::now_ms() + shard.config.request_read_timeout_ms;
+        if read_before(conn, &mut stream, &mut buf, deadline_ms)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let item = match frame::parse_request(buf.freeze(), kafka::supported) {
+            Ok((header, body)) => Incoming::Request { header, body, held },
             Err(FrameError::UnsupportedVersion {
                 api_key: ApiKey::ApiVersions,
                 correlation_id,
                 ..
-            }) => {
-                // KIP-511: answer in v0 with the versions served, so the client can downgrade.
-                let body = match kafka::api_versions::unsupported() {
-                    Ok(Reply::Body(body)) => body,
-                    _ => return,
-                };
-                if write_response(
-                    &mut stream,
-                    &peer,
-                    ApiKey::ApiVersions,
-                    0,
-                    correlation_id,
-                    body,
-                )
-                .await
-                {
-                    continue;
-                }
-                return;
-            }
+            }) => Incoming::ApiVersionsFallback {
+                correlation_id,
+                _held: held,
+            },
             Err(FrameError::UnsupportedVersion {
                 api_key,
                 api_version,
@@ -117,6 +157,150 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream, _admission: super::l
             log::info!("{peer}: closing: the broker is shutting down");
             return;
         }
+        if tx.send(item).await.is_err() {
+            return; // the processor stopped
+        }
+    }
+}
+
+/// Reads the next frame's size prefix, then reserves that many bytes of the shard's request
+/// memory (waiting for room if need be: backpressure on this client alone).
+async fn read_frame_size(
+    conn: &Conn,
+    stream: &mut ReadHalf<TcpStream>,
+) -> Result<(usize, StaticPermit), ReadEnd> {
+    let shard = &conn.shard;
+    let peer = &conn.peer;
+    let mut size_buf = [0u8; 4];
+    let first = wait_for_first_bytes(conn, stream, &mut size_buf).await?;
+    let deadline_ms = crate::shard::now_ms() + shard.config.request_read_timeout_ms;
+    read_before(conn, stream, &mut size_buf[first..], deadline_ms).await?;
+    let size = i32::from_be_bytes(size_buf);
+    let max = shard.config.request_max_bytes;
+    if size < frame::MIN_HEADER_BYTES as i32 || size as usize > max {
+        log::warn!(
+            "{peer}: closing: frame size {size} is outside {}..={max}",
+            frame::MIN_HEADER_BYTES
+        );
+        return Err(ReadEnd::Abort);
+    }
+    let size = size as usize;
+    let memory = match shard.request_memory.try_acquire_static_permit(size as u64) {
+        Ok(p) => p,
+        Err(_) => {
+            bump(&shard.metrics.request_memory_waits);
+            log::debug!("{peer}: waiting for {size} bytes of request memory");
+            shard
+                .request_memory
+                .acquire_static_permit(size as u64)
+                .await
+                .map_err(|_| ReadEnd::Abort)?
+        }
+    };
+    Ok((size, memory))
+}
+
+/// Waits for the first bytes of a request; returns how many of `buf` were filled. Between
+/// requests a connection may idle for connections_max_idle_ms, timed on the shard's wheel; it
+/// counts as idle only while no earlier request is still being served.
+async fn wait_for_first_bytes(
+    conn: &Conn,
+    stream: &mut ReadHalf<TcpStream>,
+    buf: &mut [u8],
+) -> Result<usize, ReadEnd> {
+    let shard = &conn.shard;
+    let idle_ms = shard.config.connections_max_idle_ms;
+    let read = stream.read(buf);
+    futures::pin_mut!(read);
+    let n = loop {
+        let deadline_ms = crate::shard::now_ms() + idle_ms;
+        let Ok(idle) = shard.timers.sleep_until_idle(deadline_ms) else {
+            break read.await;
+        };
+        match futures::future::select(read.as_mut(), idle).await {
+            Either::Left((r, _)) => break r,
+            // This reader holds one slot; any other is a request still being served.
+            Either::Right(_) if busy(conn) => continue,
+            Either::Right(_) => {
+                log::info!(
+                    "{}: closing: idle for {idle_ms} ms (connections_max_idle_ms)",
+                    conn.peer
+                );
+                return Err(ReadEnd::Abort);
+            }
+        }
+    };
+    match n {
+        Ok(0) => Err(ReadEnd::Closed),
+        Ok(n) => Ok(n),
+        Err(e) => {
+            log::info!("{}: connection lost between requests: {e}", conn.peer);
+            Err(ReadEnd::Abort)
+        }
+    }
+}
+
+fn busy(conn: &Conn) -> bool {
+    let max = conn.shard.config.max_in_flight_requests_per_connection as u64;
+    conn.in_flight.available() + 1 < max
+}
+
+/// Fills `buf` before `deadline_ms`, or gives up on the connection: a client that trickles a
+/// request (slowloris) loses it, and one that vanishes mid-request is logged.
+async fn read_before(
+    conn: &Conn,
+    stream: &mut (impl AsyncRead + Unpin),
+    buf: &mut [u8],
+    deadline_ms: u64,
+) -> Result<(), ReadEnd> {
+    let shard = &conn.shard;
+    let read = stream.read_exact(buf);
+    let result = match shard.timers.sleep_until_idle(deadline_ms) {
+        Ok(deadline) => {
+            futures::pin_mut!(read);
+            match futures::future::select(read, deadline).await {
+                Either::Left((r, _)) => r,
+                Either::Right(_) => {
+                    bump(&shard.metrics.slow_requests_closed);
+                    log::warn!(
+                        "{}: closing: a request took over {} ms to arrive (request_read_timeout_ms)",
+                        conn.peer,
+                        shard.config.request_read_timeout_ms
+                    );
+                    return Err(ReadEnd::Abort);
+                }
+            }
+        }
+        Err(_) => read.await,
+    };
+    result.map_err(|e| {
+        log::warn!("{}: closing: client vanished mid-request: {e}", conn.peer);
+        ReadEnd::Abort
+    })
+}
+
+async fn serve_requests(
+    conn: &Conn,
+    mut stream: WriteHalf<TcpStream>,
+    rx: LocalReceiver<Incoming>,
+) {
+    let shard = &conn.shard;
+    let peer = &conn.peer;
+    while let Some(item) = rx.recv().await {
+        // `held` is dropped once the response is written, or the request given up.
+        let (header, body, held) = match item {
+            Incoming::Request { header, body, held } => (header, body, held),
+            Incoming::ApiVersionsFallback { correlation_id, .. } => {
+                let Ok(Reply::Body(body)) = kafka::api_versions::unsupported() else {
+                    return;
+                };
+                let key = ApiKey::ApiVersions;
+                if !write_response(&mut stream, peer, key, 0, correlation_id, body).await {
+                    return;
+                }
+                continue;
+            }
+        };
         log::debug!(
             "{peer}: {:?} v{} correlation {}",
             header.api_key,
@@ -127,7 +311,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream, _admission: super::l
             .requests_in_progress
             .set(shard.requests_in_progress.get() + 1);
         shard.metrics.count_request(header.api_key);
-        let reply = kafka::dispatch(&shard, &header, body, &client_host).await;
+        let reply = kafka::dispatch(shard, &header, body, &conn.client_host).await;
         shard
             .requests_in_progress
             .set(shard.requests_in_progress.get() - 1);
@@ -144,20 +328,21 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream, _admission: super::l
             }
         };
         let (key, version, id) = (header.api_key, header.api_version, header.correlation_id);
-        if !write_response(&mut stream, &peer, key, version, id, body).await {
+        if !write_response(&mut stream, peer, key, version, id, body).await {
             return;
         }
+        drop(held);
     }
 }
 
 /// Writes a framed response; false if the connection is gone.
 async fn write_response(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncWrite + Unpin),
     peer: &str,
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
-    body: Vec<bytes::Bytes>,
+    body: Vec<Bytes>,
 ) -> bool {
     for chunk in frame::frame_response(api_key, api_version, correlation_id, body) {
         if let Err(e) = stream.write_all(&chunk).await {
@@ -170,23 +355,4 @@ async fn write_response(
         return false;
     }
     true
-}
-
-/// Fills `buf`; Ok(false) if the stream ended before the first byte.
-async fn read_exact_or_eof(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<bool> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let n = stream.read(&mut buf[filled..]).await?;
-        if n == 0 {
-            if filled == 0 {
-                return Ok(false);
-            }
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "stream ended mid-size",
-            ));
-        }
-        filled += n;
-    }
-    Ok(true)
 }

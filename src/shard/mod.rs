@@ -66,6 +66,8 @@ pub struct Shard {
     pub shutting_down: Cell<bool>,
     /// Client requests being served on this shard, for a bounded drain at shutdown.
     pub requests_in_progress: Cell<usize>,
+    /// Bytes of request frames the shard's connections may hold: `max_request_memory_bytes_per_shard`.
+    pub request_memory: Rc<Semaphore>,
     senders: Option<Senders<MeshMsg>>,
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardReply>>>,
     next_call_id: Cell<u64>,
@@ -110,6 +112,9 @@ impl Shard {
         let max_parked = config.max_parked_operations;
         let max_connections = config.max_connections;
         let groups = crate::group::GroupManager::new(now_ms(), &config);
+        let request_memory = Rc::new(Semaphore::new(
+            config.max_request_memory_bytes_per_shard as u64,
+        ));
         let catalog_block_end = catalog.producer_id_block_end;
         Shard {
             id,
@@ -122,6 +127,7 @@ impl Shard {
             hw_advanced: Event::new(),
             shutting_down: Cell::new(false),
             requests_in_progress: Cell::new(0),
+            request_memory,
             senders,
             pending: RefCell::new(HashMap::new()),
             next_call_id: Cell::new(0),
@@ -491,14 +497,21 @@ impl Shard {
                 }
             }
             let now = now_ms();
-            if partition.log.borrow().needs_roll(records.len() as u64, now) {
+            // A failed roll or write changes nothing the partition serves (see
+            // PartitionLog::write), so the producer may retry once the disk has room again.
+            let offsets: i64 = headers.iter().map(|h| h.last_offset_delta as i64 + 1).sum();
+            if partition
+                .log
+                .borrow()
+                .needs_roll(records.len() as u64, offsets, now)
+            {
                 if let Err(e) = PartitionLog::roll(&partition.log, now).await {
                     log::error!(
                         "partition {}-{}: roll failed: {e}",
                         item.topic,
                         item.partition
                     );
-                    partition.log.borrow_mut().failed = true;
+                    crate::metrics::bump(&self.metrics.storage_errors);
                     return fail(ResponseError::KafkaStorageError);
                 }
             }
@@ -506,21 +519,18 @@ impl Shard {
                 .log
                 .borrow_mut()
                 .prepare_append(&records, &headers, now);
-            let len = plan.data.len();
-            match plan.file.write_at(plan.data, plan.position).await {
-                Ok(n) if n == len => {}
-                result => {
-                    log::error!(
-                        "partition {}-{}: write failed: {result:?}",
-                        item.topic,
-                        item.partition
-                    );
-                    partition.log.borrow_mut().failed = true;
-                    self.hw_advanced.notify(usize::MAX);
-                    return fail(ResponseError::KafkaStorageError);
-                }
+            let done = (plan.base_offset, plan.end_offset, plan.log_append_time_ms);
+            if let Err(e) = PartitionLog::write(&partition.log, plan).await {
+                log::error!(
+                    "partition {}-{}: write failed: {e}",
+                    item.topic,
+                    item.partition
+                );
+                crate::metrics::bump(&self.metrics.storage_errors);
+                self.hw_advanced.notify(usize::MAX);
+                return fail(ResponseError::KafkaStorageError);
             }
-            (plan.base_offset, plan.end_offset, plan.log_append_time_ms)
+            done
         };
         let (base_offset, end_offset, log_append_time_ms) = outcome;
         self.queue_for_sync(&partition);

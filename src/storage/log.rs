@@ -13,7 +13,7 @@
 
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
-use super::segment::SegmentMeta;
+use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
@@ -49,11 +49,17 @@ pub struct PartitionLog {
     pub log_start_offset: i64,
     pub leader_epoch: i32,
     high_watermark: LogPosition,
+    /// The end of the bytes whose write has completed. Offsets are assigned (the LEO moves) before
+    /// the write is issued, so a sync planned meanwhile must stop here, not at the LEO: syncing
+    /// to the LEO would call a write durable that has not reached the page cache yet.
+    written: LogPosition,
     /// Segments closed by a roll whose data still awaits an fdatasync.
     unsynced_closed: Vec<Rc<BufferedFile>>,
     /// Whether bytes were written since the last sync was planned.
     dirty: bool,
-    /// Set after a failed write or sync: the partition refuses work until a restart recovers it.
+    /// Set after a failed sync, or a failed write that could not be undone: the partition refuses
+    /// work until a restart recovers it. After a failed fdatasync the kernel may have dropped the
+    /// dirty pages, so no later sync could prove them durable.
     pub failed: bool,
     /// Idempotent producers' sequence state, rebuilt on open from the snapshot and the log tail.
     pub producers: ProducerTable,
@@ -67,6 +73,8 @@ pub struct AppendPlan {
     pub base_offset: i64,
     pub end_offset: i64,
     pub log_append_time_ms: i64,
+    /// Where the log ends once `data` is written: pass it to `complete_append`.
+    pub end: LogPosition,
 }
 
 /// Work for the flusher: sync these files, then call `complete_sync(target)`.
@@ -87,6 +95,22 @@ pub struct ReadPlan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadError {
     OffsetOutOfRange,
+}
+
+/// Writes all of `data` at `position`, or says why not. A short write means the disk filled up
+/// mid-write; a one-byte probe past it returns the real error (ENOSPC) for the log and the
+/// metrics. The caller undoes the append either way, so the probe's byte is cut off again.
+async fn write_all_at(file: &BufferedFile, data: Vec<u8>, position: u64) -> std::io::Result<()> {
+    let len = data.len();
+    let n = file.write_at(data, position).await?;
+    if n == len {
+        return Ok(());
+    }
+    file.write_at(vec![0], position + n as u64).await?;
+    Err(std::io::Error::new(
+        std::io::ErrorKind::WriteZero,
+        format!("short write: {n} of {len} bytes"),
+    ))
 }
 
 async fn open_segment_file(path: &Path) -> std::io::Result<BufferedFile> {
@@ -153,6 +177,7 @@ impl PartitionLog {
             log_start_offset,
             leader_epoch,
             high_watermark,
+            written: high_watermark,
             unsynced_closed: Vec::new(),
             dirty: false,
             failed: false,
@@ -174,12 +199,15 @@ impl PartitionLog {
             .expect("a log always has an active segment")
     }
 
-    /// Whether appending `len` bytes at `now_ms` must first roll to a new segment.
-    pub fn needs_roll(&self, len: u64, now_ms: u64) -> bool {
+    /// Whether appending `len` bytes holding `offsets` offsets at `now_ms` must first roll to a
+    /// new segment: for size, for age, or (as Kafka does) because the last offset would sit more
+    /// than i32::MAX past the segment's base, which its indexes cannot express.
+    pub fn needs_roll(&self, len: u64, offsets: i64, now_ms: u64) -> bool {
         let meta = &self.active().meta;
         !meta.is_empty()
             && (meta.size_bytes + len > self.settings.segment_bytes
-                || now_ms.saturating_sub(meta.created_ms) >= self.settings.segment_ms)
+                || now_ms.saturating_sub(meta.created_ms) >= self.settings.segment_ms
+                || meta.next_offset + offsets - meta.base_offset > MAX_RELATIVE_OFFSET)
     }
 
     /// Rolls to a new segment starting at the LEO. Async: creates the file, and writes the
@@ -262,7 +290,11 @@ impl PartitionLog {
             at += h.size_bytes;
         }
         debug_assert_eq!(at, data.len());
-        self.dirty = true;
+        let end = LogPosition {
+            offset: next,
+            segment_base: segment.meta.base_offset,
+            file_position: segment.meta.size_bytes,
+        };
         AppendPlan {
             file: segment.file.clone(),
             position,
@@ -270,7 +302,40 @@ impl PartitionLog {
             base_offset,
             end_offset: next,
             log_append_time_ms: append_time.unwrap_or(-1),
+            end,
         }
+    }
+
+    /// Writes an append planned by `prepare_append` and makes it the next sync's work. If the
+    /// write fails (ENOSPC, EIO), the append is undone: the LEO, indexes and producer state go
+    /// back to where they were, so the partition keeps serving and a later append can succeed
+    /// once the disk has room again. Only if the undo fails too is the partition marked failed.
+    /// The caller holds the partition's append lock.
+    pub async fn write(
+        log: &std::cell::RefCell<PartitionLog>,
+        plan: AppendPlan,
+    ) -> std::io::Result<()> {
+        let error = match write_all_at(&plan.file, plan.data, plan.position).await {
+            Ok(()) => {
+                let mut l = log.borrow_mut();
+                debug_assert!(
+                    plan.end.offset >= l.written.offset,
+                    "appends are serialized"
+                );
+                l.written = plan.end;
+                l.dirty = true;
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        if let Err(undo) = PartitionLog::truncate_to(log, plan.base_offset).await {
+            log::error!(
+                "partition {}: cannot undo a failed append ({undo}); offline until restart",
+                log.borrow().dir.display()
+            );
+            log.borrow_mut().failed = true;
+        }
+        Err(error)
     }
 
     /// What the flusher must sync to cover everything written so far; None when clean.
@@ -280,14 +345,11 @@ impl PartitionLog {
         }
         self.dirty = false;
         let mut files = std::mem::take(&mut self.unsynced_closed);
-        let active = self.active();
-        files.push(active.file.clone());
-        let target = LogPosition {
-            offset: active.meta.next_offset,
-            segment_base: active.meta.base_offset,
-            file_position: active.meta.size_bytes,
-        };
-        Some(SyncWork { files, target })
+        files.push(self.active().file.clone());
+        Some(SyncWork {
+            files,
+            target: self.written,
+        })
     }
 
     /// Advances the high watermark after the sync that covers `target`.
@@ -497,6 +559,9 @@ impl PartitionLog {
         if l.high_watermark.offset > hw_candidate.offset {
             l.high_watermark = hw_candidate;
         }
+        if l.written.offset > hw_candidate.offset {
+            l.written = hw_candidate;
+        }
         Ok(())
     }
 }
@@ -582,12 +647,13 @@ mod tests {
     async fn append(log: &RefCell<PartitionLog>, count: i32) -> (i64, i64) {
         let raw = Bytes::from(synthetic(0, count, 40, 1000));
         let headers = batch::validate_all(&raw).unwrap();
-        if log.borrow().needs_roll(raw.len() as u64, 0) {
+        if log.borrow().needs_roll(raw.len() as u64, count as i64, 0) {
             PartitionLog::roll(log, 0).await.unwrap();
         }
         let plan = log.borrow_mut().prepare_append(&raw, &headers, 0);
-        plan.file.write_at(plan.data, plan.position).await.unwrap();
-        (plan.base_offset, plan.end_offset)
+        let offsets = (plan.base_offset, plan.end_offset);
+        PartitionLog::write(log, plan).await.unwrap();
+        offsets
     }
 
     async fn sync(log: &RefCell<PartitionLog>) {
@@ -690,14 +756,34 @@ mod tests {
             };
             let log = RefCell::new(PartitionLog::open(path, s, 0, 0).await.unwrap());
             append(&log, 1).await;
-            assert!(!log.borrow().needs_roll(100, 9));
-            assert!(log.borrow().needs_roll(100, 10), "the segment is 10 ms old");
+            assert!(!log.borrow().needs_roll(100, 1, 9));
+            assert!(
+                log.borrow().needs_roll(100, 1, 10),
+                "the segment is 10 ms old"
+            );
             PartitionLog::roll(&log, 10).await.unwrap();
             assert_eq!(log.borrow().segments.len(), 2);
             assert!(
-                !log.borrow().needs_roll(100, 15),
+                !log.borrow().needs_roll(100, 1, 15),
                 "an empty segment never rolls"
             );
+        });
+    }
+
+    #[test]
+    fn rolls_before_offsets_outgrow_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = RefCell::new(
+                PartitionLog::open(path, settings(1 << 20), 0, 0)
+                    .await
+                    .unwrap(),
+            );
+            append(&log, 3).await;
+            let room = MAX_RELATIVE_OFFSET - 3;
+            assert!(!log.borrow().needs_roll(100, room, 0));
+            assert!(log.borrow().needs_roll(100, room + 1, 0));
         });
     }
 

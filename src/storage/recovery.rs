@@ -9,7 +9,7 @@
 //!   by scanning batch headers.
 
 use super::index::{OffsetIndex, TimeIndex};
-use super::segment::SegmentMeta;
+use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
 use crate::protocol::batch::{self, HEADER_BYTES};
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -51,6 +51,7 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
         } else {
             None
         };
+        let indexed = loaded.is_some();
         let (mut meta, scan_from) = match loaded {
             Some((offset_index, time_index)) => {
                 let (rel, pos) = offset_index.lookup(u32::MAX);
@@ -64,7 +65,7 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
             None => (SegmentMeta::new(base, now_ms), 0),
         };
         // The tail of the last segment is always CRC-checked; older ones only structurally.
-        let scan = scan(
+        let mut scan = scan(
             &path,
             scan_from,
             &mut meta,
@@ -72,6 +73,18 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
             is_last,
             &mut idempotent,
         )?;
+        if indexed && scan.valid_end < file_len {
+            // The index may be what is wrong (bit rot, a stale file): before cutting data,
+            // rebuild from the segment alone, which trusts only the batches themselves.
+            log::warn!(
+                "recovery: {}: scan from the index stopped at byte {}; rescanning the segment",
+                path.display(),
+                scan.valid_end
+            );
+            meta = SegmentMeta::new(base, now_ms);
+            idempotent.retain(|h| h.base_offset < base);
+            scan = self::scan(&path, 0, &mut meta, interval, is_last, &mut idempotent)?;
+        }
         if scan.valid_end < file_len {
             let cut = file_len - scan.valid_end;
             log::warn!(
@@ -174,6 +187,9 @@ fn scan(
         if header.base_offset < expected_base {
             return bad("offsets go backwards");
         }
+        if header.last_offset() - meta.base_offset > MAX_RELATIVE_OFFSET {
+            return bad("offsets run past what the segment can index");
+        }
         meta.note_batch(&header, pos, interval);
         if header.is_idempotent() {
             idempotent.push(header);
@@ -273,5 +289,39 @@ mod tests {
         assert_eq!(r.segments.len(), 2);
         assert_eq!(r.segments[1].next_offset, 10);
         assert_eq!(r.truncated_bytes, 30);
+    }
+
+    #[test]
+    fn a_bad_index_is_rebuilt_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches: Vec<_> = (0..4).map(|_| synthetic(0, 2, 50, 5)).collect();
+        let all = write_segment(dir.path(), 0, &batches);
+        write_segment(dir.path(), 8, &[synthetic(0, 1, 10, 6)]);
+        // The older segment's index points into the middle of a batch.
+        let mut bad = OffsetIndex::default();
+        bad.push(3, 7);
+        fs::write(SegmentMeta::index_path(dir.path(), 0), bad.to_bytes()).unwrap();
+        fs::write(SegmentMeta::time_index_path(dir.path(), 0), []).unwrap();
+        let r = recover(dir.path(), 4096, 0).unwrap();
+        assert_eq!(r.truncated_bytes, 0, "no data is cut for a bad index");
+        assert_eq!(r.segments.len(), 2);
+        assert_eq!(r.segments[0].next_offset, 8);
+        assert_eq!(r.segments[0].size_bytes, all.len() as u64);
+        assert_eq!(r.segments[1].next_offset, 9);
+    }
+
+    /// Found by the recovery fuzz target: a batch whose offsets sit more than i32::MAX past the
+    /// segment's base cannot be indexed; it ends the valid log.
+    #[test]
+    fn offsets_past_the_segment_range_end_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut far = synthetic(0, 1, 10, 2);
+        batch::assign(&mut far, 1 << 32, 0, None);
+        let mut all = write_segment(dir.path(), 0, &[synthetic(0, 2, 10, 1)]);
+        all.extend(&far);
+        fs::write(SegmentMeta::log_path(dir.path(), 0), &all).unwrap();
+        let r = recover(dir.path(), 1, 0).unwrap();
+        assert_eq!(r.segments[0].next_offset, 2);
+        assert_eq!(r.truncated_bytes, far.len() as u64);
     }
 }

@@ -5,6 +5,10 @@ use super::index::{OffsetIndex, TimeIndex};
 use crate::protocol::batch::BatchHeader;
 use std::path::{Path, PathBuf};
 
+/// The furthest an offset in a segment may be from its base: index entries hold the
+/// difference in 32 bits, and Kafka keeps it within i32.
+pub const MAX_RELATIVE_OFFSET: i64 = i32::MAX as i64;
+
 #[derive(Debug, Clone)]
 pub struct SegmentMeta {
     pub base_offset: i64,
@@ -42,6 +46,7 @@ impl SegmentMeta {
     /// Records a batch appended at `position`, adding index entries each `interval` bytes.
     pub fn note_batch(&mut self, header: &BatchHeader, position: u64, interval: u32) {
         debug_assert_eq!(position, self.size_bytes);
+        debug_assert!(header.last_offset() - self.base_offset <= MAX_RELATIVE_OFFSET);
         let relative = (header.base_offset - self.base_offset) as u32;
         if self.bytes_since_index >= interval {
             self.offset_index.push(relative, position as u32);

@@ -21,13 +21,8 @@ def string(s: str | None) -> bytes:
 
 
 def varint(v: int) -> bytes:
-    z = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    """A zigzag varint, as record fields use."""
+    return varint_unsigned((v << 1) ^ (v >> 63))
 
 
 def record_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytes:
@@ -117,3 +112,42 @@ def init_producer_id_v1_response(response: bytes) -> tuple[int, int, int]:
     """(error_code, producer_id, producer_epoch)"""
     _corr, _throttle, error, pid, epoch = struct.unpack(">iihqh", response[:20])
     return error, pid, epoch
+
+
+def varint_unsigned(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def compact_string(s: str) -> bytes:
+    b = s.encode()
+    return varint_unsigned(len(b) + 1) + b
+
+
+def flexible_request(api_key: int, version: int, body: bytes) -> bytes:
+    """A frame with request header v2 (client id, then empty tagged fields)."""
+    payload = struct.pack(">hhi", api_key, version, 7) + string("storm") + b"\x00" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def templates() -> list[bytes]:
+    """Valid frames of several APIs, to mutate."""
+    batch = record_batch([b"storm-value-%d" % i for i in range(5)])
+    return [
+        request(0, 3, 1, produce_v3("storm", 0, batch)),
+        request(1, 4, 2, fetch_v4("storm", 0, 0, max_wait_ms=10)),
+        request(3, 1, 3, struct.pack(">i", -1)),  # Metadata v1, all topics
+        request(18, 0, 4, b""),
+        flexible_request(18, 3, compact_string("storm") + compact_string("1.0") + b"\x00"),
+        request(19, 2, 5, struct.pack(">i", 1) + string("storm-new") + struct.pack(">ihii", 2, 1, 0, 0)
+                   + struct.pack(">ib", 1000, 0)),  # CreateTopics v2
+        request(11, 0, 6, string("storm-group") + struct.pack(">i", 6000) + string("")
+                   + string("consumer") + struct.pack(">i", 1) + string("range")
+                   + struct.pack(">i", 4) + b"\x00\x01\x00\x00"),  # JoinGroup v0
+        request(10, 0, 8, string("storm-group")),  # FindCoordinator v0
+        request(22, 1, 9, init_producer_id_v1()),
+    ]

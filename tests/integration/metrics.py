@@ -2,6 +2,14 @@
 import re
 import urllib.request
 
+from broker import free_port
+
+
+def metrics_config(extra=""):
+    """A config enabling the metrics endpoint on a free port, and that endpoint's address."""
+    port = free_port()
+    return f'metrics_listen = "127.0.0.1:{port}"\n' + extra, f"127.0.0.1:{port}"
+
 
 def scrape(addr: str) -> dict:
     """{(name, labels-string): value}"""

@@ -6,13 +6,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import ck
 import kafka_wire as kw
-from broker import free_port
-from metrics import total
-
-
-def metrics_config(extra=""):
-    port = free_port()
-    return f'metrics_listen = "127.0.0.1:{port}"\n' + extra, f"127.0.0.1:{port}"
+from metrics import metrics_config, total
 
 
 def test_idle_long_poll_is_not_a_busy_loop(make_broker):

@@ -1,9 +1,15 @@
-"""Connection limits and the idle timeout."""
+"""Connection limits, the idle timeout, in-flight requests, request memory and slow clients."""
+import hashlib
 import socket
 import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import ck
 import kafka_wire as kw
+from metrics import metrics_config, total
+from confluent_kafka import Producer
 
 
 def api_versions_ok(s, corr) -> bool:
@@ -63,3 +69,91 @@ def test_idle_connections_are_closed(make_broker):
     assert kw.closed_by_peer(idle, timeout_s=1)
     assert "idle for 1000 ms" in broker.log()
     busy.close()
+
+
+def test_in_flight_requests_per_connection_are_bounded(make_broker):
+    config, metrics = metrics_config("max_in_flight_requests_per_connection = 3\n")
+    broker = make_broker(shards=1, config=config)
+    ck.create_topic(broker.bootstrap, "parked", 1)
+    s = connect(broker)
+    # A long poll on an empty partition holds the connection's one request in progress; ten
+    # requests pipelined behind it may only be read up to the bound.
+    frames = kw.request(1, 4, 0, kw.fetch_v4("parked", 0, 0, max_wait_ms=3000))
+    frames += b"".join(kw.request(18, 0, corr, b"") for corr in range(1, 11))
+    s.sendall(frames)
+    time.sleep(1.0)
+    assert total(metrics, "sluice_requests_queued") == 3
+    # Everything is answered, in order, once the poll ends.
+    for corr in range(11):
+        assert struct.unpack(">i", kw.read_response(s)[:4])[0] == corr
+    s.close()
+    time.sleep(0.3)
+    assert total(metrics, "sluice_requests_queued") == 0
+
+
+def test_request_memory_is_capped_with_backpressure(make_broker):
+    # One shard may hold 2 MiB of request frames. Two producers each pipeline ten ~1 MB produce
+    # requests, so the connections must wait for room in turn; nothing is lost.
+    config, metrics = metrics_config(
+        "request_max_bytes = 2097152\nmax_request_memory_bytes_per_shard = 2097152\n")
+    broker = make_broker(shards=1, config=config)
+    topics = ["mem-a", "mem-b"]
+    for t in topics:
+        ck.create_topic(broker.bootstrap, t, 1)
+    values = [hashlib.sha256(str(i).encode()).digest() * 1600 for i in range(200)]  # 50 KiB each
+
+    def produce(topic):
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 200})
+        errors = []
+        for v in values:
+            p.produce(topic, value=v, on_delivery=lambda e, m: e and errors.append(e))
+        assert p.flush(60) == 0 and not errors, errors[:3]
+
+    with ThreadPoolExecutor(len(topics)) as pool:
+        list(pool.map(produce, topics))
+    assert total(metrics, "sluice_request_memory_waits_total") > 0
+    for t in topics:
+        got = ck.consume(broker.bootstrap, t, [0], len(values))
+        assert [r[2] for r in got[0]] == values, t
+        assert [r[0] for r in got[0]] == list(range(len(values)))
+    # Every byte is given back once the last requests (the consumers' long polls) are answered.
+    deadline = time.monotonic() + 5
+    while total(metrics, "sluice_request_memory_bytes") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert total(metrics, "sluice_request_memory_bytes") == 0
+    broker.assert_no_panic()
+
+
+def test_slowloris_does_not_hold_up_its_shard(make_broker):
+    config, metrics = metrics_config("request_read_timeout_ms = 6000\n")
+    broker = make_broker(shards=1, config=config)
+    slow = connect(broker)
+    frame = kw.request(18, 0, 99, b"")
+    stop = threading.Event()
+
+    def trickle():
+        for b in frame:
+            if stop.wait(0.5):
+                return
+            try:
+                slow.send(bytes([b]))
+            except OSError:
+                return
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        # The one shard keeps serving everyone else while the slow request dribbles in.
+        time.sleep(1.0)
+        ck.create_topic(broker.bootstrap, "busy", 1)
+        acked = ck.produce(broker.bootstrap, "busy", 200, 1)
+        assert len(acked) == 200
+        assert total(metrics, "sluice_slow_requests_closed_total") == 0, "the test ran too slowly"
+        # ~1.5 s for the size, then the body's 6 s run out: the slow client is cut off.
+        assert kw.closed_by_peer(slow, timeout_s=15)
+        assert "request_read_timeout_ms" in broker.log()
+        assert total(metrics, "sluice_slow_requests_closed_total") == 1
+    finally:
+        stop.set()
+        t.join()
+        slow.close()

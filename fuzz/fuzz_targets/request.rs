@@ -1,0 +1,55 @@
+//! A request frame (without its size prefix): the header parser, then the body decoder of every
+//! API the broker serves, at the version the header names, exactly as the handlers decode it.
+#![no_main]
+
+use bytes::Bytes;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::Decodable;
+use libfuzzer_sys::fuzz_target;
+use sluice::kafka;
+use sluice::protocol::{batch, frame, produce};
+
+fn decode<M: Decodable>(mut body: Bytes, version: i16) {
+    let _ = M::decode(&mut body, version);
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok((header, body)) = frame::parse_request(Bytes::copy_from_slice(data), kafka::supported)
+    else {
+        return;
+    };
+    let v = header.api_version;
+    match header.api_key {
+        ApiKey::Produce => {
+            if let Ok(req) = produce::decode(body, v) {
+                for p in req.topics.iter().flat_map(|t| &t.partitions) {
+                    if let Some(records) = &p.records {
+                        let _ = batch::validate_all(records);
+                    }
+                }
+            }
+        }
+        // The handler reads nothing past the header.
+        ApiKey::ApiVersions => {}
+        ApiKey::Fetch => decode::<FetchRequest>(body, v),
+        ApiKey::ListOffsets => decode::<ListOffsetsRequest>(body, v),
+        ApiKey::Metadata => decode::<MetadataRequest>(body, v),
+        ApiKey::CreateTopics => decode::<CreateTopicsRequest>(body, v),
+        ApiKey::DeleteTopics => decode::<DeleteTopicsRequest>(body, v),
+        ApiKey::DescribeConfigs => decode::<DescribeConfigsRequest>(body, v),
+        ApiKey::CreatePartitions => decode::<CreatePartitionsRequest>(body, v),
+        ApiKey::FindCoordinator => decode::<FindCoordinatorRequest>(body, v),
+        ApiKey::JoinGroup => decode::<JoinGroupRequest>(body, v),
+        ApiKey::SyncGroup => decode::<SyncGroupRequest>(body, v),
+        ApiKey::Heartbeat => decode::<HeartbeatRequest>(body, v),
+        ApiKey::LeaveGroup => decode::<LeaveGroupRequest>(body, v),
+        ApiKey::OffsetCommit => decode::<OffsetCommitRequest>(body, v),
+        ApiKey::OffsetFetch => decode::<OffsetFetchRequest>(body, v),
+        ApiKey::DescribeGroups => decode::<DescribeGroupsRequest>(body, v),
+        ApiKey::ListGroups => decode::<ListGroupsRequest>(body, v),
+        ApiKey::DeleteGroups => decode::<DeleteGroupsRequest>(body, v),
+        ApiKey::OffsetDelete => decode::<OffsetDeleteRequest>(body, v),
+        ApiKey::InitProducerId => decode::<InitProducerIdRequest>(body, v),
+        other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
+    }
+});

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Writes the checked-in seed corpus (corpus/<target>/) from hand-built valid inputs, so that
+each fuzzer starts from frames, batches and partition directories the broker really accepts.
+Run from anywhere: python3 fuzz/seeds.py"""
+import hashlib
+import struct
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+import kafka_wire as kw  # noqa: E402
+
+
+
+def write(target: str, data: bytes):
+    out = HERE / "corpus" / target
+    out.mkdir(parents=True, exist_ok=True)
+    (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def section(b: bytes) -> bytes:
+    return struct.pack(">H", len(b)) + b
+
+
+def with_offsets(batches, base=0) -> bytes:
+    """Concatenates batches, giving each its base offset as the broker would."""
+    out, nxt = b"", base
+    for b in batches:
+        count = struct.unpack(">i", b[57:61])[0]
+        out += struct.pack(">q", nxt) + b[8:]
+        nxt += count
+    return out
+
+
+def main():
+    for frame in kw.templates():
+        write("request", frame[4:])  # without the size prefix, as the target takes it
+    batches = [kw.record_batch([b"v%d" % i * (i + 1) for i in range(n)]) for n in (1, 3, 10)]
+    batches.append(kw.record_batch([b"idem"], producer_id=7, producer_epoch=0, base_sequence=0))
+    for b in batches:
+        write("record_batch", b"\x00" + b)
+        write("record_batch", b"\x01" + b)
+    write("record_batch", b"\x00" + b"".join(batches))
+    seg = with_offsets(batches)
+    index = struct.pack(">II", 0, 0)
+    times = struct.pack(">qI", 1_700_000_000_000, 0)
+    seg1 = with_offsets(batches[:2], base=14)
+    write("recovery", b"\x00" + section(seg))
+    write("recovery", b"\x03" + section(seg) + section(index) + section(times) + section(seg1))
+    write("recovery", b"\x02" + section(seg) + section(index) + section(times) + section(b"")
+          + section(b"") + section(b"") + section(b"\x00\x01" + b"\x00" * 20))
+
+
+if __name__ == "__main__":
+    main()
