@@ -88,7 +88,13 @@ fn append_and_read(c: &mut Criterion) {
                 let end = log.borrow().high_watermark();
                 while offset < end {
                     let plan = log.borrow().plan_read(offset).unwrap().unwrap();
-                    let got = read_batches(&plan, offset, 1 << 20, 4096).await.unwrap();
+                    let boundary = |limit| {
+                        log.borrow()
+                            .batch_start_at_or_before(plan.segment_base, limit)
+                    };
+                    let got = read_batches(&plan, offset, 1 << 20, boundary)
+                        .await
+                        .unwrap();
                     let mut at = 0;
                     while at < got.len() {
                         let h = batch::parse_header(&got[at..]).unwrap();

@@ -57,6 +57,7 @@ pub struct Config {
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
     pub log: LogConfig,
+    pub fetch: FetchConfig,
     pub topic_defaults: TopicDefaults,
     pub sharding: ShardingConfig,
 }
@@ -73,6 +74,21 @@ pub struct LogConfig {
     /// How long the flusher waits after the first unflushed append before it issues the group's
     /// fdatasync. 0 means group commit: sync as soon as the previous sync finished.
     pub flush_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FetchConfig {
+    /// Send fetched records from the segment file to the socket with sendfile, never through
+    /// user space. false keeps a plain copying path (read into memory, then write), so that the
+    /// two can be measured against each other.
+    pub zero_copy: bool,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig { zero_copy: true }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -129,6 +145,7 @@ impl Default for Config {
             max_request_memory_bytes_per_shard: 4 * DEFAULT_REQUEST_MAX_BYTES,
             request_read_timeout_ms: 30_000,
             log: LogConfig::default(),
+            fetch: FetchConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
         }

@@ -29,6 +29,10 @@ pub struct ShardMetrics {
     pub request_memory_waits: AtomicU64,
     /// Connections closed because a request's bytes arrived too slowly.
     pub slow_requests_closed: AtomicU64,
+    /// Fetched record bytes the kernel sent straight from segment files (sendfile), and those
+    /// copied through user space while waiting for a full socket to drain.
+    pub sendfile_bytes: AtomicU64,
+    pub sendfile_copied_bytes: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -102,6 +106,18 @@ const PER_SHARD: &[PerShard] = &[
         "Connections closed because a request arrived slower than request_read_timeout_ms.",
         "counter",
         |m| &m.slow_requests_closed,
+    ),
+    (
+        "sluice_sendfile_bytes_total",
+        "Fetched record bytes sent from segment files by sendfile, never entering user space.",
+        "counter",
+        |m| &m.sendfile_bytes,
+    ),
+    (
+        "sluice_sendfile_copied_bytes_total",
+        "Fetched record bytes copied through user space while a full socket drained.",
+        "counter",
+        |m| &m.sendfile_copied_bytes,
     ),
 ];
 

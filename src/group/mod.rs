@@ -9,6 +9,7 @@
 pub mod records;
 pub mod state;
 
+use crate::protocol::chunk::Chunk;
 use crate::shard::messages::{FetchItem, ProduceItem};
 use crate::shard::{now_ms, Shard};
 use bytes::Bytes;
@@ -588,17 +589,19 @@ pub async fn replay(shard: &Rc<Shard>) {
                 offset,
                 max_bytes: 1 << 20,
                 leader_epoch: -1,
+                zero_copy: false,
             };
             let out = shard.fetch_local(item).await;
-            if out.error_code != 0 || out.records.is_empty() {
-                break;
-            }
+            let data = match out.records {
+                Some(Chunk::Bytes(b)) if out.error_code == 0 && !b.is_empty() => b,
+                _ => break,
+            };
             let mut at = 0;
-            while at < out.records.len() {
-                let Some(size) = crate::protocol::batch::peek_size(&out.records[at..]) else {
+            while at < data.len() {
+                let Some(size) = crate::protocol::batch::peek_size(&data[at..]) else {
                     break;
                 };
-                let batch = &out.records[at..(at + size).min(out.records.len())];
+                let batch = &data[at..(at + size).min(data.len())];
                 let Ok(h) = crate::protocol::batch::parse_header(batch) else {
                     break;
                 };

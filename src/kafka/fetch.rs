@@ -7,6 +7,7 @@
 //! sending full fetches.
 
 use super::{decode, Reply};
+use crate::protocol::chunk::Chunk;
 use crate::protocol::fetch::{self as codec, PartitionResponse, TopicResponse};
 use crate::shard::messages::{FetchItem, FetchOutcome, ShardReply, ShardRequest};
 use crate::shard::{now_ms, Shard};
@@ -23,7 +24,7 @@ fn failed(e: ResponseError) -> FetchOutcome {
         error_code: e.code(),
         high_watermark: -1,
         log_start_offset: -1,
-        records: Bytes::new(),
+        records: None,
     }
 }
 
@@ -61,6 +62,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                         offset: p.fetch_offset,
                         max_bytes: (p.partition_max_bytes.max(0) as usize).min(response_max_bytes),
                         leader_epoch: p.current_leader_epoch,
+                        zero_copy: shard.config.fetch.zero_copy,
                     });
                     Ok(items.len() - 1)
                 }
@@ -76,7 +78,11 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let min_bytes = req.min_bytes.max(0) as usize;
     let outcomes = loop {
         let outcomes = read_all(shard, &items).await;
-        let bytes: usize = outcomes.iter().map(|o| o.records.len()).sum();
+        let bytes: usize = outcomes
+            .iter()
+            .filter_map(|o| o.records.as_ref())
+            .map(Chunk::len)
+            .sum();
         let any_error = outcomes.iter().any(|o| o.error_code != 0);
         if bytes >= min_bytes.max(1) || any_error || items.is_empty() || now_ms() >= deadline_ms {
             break outcomes;
@@ -85,6 +91,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             break outcomes; // no room to park: answer with what there is
         }
     };
+    // Each outcome is used once: the request names a partition once per topic entry.
+    let mut outcomes: Vec<Option<FetchOutcome>> = outcomes.into_iter().map(Some).collect();
     let topics = layout
         .into_iter()
         .map(|(name, topic_id, row)| TopicResponse {
@@ -94,8 +102,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 .into_iter()
                 .map(|(partition, slot)| {
                     let o = match slot {
-                        Ok(i) => &outcomes[i],
-                        Err(e) => &failed(e),
+                        Ok(i) => outcomes[i].take().expect("each outcome is used once"),
+                        Err(e) => failed(e),
                     };
                     PartitionResponse {
                         partition,
@@ -103,11 +111,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                         high_watermark: o.high_watermark,
                         last_stable_offset: o.high_watermark,
                         log_start_offset: o.log_start_offset,
-                        records: if o.records.is_empty() {
-                            vec![]
-                        } else {
-                            vec![o.records.clone()]
-                        },
+                        records: o.records,
                     }
                 })
                 .collect(),
@@ -118,7 +122,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         session_id: 0,
         topics,
     };
-    let (chunks, _) = codec::encode(&resp, version);
+    let (chunks, _) = codec::encode(resp, version);
     Ok(Reply::Body(chunks))
 }
 

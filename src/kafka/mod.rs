@@ -24,6 +24,7 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
 
+use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::RequestHeader;
 use crate::shard::Shard;
 use bytes::{Bytes, BytesMut};
@@ -75,7 +76,7 @@ pub enum Reply {
     /// No response at all (Produce with acks=0).
     None,
     /// The response body, in chunks.
-    Body(Vec<Bytes>),
+    Body(Vec<Chunk>),
 }
 
 /// Runs the handler for a request whose version was checked by `supported`. An Err means the
@@ -121,7 +122,7 @@ pub fn decode<M: Decodable>(mut body: Bytes, version: i16) -> anyhow::Result<M> 
 pub fn encode<M: Encodable>(message: &M, version: i16) -> anyhow::Result<Reply> {
     let mut buf = BytesMut::new();
     message.encode(&mut buf, version)?;
-    Ok(Reply::Body(vec![buf.freeze()]))
+    Ok(Reply::Body(vec![buf.freeze().into()]))
 }
 
 pub fn str_bytes(s: &str) -> StrBytes {

@@ -1,9 +1,11 @@
 //! Hand-written Fetch response encoder (v4..=13). The response is a list of chunks: small
-//! framing chunks built here, and the record bytes of each partition as the log returned them,
-//! so that record bytes are never copied into a response buffer.
+//! framing chunks built here, and each partition's records as the log located them (a file
+//! range to sendfile, or bytes read on the copying path), so that record bytes are never copied
+//! into a response buffer.
 
+use super::chunk::Chunk;
 use super::wire::Writer;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 
 pub const MIN_VERSION: i16 = 4;
 pub const MAX_VERSION: i16 = 13;
@@ -28,13 +30,13 @@ pub struct PartitionResponse {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    /// Whole record batches, possibly several chunks (one per segment read).
-    pub records: Vec<Bytes>,
+    /// Whole record batches, from one segment.
+    pub records: Option<Chunk>,
 }
 
 /// Encodes the body (after the response header) into chunks. Returns the chunks and their
 /// total size in bytes.
-pub fn encode(resp: &FetchResponse, version: i16) -> (Vec<Bytes>, usize) {
+pub fn encode(resp: FetchResponse, version: i16) -> (Vec<Chunk>, usize) {
     debug_assert!((MIN_VERSION..=MAX_VERSION).contains(&version));
     let flexible = version >= FIRST_FLEXIBLE;
     let mut chunks = Vec::new();
@@ -49,14 +51,14 @@ pub fn encode(resp: &FetchResponse, version: i16) -> (Vec<Bytes>, usize) {
         w.buf.put_i32(resp.session_id);
     }
     w.array_len(resp.topics.len());
-    for topic in &resp.topics {
+    for topic in resp.topics {
         if version >= FIRST_TOPIC_ID {
             w.buf.put_slice(&topic.topic_id);
         } else {
             w.string(&topic.name);
         }
         w.array_len(topic.partitions.len());
-        for p in &topic.partitions {
+        for p in topic.partitions {
             w.buf.put_i32(p.partition);
             w.buf.put_i16(p.error_code);
             w.buf.put_i64(p.high_watermark);
@@ -68,26 +70,27 @@ pub fn encode(resp: &FetchResponse, version: i16) -> (Vec<Bytes>, usize) {
             if version >= 11 {
                 w.buf.put_i32(-1); // preferred_read_replica
             }
-            let records_len: usize = p.records.iter().map(Bytes::len).sum();
-            w.bytes_len(Some(records_len));
-            if records_len > 0 {
-                // Flush the framing so far, then hand over the record chunks untouched.
-                chunks.push(w.buf.split().freeze());
-                chunks.extend(p.records.iter().filter(|c| !c.is_empty()).cloned());
+            let records = p.records.filter(|c| !c.is_empty());
+            w.bytes_len(Some(records.as_ref().map_or(0, Chunk::len)));
+            if let Some(records) = records {
+                // Flush the framing so far, then hand over the records untouched.
+                chunks.push(w.buf.split().freeze().into());
+                chunks.push(records);
             }
             w.empty_tagged_fields(); // partition
         }
         w.empty_tagged_fields(); // topic
     }
     w.empty_tagged_fields(); // response
-    chunks.push(buf.freeze());
-    let total = chunks.iter().map(Bytes::len).sum();
+    chunks.push(buf.freeze().into());
+    let total = chunks.iter().map(Chunk::len).sum();
     (chunks, total)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use kafka_protocol::messages::FetchResponse as KpFetch;
     use kafka_protocol::protocol::Decodable;
 
@@ -109,7 +112,7 @@ mod tests {
                             high_watermark: 7,
                             last_stable_offset: 7,
                             log_start_offset: 0,
-                            records: vec![batch.slice(..10), batch.slice(10..)],
+                            records: Some(batch.clone().into()),
                         },
                         PartitionResponse {
                             partition: 2,
@@ -117,15 +120,18 @@ mod tests {
                             high_watermark: -1,
                             last_stable_offset: -1,
                             log_start_offset: -1,
-                            records: vec![],
+                            records: None,
                         },
                     ],
                 }],
             };
-            let (chunks, total) = encode(&resp, version);
+            let (chunks, total) = encode(resp, version);
             let mut all = BytesMut::new();
             for c in &chunks {
-                all.extend_from_slice(c);
+                match c {
+                    Chunk::Bytes(b) => all.extend_from_slice(b),
+                    Chunk::File(_) => unreachable!("the test passes bytes"),
+                }
             }
             assert_eq!(all.len(), total);
             let decoded = KpFetch::decode(&mut all.freeze(), version).unwrap();

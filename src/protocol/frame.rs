@@ -1,5 +1,6 @@
 //! Request framing: the size prefix, the request header (v0..=2), and response framing.
 
+use super::chunk::Chunk;
 use super::wire::Reader;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
@@ -89,11 +90,11 @@ pub fn frame_response(
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
-    body: Vec<Bytes>,
-) -> Vec<Bytes> {
+    body: Vec<Chunk>,
+) -> Vec<Chunk> {
     let header_version = api_key.response_header_version(api_version);
     let header_len = 4 + usize::from(header_version >= 1);
-    let body_len: usize = body.iter().map(Bytes::len).sum();
+    let body_len: usize = body.iter().map(Chunk::len).sum();
     let mut head = BytesMut::with_capacity(4 + header_len);
     head.put_i32((header_len + body_len) as i32);
     head.put_i32(correlation_id);
@@ -101,7 +102,7 @@ pub fn frame_response(
         head.put_u8(0);
     }
     let mut out = Vec::with_capacity(body.len() + 1);
-    out.push(head.freeze());
+    out.push(head.freeze().into());
     out.extend(body);
     out
 }

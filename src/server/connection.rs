@@ -11,6 +11,7 @@
 
 use crate::kafka::{self, Reply};
 use crate::metrics::{adjust, bump, ShardMetrics};
+use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::{self, FrameError, RequestHeader};
 use crate::shard::Shard;
 use bytes::{Bytes, BytesMut};
@@ -21,6 +22,7 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::ApiKey;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -62,6 +64,8 @@ enum ReadEnd {
 struct Conn {
     shard: Rc<Shard>,
     peer: String,
+    /// The socket, for sendfile; valid while the connection's stream lives.
+    socket: RawFd,
     /// Kafka reports a member's host as "/<ip>".
     client_host: String,
     in_flight: Rc<Semaphore>,
@@ -79,10 +83,16 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _admission: super::limit
     if let Err(e) = stream.set_nodelay(true) {
         log::warn!("{peer}: cannot set TCP_NODELAY: {e}");
     }
+    let socket = stream.as_raw_fd();
+    if let Err(e) = super::sendfile::set_nonblocking(socket) {
+        log::warn!("{peer}: closing: cannot make the socket non-blocking: {e}");
+        return;
+    }
     let max_in_flight = shard.config.max_in_flight_requests_per_connection;
     let conn = Conn {
         shard,
         peer,
+        socket,
         client_host,
         in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
     };
@@ -295,7 +305,7 @@ async fn serve_requests(
                     return;
                 };
                 let key = ApiKey::ApiVersions;
-                if !write_response(&mut stream, peer, key, 0, correlation_id, body).await {
+                if !write_response(conn, &mut stream, key, 0, correlation_id, body).await {
                     return;
                 }
                 continue;
@@ -328,24 +338,32 @@ async fn serve_requests(
             }
         };
         let (key, version, id) = (header.api_key, header.api_version, header.correlation_id);
-        if !write_response(&mut stream, peer, key, version, id, body).await {
+        if !write_response(conn, &mut stream, key, version, id, body).await {
             return;
         }
         drop(held);
     }
 }
 
-/// Writes a framed response; false if the connection is gone.
+/// Writes a framed response; false if the connection is gone. glommio's stream does not
+/// buffer, so each chunk is in the socket before the next one (maybe a sendfile) starts.
 async fn write_response(
+    conn: &Conn,
     stream: &mut (impl AsyncWrite + Unpin),
-    peer: &str,
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
-    body: Vec<Bytes>,
+    body: Vec<Chunk>,
 ) -> bool {
+    let peer = &conn.peer;
     for chunk in frame::frame_response(api_key, api_version, correlation_id, body) {
-        if let Err(e) = stream.write_all(&chunk).await {
+        let sent = match &chunk {
+            Chunk::Bytes(b) => stream.write_all(b).await,
+            Chunk::File(f) => {
+                super::sendfile::send(conn.socket, stream, f, &conn.shard.metrics).await
+            }
+        };
+        if let Err(e) = sent {
             log::info!("{peer}: connection lost writing a response: {e}");
             return false;
         }

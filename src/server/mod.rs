@@ -3,6 +3,7 @@
 
 pub mod connection;
 pub mod limits;
+pub mod sendfile;
 
 use crate::config::Config;
 use crate::metrics::ShardMetrics;
@@ -29,10 +30,13 @@ const DRAIN_TIMEOUT_MS: u64 = 5_000;
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
-pub fn run(config: Config) -> anyhow::Result<()> {
+pub fn run(mut config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
     })?;
+    // glommio opens files relative to no directory (not the working directory), so a relative
+    // path such as the default ./data fails with EBADF deep inside the first shard.
+    config.data_dir = std::path::absolute(&config.data_dir)?;
     // Two brokers on one data dir would interleave writes; refuse like Kafka's .lock file.
     let lock = std::fs::File::create(config.data_dir.join(".lock"))?;
     lock.try_lock().map_err(|_| {

@@ -1,6 +1,7 @@
 //! What shards say to each other over the channel mesh. Everything here is `Send`: record bytes
 //! travel as `Bytes` (a reference count, not a copy), catalogs as `Arc` snapshots.
 
+use crate::protocol::chunk::Chunk;
 use crate::storage::catalog::Catalog;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -37,13 +38,16 @@ pub struct FetchItem {
     pub offset: i64,
     pub max_bytes: usize,
     pub leader_epoch: i32,
+    /// Answer with a file range to sendfile (`fetch.zero_copy`), not bytes read into memory.
+    pub zero_copy: bool,
 }
 
 pub struct FetchOutcome {
     pub error_code: i16,
     pub high_watermark: i64,
     pub log_start_offset: i64,
-    pub records: Bytes,
+    /// None when there is nothing to return.
+    pub records: Option<Chunk>,
 }
 
 pub struct OffsetsItem {

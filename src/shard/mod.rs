@@ -10,12 +10,12 @@ pub mod messages;
 pub mod router;
 
 use crate::config::Config;
+use crate::protocol::chunk::{Chunk, FileSlice};
 use crate::storage::catalog::Catalog;
 use crate::storage::log::{LogSettings, PartitionLog, ReadError};
 use crate::storage::producer_state::Verdict;
 use crate::storage::read;
 use crate::timer::Timers;
-use bytes::Bytes;
 use event_listener::Event;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
@@ -638,12 +638,12 @@ impl Shard {
             error_code: code(e),
             high_watermark: hw,
             log_start_offset: lso,
-            records: Bytes::new(),
+            records: None,
         };
         let Some(partition) = self.partition(&item.topic, item.partition) else {
             return fail(ResponseError::UnknownTopicOrPartition, -1, -1);
         };
-        let (plan, hw, lso, interval) = {
+        let (plan, hw, lso) = {
             let log = partition.log.borrow();
             let (hw, lso) = (log.high_watermark(), log.log_start_offset);
             if log.failed {
@@ -661,31 +661,53 @@ impl Shard {
                 Err(ReadError::OffsetOutOfRange) => {
                     return fail(ResponseError::OffsetOutOfRange, hw, lso)
                 }
-                Ok(plan) => (plan, hw, lso, log.settings.index_interval_bytes),
+                Ok(plan) => (plan, hw, lso),
             }
         };
         let records = match plan {
-            None => Bytes::new(),
+            None => Ok(None),
             Some(plan) => {
-                match read::read_batches(&plan, item.offset, item.max_bytes, interval).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        log::error!(
-                            "fetch {}-{} at {}: {e}",
-                            item.topic,
-                            item.partition,
-                            item.offset
-                        );
-                        return fail(ResponseError::KafkaStorageError, hw, lso);
-                    }
+                let boundary = |limit| {
+                    partition
+                        .log
+                        .borrow()
+                        .batch_start_at_or_before(plan.segment_base, limit)
+                };
+                if item.zero_copy {
+                    read::locate_batches(&plan, item.offset, item.max_bytes, boundary)
+                        .await
+                        .map(|span| {
+                            span.map(|span| {
+                                Chunk::File(FileSlice {
+                                    fd: plan.send_fd.clone(),
+                                    position: span.position,
+                                    len: span.len as usize,
+                                })
+                            })
+                        })
+                } else {
+                    read::read_batches(&plan, item.offset, item.max_bytes, boundary)
+                        .await
+                        .map(|bytes| Some(Chunk::Bytes(bytes)))
                 }
             }
         };
-        FetchOutcome {
-            error_code: 0,
-            high_watermark: hw,
-            log_start_offset: lso,
-            records,
+        match records {
+            Ok(records) => FetchOutcome {
+                error_code: 0,
+                high_watermark: hw,
+                log_start_offset: lso,
+                records,
+            },
+            Err(e) => {
+                log::error!(
+                    "fetch {}-{} at {}: {e}",
+                    item.topic,
+                    item.partition,
+                    item.offset
+                );
+                fail(ResponseError::KafkaStorageError, hw, lso)
+            }
         }
     }
 

@@ -34,6 +34,16 @@ impl OffsetIndex {
         }
     }
 
+    /// The last indexed batch start at or before `position` (0, the first batch, if none).
+    pub fn batch_start_at_or_before(&self, position: u32) -> u32 {
+        let i = self.entries.partition_point(|&(_, p)| p <= position);
+        if i == 0 {
+            0
+        } else {
+            self.entries[i - 1].1
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -17,8 +17,10 @@ use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// Settings a log takes from its topic's configuration.
 #[derive(Debug, Clone)]
@@ -32,6 +34,32 @@ pub struct LogSettings {
 pub struct Segment {
     pub meta: SegmentMeta,
     pub file: Rc<BufferedFile>,
+    /// A duplicate of the file's descriptor that any shard may send from (sendfile), kept open
+    /// by in-flight responses even if the segment is deleted meanwhile.
+    pub send_fd: Arc<OwnedFd>,
+}
+
+impl Segment {
+    fn new(meta: SegmentMeta, file: BufferedFile) -> std::io::Result<Segment> {
+        // SAFETY: `file` is open for the whole call; the duplicate is an independent descriptor.
+        let send_fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
+        let send_fd = Arc::new(send_fd);
+        Ok(Segment {
+            meta,
+            file: Rc::new(file),
+            send_fd,
+        })
+    }
+
+    fn plan(&self, position: u64, readable: u64) -> ReadPlan {
+        ReadPlan {
+            file: self.file.clone(),
+            send_fd: self.send_fd.clone(),
+            segment_base: self.meta.base_offset,
+            position,
+            readable,
+        }
+    }
 }
 
 /// A durable position: an offset and where it sits in the log.
@@ -87,6 +115,9 @@ pub struct SyncWork {
 /// `start_offset` on are returned.
 pub struct ReadPlan {
     pub file: Rc<BufferedFile>,
+    pub send_fd: Arc<OwnedFd>,
+    /// The segment the range lies in.
+    pub segment_base: i64,
     pub position: u64,
     /// Bytes readable from `position`: to the end of the segment or the high watermark.
     pub readable: u64,
@@ -147,10 +178,7 @@ impl PartitionLog {
         let mut segments = Vec::with_capacity(metas.len());
         for meta in metas {
             let file = open_segment_file(&SegmentMeta::log_path(&dir, meta.base_offset)).await?;
-            segments.push(Segment {
-                meta,
-                file: Rc::new(file),
-            });
+            segments.push(Segment::new(meta, file)?);
         }
         sync_dir(&dir).await?;
         let last = &segments.last().expect("at least one segment").meta;
@@ -235,7 +263,7 @@ impl PartitionLog {
             time_index,
         )
         .await?;
-        let file = Rc::new(open_segment_file(&SegmentMeta::log_path(&dir, base)).await?);
+        let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
         sync_dir(&dir).await?;
         let mut l = log.borrow_mut();
         debug_assert_eq!(
@@ -245,10 +273,8 @@ impl PartitionLog {
         );
         let closed = l.active().file.clone();
         l.unsynced_closed.push(closed);
-        l.segments.push(Segment {
-            meta: SegmentMeta::new(base, now_ms),
-            file,
-        });
+        l.segments
+            .push(Segment::new(SegmentMeta::new(base, now_ms), file)?);
         log::info!("partition {}: rolled to segment {base}", dir.display());
         Ok(())
     }
@@ -384,19 +410,27 @@ impl PartitionLog {
         if position as u64 >= end {
             // The offset lies past this segment's readable bytes: it starts the next segment.
             return match self.segments.get(i + 1) {
-                Some(next) => Ok(Some(ReadPlan {
-                    file: next.file.clone(),
-                    position: 0,
-                    readable: next_end(next, &hw),
-                })),
+                Some(next) => Ok(Some(next.plan(0, next_end(next, &hw)))),
                 None => Ok(None),
             };
         }
-        Ok(Some(ReadPlan {
-            file: segment.file.clone(),
-            position: position as u64,
-            readable: end - position as u64,
-        }))
+        Ok(Some(segment.plan(position as u64, end - position as u64)))
+    }
+
+    /// The last batch start at or before byte `limit` of the segment at `segment_base` that the
+    /// offset index knows; 0 (the segment's first batch) if none, or if the segment is gone.
+    pub fn batch_start_at_or_before(&self, segment_base: i64, limit: u64) -> u64 {
+        let i = self
+            .segments
+            .partition_point(|s| s.meta.base_offset < segment_base);
+        match self.segments.get(i) {
+            Some(s) if s.meta.base_offset == segment_base => s
+                .meta
+                .offset_index
+                .batch_start_at_or_before(limit.min(u32::MAX as u64) as u32)
+                as u64,
+            _ => 0,
+        }
     }
 
     /// The earliest offset whose batch may hold a timestamp >= `timestamp`, and where to start
@@ -419,11 +453,7 @@ impl PartitionLog {
             return None;
         }
         Some((
-            ReadPlan {
-                file: segment.file.clone(),
-                position: position as u64,
-                readable: end - position as u64,
-            },
+            segment.plan(position as u64, end - position as u64),
             segment.meta.base_offset + index_rel as i64,
         ))
     }
@@ -670,7 +700,11 @@ mod tests {
         loop {
             let plan = log.borrow().plan_read(next).unwrap();
             let Some(plan) = plan else { return out };
-            let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, 256)
+            let boundary = |limit| {
+                log.borrow()
+                    .batch_start_at_or_before(plan.segment_base, limit)
+            };
+            let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, boundary)
                 .await
                 .unwrap();
             let mut at = 0;
@@ -784,6 +818,56 @@ mod tests {
             let room = MAX_RELATIVE_OFFSET - 3;
             assert!(!log.borrow().needs_roll(100, room, 0));
             assert!(log.borrow().needs_roll(100, room + 1, 0));
+        });
+    }
+
+    /// The spans a fetch sends: whole batches, the first one whole even past max_bytes, and
+    /// the end found through the index the same as by walking every header.
+    #[test]
+    fn located_spans_end_at_batch_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = RefCell::new(
+                PartitionLog::open(path, settings(1 << 20), 0, 0)
+                    .await
+                    .unwrap(),
+            );
+            let mut sizes = Vec::new();
+            for i in 0..40 {
+                let raw = Bytes::from(synthetic(0, 1 + i % 4, 30 + 7 * i as usize, 1000));
+                sizes.push(raw.len() as u64);
+                let headers = batch::validate_all(&raw).unwrap();
+                let plan = log.borrow_mut().prepare_append(&raw, &headers, 0);
+                PartitionLog::write(&log, plan).await.unwrap();
+            }
+            sync(&log).await;
+            let plan = log.borrow().plan_read(0).unwrap().unwrap();
+            let boundary = |limit| {
+                log.borrow()
+                    .batch_start_at_or_before(plan.segment_base, limit)
+            };
+            let total: u64 = sizes.iter().sum();
+            for max_bytes in [1, 100, 257, 600, 1000, 2500, total - 1, total, total + 5] {
+                let span =
+                    crate::storage::read::locate_batches(&plan, 0, max_bytes as usize, boundary)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                // What a header-by-header walk takes: the first batch, then whole ones that fit.
+                let mut want = sizes[0];
+                for s in &sizes[1..] {
+                    if want + s > max_bytes {
+                        break;
+                    }
+                    want += s;
+                }
+                assert_eq!(
+                    (span.position, span.len),
+                    (0, want),
+                    "max_bytes {max_bytes}"
+                );
+            }
         });
     }
 

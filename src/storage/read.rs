@@ -4,95 +4,107 @@ use super::log::ReadPlan;
 use crate::protocol::batch::{self, HEADER_BYTES};
 use bytes::Bytes;
 
-/// Reads whole batches starting with the batch that holds `offset`, at most `max_bytes` of
-/// them, except that the first batch is returned whole even when larger (KIP-74), so that a
-/// consumer always makes progress.
+/// Where the batches a fetch returns lie in a segment file: `len` bytes from `position`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub position: u64,
+    pub len: u64,
+}
+
+/// Finds the whole batches a fetch returns, reading batch headers only: the batch that holds
+/// `offset`, then as many following batches as fit in `max_bytes`, except that the first batch
+/// is returned whole even when larger (KIP-74), so that a consumer always makes progress.
+///
+/// `boundary(limit)` names a batch start at or before `limit` in the plan's segment (from the
+/// sparse offset index), so the end is found with a walk of at most one index interval of
+/// headers, not one read per batch. None means nothing at or after `offset` is readable.
+pub async fn locate_batches(
+    plan: &ReadPlan,
+    offset: i64,
+    max_bytes: usize,
+    boundary: impl Fn(u64) -> u64,
+) -> std::io::Result<Option<Span>> {
+    let end = plan.position + plan.readable;
+    let max_bytes = max_bytes as u64;
+    // The index entry before `offset` is at most one interval of batches away: skip them.
+    let mut start = plan.position;
+    let first_len = loop {
+        if start >= end {
+            return Ok(None);
+        }
+        let header = read_header(plan, start, end).await?;
+        if header.last_offset() >= offset {
+            break header.size_bytes as u64;
+        }
+        start += header.size_bytes as u64;
+    };
+    if end - start <= max_bytes {
+        return Ok(Some(Span {
+            position: start,
+            len: end - start,
+        }));
+    }
+    if first_len >= max_bytes {
+        return Ok(Some(Span {
+            position: start,
+            len: first_len,
+        }));
+    }
+    // Jump to the last indexed batch start that fits, then walk the few headers after it.
+    let limit = start + max_bytes;
+    let mut cut = boundary(limit).clamp(start + first_len, limit);
+    while cut < end {
+        let header = read_header(plan, cut, end).await?;
+        if cut + header.size_bytes as u64 > limit {
+            break;
+        }
+        cut += header.size_bytes as u64;
+    }
+    Ok(Some(Span {
+        position: start,
+        len: cut - start,
+    }))
+}
+
+/// Reads the batches of a fetch into memory: the copying path, and the broker's own replays.
 pub async fn read_batches(
     plan: &ReadPlan,
     offset: i64,
     max_bytes: usize,
-    interval: u32,
+    boundary: impl Fn(u64) -> u64,
 ) -> std::io::Result<Bytes> {
-    let mut position = plan.position;
-    let end = plan.position + plan.readable;
-    // One index interval of batches may precede the target; read them with the data.
-    let mut chunk_len = (max_bytes as u64 + interval as u64).max(HEADER_BYTES as u64);
-    // Each pass either finds the target or moves `position` forward by at least one batch, and
-    // the range is finite: the loop is bounded by the number of batches in it.
-    while position < end {
-        let len = chunk_len.min(end - position) as usize;
-        let chunk = plan
-            .file
-            .read_at(position, len)
-            .await
-            .map_err(std::io::Error::from)?;
-        let mut at = 0usize;
-        let mut first: Option<usize> = None;
-        let mut taken_end = 0usize;
-        while at + HEADER_BYTES <= chunk.len() {
-            let header = batch::parse_header(&chunk[at..]).map_err(|e| {
-                std::io::Error::other(format!("corrupt batch at {}: {e:?}", position + at as u64))
-            })?;
-            let whole = at + header.size_bytes <= chunk.len();
-            match first {
-                None if header.last_offset() < offset => {
-                    if !whole {
-                        break; // skip it by moving `position` past it below
-                    }
-                    at += header.size_bytes;
-                    continue;
-                }
-                None => {
-                    if !whole {
-                        // The target batch does not fit: read exactly it.
-                        let whole_batch = plan
-                            .file
-                            .read_at(position + at as u64, header.size_bytes)
-                            .await
-                            .map_err(std::io::Error::from)?;
-                        return Ok(Bytes::copy_from_slice(&whole_batch));
-                    }
-                    first = Some(at);
-                    taken_end = at + header.size_bytes;
-                }
-                Some(start) => {
-                    if !whole || at + header.size_bytes - start > max_bytes {
-                        break;
-                    }
-                    taken_end = at + header.size_bytes;
-                }
-            }
-            at += header.size_bytes;
-        }
-        if let Some(start) = first {
-            return Ok(Bytes::copy_from_slice(&chunk[start..taken_end]));
-        }
-        if at == 0 {
-            // Not even one header fit: the batch at `position` is bigger than the chunk.
-            let head = plan
-                .file
-                .read_at(position, HEADER_BYTES)
-                .await
-                .map_err(std::io::Error::from)?;
-            let size = batch::peek_size(&head)
-                .ok_or_else(|| std::io::Error::other("corrupt batch length"))?;
-            if size as u64 > end - position {
-                return Err(std::io::Error::other(
-                    "batch extends past the readable range",
-                ));
-            }
-            chunk_len = chunk_len.max(size as u64);
-            let header =
-                batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-            if header.last_offset() >= offset {
-                continue; // re-read with a chunk large enough for the target batch
-            }
-            position += size as u64;
-        } else {
-            position += at as u64;
-        }
+    let Some(span) = locate_batches(plan, offset, max_bytes, boundary).await? else {
+        return Ok(Bytes::new());
+    };
+    let data = plan
+        .file
+        .read_at(span.position, span.len as usize)
+        .await
+        .map_err(std::io::Error::from)?;
+    // glommio's read buffer cannot leave this thread; a fetch answered by another shard needs
+    // bytes it can own.
+    Ok(Bytes::copy_from_slice(&data))
+}
+
+/// The header of the batch at `position`, which must end by `end`.
+async fn read_header(
+    plan: &ReadPlan,
+    position: u64,
+    end: u64,
+) -> std::io::Result<batch::BatchHeader> {
+    let head = plan
+        .file
+        .read_at(position, HEADER_BYTES)
+        .await
+        .map_err(std::io::Error::from)?;
+    let header = batch::parse_header(&head)
+        .map_err(|e| std::io::Error::other(format!("corrupt batch at {position}: {e:?}")))?;
+    if position + header.size_bytes as u64 > end {
+        return Err(std::io::Error::other(format!(
+            "batch at {position} extends past the readable range"
+        )));
     }
-    Ok(Bytes::new())
+    Ok(header)
 }
 
 /// Finds the first record in the planned range whose timestamp is >= `timestamp`: its offset

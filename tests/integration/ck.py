@@ -42,10 +42,12 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, compression
     return acked
 
 
-def consume(bootstrap: str, topic: str, partitions, expected_total: int, timeout_s=60.0):
+def consume(bootstrap: str, topic: str, partitions, expected_total: int, timeout_s=60.0, extra=None):
     """Reads by assignment from offset 0; returns {partition: [(offset, key, value, headers, ts)]}."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
-                         "enable.partition.eof": False})
+    conf = {"bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
+            "enable.partition.eof": False}
+    conf.update(extra or {})
+    consumer = Consumer(conf)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     got = {p: [] for p in partitions}
     n = 0

@@ -82,11 +82,11 @@ def closed_by_peer(sock: socket.socket, timeout_s=5.0) -> bool:
         return True
 
 
-def fetch_v4(topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes=1) -> bytes:
+def fetch_v4(topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes=1, max_bytes=1 << 20) -> bytes:
     """A Fetch v4 body for one partition (replica -1, read_uncommitted)."""
-    body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, 1 << 20, 0)
+    body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)
     body += struct.pack(">i", 1) + string(topic) + struct.pack(">i", 1)
-    body += struct.pack(">iqi", partition, offset, 1 << 20)
+    body += struct.pack(">iqi", partition, offset, max_bytes)
     return body
 
 
@@ -101,6 +101,24 @@ def fetch_v4_partition(response: bytes) -> tuple[int, int, int]:
     pos += 4 + max(aborted, 0) * 16
     records = struct.unpack(">i", response[pos:pos + 4])[0]
     return error, hw, records
+
+
+def fetch_v4_batches(response: bytes) -> list[bytes]:
+    """The record batches of the single partition in a Fetch v4 response, split by their
+    length fields (a trailing partial batch would come back short)."""
+    pos = 4 + 4 + 4
+    name_len = struct.unpack(">h", response[pos:pos + 2])[0]
+    pos += 2 + name_len + 4 + 22
+    aborted = struct.unpack(">i", response[pos:pos + 4])[0]
+    pos += 4 + max(aborted, 0) * 16
+    size = struct.unpack(">i", response[pos:pos + 4])[0]
+    records = response[pos + 4:pos + 4 + size]
+    out = []
+    while records:
+        n = struct.unpack(">i", records[8:12])[0] + 12
+        out.append(records[:n])
+        records = records[n:]
+    return out
 
 
 def init_producer_id_v1() -> bytes:
