@@ -5,7 +5,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sluice::protocol::batch;
 use sluice::storage::log::{LogSettings, PartitionLog};
-use sluice::storage::read::read_batches;
+use sluice::storage::read::{locate_batches, read_batches};
 use std::cell::RefCell;
 
 /// 16 records of 1 KiB: a typical librdkafka batch for 1 KiB messages.
@@ -101,6 +101,29 @@ fn append_and_read(c: &mut Criterion) {
                         offset = h.next_offset();
                         at += h.size_bytes;
                     }
+                }
+            })
+        })
+    });
+    // What the zero-copy fetch does instead of reading: find the same spans from headers and
+    // the index, leaving the bytes in the file for sendfile.
+    g.bench_function("locate_256x16KiB", |bench| {
+        bench.iter(|| {
+            executor.run(async {
+                let mut offset = 0;
+                let end = log.borrow().high_watermark();
+                while offset < end {
+                    let plan = log.borrow().plan_read(offset).unwrap().unwrap();
+                    let boundary = |limit| {
+                        log.borrow()
+                            .batch_start_at_or_before(plan.segment_base, limit)
+                    };
+                    let span = locate_batches(&plan, offset, 1 << 20, boundary)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    // Every batch is the same 16 records, and each span starts at `offset`.
+                    offset += (span.len / b.len() as u64) as i64 * 16;
                 }
             })
         })

@@ -25,10 +25,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_sluice(data_dir: Path, log_path: Path):
+def start_sluice(data_dir: Path, log_path: Path, config: Path | None = None, binary: Path = BINARY):
     port = free_port()
-    proc = subprocess.Popen([str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)],
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    args = [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]
+    if config is not None:
+        args += ["--config", str(config)]
+    proc = subprocess.Popen(args, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:

@@ -177,14 +177,28 @@ pub fn assign(
     leader_epoch: i32,
     log_append_time_ms: Option<i64>,
 ) {
-    debug_assert!(batch.len() >= HEADER_BYTES);
-    batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
-    batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+    let (head, records) = batch.split_at_mut(HEADER_BYTES);
+    let head: &mut [u8; HEADER_BYTES] = head.try_into().expect("a whole header");
+    assign_header(head, records, base_offset, leader_epoch, log_append_time_ms);
+}
+
+/// `assign` for a batch kept in two pieces: a copy of its header, rewritten here, and its
+/// records, left where they are (in the produce request) and only read for a new CRC.
+pub fn assign_header(
+    head: &mut [u8; HEADER_BYTES],
+    records: &[u8],
+    base_offset: i64,
+    leader_epoch: i32,
+    log_append_time_ms: Option<i64>,
+) {
+    head[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    head[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
     if let Some(ts) = log_append_time_ms {
-        let attrs = i16_at(batch, 21) | ATTR_TIMESTAMP_TYPE;
-        batch[21..23].copy_from_slice(&attrs.to_be_bytes());
-        batch[35..43].copy_from_slice(&ts.to_be_bytes());
-        seal(batch);
+        let attrs = i16_at(head, 21) | ATTR_TIMESTAMP_TYPE;
+        head[21..23].copy_from_slice(&attrs.to_be_bytes());
+        head[35..43].copy_from_slice(&ts.to_be_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[CRC_START..]), records);
+        head[17..CRC_START].copy_from_slice(&crc.to_be_bytes());
     }
 }
 

@@ -97,11 +97,15 @@ pub struct PartitionLog {
 pub struct AppendPlan {
     pub file: Rc<BufferedFile>,
     pub position: u64,
-    pub data: Vec<u8>,
+    /// The batches as the producer sent them, still in the request's buffer.
+    records: Bytes,
+    /// Each batch's header with the broker-owned fields rewritten; the bytes after it are
+    /// written straight from `records`.
+    heads: Vec<[u8; batch::HEADER_BYTES]>,
     pub base_offset: i64,
     pub end_offset: i64,
     pub log_append_time_ms: i64,
-    /// Where the log ends once `data` is written: pass it to `complete_append`.
+    /// Where the log ends once the batches are written.
     pub end: LogPosition,
 }
 
@@ -128,20 +132,85 @@ pub enum ReadError {
     OffsetOutOfRange,
 }
 
-/// Writes all of `data` at `position`, or says why not. A short write means the disk filled up
-/// mid-write; a one-byte probe past it returns the real error (ENOSPC) for the log and the
-/// metrics. The caller undoes the append either way, so the probe's byte is cut off again.
-async fn write_all_at(file: &BufferedFile, data: Vec<u8>, position: u64) -> std::io::Result<()> {
-    let len = data.len();
-    let n = file.write_at(data, position).await?;
-    if n == len {
-        return Ok(());
+/// Most pieces one pwritev(2) takes (Linux's IOV_MAX).
+const MAX_IOVECS: usize = 1024;
+
+/// Writes a plan's batches, each as its rewritten header then the rest of it from the request's
+/// buffer, with pwritev(2): no copy of record bytes in user space.
+///
+/// Synchronous on the shard's thread: a buffered write is a copy into the page cache, which
+/// io_uring would also do on this core (or punt to a worker); glommio's buffered write takes
+/// only an owned Vec, which would force a copy of every batch. Dirty pages stay few because the
+/// flusher syncs continuously, so the call does not wait on writeback in practice.
+///
+/// A short write means the disk filled up mid-write; the retry of the rest returns the real
+/// error (ENOSPC).
+fn write_batches(plan: &AppendPlan) -> std::io::Result<()> {
+    let mut pieces: Vec<&[u8]> = Vec::with_capacity(plan.heads.len() * 2);
+    let mut at = 0;
+    for head in &plan.heads {
+        let size = batch::peek_size(head).expect("a validated header");
+        pieces.push(head);
+        pieces.push(&plan.records[at + batch::HEADER_BYTES..at + size]);
+        at += size;
     }
-    file.write_at(vec![0], position + n as u64).await?;
-    Err(std::io::Error::new(
-        std::io::ErrorKind::WriteZero,
-        format!("short write: {n} of {len} bytes"),
-    ))
+    let fd = plan.file.as_raw_fd();
+    let mut position = plan.position;
+    let mut first = 0; // the first piece not wholly written
+    let mut skip = 0; // bytes of it already written
+                      // Every pass writes at least one byte or returns.
+    while first < pieces.len() {
+        let iov: Vec<libc::iovec> = pieces[first..]
+            .iter()
+            .take(MAX_IOVECS)
+            .enumerate()
+            .map(|(i, p)| {
+                let p = if i == 0 { &p[skip..] } else { p };
+                libc::iovec {
+                    iov_base: p.as_ptr() as *mut libc::c_void,
+                    iov_len: p.len(),
+                }
+            })
+            .collect();
+        // SAFETY: every iovec points into `pieces`, alive and unchanged for the call.
+        let n = unsafe {
+            libc::pwritev(
+                fd,
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                position as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        position += n as u64;
+        let mut n = n as usize;
+        while n > 0 {
+            let left = pieces[first].len() - skip;
+            if n >= left {
+                n -= left;
+                first += 1;
+                skip = 0;
+            } else {
+                skip += n;
+                n = 0;
+            }
+        }
+        // Empty pieces (a batch with no records) need no write.
+        while first < pieces.len() && pieces[first].len() == skip {
+            first += 1;
+            skip = 0;
+        }
+    }
+    Ok(())
 }
 
 async fn open_segment_file(path: &Path) -> std::io::Result<BufferedFile> {
@@ -279,15 +348,15 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Assigns offsets to already-validated batches and prepares the bytes to write: a copy of
-    /// the batches with the broker-owned header fields rewritten (see ARCHITECTURE.md).
+    /// Assigns offsets to already-validated batches and plans their write: a copy of each
+    /// batch's 61-byte header with the broker-owned fields rewritten, and the rest of each batch
+    /// left in the request's buffer (see ARCHITECTURE.md, "copies").
     pub fn prepare_append(
         &mut self,
         records: &Bytes,
         headers: &[BatchHeader],
         now_ms: u64,
     ) -> AppendPlan {
-        let mut data = records.to_vec();
         let append_time = if self.settings.log_append_time {
             Some(now_ms as i64)
         } else {
@@ -300,9 +369,14 @@ impl PartitionLog {
         let position = segment.meta.size_bytes;
         let mut at = 0usize;
         let mut next = base_offset;
+        let mut heads = Vec::with_capacity(headers.len());
         for h in headers {
-            let stored = &mut data[at..at + h.size_bytes];
-            batch::assign(stored, next, epoch, append_time);
+            let mut head: [u8; batch::HEADER_BYTES] = records[at..at + batch::HEADER_BYTES]
+                .try_into()
+                .expect("validated batches hold a whole header");
+            let body = &records[at + batch::HEADER_BYTES..at + h.size_bytes];
+            batch::assign_header(&mut head, body, next, epoch, append_time);
+            heads.push(head);
             let mut assigned = *h;
             assigned.base_offset = next;
             if let Some(ts) = append_time {
@@ -315,7 +389,7 @@ impl PartitionLog {
             next = assigned.next_offset();
             at += h.size_bytes;
         }
-        debug_assert_eq!(at, data.len());
+        debug_assert_eq!(at, records.len());
         let end = LogPosition {
             offset: next,
             segment_base: segment.meta.base_offset,
@@ -324,7 +398,8 @@ impl PartitionLog {
         AppendPlan {
             file: segment.file.clone(),
             position,
-            data,
+            records: records.clone(),
+            heads,
             base_offset,
             end_offset: next,
             log_append_time_ms: append_time.unwrap_or(-1),
@@ -341,7 +416,7 @@ impl PartitionLog {
         log: &std::cell::RefCell<PartitionLog>,
         plan: AppendPlan,
     ) -> std::io::Result<()> {
-        let error = match write_all_at(&plan.file, plan.data, plan.position).await {
+        let error = match write_batches(&plan) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
                 debug_assert!(

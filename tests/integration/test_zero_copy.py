@@ -1,10 +1,13 @@
 """Fetch answered by sendfile (fetch.zero_copy = true) and by the copying path (false): the
 same records come back byte for byte across segments, at max_bytes limits, and from many
 partitions in one response. The metrics show which path carried the bytes."""
+import hashlib
 import socket
 import struct
+import time
 
 import pytest
+from confluent_kafka import Producer
 
 import ck
 import kafka_wire as kw
@@ -70,3 +73,51 @@ def test_many_partitions_in_one_response(make_broker, zero_copy):
     for p in range(64):
         check_partition(got[p], want[p], f"wide[{p}]")
     check_path(metrics, zero_copy)
+
+
+def test_slow_reader_and_vanishing_clients(make_broker):
+    """A client whose socket buffer fills (sendfile meets EAGAIN over and over) still gets every
+    byte, in order; clients that vanish mid-response cost nothing to anyone else."""
+    broker, metrics = start(make_broker, True)
+    ck.create_topic(broker.bootstrap, "big", 1)
+    # 16 MiB: more than the kernel's largest send buffer (tcp_wmem, 4 MiB here) can hold.
+    values = [hashlib.sha256(str(i).encode()).digest() * 2048 for i in range(256)]  # 64 KiB each
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 20})
+    for v in values:
+        p.produce("big", value=v, partition=0)
+    assert p.flush(60) == 0
+    count = len(values)
+
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", broker.port))
+    slow.settimeout(30)
+    slow.sendall(kw.request(1, 4, 1, kw.fetch_v4("big", 0, 0, max_wait_ms=0, max_bytes=32 << 20)))
+    body = b""
+    size = struct.unpack(">i", kw.recv_exact(slow, 4))[0]
+    chunks = []
+    got_bytes = 0
+    time.sleep(1)  # let the broker fill its send buffer and meet EAGAIN
+    while got_bytes < size:
+        chunk = slow.recv(min(1 << 16, size - got_bytes))
+        assert chunk, "the broker closed mid-response"
+        chunks.append(chunk)
+        got_bytes += len(chunk)
+    body = b"".join(chunks)
+    slow.close()
+    batches = kw.fetch_v4_batches(body)
+    assert sum(struct.unpack(">i", b[57:61])[0] for b in batches) == count, "every record, whole"
+    for b in batches:
+        assert struct.unpack(">I", b[17:21])[0] == kw.crc32c(b[21:]), "batch bytes intact"
+    assert total(metrics, "sluice_sendfile_copied_bytes_total") > 0, "the full-socket path ran"
+
+    for _ in range(20):
+        gone = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        gone.sendall(kw.request(1, 4, 2, kw.fetch_v4("big", 0, 0, max_wait_ms=0, max_bytes=32 << 20)))
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
+        gone.close()
+    got = ck.consume(broker.bootstrap, "big", [0], count)
+    assert [r[2] for r in got[0]] == values
+    assert [r[0] for r in got[0]] == list(range(count))
+    assert broker.alive()
