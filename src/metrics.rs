@@ -33,6 +33,8 @@ pub struct ShardMetrics {
     /// copied through user space while waiting for a full socket to drain.
     pub sendfile_bytes: AtomicU64,
     pub sendfile_copied_bytes: AtomicU64,
+    /// Zero-copy fetches whose data was not in the page cache, read asynchronously instead.
+    pub cold_fetches: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -118,6 +120,12 @@ const PER_SHARD: &[PerShard] = &[
         "Fetched record bytes copied through user space while a full socket drained.",
         "counter",
         |m| &m.sendfile_copied_bytes,
+    ),
+    (
+        "sluice_cold_fetches_total",
+        "Zero-copy fetches of data not in the page cache, read asynchronously instead of sendfile.",
+        "counter",
+        |m| &m.cold_fetches,
     ),
 ];
 

@@ -674,17 +674,22 @@ impl Shard {
                         .batch_start_at_or_before(plan.segment_base, limit)
                 };
                 if item.zero_copy {
-                    read::locate_batches(&plan, item.offset, item.max_bytes, boundary)
-                        .await
-                        .map(|span| {
-                            span.map(|span| {
-                                Chunk::File(FileSlice {
-                                    fd: plan.send_fd.clone(),
-                                    position: span.position,
-                                    len: span.len as usize,
-                                })
-                            })
-                        })
+                    match read::locate_batches(&plan, item.offset, item.max_bytes, boundary).await {
+                        Ok(Some(span)) if read::in_page_cache(&plan, span) => {
+                            Ok(Some(Chunk::File(FileSlice {
+                                fd: plan.send_fd.clone(),
+                                position: span.position,
+                                len: span.len as usize,
+                            })))
+                        }
+                        Ok(Some(span)) => {
+                            crate::metrics::bump(&self.metrics.cold_fetches);
+                            read::read_span(&plan, span)
+                                .await
+                                .map(|b| Some(Chunk::Bytes(b)))
+                        }
+                        other => other.map(|_| None),
+                    }
                 } else {
                     read::read_batches(&plan, item.offset, item.max_bytes, boundary)
                         .await

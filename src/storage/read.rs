@@ -3,6 +3,7 @@
 use super::log::ReadPlan;
 use crate::protocol::batch::{self, HEADER_BYTES};
 use bytes::Bytes;
+use std::os::fd::AsRawFd;
 
 /// Where the batches a fetch returns lie in a segment file: `len` bytes from `position`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,9 +74,35 @@ pub async fn read_batches(
     max_bytes: usize,
     boundary: impl Fn(u64) -> u64,
 ) -> std::io::Result<Bytes> {
-    let Some(span) = locate_batches(plan, offset, max_bytes, boundary).await? else {
-        return Ok(Bytes::new());
-    };
+    match locate_batches(plan, offset, max_bytes, boundary).await? {
+        Some(span) => read_span(plan, span).await,
+        None => Ok(Bytes::new()),
+    }
+}
+
+/// Whether a span's first and last pages are in the page cache, asked without waiting
+/// (preadv2 with RWF_NOWAIT). sendfile of pages that are not would read the disk on the shard's
+/// thread, stalling every partition it owns; such spans take the asynchronous read instead.
+/// Only the ends are probed: a cold range is nearly always cold at its start, and the probe
+/// must stay cheap.
+pub fn in_page_cache(plan: &ReadPlan, span: Span) -> bool {
+    let fd = plan.send_fd.as_raw_fd();
+    let ends = [span.position, span.position + span.len.saturating_sub(1)];
+    ends.iter().all(|&at| {
+        let mut byte = 0u8;
+        let iov = libc::iovec {
+            iov_base: (&mut byte as *mut u8).cast(),
+            iov_len: 1,
+        };
+        // SAFETY: one valid iovec over a live local byte.
+        let n = unsafe { libc::preadv2(fd, &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
+        // Only EAGAIN means "not cached"; a kernel without RWF_NOWAIT support keeps sendfile.
+        n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
+    })
+}
+
+/// Reads a located span into memory, asynchronously through io_uring.
+pub async fn read_span(plan: &ReadPlan, span: Span) -> std::io::Result<Bytes> {
     let data = plan
         .file
         .read_at(span.position, span.len as usize)

@@ -121,3 +121,20 @@ def test_slow_reader_and_vanishing_clients(make_broker):
     assert [r[2] for r in got[0]] == values
     assert [r[0] for r in got[0]] == list(range(count))
     assert broker.alive()
+
+
+def test_cold_data_is_read_not_sendfiled(make_broker):
+    """Data evicted from the page cache would make sendfile read the disk on the shard's thread;
+    the broker notices (a non-waiting probe) and reads it asynchronously instead."""
+    import os
+
+    broker, metrics = start(make_broker, True)
+    ck.create_topic(broker.bootstrap, "cold", 1)
+    ck.produce(broker.bootstrap, "cold", 2000, 1)  # acks=all: synced, so the pages are clean
+    for seg in (broker.data_dir / "cold-0").glob("*.log"):
+        fd = os.open(seg, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    got = ck.consume(broker.bootstrap, "cold", [0], 2000)
+    check_partition(got[0], expected_by_partition(2000, 1)[0], "cold[0]")
+    assert total(metrics, "sluice_cold_fetches_total") > 0
