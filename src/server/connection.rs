@@ -317,14 +317,8 @@ async fn serve_requests(
             header.api_version,
             header.correlation_id
         );
-        shard
-            .requests_in_progress
-            .set(shard.requests_in_progress.get() + 1);
         shard.metrics.count_request(header.api_key);
         let reply = kafka::dispatch(shard, &header, body, &conn.client_host).await;
-        shard
-            .requests_in_progress
-            .set(shard.requests_in_progress.get() - 1);
         let body = match reply {
             Ok(Reply::None) => continue,
             Ok(Reply::Body(body)) => body,

@@ -281,7 +281,10 @@ async fn run_shard(
     drop(listener);
     // Let requests in progress finish, bounded; connections take no new ones.
     let drain_deadline = crate::shard::now_ms() + DRAIN_TIMEOUT_MS;
-    while shard.requests_in_progress.get() > 0 && crate::shard::now_ms() < drain_deadline {
+    // Requests read and not yet answered, queued ones included: the readers stop taking new
+    // ones once `shutting_down` is set.
+    let unanswered = || shard.metrics.requests_queued.load(Ordering::Relaxed);
+    while unanswered() > 0 && crate::shard::now_ms() < drain_deadline {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
     log::debug!("shard {id}: requests drained");

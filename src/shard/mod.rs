@@ -64,8 +64,6 @@ pub struct Shard {
     /// and parked fetches.
     pub hw_advanced: Event,
     pub shutting_down: Cell<bool>,
-    /// Client requests being served on this shard, for a bounded drain at shutdown.
-    pub requests_in_progress: Cell<usize>,
     /// Bytes of request frames the shard's connections may hold: `max_request_memory_bytes_per_shard`.
     pub request_memory: Rc<Semaphore>,
     senders: Option<Senders<MeshMsg>>,
@@ -126,7 +124,6 @@ impl Shard {
             sync_needed: Event::new(),
             hw_advanced: Event::new(),
             shutting_down: Cell::new(false),
-            requests_in_progress: Cell::new(0),
             request_memory,
             senders,
             pending: RefCell::new(HashMap::new()),
