@@ -797,6 +797,15 @@ mod tests {
         }
     }
 
+    /// An empty log of 1 MiB segments.
+    async fn open_log(path: std::path::PathBuf) -> RefCell<PartitionLog> {
+        RefCell::new(
+            PartitionLog::open(path, settings(1 << 20), 0, 0)
+                .await
+                .unwrap(),
+        )
+    }
+
     /// A log of 2 KiB segments holding 30 batches of 3 records (offsets 0..90), not synced.
     async fn filled_log(path: std::path::PathBuf) -> RefCell<PartitionLog> {
         let log = RefCell::new(
@@ -884,11 +893,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let log = RefCell::new(
-                PartitionLog::open(path, settings(1 << 20), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let log = open_log(path).await;
             append(&log, 3).await;
             let room = MAX_RELATIVE_OFFSET - 3;
             assert!(!log.borrow().needs_roll(100, room, 0));
@@ -903,11 +908,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         run(move || async move {
-            let log = RefCell::new(
-                PartitionLog::open(path, settings(1 << 20), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let log = open_log(path).await;
             let mut sizes = Vec::new();
             for i in 0..40 {
                 let raw = Bytes::from(synthetic(0, 1 + i % 4, 30 + 7 * i as usize, 1000));
