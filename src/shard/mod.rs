@@ -79,7 +79,13 @@ pub struct Shard {
     pub timers: Rc<Timers>,
     /// Serializes controller operations (only used on the controller shard).
     controller_lock: Semaphore,
+    /// When a storage error was last logged, and how many were counted but not logged since.
+    storage_error_logged_ms: Cell<u64>,
+    storage_errors_unlogged: Cell<u64>,
 }
+
+/// Storage errors are logged at most this often per shard (all are counted in the metrics).
+const STORAGE_ERROR_LOG_INTERVAL_MS: u64 = 1000;
 
 /// How a parked wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +135,8 @@ impl Shard {
             pending: RefCell::new(HashMap::new()),
             next_call_id: Cell::new(0),
             controller_lock: Semaphore::new(1),
+            storage_error_logged_ms: Cell::new(0),
+            storage_errors_unlogged: Cell::new(0),
             timers: Rc::new(Timers::new(
                 now_ms(),
                 max_parked,
@@ -503,12 +511,7 @@ impl Shard {
                 .needs_roll(records.len() as u64, offsets, now)
             {
                 if let Err(e) = PartitionLog::roll(&partition.log, now).await {
-                    log::error!(
-                        "partition {}-{}: roll failed: {e}",
-                        item.topic,
-                        item.partition
-                    );
-                    crate::metrics::bump(&self.metrics.storage_errors);
+                    self.storage_error(&item.topic, item.partition, "roll", &e);
                     return fail(ResponseError::KafkaStorageError);
                 }
             }
@@ -518,12 +521,7 @@ impl Shard {
                 .prepare_append(&records, &headers, now);
             let done = (plan.base_offset, plan.end_offset, plan.log_append_time_ms);
             if let Err(e) = PartitionLog::write(&partition.log, plan).await {
-                log::error!(
-                    "partition {}-{}: write failed: {e}",
-                    item.topic,
-                    item.partition
-                );
-                crate::metrics::bump(&self.metrics.storage_errors);
+                self.storage_error(&item.topic, item.partition, "write", &e);
                 self.hw_advanced.notify(usize::MAX);
                 return fail(ResponseError::KafkaStorageError);
             }
@@ -540,6 +538,23 @@ impl Shard {
             timeout_ms,
         )
         .await
+    }
+
+    /// Counts a failed append and logs it, at most once a second per shard: producers retry a
+    /// full disk as fast as they can, and the log must not fill it further.
+    fn storage_error(&self, topic: &str, partition: i32, what: &str, e: &std::io::Error) {
+        crate::metrics::bump(&self.metrics.storage_errors);
+        let now = now_ms();
+        if now < self.storage_error_logged_ms.get() + STORAGE_ERROR_LOG_INTERVAL_MS {
+            self.storage_errors_unlogged
+                .set(self.storage_errors_unlogged.get() + 1);
+            return;
+        }
+        log::error!(
+            "partition {topic}-{partition}: {what} failed: {e} ({} more storage errors since the last line)",
+            self.storage_errors_unlogged.replace(0)
+        );
+        self.storage_error_logged_ms.set(now);
     }
 
     /// Answers a produce whose records are at `base_offset..end_offset`, once they are as durable
