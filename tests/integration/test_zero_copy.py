@@ -134,7 +134,14 @@ def test_cold_data_is_read_not_sendfiled(make_broker):
     for seg in (broker.data_dir / "cold-0").glob("*.log"):
         fd = os.open(seg, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+            cached = True
+        except BlockingIOError:
+            cached = False
         os.close(fd)
+        if cached:  # tmpfs, for one, has no disk to evict to
+            pytest.skip("this filesystem keeps the segment in memory; nothing to evict")
     got = ck.consume(broker.bootstrap, "cold", [0], 2000)
     check_partition(got[0], expected_by_partition(2000, 1)[0], "cold[0]")
     assert total(metrics, "sluice_cold_fetches_total") > 0
