@@ -14,11 +14,7 @@ fn err(e: ResponseError, msg: impl Into<String>) -> (i16, Option<String>) {
 }
 
 pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> ControllerOutcome {
-    let _permit = shard
-        .controller_lock()
-        .acquire_permit(1)
-        .await
-        .expect("controller lock never closes");
+    let _permit = shard.lock_controller().await;
     let current = shard.catalog();
     let mut record = current.to_record();
     let mut results = Vec::new();
@@ -180,11 +176,7 @@ const PRODUCER_ID_BLOCK: i64 = 1000;
 /// Hands out the next producer id (InitProducerId), persisting a new reserved block when the
 /// current one is used up.
 pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
-    let _permit = shard
-        .controller_lock()
-        .acquire_permit(1)
-        .await
-        .expect("controller lock never closes");
+    let _permit = shard.lock_controller().await;
     let current = shard.catalog();
     let id = shard.next_producer_id.get();
     if id >= current.producer_id_block_end {

@@ -846,7 +846,11 @@ impl Shard {
         }
     }
 
-    pub fn controller_lock(&self) -> &Semaphore {
-        &self.controller_lock
+    /// Serializes controller operations (topic changes, producer id blocks) on shard 0.
+    pub async fn lock_controller(&self) -> glommio::sync::Permit<'_> {
+        self.controller_lock
+            .acquire_permit(1)
+            .await
+            .expect("controller lock never closes")
     }
 }
