@@ -33,6 +33,16 @@ async fn fetch(
     }
 }
 
+/// The (topic, partition) pairs a request names; the v8 and older layouts are different types
+/// holding the same two fields.
+fn requested<'a>(
+    topics: impl Iterator<Item = (&'a TopicName, &'a Vec<i32>)>,
+) -> Vec<(String, i32)> {
+    topics
+        .flat_map(|(name, partitions)| partitions.iter().map(|p| (name.0.to_string(), *p)))
+        .collect()
+}
+
 /// Groups entries by topic, keeping their order.
 fn by_topic(entries: Vec<OffsetEntry>) -> BTreeMap<String, Vec<OffsetEntry>> {
     let mut out: BTreeMap<String, Vec<OffsetEntry>> = BTreeMap::new();
@@ -47,15 +57,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     if version >= 8 {
         let mut groups = Vec::with_capacity(req.groups.len());
         for g in &req.groups {
-            let partitions = g.topics.as_ref().map(|ts| {
-                ts.iter()
-                    .flat_map(|t| {
-                        t.partition_indexes
-                            .iter()
-                            .map(|p| (t.name.0.to_string(), *p))
-                    })
-                    .collect()
-            });
+            let partitions = g
+                .topics
+                .as_ref()
+                .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
             let group = match fetch(shard, g.group_id.0.as_str(), partitions).await {
                 Ok(entries) => OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id.clone())
@@ -87,15 +92,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         }
         return encode(&OffsetFetchResponse::default().with_groups(groups), version);
     }
-    let partitions = req.topics.as_ref().map(|ts| {
-        ts.iter()
-            .flat_map(|t| {
-                t.partition_indexes
-                    .iter()
-                    .map(|p| (t.name.0.to_string(), *p))
-            })
-            .collect()
-    });
+    let partitions = req
+        .topics
+        .as_ref()
+        .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
     let group: &GroupId = &req.group_id;
     let resp = match fetch(shard, group.0.as_str(), partitions).await {
         Ok(entries) => OffsetFetchResponse::default().with_topics(
