@@ -11,7 +11,9 @@ use crate::metrics::ShardMetrics;
 use crate::protocol::chunk::FileSlice;
 use futures::{AsyncWrite, AsyncWriteExt};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 /// Largest single sendfile call; the kernel caps one call near 2 GiB anyway.
@@ -64,7 +66,10 @@ pub async fn send(
             io::ErrorKind::WouldBlock => {
                 let piece = ((end - offset as u64) as usize).min(WAIT_PIECE_BYTES);
                 let mut buf = vec![0u8; piece];
-                read_exact_at(file, &mut buf, offset as u64)?;
+                // SAFETY: borrows the slice's descriptor for this call; ManuallyDrop keeps the
+                // File from closing it.
+                let borrowed = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file) });
+                borrowed.read_exact_at(&mut buf, offset as u64)?;
                 let n = stream.write(&buf).await?;
                 if n == 0 {
                     return Err(io::ErrorKind::WriteZero.into());
@@ -75,32 +80,6 @@ pub async fn send(
                 offset += n as libc::off_t;
             }
             _ => return Err(err),
-        }
-    }
-    Ok(())
-}
-
-fn read_exact_at(file: RawFd, buf: &mut [u8], position: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: `buf[done..]` is valid writable memory of the length passed.
-        let n = unsafe {
-            libc::pread(
-                file,
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                (position + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
-            }
         }
     }
     Ok(())
