@@ -151,14 +151,17 @@ fn write_batches(plan: &AppendPlan) -> std::io::Result<()> {
     for head in &plan.heads {
         let size = batch::peek_size(head).expect("a validated header");
         pieces.push(head);
-        pieces.push(&plan.records[at + batch::HEADER_BYTES..at + size]);
+        // Only non-empty pieces, so that every piece written moves `first` below.
+        if size > batch::HEADER_BYTES {
+            pieces.push(&plan.records[at + batch::HEADER_BYTES..at + size]);
+        }
         at += size;
     }
     let fd = plan.file.as_raw_fd();
     let mut position = plan.position;
-    let mut first = 0; // the first piece not wholly written
-    let mut skip = 0; // bytes of it already written
-                      // Every pass writes at least one byte or returns.
+    // The first piece not wholly written, and the bytes of it already written.
+    let (mut first, mut skip) = (0, 0);
+    // Every pass writes at least one byte or returns.
     while first < pieces.len() {
         let iov: Vec<libc::iovec> = pieces[first..]
             .iter()
@@ -192,22 +195,10 @@ fn write_batches(plan: &AppendPlan) -> std::io::Result<()> {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         position += n as u64;
-        let mut n = n as usize;
-        while n > 0 {
-            let left = pieces[first].len() - skip;
-            if n >= left {
-                n -= left;
-                first += 1;
-                skip = 0;
-            } else {
-                skip += n;
-                n = 0;
-            }
-        }
-        // Empty pieces (a batch with no records) need no write.
-        while first < pieces.len() && pieces[first].len() == skip {
+        skip += n as usize;
+        while first < pieces.len() && skip >= pieces[first].len() {
+            skip -= pieces[first].len();
             first += 1;
-            skip = 0;
         }
     }
     Ok(())
