@@ -53,13 +53,9 @@ impl Drop for Held {
     }
 }
 
-/// Why reading a frame stopped.
-enum ReadEnd {
-    /// The client closed between requests: a normal goodbye.
-    Closed,
-    /// The connection must close; the reason was logged.
-    Abort,
-}
+/// Reading stops for good: the client closed between requests (a normal goodbye), or the
+/// connection must close and the reason was logged. The reader ends either way.
+struct Stop;
 
 struct Conn {
     shard: Rc<Shard>,
@@ -116,9 +112,8 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
         let Ok(slot) = conn.in_flight.acquire_static_permit(1).await else {
             return;
         };
-        let (size, memory) = match read_frame_size(conn, &mut stream).await {
-            Ok(x) => x,
-            Err(ReadEnd::Closed | ReadEnd::Abort) => return,
+        let Ok((size, memory)) = read_frame_size(conn, &mut stream).await else {
+            return;
         };
         adjust(&shard.metrics.requests_queued, 1);
         adjust(&shard.metrics.request_memory_bytes, size as i64);
@@ -178,7 +173,7 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
 async fn read_frame_size(
     conn: &Conn,
     stream: &mut ReadHalf<TcpStream>,
-) -> Result<(usize, StaticPermit), ReadEnd> {
+) -> Result<(usize, StaticPermit), Stop> {
     let shard = &conn.shard;
     let peer = &conn.peer;
     let mut size_buf = [0u8; 4];
@@ -192,7 +187,7 @@ async fn read_frame_size(
             "{peer}: closing: frame size {size} is outside {}..={max}",
             frame::MIN_HEADER_BYTES
         );
-        return Err(ReadEnd::Abort);
+        return Err(Stop);
     }
     let size = size as usize;
     let memory = match shard.request_memory.try_acquire_static_permit(size as u64) {
@@ -204,7 +199,7 @@ async fn read_frame_size(
                 .request_memory
                 .acquire_static_permit(size as u64)
                 .await
-                .map_err(|_| ReadEnd::Abort)?
+                .map_err(|_| Stop)?
         }
     };
     Ok((size, memory))
@@ -217,7 +212,7 @@ async fn wait_for_first_bytes(
     conn: &Conn,
     stream: &mut ReadHalf<TcpStream>,
     buf: &mut [u8],
-) -> Result<usize, ReadEnd> {
+) -> Result<usize, Stop> {
     let shard = &conn.shard;
     let idle_ms = shard.config.connections_max_idle_ms;
     let read = stream.read(buf);
@@ -236,16 +231,16 @@ async fn wait_for_first_bytes(
                     "{}: closing: idle for {idle_ms} ms (connections_max_idle_ms)",
                     conn.peer
                 );
-                return Err(ReadEnd::Abort);
+                return Err(Stop);
             }
         }
     };
     match n {
-        Ok(0) => Err(ReadEnd::Closed),
+        Ok(0) => Err(Stop), // closed between requests: a normal goodbye, not logged
         Ok(n) => Ok(n),
         Err(e) => {
             log::info!("{}: connection lost between requests: {e}", conn.peer);
-            Err(ReadEnd::Abort)
+            Err(Stop)
         }
     }
 }
@@ -262,7 +257,7 @@ async fn read_before(
     stream: &mut (impl AsyncRead + Unpin),
     buf: &mut [u8],
     deadline_ms: u64,
-) -> Result<(), ReadEnd> {
+) -> Result<(), Stop> {
     let shard = &conn.shard;
     let read = stream.read_exact(buf);
     let result = match shard.timers.sleep_until_idle(deadline_ms) {
@@ -277,7 +272,7 @@ async fn read_before(
                         conn.peer,
                         shard.config.request_read_timeout_ms
                     );
-                    return Err(ReadEnd::Abort);
+                    return Err(Stop);
                 }
             }
         }
@@ -285,7 +280,7 @@ async fn read_before(
     };
     result.map_err(|e| {
         log::warn!("{}: closing: client vanished mid-request: {e}", conn.peer);
-        ReadEnd::Abort
+        Stop
     })
 }
 
