@@ -74,6 +74,9 @@ pub struct LogConfig {
     /// How long the flusher waits after the first unflushed append before it issues the group's
     /// fdatasync. 0 means group commit: sync as soon as the previous sync finished.
     pub flush_interval_ms: u64,
+    /// How often each shard deletes segments past their topic's `retention.ms` or
+    /// `retention.bytes` (Kafka's `log.retention.check.interval.ms`).
+    pub retention_check_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -159,6 +162,7 @@ impl Default for LogConfig {
             segment_ms: 7 * 24 * 3600 * 1000,
             index_interval_bytes: 4096,
             flush_interval_ms: 0,
+            retention_check_interval_ms: 300_000,
         }
     }
 }
@@ -345,6 +349,12 @@ impl Config {
         }
         if self.log.index_interval_bytes == 0 {
             return bad("log.index_interval_bytes", "must be positive".into());
+        }
+        if !(100..=86_400_000).contains(&self.log.retention_check_interval_ms) {
+            return bad(
+                "log.retention_check_interval_ms",
+                "must be in 100..=86400000".into(),
+            );
         }
         if self.log.flush_interval_ms > 60_000 {
             return bad("log.flush_interval_ms", "must be at most 60000".into());

@@ -35,6 +35,9 @@ pub struct ShardMetrics {
     pub sendfile_copied_bytes: AtomicU64,
     /// Zero-copy fetches whose data was not in the page cache, read asynchronously instead.
     pub cold_fetches: AtomicU64,
+    /// Segments and bytes deleted by retention and DeleteRecords.
+    pub retention_deleted_segments: AtomicU64,
+    pub retention_deleted_bytes: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -55,7 +58,11 @@ pub fn adjust(gauge: &AtomicU64, delta: i64) {
 }
 
 pub fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+    add(counter, 1);
+}
+
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 /// One value per shard: name, help, type, and where it is kept.
@@ -126,6 +133,18 @@ const PER_SHARD: &[PerShard] = &[
         "Zero-copy fetches of data not in the page cache, read asynchronously instead of sendfile.",
         "counter",
         |m| &m.cold_fetches,
+    ),
+    (
+        "sluice_retention_deleted_segments_total",
+        "Segments deleted by retention (retention.ms, retention.bytes) and DeleteRecords.",
+        "counter",
+        |m| &m.retention_deleted_segments,
+    ),
+    (
+        "sluice_retention_deleted_bytes_total",
+        "Bytes of segments deleted by retention and DeleteRecords.",
+        "counter",
+        |m| &m.retention_deleted_bytes,
     ),
 ];
 

@@ -50,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::DeleteGroups => decode::<DeleteGroupsRequest>(body, v),
         ApiKey::OffsetDelete => decode::<OffsetDeleteRequest>(body, v),
         ApiKey::InitProducerId => decode::<InitProducerIdRequest>(body, v),
+        ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

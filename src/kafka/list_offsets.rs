@@ -1,6 +1,6 @@
 //! ListOffsets: earliest (-2), latest (-1, the high watermark) and by timestamp.
 
-use super::{decode, encode, Reply};
+use super::{decode, encode, route_partitions, Reply};
 use crate::shard::messages::{OffsetsItem, OffsetsOutcome, ShardReply, ShardRequest};
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -22,33 +22,18 @@ fn failed(e: ResponseError) -> OffsetsOutcome {
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: ListOffsetsRequest = decode(body, version)?;
-    let catalog = shard.catalog();
-    let mut items = Vec::new();
-    let mut layout = Vec::with_capacity(req.topics.len());
-    for topic in &req.topics {
-        let name = topic.name.0.to_string();
-        let meta = catalog.topics.get(&name);
-        let row: Vec<_> = topic
-            .partitions
+    let (items, layout) = route_partitions(
+        &shard.catalog(),
+        req.topics
             .iter()
-            .map(|p| {
-                let slot = if meta.is_none_or(|t| {
-                    p.partition_index < 0 || p.partition_index >= t.record.partitions as i32
-                }) {
-                    Err(ResponseError::UnknownTopicOrPartition)
-                } else {
-                    items.push(OffsetsItem {
-                        topic: name.clone(),
-                        partition: p.partition_index,
-                        timestamp: p.timestamp,
-                    });
-                    Ok(items.len() - 1)
-                };
-                (p.partition_index, slot)
-            })
-            .collect();
-        layout.push((topic.name.clone(), row));
-    }
+            .map(|t| (&t.name, t.partitions.as_slice())),
+        |p| p.partition_index,
+        |topic, p| OffsetsItem {
+            topic: topic.to_string(),
+            partition: p.partition_index,
+            timestamp: p.timestamp,
+        },
+    );
     let outcomes = shard
         .scatter(
             items,

@@ -6,6 +6,7 @@ pub mod controller;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -27,9 +28,11 @@ pub mod sync_group;
 use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::RequestHeader;
 use crate::shard::Shard;
+use crate::storage::catalog::Catalog;
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 /// The versions served, per API: ApiVersions advertises exactly this table.
@@ -63,6 +66,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DeleteRecords, 0, 2),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -111,8 +115,50 @@ pub async fn dispatch(
         ApiKey::DeleteGroups => delete_groups::handle(shard, v, body).await,
         ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
         ApiKey::InitProducerId => init_producer_id::handle(shard, v, body).await,
+        ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
         other => anyhow::bail!("no handler for {other:?}"),
     }
+}
+
+/// Where a requested partition's answer comes from: the item at this index of the work sent to
+/// the owning shards, or an error found before routing.
+pub type Slot = Result<usize, ResponseError>;
+
+/// The partitions a request names, per topic in request order, each with its slot.
+pub type Layout = Vec<(TopicName, Vec<(i32, Slot)>)>;
+
+/// Checks each requested partition against the catalog and turns the known ones into items for
+/// their owning shards: `make(topic, partition)` builds one. Unknown topics and partitions get
+/// UNKNOWN_TOPIC_OR_PARTITION without leaving this shard.
+pub fn route_partitions<'a, P: 'a, T>(
+    catalog: &Catalog,
+    topics: impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
+    index: impl Fn(&P) -> i32,
+    make: impl Fn(&str, &P) -> T,
+) -> (Vec<T>, Layout) {
+    let mut items = Vec::new();
+    let layout = topics
+        .into_iter()
+        .map(|(name, partitions)| {
+            let known = catalog.topics.get(name.0.as_str());
+            let row = partitions
+                .iter()
+                .map(|p| {
+                    let i = index(p);
+                    let slot = match known {
+                        Some(t) if (0..t.record.partitions as i32).contains(&i) => {
+                            items.push(make(name.0.as_str(), p));
+                            Ok(items.len() - 1)
+                        }
+                        _ => Err(ResponseError::UnknownTopicOrPartition),
+                    };
+                    (i, slot)
+                })
+                .collect();
+            (name.clone(), row)
+        })
+        .collect();
+    (items, layout)
 }
 
 pub fn decode<M: Decodable>(mut body: Bytes, version: i16) -> anyhow::Result<M> {

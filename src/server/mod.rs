@@ -229,6 +229,7 @@ async fn run_shard(
     crate::group::replay(&shard).await;
     glommio::spawn_local(crate::group::drive(shard.clone())).detach();
     glommio::spawn_local(shard.clone().expire_producers()).detach();
+    glommio::spawn_local(shard.clone().enforce_retention()).detach();
     let listener = TcpListener::bind(&config.listen)
         .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {}: {e}", config.listen))?;
     log::info!(

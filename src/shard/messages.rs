@@ -107,6 +107,10 @@ pub enum ShardRequest {
     ListOffsets {
         items: Vec<OffsetsItem>,
     },
+    /// Move each partition's log start offset up to the offset (-1: its high watermark).
+    DeleteRecords {
+        items: Vec<(String, i32, i64)>,
+    },
     ApplyCatalog(Arc<Catalog>),
     Controller(ControllerOp),
     /// A consumer-group operation, for the shard that owns the group.
@@ -119,6 +123,8 @@ pub enum ShardReply {
     Produce(Vec<ProduceOutcome>),
     Fetch(Vec<FetchOutcome>),
     ListOffsets(Vec<OffsetsOutcome>),
+    /// Per item: error code and the new log start offset (low watermark).
+    DeleteRecords(Vec<(i16, i64)>),
     Controller(ControllerOutcome),
     /// WaitForData: whether the shard parked the wait (false: its parking bound was hit).
     Parked(bool),

@@ -7,6 +7,7 @@
 
 pub mod flusher;
 pub mod messages;
+pub mod retention;
 pub mod router;
 
 use crate::config::Config;
@@ -259,6 +260,9 @@ impl Shard {
                         out.push(self.list_offsets_local(item).await);
                     }
                     ShardReply::ListOffsets(out)
+                }
+                ShardRequest::DeleteRecords { items } => {
+                    ShardReply::DeleteRecords(self.delete_records_local(items).await)
                 }
                 ShardRequest::ApplyCatalog(catalog) => {
                     self.apply_catalog(catalog).await;
@@ -773,7 +777,7 @@ impl Shard {
         };
         const LATEST: i64 = -1;
         const EARLIEST: i64 = -2;
-        let plan = {
+        let (plan, log_start_offset) = {
             let log = partition.log.borrow();
             if log.failed {
                 return out(code(ResponseError::KafkaStorageError), -1, -1);
@@ -782,14 +786,15 @@ impl Shard {
                 LATEST => return out(0, log.high_watermark(), -1),
                 EARLIEST => return out(0, log.log_start_offset, -1),
                 t if t < 0 => return out(code(ResponseError::InvalidRequest), -1, -1),
-                t => log.plan_timestamp_lookup(t),
+                t => (log.plan_timestamp_lookup(t), log.log_start_offset),
             }
         };
         let Some((plan, _)) = plan else {
             return out(0, -1, -1);
         };
         match read::find_offset_for_timestamp(&plan, item.timestamp).await {
-            Ok(Some((offset, timestamp))) => out(0, offset, timestamp),
+            // A batch may straddle a log start moved by DeleteRecords.
+            Ok(Some((offset, timestamp))) => out(0, offset.max(log_start_offset), timestamp),
             Ok(None) => out(0, -1, -1),
             Err(e) => {
                 log::error!("list offsets {}-{}: {e}", item.topic, item.partition);
@@ -804,10 +809,7 @@ impl Shard {
         let expiration_ms = self.config.producer_id_expiration_ms;
         let period_ms = (expiration_ms / 4).clamp(250, 60_000);
         loop {
-            match self.timers.sleep_until_internal(now_ms() + period_ms) {
-                Ok(sleep) => sleep.await,
-                Err(_) => glommio::timer::sleep(std::time::Duration::from_millis(period_ms)).await,
-            }
+            self.housekeeping_sleep(period_ms).await;
             let now = now_ms() as i64;
             let partitions: Vec<Rc<Partition>> =
                 self.partitions.borrow().values().cloned().collect();
@@ -825,6 +827,15 @@ impl Shard {
                     );
                 }
             }
+        }
+    }
+
+    /// Sleeps `period_ms` on the timing wheel, outside the bound on parked client operations;
+    /// on a plain timer if the wheel refuses (a deadline past its range).
+    async fn housekeeping_sleep(&self, period_ms: u64) {
+        match self.timers.sleep_until_internal(now_ms() + period_ms) {
+            Ok(sleep) => sleep.await,
+            Err(_) => glommio::timer::sleep(std::time::Duration::from_millis(period_ms)).await,
         }
     }
 

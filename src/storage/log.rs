@@ -255,7 +255,10 @@ impl PartitionLog {
             segment_base: last.base_offset,
             file_position: last.size_bytes,
         };
-        let log_start_offset = segments[0].meta.base_offset;
+        // DeleteRecords may have moved the start inside the first segment (see retention.rs).
+        let log_start_offset = super::retention::read_log_start(&dir)
+            .unwrap_or(i64::MIN)
+            .clamp(segments[0].meta.base_offset, high_watermark.offset);
         let producers =
             rebuild_producers(&dir, high_watermark.offset, recovered.idempotent, now_ms);
         Ok(PartitionLog {

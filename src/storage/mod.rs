@@ -5,4 +5,5 @@ pub mod log;
 pub mod producer_state;
 pub mod read;
 pub mod recovery;
+pub mod retention;
 pub mod segment;

@@ -206,10 +206,12 @@ fn truncate_file(path: &Path, len: u64) -> io::Result<()> {
 }
 
 pub fn remove_segment(dir: &Path, base: i64) -> io::Result<()> {
+    // Indexes first: a crash midway leaves a segment that recovery re-indexes (and retention
+    // deletes again), never an index file that no segment lists.
     for p in [
-        SegmentMeta::log_path(dir, base),
         SegmentMeta::index_path(dir, base),
         SegmentMeta::time_index_path(dir, base),
+        SegmentMeta::log_path(dir, base),
     ] {
         match fs::remove_file(&p) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),

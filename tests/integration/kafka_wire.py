@@ -143,6 +143,28 @@ def init_producer_id_v1_response(response: bytes) -> tuple[int, int, int]:
     return error, pid, epoch
 
 
+def delete_records_v1(topic: str, offsets: dict[int, int], timeout_ms=5000) -> bytes:
+    """A DeleteRecords v1 body: move each partition's log start up to its offset (-1: the high
+    watermark)."""
+    parts = b"".join(struct.pack(">iq", p, o) for p, o in offsets.items())
+    return struct.pack(">i", 1) + string(topic) + struct.pack(">i", len(offsets)) + parts + struct.pack(">i", timeout_ms)
+
+
+def delete_records_v1_response(response: bytes) -> dict[int, tuple[int, int]]:
+    """{partition: (error_code, low_watermark)} of the single topic in a DeleteRecords v1 response."""
+    at = 4 + 4 + 4  # correlation id, throttle time, topics count
+    (name_len,) = struct.unpack_from(">h", response, at)
+    at += 2 + name_len
+    (n,) = struct.unpack_from(">i", response, at)
+    at += 4
+    out = {}
+    for _ in range(n):
+        p, low, code = struct.unpack_from(">iqh", response, at)
+        out[p] = (code, low)
+        at += 14
+    return out
+
+
 def varint_unsigned(v: int) -> bytes:
     out = bytearray()
     while v >= 0x80:
@@ -179,4 +201,5 @@ def templates() -> list[bytes]:
                    + struct.pack(">i", 4) + b"\x00\x01\x00\x00"),  # JoinGroup v0
         request(10, 0, 8, string("storm-group")),  # FindCoordinator v0
         request(22, 1, 9, init_producer_id_v1()),
+        request(21, 1, 10, delete_records_v1("storm", {0: 0})),
     ]

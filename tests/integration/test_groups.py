@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import ck
+from waiting import wait_until
 
 GROUP_CONFIG = "group_initial_rebalance_delay_ms = 1000\n"
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
@@ -65,15 +66,6 @@ class Member:
     def close(self):
         self.stop.set()
         self.t.join()
-
-
-def wait_until(pred, timeout_s=60, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_three_members_share_the_topic_exactly_once(make_broker):
