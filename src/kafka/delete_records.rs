@@ -2,7 +2,7 @@
 //! Each partition's owner does it durably and deletes the segments wholly below the new start
 //! (see storage/retention.rs); the answer is the new low watermark.
 
-use super::{decode, encode, route_partitions, Reply};
+use super::{decode, encode, per_partition, Reply};
 use crate::shard::messages::{ShardReply, ShardRequest};
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -10,41 +10,31 @@ use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
-use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: DeleteRecordsRequest = decode(body, version)?;
-    let (items, layout) = route_partitions(
-        &shard.catalog(),
+    let outcomes = per_partition(
+        shard,
         req.topics
             .iter()
             .map(|t| (&t.name, t.partitions.as_slice())),
         |p| p.partition_index,
         |topic, p| (topic.to_string(), p.partition_index, p.offset),
-    );
-    let outcomes = shard
-        .scatter(
-            items,
-            |(topic, p, _)| shard.router.shard_of(topic, *p),
-            |items| ShardRequest::DeleteRecords { items },
-            |reply| match reply {
-                ShardReply::DeleteRecords(v) => v,
-                _ => unreachable!("a delete-records request gets a delete-records reply"),
-            },
-            || (ResponseError::NotLeaderOrFollower.code(), -1),
-        )
-        .await;
-    let topics = layout
+        |items| ShardRequest::DeleteRecords { items },
+        |reply| match reply {
+            ShardReply::DeleteRecords(v) => v,
+            _ => unreachable!("a delete-records request gets a delete-records reply"),
+        },
+        |e| (e.code(), -1),
+    )
+    .await;
+    let topics = outcomes
         .into_iter()
         .map(|(name, row)| {
             let partitions = row
                 .into_iter()
-                .map(|(index, slot)| {
-                    let (error_code, low_watermark) = match slot {
-                        Ok(i) => outcomes[i],
-                        Err(e) => (e.code(), -1),
-                    };
+                .map(|(index, (error_code, low_watermark))| {
                     DeleteRecordsPartitionResult::default()
                         .with_partition_index(index)
                         .with_low_watermark(low_watermark)

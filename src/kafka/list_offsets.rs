@@ -1,6 +1,6 @@
 //! ListOffsets: earliest (-2), latest (-1, the high watermark) and by timestamp.
 
-use super::{decode, encode, route_partitions, Reply};
+use super::{decode, encode, per_partition, Reply};
 use crate::shard::messages::{OffsetsItem, OffsetsOutcome, ShardReply, ShardRequest};
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -22,8 +22,8 @@ fn failed(e: ResponseError) -> OffsetsOutcome {
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: ListOffsetsRequest = decode(body, version)?;
-    let (items, layout) = route_partitions(
-        &shard.catalog(),
+    let outcomes = per_partition(
+        shard,
         req.topics
             .iter()
             .map(|t| (&t.name, t.partitions.as_slice())),
@@ -33,29 +33,20 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             partition: p.partition_index,
             timestamp: p.timestamp,
         },
-    );
-    let outcomes = shard
-        .scatter(
-            items,
-            |i| shard.router.shard_of(&i.topic, i.partition),
-            |items| ShardRequest::ListOffsets { items },
-            |reply| match reply {
-                ShardReply::ListOffsets(v) => v,
-                _ => unreachable!("a list-offsets request gets a list-offsets reply"),
-            },
-            || failed(ResponseError::NotLeaderOrFollower),
-        )
-        .await;
-    let topics = layout
+        |items| ShardRequest::ListOffsets { items },
+        |reply| match reply {
+            ShardReply::ListOffsets(v) => v,
+            _ => unreachable!("a list-offsets request gets a list-offsets reply"),
+        },
+        failed,
+    )
+    .await;
+    let topics = outcomes
         .into_iter()
         .map(|(name, row)| {
             let partitions = row
                 .into_iter()
-                .map(|(index, slot)| {
-                    let o = match slot {
-                        Ok(i) => outcomes[i],
-                        Err(e) => failed(e),
-                    };
+                .map(|(index, o)| {
                     let mut r = ListOffsetsPartitionResponse::default()
                         .with_partition_index(index)
                         .with_error_code(o.error_code)

@@ -27,8 +27,8 @@ pub mod sync_group;
 
 use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::RequestHeader;
+use crate::shard::messages::{ShardReply, ShardRequest};
 use crate::shard::Shard;
-use crate::storage::catalog::Catalog;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -120,34 +120,37 @@ pub async fn dispatch(
     }
 }
 
-/// Where a requested partition's answer comes from: the item at this index of the work sent to
-/// the owning shards, or an error found before routing.
-pub type Slot = Result<usize, ResponseError>;
-
-/// The partitions a request names, per topic in request order, each with its slot.
-pub type Layout = Vec<(TopicName, Vec<(i32, Slot)>)>;
-
-/// Checks each requested partition against the catalog and turns the known ones into items for
-/// their owning shards: `make(topic, partition)` builds one. Unknown topics and partitions get
-/// UNKNOWN_TOPIC_OR_PARTITION without leaving this shard.
-pub fn route_partitions<'a, P: 'a, T>(
-    catalog: &Catalog,
+/// Runs a request's per-partition work on the partitions' owners and returns, per topic in
+/// request order, each partition's index and outcome. `make(topic, partition)` builds the item
+/// an owner executes, `request` wraps a shard's items, `unpack` takes its answers (one per item,
+/// in order). Unknown topics and partitions are answered `failed(UNKNOWN_TOPIC_OR_PARTITION)`
+/// without leaving this shard; partitions of a shard that has stopped (shutdown),
+/// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients retry elsewhere.
+pub async fn per_partition<'a, P: 'a, T, R: Copy>(
+    shard: &Rc<Shard>,
     topics: impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
     index: impl Fn(&P) -> i32,
     make: impl Fn(&str, &P) -> T,
-) -> (Vec<T>, Layout) {
-    let mut items = Vec::new();
-    let layout = topics
+    request: impl Fn(Vec<T>) -> ShardRequest,
+    unpack: impl Fn(ShardReply) -> Vec<R>,
+    failed: impl Fn(ResponseError) -> R,
+) -> Vec<(TopicName, Vec<(i32, R)>)> {
+    let catalog = shard.catalog();
+    // Each item with its owning shard; the layout says which item (or error) answers what.
+    type Slot = Result<usize, ResponseError>;
+    let mut items: Vec<(usize, T)> = Vec::new();
+    let layout: Vec<(TopicName, Vec<(i32, Slot)>)> = topics
         .into_iter()
         .map(|(name, partitions)| {
-            let known = catalog.topics.get(name.0.as_str());
+            let topic = name.0.as_str();
+            let known = catalog.topics.get(topic);
             let row = partitions
                 .iter()
                 .map(|p| {
                     let i = index(p);
                     let slot = match known {
                         Some(t) if (0..t.record.partitions as i32).contains(&i) => {
-                            items.push(make(name.0.as_str(), p));
+                            items.push((shard.router.shard_of(topic, i), make(topic, p)));
                             Ok(items.len() - 1)
                         }
                         _ => Err(ResponseError::UnknownTopicOrPartition),
@@ -158,7 +161,25 @@ pub fn route_partitions<'a, P: 'a, T>(
             (name.clone(), row)
         })
         .collect();
-    (items, layout)
+    let outcomes = shard
+        .scatter(
+            items,
+            |(owner, _)| *owner,
+            |items| request(items.into_iter().map(|(_, item)| item).collect()),
+            unpack,
+            || failed(ResponseError::NotLeaderOrFollower),
+        )
+        .await;
+    layout
+        .into_iter()
+        .map(|(name, row)| {
+            let row = row
+                .into_iter()
+                .map(|(i, slot)| (i, slot.map_or_else(&failed, |k| outcomes[k])))
+                .collect();
+            (name, row)
+        })
+        .collect()
 }
 
 pub fn decode<M: Decodable>(mut body: Bytes, version: i16) -> anyhow::Result<M> {

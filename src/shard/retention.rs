@@ -25,7 +25,13 @@ impl Shard {
                 let Some(policy) = self.retention_policy(&topic) else {
                     continue; // deleted meanwhile
                 };
-                if let Err(e) = self.apply_retention(&partition, policy).await {
+                let Ok(_permit) = partition.append_lock.acquire_permit(1).await else {
+                    continue; // the partition is closing
+                };
+                if partition.log.borrow().failed {
+                    continue;
+                }
+                if let Err(e) = self.delete_segments(&partition, policy).await {
                     self.storage_error(&topic, p, "retention", &e);
                 }
             }
@@ -42,18 +48,10 @@ impl Shard {
         })
     }
 
-    async fn apply_retention(&self, partition: &Partition, policy: Policy) -> std::io::Result<()> {
-        let Ok(_permit) = partition.append_lock.acquire_permit(1).await else {
-            return Ok(()); // the partition is closing
-        };
+    /// Deletes the oldest segments `policy` lets go. The caller holds the append lock.
+    async fn delete_segments(&self, partition: &Partition, policy: Policy) -> std::io::Result<()> {
         let now = now_ms();
-        let count = {
-            let log = partition.log.borrow();
-            if log.failed {
-                return Ok(());
-            }
-            log.retention_count(now, policy)
-        };
+        let count = partition.log.borrow().retention_count(now, policy);
         let freed = PartitionLog::delete_oldest(&partition.log, count, now).await?;
         crate::metrics::add(&self.metrics.retention_deleted_segments, count as u64);
         crate::metrics::add(&self.metrics.retention_deleted_bytes, freed);
@@ -89,7 +87,14 @@ impl Shard {
         if partition.log.borrow().failed {
             return fail(ResponseError::KafkaStorageError);
         }
-        match PartitionLog::advance_log_start(&partition.log, offset, now_ms()).await {
+        let advanced = match PartitionLog::advance_log_start(&partition.log, offset).await {
+            Ok(Ok(low_watermark)) => self
+                .delete_segments(&partition, Policy::LOG_START_ONLY)
+                .await
+                .map(|()| Ok(low_watermark)),
+            other => other,
+        };
+        match advanced {
             Ok(Ok(low_watermark)) => (0, low_watermark),
             Ok(Err(AdvanceError::OffsetOutOfRange)) => fail(ResponseError::OffsetOutOfRange),
             Err(e) => {

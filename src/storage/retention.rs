@@ -33,6 +33,15 @@ pub struct Policy {
     pub retention_bytes: i64,
 }
 
+impl Policy {
+    /// Only the segments wholly below the log start offset go.
+    pub const LOG_START_ONLY: Policy = Policy {
+        delete: false,
+        retention_ms: -1,
+        retention_bytes: -1,
+    };
+}
+
 /// What the rules need of a segment.
 #[derive(Debug, Clone, Copy)]
 pub struct SegmentView {
@@ -163,13 +172,12 @@ impl PartitionLog {
     }
 
     /// Moves the log start offset up to `offset` (-1: the high watermark), as DeleteRecords
-    /// asks, durably, then deletes the segments wholly below it. Returns the new log start
-    /// offset (the partition's low watermark). Never moves it down. The caller holds the
-    /// partition's append lock.
+    /// asks, durably. Returns the new log start offset (the partition's low watermark); never
+    /// moves it down. The segments wholly below it are then for `delete_oldest`
+    /// (`Policy::LOG_START_ONLY`). The caller holds the partition's append lock.
     pub async fn advance_log_start(
         log: &RefCell<PartitionLog>,
         offset: i64,
-        now_ms: u64,
     ) -> std::io::Result<Result<i64, AdvanceError>> {
         let (dir, target) = {
             let l = log.borrow();
@@ -185,15 +193,6 @@ impl PartitionLog {
         };
         write_log_start(&dir, target).await?;
         log.borrow_mut().log_start_offset = target;
-        let count = log.borrow().retention_count(
-            now_ms,
-            Policy {
-                delete: false,
-                retention_ms: -1,
-                retention_bytes: -1,
-            },
-        );
-        PartitionLog::delete_oldest(log, count, now_ms).await?;
         Ok(Ok(target))
     }
 }

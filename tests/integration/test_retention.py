@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 import ck
 import kafka_wire as kw
+from metrics import metrics_config, total
 from records import expected_by_partition
 from waiting import wait_until
 
@@ -93,15 +94,18 @@ def delete_records_raw(broker, topic, offsets):
 
 
 def test_time_retention_deletes_expired_segments_only(make_broker):
-    broker = make_broker(config=CONFIG)
+    config, metrics_addr = metrics_config(CONFIG)
+    broker = make_broker(config=config)
     bootstrap = broker.bootstrap
     ck.create_topic(bootstrap, "rt", 2, {**SMALL_SEGMENTS, "retention.ms": str(DAY_MS)})
-    # records.py timestamps are from 2023: years past a one-day retention.
+    # records.py timestamps are from 2023: years past a one-day retention. Passes may already
+    # run while these are produced.
     ck.produce(bootstrap, "rt", 3000, 2, extra=SMALL_BATCHES)
-    assert all(len(segments(broker, "rt", p)) > 3 for p in range(2))
     first_fresh = {p: produce_now(bootstrap, "rt", p, [b"fresh-%d" % i for i in range(100)])[0] for p in range(2)}
     wait_until(lambda: all(watermarks(bootstrap, "rt", p)[0] > 0 for p in range(2)), what="a retention pass")
     time.sleep(0.5)  # a later pass must not delete more
+    # About 500 KB over 16 KiB segments: dozens of segments went, not just one.
+    assert total(metrics_addr, "sluice_retention_deleted_segments_total") > 10
     want = expected_by_partition(3000, 2)
     for p in range(2):
         bases = [b for b, _ in segments(broker, "rt", p)]
@@ -156,11 +160,14 @@ def test_size_retention_keeps_the_newest_bytes(make_broker):
 
 
 def test_delete_records(make_broker):
-    broker = make_broker(config=CONFIG)
+    config, metrics_addr = metrics_config(CONFIG)
+    broker = make_broker(config=config)
     bootstrap = broker.bootstrap
     ck.create_topic(bootstrap, "dr", 2, {**SMALL_SEGMENTS, "retention.ms": "-1"})
     ck.produce(bootstrap, "dr", 3000, 2, extra=SMALL_BATCHES)
     before = [b for b, _ in segments(broker, "dr", 0)]
+    before_bytes = sum(size for p in range(2) for _, size in segments(broker, "dr", p))
+    before_count = sum(len(segments(broker, "dr", p)) for p in range(2))
     assert len(before) > 3
     cut = before[2] + 5  # inside the third segment
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -170,6 +177,10 @@ def test_delete_records(make_broker):
     # Segments wholly below the new start are gone at once; the one it falls in stays.
     assert [b for b, _ in segments(broker, "dr", 0)] == before[2:]
     assert len(segments(broker, "dr", 1)) == 1
+    after_bytes = sum(size for p in range(2) for _, size in segments(broker, "dr", p))
+    after_count = sum(len(segments(broker, "dr", p)) for p in range(2))
+    assert total(metrics_addr, "sluice_retention_deleted_segments_total") == before_count - after_count
+    assert total(metrics_addr, "sluice_retention_deleted_bytes_total") == before_bytes - after_bytes
     want = expected_by_partition(3000, 2)
 
     def check():
