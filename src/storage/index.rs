@@ -121,6 +121,11 @@ impl TimeIndex {
         }
     }
 
+    /// The largest timestamp indexed: entries are added whenever the maximum grows.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        self.entries.last().map(|&(t, _)| t)
+    }
+
     pub fn truncate_to_offset(&mut self, relative_offset: u32) {
         let keep = self.entries.partition_point(|&(_, o)| o < relative_offset);
         self.entries.truncate(keep);

@@ -625,13 +625,12 @@ impl PartitionLog {
             let old = &l.segments.last().expect("segment").meta;
             let mut offset_index = old.offset_index.clone();
             offset_index.truncate_to_position(position as u32);
-            let (rel, pos) = offset_index.lookup(u32::MAX);
-            let mut meta = SegmentMeta::new(old.base_offset, old.created_ms);
-            meta.offset_index = offset_index;
-            meta.time_index = old.time_index.clone();
-            meta.size_bytes = pos as u64;
-            meta.next_offset = old.base_offset + rel as i64;
-            meta
+            // Both indexes as they were at the prefix's end; the batches after it are noted
+            // again below, up to the cut.
+            let (prefix_end, _) = offset_index.lookup(u32::MAX);
+            let mut time_index = old.time_index.clone();
+            time_index.truncate_to_offset(prefix_end);
+            SegmentMeta::with_indexes(old.base_offset, old.created_ms, offset_index, time_index)
         };
         let interval = log.borrow().settings.index_interval_bytes;
         let mut at = meta.size_bytes;
@@ -645,8 +644,6 @@ impl PartitionLog {
             meta.note_batch(&h, at, interval);
             at += h.size_bytes as u64;
         }
-        meta.time_index
-            .truncate_to_offset((meta.next_offset - meta.base_offset) as u32);
         let hw_candidate = LogPosition {
             offset: meta.next_offset,
             segment_base: meta.base_offset,
@@ -971,6 +968,69 @@ mod tests {
                 read_offsets(&reopened, 0).await,
                 (0..41).collect::<Vec<_>>()
             );
+        });
+    }
+
+    #[test]
+    fn retention_and_delete_records_move_the_log_start() {
+        use crate::storage::retention::{AdvanceError, Policy};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = filled_log(path.clone()).await;
+            sync(&log).await;
+            let bases: Vec<i64> = log
+                .borrow()
+                .segments
+                .iter()
+                .map(|s| s.meta.base_offset)
+                .collect();
+            assert!(bases.len() >= 3, "{bases:?}");
+            // Retention drops the oldest segment: its files go, reads below the start fail.
+            assert!(PartitionLog::delete_oldest(&log, 1, 0).await.unwrap() > 0);
+            assert_eq!(log.borrow().log_start_offset, bases[1]);
+            assert!(!SegmentMeta::log_path(&path, 0).exists());
+            assert!(!SegmentMeta::index_path(&path, 0).exists());
+            assert_eq!(
+                log.borrow().plan_read(0).err(),
+                Some(ReadError::OffsetOutOfRange)
+            );
+            assert_eq!(
+                read_offsets(&log, bases[1]).await,
+                (bases[1]..90).collect::<Vec<_>>()
+            );
+            // DeleteRecords inside the third segment: durable, never backwards, never past the
+            // high watermark; the second segment is then wholly below the start.
+            let cut = bases[2] + 1;
+            let advance = |offset| PartitionLog::advance_log_start(&log, offset);
+            assert_eq!(advance(cut).await.unwrap(), Ok(cut));
+            assert_eq!(advance(cut - 2).await.unwrap(), Ok(cut));
+            assert_eq!(
+                advance(91).await.unwrap(),
+                Err(AdvanceError::OffsetOutOfRange)
+            );
+            let count = log.borrow().retention_count(0, Policy::LOG_START_ONLY);
+            assert_eq!(count, 1);
+            PartitionLog::delete_oldest(&log, count, 0).await.unwrap();
+            assert_eq!(read_offsets(&log, cut).await, (cut..90).collect::<Vec<_>>());
+            drop(log);
+            let log = RefCell::new(
+                PartitionLog::open(path, settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
+            assert_eq!(
+                log.borrow().log_start_offset,
+                cut,
+                "the start survives a restart"
+            );
+            assert_eq!(log.borrow().segments[0].meta.base_offset, bases[2]);
+            // Everything may go: the log rolls and keeps its offsets.
+            let all = log.borrow().segments.len();
+            PartitionLog::delete_oldest(&log, all, 0).await.unwrap();
+            assert_eq!(log.borrow().segments.len(), 1);
+            assert_eq!(log.borrow().log_start_offset, 90);
+            assert_eq!(append(&log, 3).await, (90, 93));
         });
     }
 }

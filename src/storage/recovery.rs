@@ -54,13 +54,9 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
         let indexed = loaded.is_some();
         let (mut meta, scan_from) = match loaded {
             Some((offset_index, time_index)) => {
-                let (rel, pos) = offset_index.lookup(u32::MAX);
-                let mut meta = SegmentMeta::new(base, now_ms);
-                meta.offset_index = offset_index;
-                meta.time_index = time_index;
-                meta.size_bytes = pos as u64;
-                meta.next_offset = base + rel as i64;
-                (meta, pos as u64)
+                let meta = SegmentMeta::with_indexes(base, now_ms, offset_index, time_index);
+                let from = meta.size_bytes;
+                (meta, from)
             }
             None => (SegmentMeta::new(base, now_ms), 0),
         };
@@ -310,6 +306,33 @@ mod tests {
         assert_eq!(r.segments[0].next_offset, 8);
         assert_eq!(r.segments[0].size_bytes, all.len() as u64);
         assert_eq!(r.segments[1].next_offset, 9);
+    }
+
+    #[test]
+    fn loaded_indexes_keep_the_largest_timestamp_of_unscanned_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        // Timestamps out of order: the largest is in the first batch, which a start from the
+        // last index entry does not scan again.
+        let batches = [
+            synthetic(0, 2, 50, 9000),
+            synthetic(0, 2, 50, 10),
+            synthetic(0, 2, 50, 20),
+        ];
+        write_segment(dir.path(), 0, &batches);
+        write_segment(dir.path(), 6, &[synthetic(0, 1, 10, 30)]);
+        let first = recover(dir.path(), 1, 0).unwrap();
+        assert_eq!(first.segments[0].max_timestamp, 9000);
+        let seg = &first.segments[0];
+        fs::write(
+            SegmentMeta::index_path(dir.path(), 0),
+            seg.offset_index.to_bytes(),
+        )
+        .unwrap();
+        let times = seg.time_index.to_bytes();
+        fs::write(SegmentMeta::time_index_path(dir.path(), 0), times).unwrap();
+        let again = recover(dir.path(), 1, 0).unwrap();
+        assert_eq!(again.segments[0].max_timestamp, 9000);
+        assert_eq!(again.segments[0].next_offset, 6);
     }
 
     /// Found by the recovery fuzz target: a batch whose offsets sit more than i32::MAX past the

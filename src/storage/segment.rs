@@ -39,6 +39,27 @@ impl SegmentMeta {
         }
     }
 
+    /// A segment known up to its last offset-index entry, from its index files (or a prefix of
+    /// them): the batches from there on are still to be noted. The largest timestamp comes from
+    /// the time index, since batches before that entry are not scanned again and their
+    /// timestamps need not be in order.
+    pub fn with_indexes(
+        base_offset: i64,
+        created_ms: u64,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+    ) -> SegmentMeta {
+        let (relative, position) = offset_index.lookup(u32::MAX);
+        SegmentMeta {
+            size_bytes: position as u64,
+            next_offset: base_offset + relative as i64,
+            max_timestamp: time_index.max_timestamp().unwrap_or(-1),
+            offset_index,
+            time_index,
+            ..SegmentMeta::new(base_offset, created_ms)
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.size_bytes == 0
     }
