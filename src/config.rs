@@ -28,6 +28,10 @@ pub struct Config {
     /// Bound on operations parked on one shard's timing wheel (fetch long polls, acks=all
     /// timeouts). Past it, fetches are answered without waiting, with a log line.
     pub max_parked_operations: usize,
+    /// Incremental fetch sessions (KIP-227) each shard holds (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`, there per broker). With none free, a new
+    /// consumer fetches without a session.
+    pub max_incremental_fetch_session_cache_slots: usize,
     /// Partitions of `__consumer_offsets`, which place and persist consumer groups.
     pub offsets_topic_partitions: i32,
     /// Kafka's group.initial.rebalance.delay.ms: how long an empty group's first rebalance waits
@@ -136,6 +140,7 @@ impl Default for Config {
             request_max_bytes: DEFAULT_REQUEST_MAX_BYTES,
             auto_create_topics: true,
             max_parked_operations: 100_000,
+            max_incremental_fetch_session_cache_slots: 1000,
             metrics_listen: None,
             offsets_topic_partitions: 16,
             group_initial_rebalance_delay_ms: 3000,
@@ -265,6 +270,15 @@ impl Config {
             return bad(
                 "request_max_bytes",
                 format!("{} is not in 1024..=2^31-1", self.request_max_bytes),
+            );
+        }
+        if self.max_incremental_fetch_session_cache_slots > 1_000_000 {
+            return bad(
+                "max_incremental_fetch_session_cache_slots",
+                format!(
+                    "{} is not in 0..=1000000",
+                    self.max_incremental_fetch_session_cache_slots
+                ),
             );
         }
         if self.max_parked_operations == 0 || self.max_parked_operations > 10_000_000 {

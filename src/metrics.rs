@@ -38,6 +38,9 @@ pub struct ShardMetrics {
     /// Segments and bytes deleted by retention and DeleteRecords.
     pub retention_deleted_segments: AtomicU64,
     pub retention_deleted_bytes: AtomicU64,
+    /// Fetch sessions held (KIP-227), and fetches served incrementally within one.
+    pub fetch_sessions: AtomicU64,
+    pub incremental_fetches: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -145,6 +148,18 @@ const PER_SHARD: &[PerShard] = &[
         "Bytes of segments deleted by retention and DeleteRecords.",
         "counter",
         |m| &m.retention_deleted_bytes,
+    ),
+    (
+        "sluice_fetch_sessions",
+        "Incremental fetch sessions (KIP-227) the shard holds.",
+        "gauge",
+        |m| &m.fetch_sessions,
+    ),
+    (
+        "sluice_incremental_fetches_total",
+        "Fetch requests served incrementally within a fetch session.",
+        "counter",
+        |m| &m.incremental_fetches,
     ),
 ];
 

@@ -11,6 +11,7 @@ pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
+pub mod fetch_session;
 pub mod find_coordinator;
 pub mod heartbeat;
 pub mod init_producer_id;

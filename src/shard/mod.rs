@@ -76,6 +76,8 @@ pub struct Shard {
     pub next_producer_id: Cell<i64>,
     /// The consumer groups this shard coordinates.
     pub groups: crate::group::GroupManager,
+    /// Fetch sessions of the clients connected to this shard.
+    pub fetch_sessions: RefCell<crate::kafka::fetch_session::FetchSessions>,
     /// The timing wheel every delayed operation on this shard parks on.
     pub timers: Rc<Timers>,
     /// Serializes controller operations (only used on the controller shard).
@@ -121,6 +123,11 @@ impl Shard {
             config.max_request_memory_bytes_per_shard as u64,
         ));
         let catalog_block_end = catalog.producer_id_block_end;
+        let fetch_sessions = crate::kafka::fetch_session::FetchSessions::new(
+            id,
+            router.shards(),
+            config.max_incremental_fetch_session_cache_slots,
+        );
         Shard {
             id,
             config,
@@ -145,9 +152,18 @@ impl Shard {
                 metrics.clone(),
             )),
             groups,
+            fetch_sessions: RefCell::new(fetch_sessions),
             next_producer_id: Cell::new(catalog_block_end),
             metrics,
         }
+    }
+
+    /// Publishes the number of fetch sessions held.
+    pub fn count_fetch_sessions(&self) {
+        let n = self.fetch_sessions.borrow().len() as u64;
+        self.metrics
+            .fetch_sessions
+            .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {

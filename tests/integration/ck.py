@@ -42,6 +42,19 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, compression
     return acked
 
 
+def produce_values(bootstrap: str, topic: str, partition: int, values, extra=None):
+    """Produces plain values to one partition with acks=all and the current time as timestamp;
+    returns their offsets."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **(extra or {})})
+    offsets = {}
+    for i, v in enumerate(values):
+        producer.produce(topic, value=v, partition=partition,
+                         on_delivery=lambda e, m, i=i: offsets.__setitem__(i, m.offset()))
+    assert producer.flush(30) == 0
+    assert len(offsets) == len(values)
+    return [offsets[i] for i in range(len(values))]
+
+
 def consume(bootstrap: str, topic: str, partitions, expected_total: int, timeout_s=60.0, extra=None):
     """Reads by assignment from offset 0; returns {partition: [(offset, key, value, headers, ts)]}."""
     conf = {"bootstrap.servers": bootstrap, "group.id": "assign-only", "enable.auto.commit": False,

@@ -114,6 +114,45 @@ def fetch_v4_partition(response: bytes) -> tuple[int, int, int]:
     return error, hw, records
 
 
+def fetch_v7(session_id: int, epoch: int, partitions, forgotten=(), max_wait_ms=0, min_bytes=1) -> bytes:
+    """A Fetch v7 body (fetch sessions, KIP-227). partitions: [(topic, partition, offset)], each
+    topic's partitions listed together; forgotten: [(topic, [partition])]."""
+    body = struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, 1 << 20, 0, session_id, epoch)
+    topics = {}
+    for topic, p, offset in partitions:
+        topics.setdefault(topic, []).append((p, offset))
+    body += struct.pack(">i", len(topics))
+    for topic, parts in topics.items():
+        body += string(topic) + struct.pack(">i", len(parts))
+        body += b"".join(struct.pack(">iqqi", p, offset, -1, 1 << 20) for p, offset in parts)
+    body += struct.pack(">i", len(forgotten))
+    for topic, parts in forgotten:
+        body += string(topic) + struct.pack(">i", len(parts)) + b"".join(struct.pack(">i", p) for p in parts)
+    return body
+
+
+def fetch_v7_response(response: bytes) -> tuple[int, int, dict]:
+    """(error_code, session_id, {(topic, partition): (error_code, high_watermark, records bytes)})."""
+    error, session_id = struct.unpack_from(">hi", response, 4 + 4)
+    at = 4 + 4 + 6
+    (n_topics,) = struct.unpack_from(">i", response, at)
+    at += 4
+    out = {}
+    for _ in range(n_topics):
+        (name_len,) = struct.unpack_from(">h", response, at)
+        topic = response[at + 2:at + 2 + name_len].decode()
+        at += 2 + name_len
+        (n_parts,) = struct.unpack_from(">i", response, at)
+        at += 4
+        for _ in range(n_parts):
+            p, perr, hw, _lso, _log_start, aborted = struct.unpack_from(">ihqqqi", response, at)
+            at += 34 + max(aborted, 0) * 16
+            (size,) = struct.unpack_from(">i", response, at)
+            at += 4 + max(size, 0)
+            out[(topic, p)] = (perr, hw, size)
+    return error, session_id, out
+
+
 def fetch_v4_batches(response: bytes) -> list[bytes]:
     """The record batches of the single partition in a Fetch v4 response, split by their
     length fields (a trailing partial batch would come back short)."""

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import ck
@@ -40,17 +40,6 @@ def watermarks(bootstrap, topic, p):
         return c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
     finally:
         c.close()
-
-
-def produce_now(bootstrap, topic, p, values):
-    """Produces values to one partition with the current time as timestamp; their offsets."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **SMALL_BATCHES})
-    offsets = {}
-    for i, v in enumerate(values):
-        producer.produce(topic, value=v, partition=p, on_delivery=lambda e, m, i=i: offsets.__setitem__(i, m.offset()))
-    assert producer.flush(30) == 0
-    assert len(offsets) == len(values)
-    return [offsets[i] for i in range(len(values))]
 
 
 def read_from(bootstrap, topic, p, offset, count):
@@ -101,7 +90,8 @@ def test_time_retention_deletes_expired_segments_only(make_broker):
     # records.py timestamps are from 2023: years past a one-day retention. Passes may already
     # run while these are produced.
     ck.produce(bootstrap, "rt", 3000, 2, extra=SMALL_BATCHES)
-    first_fresh = {p: produce_now(bootstrap, "rt", p, [b"fresh-%d" % i for i in range(100)])[0] for p in range(2)}
+    first_fresh = {p: ck.produce_values(bootstrap, "rt", p, [b"fresh-%d" % i for i in range(100)], SMALL_BATCHES)[0]
+                   for p in range(2)}
     wait_until(lambda: all(watermarks(bootstrap, "rt", p)[0] > 0 for p in range(2)), what="a retention pass")
     time.sleep(0.5)  # a later pass must not delete more
     # About 500 KB over 16 KiB segments: dozens of segments went, not just one.
@@ -131,7 +121,7 @@ def test_a_fully_expired_log_empties_and_keeps_its_offsets(make_broker):
     wait_until(lambda: watermarks(bootstrap, "gone", 0) == (500, 500), what="every expired record to go")
     # The active segment was rolled away too: one empty segment at the end offset is left.
     assert segments(broker, "gone", 0) == [(500, 0)]
-    assert produce_now(bootstrap, "gone", 0, [b"after"]) == [500]
+    assert ck.produce_values(bootstrap, "gone", 0, [b"after"]) == [500]
     got = read_from(bootstrap, "gone", 0, 0, 1)
     assert [(o, v) for o, _, v, _ in got] == [(500, b"after")]
     # The empty log and its offsets survive a crash.
