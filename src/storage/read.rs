@@ -80,13 +80,85 @@ pub async fn read_batches(
     }
 }
 
-/// Whether a span's first and last pages are in the page cache, asked without waiting
-/// (preadv2 with RWF_NOWAIT). sendfile of pages that are not would read the disk on the shard's
-/// thread, stalling every partition it owns; such spans take the asynchronous read instead.
-/// Only the ends are probed: a cold range is nearly always cold at its start, and the probe
-/// must stay cheap.
+/// Whether every page of a span is in the page cache. sendfile of pages that are not would read
+/// the disk on the shard's thread, stalling every partition it owns; such spans take the
+/// asynchronous read instead.
+///
+/// Asked with cachestat(2) (Linux 6.5+): one call over the whole range, touching no page. On
+/// older kernels, only the span's first and last bytes are probed, with non-waiting reads.
 pub fn in_page_cache(plan: &ReadPlan, span: Span) -> bool {
     let fd = plan.send_fd.as_raw_fd();
+    match cached_pages(fd, span) {
+        Some((cached, pages)) => cached >= pages,
+        None => ends_in_page_cache(fd, span),
+    }
+}
+
+/// cachestat(2)'s number: new system calls share one number on every architecture.
+const SYS_CACHESTAT: libc::c_long = 451;
+
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// Set once cachestat(2) is found missing, so that older kernels pay for the failed call once.
+static NO_CACHESTAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// (pages of the span in the page cache, pages the span covers), or None without cachestat(2).
+fn cached_pages(fd: std::os::fd::RawFd, span: Span) -> Option<(u64, u64)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if NO_CACHESTAT.load(Relaxed) || span.len == 0 {
+        return None;
+    }
+    // SAFETY: sysconf reads a constant of the running system.
+    let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page_bytes = if page_bytes > 0 {
+        page_bytes as u64
+    } else {
+        4096
+    };
+    let first = span.position / page_bytes;
+    let last = (span.position + span.len - 1) / page_bytes;
+    let pages = last - first + 1;
+    let range = CachestatRange {
+        off: first * page_bytes,
+        len: pages * page_bytes,
+    };
+    let mut stat = Cachestat::default();
+    // SAFETY: both structs are repr(C) as the kernel defines them and live for the call.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd,
+            &range as *const CachestatRange,
+            &mut stat as *mut Cachestat,
+            0u32,
+        )
+    };
+    if r != 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            NO_CACHESTAT.store(true, Relaxed);
+        }
+        return None;
+    }
+    Some((stat.nr_cache, pages))
+}
+
+/// Whether a span's first and last bytes are in the page cache, asked with preadv2 and
+/// RWF_NOWAIT: a cold range is nearly always cold at its start.
+fn ends_in_page_cache(fd: std::os::fd::RawFd, span: Span) -> bool {
     let ends = [span.position, span.position + span.len.saturating_sub(1)];
     ends.iter().all(|&at| {
         let mut byte = 0u8;

@@ -145,3 +145,54 @@ def test_cold_data_is_read_not_sendfiled(make_broker):
     got = ck.consume(broker.bootstrap, "cold", [0], 2000)
     check_partition(got[0], expected_by_partition(2000, 1)[0], "cold[0]")
     assert total(metrics, "sluice_cold_fetches_total") > 0
+
+
+def cached_pages(fd: int, offset: int, length: int):
+    """cachestat(2): pages of the range in the page cache, without reading (and so without
+    triggering readahead, as a non-waiting read would). None where the kernel lacks it."""
+    import ctypes
+
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+    class Stat(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    stat = Stat()
+    if libc.syscall(451, fd, ctypes.byref(Range(offset, length)), ctypes.byref(stat), 0) != 0:
+        return None
+    return stat.cache
+
+
+def test_a_range_cold_only_in_its_middle_is_read_not_sendfiled(make_broker):
+    """Every page of a range is checked (cachestat), not only its ends: a fetch over a segment
+    whose middle alone was evicted takes the asynchronous read too."""
+    import os
+
+    broker, metrics = start(make_broker, True)
+    ck.create_topic(broker.bootstrap, "middle", 1)
+    ck.produce(broker.bootstrap, "middle", 2000, 1)
+    (seg,) = (broker.data_dir / "middle-0").glob("*.log")
+    size = seg.stat().st_size
+    assert size > 256 * 1024
+    page = 4096
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        if cached_pages(fd, 0, size) is None:
+            pytest.skip("this kernel has no cachestat(2) (Linux < 6.5): only range ends are probed")
+        # Evict it all, then read back just the first and last pages (no readahead).
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        os.pread(fd, page, 0)
+        os.pread(fd, 1, size - 1)
+        middle_cached = cached_pages(fd, size // 2, 64 * 1024)
+        ends_cached = cached_pages(fd, 0, page) == 1 and cached_pages(fd, size - 1, 1) == 1
+    finally:
+        os.close(fd)
+    if middle_cached == 16:
+        pytest.skip("this filesystem keeps the segment in memory; nothing to evict")
+    assert ends_cached
+    got = ck.consume(broker.bootstrap, "middle", [0], 2000)
+    check_partition(got[0], expected_by_partition(2000, 1)[0], "middle[0]")
+    assert total(metrics, "sluice_cold_fetches_total") > 0
