@@ -51,6 +51,8 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::OffsetDelete => decode::<OffsetDeleteRequest>(body, v),
         ApiKey::InitProducerId => decode::<InitProducerIdRequest>(body, v),
         ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(body, v),
+        ApiKey::AlterConfigs => decode::<AlterConfigsRequest>(body, v),
+        ApiKey::IncrementalAlterConfigs => decode::<IncrementalAlterConfigsRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

@@ -2,7 +2,9 @@
 //! new catalog, then install it on every shard before answering. A topic exists for clients
 //! only once every shard has opened its partitions.
 
-use crate::shard::messages::{ControllerOp, ControllerOutcome, NewTopic, ShardRequest};
+use crate::shard::messages::{
+    ConfigChange, ControllerOp, ControllerOutcome, NewTopic, ShardRequest,
+};
 use crate::shard::Shard;
 use crate::storage::catalog::{self, Catalog, TopicConfig, TopicRecord};
 use kafka_protocol::ResponseError;
@@ -96,6 +98,42 @@ pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> ControllerOutcome {
                         log::info!("topic {name} now has {count} partitions");
                     }
                     results.push((0, None));
+                }
+            }
+        }
+        ControllerOp::AlterConfigs {
+            topics,
+            validate_only,
+        } => {
+            for (name, change) in topics {
+                let Some(t) = record.topics.iter_mut().find(|t| t.name == name) else {
+                    results.push(err(
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {name} does not exist"),
+                    ));
+                    continue;
+                };
+                let overrides = match change {
+                    ConfigChange::Replace(overrides) => Ok(overrides),
+                    ConfigChange::Incremental(edits) => current
+                        .topics
+                        .get(&name)
+                        .ok_or_else(|| format!("topic {name} does not exist"))
+                        .and_then(|meta| catalog::edit_overrides(&t.configs, &meta.config, &edits)),
+                };
+                let checked = overrides.and_then(|o| {
+                    TopicConfig::resolve(&config.topic_defaults, &config.log, &o).map(|_| o)
+                });
+                match checked {
+                    Ok(overrides) => {
+                        if !validate_only && overrides != t.configs {
+                            log::info!("topic {name}: configs now {overrides:?}");
+                            t.configs = overrides;
+                            changed = true;
+                        }
+                        results.push((0, None));
+                    }
+                    Err(m) => results.push(err(ResponseError::InvalidConfig, m)),
                 }
             }
         }

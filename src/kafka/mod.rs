@@ -1,6 +1,7 @@
 //! Kafka API handlers, one file per API, and the dispatch table. Each handler decodes its
 //! request, routes per-partition work to the owning shards, and encodes the response body.
 
+pub mod alter_configs;
 pub mod api_versions;
 pub mod controller;
 pub mod create_partitions;
@@ -14,6 +15,7 @@ pub mod fetch;
 pub mod fetch_session;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
@@ -68,6 +70,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -117,6 +121,8 @@ pub async fn dispatch(
         ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
         ApiKey::InitProducerId => init_producer_id::handle(shard, v, body).await,
         ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
+        ApiKey::AlterConfigs => alter_configs::handle(shard, v, body).await,
+        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(shard, v, body).await,
         other => anyhow::bail!("no handler for {other:?}"),
     }
 }

@@ -84,6 +84,18 @@ pub enum ControllerOp {
         topics: Vec<(String, i32)>,
         validate_only: bool,
     },
+    AlterConfigs {
+        topics: Vec<(String, ConfigChange)>,
+        validate_only: bool,
+    },
+}
+
+/// A change to one topic's config overrides.
+pub enum ConfigChange {
+    /// AlterConfigs: these overrides replace all of the topic's.
+    Replace(Vec<(String, String)>),
+    /// IncrementalAlterConfigs: (key, operation, value), applied in order.
+    Incremental(Vec<(String, crate::storage::catalog::ConfigOp, Option<String>)>),
 }
 
 /// Per item: an error code and an optional message.

@@ -42,6 +42,16 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// What a partition's log takes from its topic's configuration.
+fn log_settings(c: &crate::storage::catalog::TopicConfig) -> LogSettings {
+    LogSettings {
+        segment_bytes: c.segment_bytes,
+        segment_ms: c.segment_ms,
+        index_interval_bytes: c.index_interval_bytes,
+        log_append_time: c.log_append_time,
+    }
+}
+
 pub struct Partition {
     pub log: RefCell<PartitionLog>,
     /// Serializes appends so that offsets, positions and writes stay in order.
@@ -349,7 +359,8 @@ impl Shard {
     // ---- catalog -----------------------------------------------------------------------
 
     /// Installs a new catalog: opens the partitions this shard now owns, closes and deletes
-    /// those of topics that are gone.
+    /// those of topics that are gone, and gives open ones their topic's current settings
+    /// (AlterConfigs), which take effect from the next append or roll.
     pub async fn apply_catalog(&self, catalog: Arc<Catalog>) {
         let stale: Vec<(String, i32)> = self
             .partitions
@@ -397,6 +408,11 @@ impl Shard {
                 }
             }
         }
+        for ((name, _), p) in self.partitions.borrow().iter() {
+            if let Some(topic) = catalog.topics.get(name) {
+                p.log.borrow_mut().settings = log_settings(&topic.config);
+            }
+        }
         *self.catalog.borrow_mut() = catalog;
     }
 
@@ -418,13 +434,7 @@ impl Shard {
             _ => {}
         }
         let fresh = !id_file.exists();
-        let c = &topic.config;
-        let settings = LogSettings {
-            segment_bytes: c.segment_bytes,
-            segment_ms: c.segment_ms,
-            index_interval_bytes: c.index_interval_bytes,
-            log_append_time: c.log_append_time,
-        };
+        let settings = log_settings(&topic.config);
         let log = PartitionLog::open(dir.clone(), settings, 0, now_ms()).await?;
         if fresh {
             crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;

@@ -149,6 +149,108 @@ impl TopicConfig {
     }
 }
 
+/// How IncrementalAlterConfigs changes one key (Kafka's `AlterConfigOp.OpType`, same numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set = 0,
+    Delete = 1,
+    /// Add items to a list-valued config (only `cleanup.policy` here).
+    Append = 2,
+    /// Remove items from a list-valued config.
+    Subtract = 3,
+}
+
+impl ConfigOp {
+    pub fn from_code(code: i8) -> Option<ConfigOp> {
+        [
+            ConfigOp::Set,
+            ConfigOp::Delete,
+            ConfigOp::Append,
+            ConfigOp::Subtract,
+        ]
+        .into_iter()
+        .find(|op| *op as i8 == code)
+    }
+}
+
+/// The keys whose value is a comma-separated list, for APPEND and SUBTRACT.
+const LIST_KEYS: &[&str] = &["cleanup.policy"];
+
+/// A topic's overrides after IncrementalAlterConfigs `edits` (key, operation, value), applied in
+/// order to `current`; `effective` is the topic's resolved config, which a list operation on a
+/// key without an override starts from. The result still has to pass `TopicConfig::resolve`.
+pub fn edit_overrides(
+    current: &[(String, String)],
+    effective: &TopicConfig,
+    edits: &[(String, ConfigOp, Option<String>)],
+) -> Result<Vec<(String, String)>, String> {
+    let mut overrides: Vec<(String, String)> = current.to_vec();
+    for (i, (key, op, value)) in edits.iter().enumerate() {
+        if edits[..i].iter().any(|(k, _, _)| k == key) {
+            return Err(format!("{key} is changed twice in one request"));
+        }
+        if !TOPIC_CONFIG_KEYS.contains(&key.as_str()) {
+            return Err(format!("unknown topic config {key:?}"));
+        }
+        let at = overrides.iter().position(|(k, _)| k == key);
+        let new_value = match op {
+            ConfigOp::Delete => None,
+            ConfigOp::Set => Some(
+                value
+                    .clone()
+                    .ok_or_else(|| format!("{key}: SET needs a value"))?,
+            ),
+            ConfigOp::Append | ConfigOp::Subtract => {
+                if !LIST_KEYS.contains(&key.as_str()) {
+                    return Err(format!(
+                        "{key} is not a list: it cannot be appended to or subtracted from"
+                    ));
+                }
+                let now = match at {
+                    Some(j) => overrides[j].1.clone(),
+                    None => effective
+                        .entries()
+                        .into_iter()
+                        .find(|(k, _)| k == key)
+                        .map(|(_, v)| v)
+                        .unwrap_or_default(),
+                };
+                let mut items: Vec<&str> = now
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let given: Vec<&str> = value
+                    .as_deref()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if *op == ConfigOp::Append {
+                    for g in given {
+                        if !items.contains(&g) {
+                            items.push(g);
+                        }
+                    }
+                } else {
+                    items.retain(|item| !given.contains(item));
+                }
+                Some(items.join(","))
+            }
+        };
+        match (at, new_value) {
+            (Some(j), Some(v)) => overrides[j].1 = v,
+            (None, Some(v)) => overrides.push((key.clone(), v)),
+            (Some(j), None) => {
+                overrides.remove(j);
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(overrides)
+}
+
 #[derive(Debug)]
 pub struct TopicMeta {
     pub record: TopicRecord,
@@ -295,5 +397,54 @@ mod tests {
         assert!(validate_topic_name("a.b-c_9").is_ok());
         assert!(validate_topic_name("a/b").is_err());
         assert!(validate_topic_name("..").is_err());
+    }
+
+    #[test]
+    fn incremental_edits() {
+        let d = TopicDefaults::default();
+        let l = crate::config::LogConfig::default();
+        let current = vec![("retention.ms".to_string(), "5".to_string())];
+        let effective = TopicConfig::resolve(&d, &l, &current).unwrap();
+        let edit = |edits: &[(&str, ConfigOp, Option<&str>)]| {
+            let edits: Vec<_> = edits
+                .iter()
+                .map(|(k, op, v)| (k.to_string(), *op, v.map(str::to_string)))
+                .collect();
+            edit_overrides(&current, &effective, &edits)
+        };
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            edit(&[
+                ("retention.ms", ConfigOp::Set, Some("9")),
+                ("segment.ms", ConfigOp::Set, Some("7"))
+            ]),
+            Ok(vec![kv("retention.ms", "9"), kv("segment.ms", "7")])
+        );
+        assert_eq!(
+            edit(&[("retention.ms", ConfigOp::Delete, None)]),
+            Ok(vec![])
+        );
+        // A list starts from the effective value (the default "delete") when not overridden.
+        assert_eq!(
+            edit(&[("cleanup.policy", ConfigOp::Append, Some("compact"))]),
+            Ok(vec![
+                kv("retention.ms", "5"),
+                kv("cleanup.policy", "delete,compact")
+            ])
+        );
+        assert_eq!(
+            edit(&[("cleanup.policy", ConfigOp::Subtract, Some("delete"))]),
+            Ok(vec![kv("retention.ms", "5"), kv("cleanup.policy", "")])
+        );
+        assert!(edit(&[("retention.ms", ConfigOp::Append, Some("1"))]).is_err());
+        assert!(edit(&[("no.such", ConfigOp::Set, Some("1"))]).is_err());
+        assert!(edit(&[("retention.ms", ConfigOp::Set, None)]).is_err());
+        assert!(edit(&[
+            ("retention.ms", ConfigOp::Set, Some("1")),
+            ("retention.ms", ConfigOp::Delete, None)
+        ])
+        .is_err());
+        assert_eq!(ConfigOp::from_code(2), Some(ConfigOp::Append));
+        assert_eq!(ConfigOp::from_code(4), None);
     }
 }
