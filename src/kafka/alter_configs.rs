@@ -4,7 +4,7 @@
 //! persists it, and installs it on every shard; open partitions use the new settings from their
 //! next append or roll, and retention from its next pass.
 
-use super::{decode, encode, str_bytes, Reply};
+use super::{decode, encode, Reply};
 use crate::shard::messages::{ConfigChange, ControllerOp, ShardReply, ShardRequest};
 use crate::shard::{Shard, CONTROLLER_SHARD};
 use bytes::Bytes;
@@ -13,34 +13,60 @@ use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
+/// Both APIs answer (error, message, type, name) per resource, each in a response type of its
+/// own with the same builder methods.
+macro_rules! resource_responses {
+    ($response:ty, $resources:expr, $outcomes:expr) => {
+        $resources
+            .iter()
+            .zip($outcomes)
+            .map(|(r, (code, message))| {
+                <$response>::default()
+                    .with_error_code(code)
+                    .with_error_message(message.as_deref().map(super::str_bytes))
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone())
+            })
+            .collect()
+    };
+}
+pub(super) use resource_responses;
+
 /// Kafka's resource type for a topic; the others (broker, broker logger) are not alterable here.
-pub(super) const TOPIC: i8 = 2;
+const TOPIC: i8 = 2;
 
 /// One resource's outcome: an error code and message.
 pub(super) type Outcome = (i16, Option<String>);
 
-/// Why a resource other than a topic is refused.
-pub(super) fn not_a_topic() -> Outcome {
-    (
-        ResponseError::InvalidRequest.code(),
-        Some("only topic configs can be altered: broker settings come from the config file".into()),
-    )
+/// A resource of either request: its type and name, and the change asked of it (or the outcome
+/// already decided, for a malformed one).
+pub(super) struct Resource {
+    pub resource_type: i8,
+    pub name: String,
+    pub change: Result<ConfigChange, Outcome>,
 }
 
-/// Runs the topic changes on the controller; `resources` holds either a topic change or the
-/// outcome already decided for that resource. One outcome per resource, in order.
+/// Runs the topic changes on the controller. Resources other than topics are refused: broker
+/// settings come from the config file. One outcome per resource, in order.
 pub(super) async fn alter(
     shard: &Rc<Shard>,
-    resources: Vec<Result<(String, ConfigChange), Outcome>>,
+    resources: Vec<Resource>,
     validate_only: bool,
 ) -> Vec<Outcome> {
     let mut decided = Vec::with_capacity(resources.len());
     let mut topics = Vec::new();
     for r in resources {
-        match r {
-            Ok(topic) => {
+        match r.change {
+            _ if r.resource_type != TOPIC => decided.push(Some((
+                ResponseError::InvalidRequest.code(),
+                Some(
+                    "only topic configs can be altered: broker settings come from the config file"
+                        .into(),
+                ),
+            ))),
+            Ok(change) => {
                 decided.push(None);
-                topics.push(topic);
+                topics.push((r.name, change));
             }
             Err(outcome) => decided.push(Some(outcome)),
         }
@@ -74,33 +100,20 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         .resources
         .iter()
         .map(|r| {
-            if r.resource_type != TOPIC {
-                return Err(not_a_topic());
-            }
             let overrides = r
                 .configs
                 .iter()
                 .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
                 .collect();
-            Ok((
-                r.resource_name.to_string(),
-                ConfigChange::Replace(overrides),
-            ))
+            Resource {
+                resource_type: r.resource_type,
+                name: r.resource_name.to_string(),
+                change: Ok(ConfigChange::Replace(overrides)),
+            }
         })
         .collect();
     let outcomes = alter(shard, resources, req.validate_only).await;
-    let responses = req
-        .resources
-        .iter()
-        .zip(outcomes)
-        .map(|(r, (code, message))| {
-            AlterConfigsResourceResponse::default()
-                .with_error_code(code)
-                .with_error_message(message.as_deref().map(str_bytes))
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name.clone())
-        })
-        .collect();
+    let responses = resource_responses!(AlterConfigsResourceResponse, req.resources, outcomes);
     encode(
         &AlterConfigsResponse::default().with_responses(responses),
         version,

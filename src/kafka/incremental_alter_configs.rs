@@ -2,8 +2,8 @@
 //! overrides (what `kafka-configs --alter` and the AdminClient's `incremental_alter_configs`
 //! send). See `alter_configs.rs` for how a change is applied.
 
-use super::alter_configs::{alter, not_a_topic, TOPIC};
-use super::{decode, encode, str_bytes, Reply};
+use super::alter_configs::{alter, resource_responses, Resource};
+use super::{decode, encode, Reply};
 use crate::shard::messages::ConfigChange;
 use crate::shard::Shard;
 use crate::storage::catalog::ConfigOp;
@@ -19,9 +19,6 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         .resources
         .iter()
         .map(|r| {
-            if r.resource_type != TOPIC {
-                return Err(not_a_topic());
-            }
             let edits = r
                 .configs
                 .iter()
@@ -38,26 +35,16 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                         c.value.as_ref().map(|v| v.to_string()),
                     ))
                 })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((
-                r.resource_name.to_string(),
-                ConfigChange::Incremental(edits),
-            ))
+                .collect::<Result<Vec<_>, _>>();
+            Resource {
+                resource_type: r.resource_type,
+                name: r.resource_name.to_string(),
+                change: edits.map(ConfigChange::Incremental),
+            }
         })
         .collect();
     let outcomes = alter(shard, resources, req.validate_only).await;
-    let responses = req
-        .resources
-        .iter()
-        .zip(outcomes)
-        .map(|(r, (code, message))| {
-            AlterConfigsResourceResponse::default()
-                .with_error_code(code)
-                .with_error_message(message.as_deref().map(str_bytes))
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name.clone())
-        })
-        .collect();
+    let responses = resource_responses!(AlterConfigsResourceResponse, req.resources, outcomes);
     encode(
         &IncrementalAlterConfigsResponse::default().with_responses(responses),
         version,
