@@ -34,6 +34,10 @@ pub struct Config {
     pub max_incremental_fetch_session_cache_slots: usize,
     /// Partitions of `__consumer_offsets`, which place and persist consumer groups.
     pub offsets_topic_partitions: i32,
+    /// `segment.bytes` of `__consumer_offsets` when it is created (Kafka's
+    /// `offsets.topic.segment.bytes`): small enough that old commits reach closed segments,
+    /// where compaction removes the superseded ones.
+    pub offsets_topic_segment_bytes: u64,
     /// Kafka's group.initial.rebalance.delay.ms: how long an empty group's first rebalance waits
     /// for more members.
     pub group_initial_rebalance_delay_ms: u64,
@@ -81,6 +85,12 @@ pub struct LogConfig {
     /// How often each shard deletes segments past their topic's `retention.ms` or
     /// `retention.bytes` (Kafka's `log.retention.check.interval.ms`).
     pub retention_check_interval_ms: u64,
+    /// How often each shard looks for compacted topics' logs to clean (Kafka's
+    /// `log.cleaner.backoff.ms`).
+    pub cleaner_interval_ms: u64,
+    /// Memory for the key map of one compaction pass (Kafka's `log.cleaner.dedupe.buffer.size`);
+    /// a pass cleans only the oldest segments whose keys fit.
+    pub cleaner_dedupe_buffer_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -143,6 +153,7 @@ impl Default for Config {
             max_incremental_fetch_session_cache_slots: 1000,
             metrics_listen: None,
             offsets_topic_partitions: 16,
+            offsets_topic_segment_bytes: 100 * 1024 * 1024,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             producer_id_expiration_ms: 86_400_000,
@@ -168,6 +179,8 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             flush_interval_ms: 0,
             retention_check_interval_ms: 300_000,
+            cleaner_interval_ms: 15_000,
+            cleaner_dedupe_buffer_bytes: 128 * 1024 * 1024,
         }
     }
 }
@@ -287,6 +300,12 @@ impl Config {
                 format!("{} is not in 1..=10000000", self.max_parked_operations),
             );
         }
+        if !(1024..=u32::MAX as u64).contains(&self.offsets_topic_segment_bytes) {
+            return bad(
+                "offsets_topic_segment_bytes",
+                "must be in 1024..=4294967295".into(),
+            );
+        }
         if !(1..=1000).contains(&self.offsets_topic_partitions) {
             return bad(
                 "offsets_topic_partitions",
@@ -368,6 +387,19 @@ impl Config {
             return bad(
                 "log.retention_check_interval_ms",
                 "must be in 100..=86400000".into(),
+            );
+        }
+        if !(100..=86_400_000).contains(&self.log.cleaner_interval_ms) {
+            return bad(
+                "log.cleaner_interval_ms",
+                "must be in 100..=86400000".into(),
+            );
+        }
+        if !(1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&self.log.cleaner_dedupe_buffer_bytes)
+        {
+            return bad(
+                "log.cleaner_dedupe_buffer_bytes",
+                "must be in 1 MiB..=64 GiB".into(),
             );
         }
         if self.log.flush_interval_ms > 60_000 {

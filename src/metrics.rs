@@ -41,6 +41,8 @@ pub struct ShardMetrics {
     /// Fetch sessions held (KIP-227), and fetches served incrementally within one.
     pub fetch_sessions: AtomicU64,
     pub incremental_fetches: AtomicU64,
+    /// Records compaction removed because a later record has their key.
+    pub compaction_records_removed: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -160,6 +162,12 @@ const PER_SHARD: &[PerShard] = &[
         "Fetch requests served incrementally within a fetch session.",
         "counter",
         |m| &m.incremental_fetches,
+    ),
+    (
+        "sluice_compaction_records_removed_total",
+        "Records compaction removed because a later record has the same key.",
+        "counter",
+        |m| &m.compaction_records_removed,
     ),
 ];
 

@@ -1,10 +1,12 @@
 //! Record batches as a producer sends them: split and validate, then read the records of each
-//! valid batch. The first byte chooses whether the CRC is fixed up first, so that the fuzzer
-//! also reaches the code behind the CRC check.
+//! valid batch, then compact them as a segment (every batch left must still validate). The
+//! first byte chooses whether the CRC is fixed up first, so that the fuzzer also reaches the
+//! code behind the CRC check.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice::protocol::batch;
+use sluice::storage::compaction::{compact, KeyMap};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -30,5 +32,15 @@ fuzz_target!(|data: &[u8]| {
             at += h.size_bytes;
         }
         assert_eq!(at, buf.len(), "validate_all must account for every byte");
+        let mut map = KeyMap::new(1 << 20);
+        map.learn(&buf);
+        let mut out = Vec::new();
+        compact(&buf, &map, &mut out);
+        let mut at = 0;
+        while at < out.len() {
+            let size = batch::peek_size(&out[at..]).expect("compaction writes whole batches");
+            batch::validate(&out[at..at + size]).expect("a compacted batch is valid");
+            at += size;
+        }
     }
 });

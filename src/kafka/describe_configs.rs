@@ -22,6 +22,7 @@ const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
 const TYPE_LIST: i8 = 7;
 const TYPE_BOOLEAN: i8 = 1;
+const TYPE_DOUBLE: i8 = 6;
 
 fn config_type(key: &str) -> i8 {
     match key {
@@ -34,6 +35,7 @@ fn config_type(key: &str) -> i8 {
         | "num.partitions"
         | "socket.request.max.bytes" => TYPE_INT,
         "auto.create.topics.enable" => TYPE_BOOLEAN,
+        "min.cleanable.dirty.ratio" => TYPE_DOUBLE,
         _ => TYPE_STRING,
     }
 }

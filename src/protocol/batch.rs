@@ -119,9 +119,12 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if header.record_count <= 0 {
         return Err(BatchError::Invalid("record count is not positive"));
     }
-    if header.last_offset_delta < 0 || header.last_offset_delta != header.record_count - 1 {
+    // A stored batch may span more offsets than it holds records: compaction removes records
+    // and keeps the batch's offset range (as Kafka does). Producers' batches are dense
+    // (checked in `validate_all`).
+    if header.last_offset_delta < header.record_count - 1 {
         return Err(BatchError::Invalid(
-            "lastOffsetDelta does not match recordCount",
+            "lastOffsetDelta is less than recordCount - 1",
         ));
     }
     Ok(header)
@@ -162,7 +165,13 @@ pub fn validate_all(mut buf: &[u8]) -> Result<Vec<BatchHeader>, BatchError> {
         if size > buf.len() {
             return Err(BatchError::Truncated);
         }
-        out.push(validate(&buf[..size])?);
+        let header = validate(&buf[..size])?;
+        if header.last_offset_delta != header.record_count - 1 {
+            return Err(BatchError::Invalid(
+                "lastOffsetDelta does not match recordCount",
+            ));
+        }
+        out.push(header);
         buf = &buf[size..];
     }
     Ok(out)
@@ -273,6 +282,8 @@ pub struct Record<'a> {
     pub offset: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
+    /// The whole record as stored, its length prefix included.
+    pub bytes: &'a [u8],
 }
 
 /// The records of one whole uncompressed batch; None if it is compressed or malformed.
@@ -308,6 +319,7 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
             offset: h.base_offset.checked_add(offset_delta)?,
             key: fields[0],
             value: fields[1],
+            bytes: batch.get(at..rec_end)?,
         });
         at = rec_end;
     }

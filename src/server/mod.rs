@@ -154,7 +154,13 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
         name: crate::group::OFFSETS_TOPIC.to_string(),
         partitions: shard.config.offsets_topic_partitions,
         replication_factor: 1,
-        configs: vec![("cleanup.policy".to_string(), "compact".to_string())],
+        configs: vec![
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            (
+                "segment.bytes".to_string(),
+                shard.config.offsets_topic_segment_bytes.to_string(),
+            ),
+        ],
     };
     let op = ControllerOp::CreateTopics {
         topics: vec![topic],
@@ -230,6 +236,7 @@ async fn run_shard(
     glommio::spawn_local(crate::group::drive(shard.clone())).detach();
     glommio::spawn_local(shard.clone().expire_producers()).detach();
     glommio::spawn_local(shard.clone().enforce_retention()).detach();
+    glommio::spawn_local(shard.clone().compact_logs()).detach();
     let listener = TcpListener::bind(&config.listen)
         .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {}: {e}", config.listen))?;
     log::info!(

@@ -5,6 +5,7 @@
 //! run on its owning shard; a request that arrives elsewhere is forwarded over the channel mesh
 //! (`call`). Nothing here is shared across threads except immutable `Arc` snapshots.
 
+pub mod compaction;
 pub mod flusher;
 pub mod messages;
 pub mod retention;
@@ -854,6 +855,15 @@ impl Shard {
                 }
             }
         }
+    }
+
+    /// The partitions this shard owns, for a housekeeping pass over them.
+    fn partition_list(&self) -> Vec<((String, i32), Rc<Partition>)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect()
     }
 
     /// Sleeps `period_ms` on the timing wheel, outside the bound on parked client operations;

@@ -15,13 +15,7 @@ impl Shard {
         let period_ms = self.config.log.retention_check_interval_ms;
         loop {
             self.housekeeping_sleep(period_ms).await;
-            let partitions: Vec<((String, i32), Rc<Partition>)> = self
-                .partitions
-                .borrow()
-                .iter()
-                .map(|(k, p)| (k.clone(), p.clone()))
-                .collect();
-            for ((topic, p), partition) in partitions {
+            for ((topic, p), partition) in self.partition_list() {
                 let Some(policy) = self.retention_policy(&topic) else {
                     continue; // deleted meanwhile
                 };

@@ -43,6 +43,8 @@ pub struct TopicConfig {
     pub log_append_time: bool,
     pub min_insync_replicas: i32,
     pub index_interval_bytes: u32,
+    /// Compaction cleans a log once this share of its closed bytes is new since the last pass.
+    pub min_cleanable_dirty_ratio: f64,
 }
 
 /// Every topic config key Sluice knows, with how to read it. Unknown keys are INVALID_CONFIG.
@@ -57,6 +59,7 @@ pub const TOPIC_CONFIG_KEYS: &[&str] = &[
     "min.insync.replicas",
     "index.interval.bytes",
     "compression.type",
+    "min.cleanable.dirty.ratio",
 ];
 
 impl TopicConfig {
@@ -75,6 +78,7 @@ impl TopicConfig {
             log_append_time: defaults.message_timestamp_type == "LogAppendTime",
             min_insync_replicas: 1,
             index_interval_bytes: log.index_interval_bytes,
+            min_cleanable_dirty_ratio: 0.5,
         };
         for (key, value) in overrides {
             let num = |lo: i64, hi: i64| -> Result<i64, String> {
@@ -108,6 +112,14 @@ impl TopicConfig {
                 },
                 "min.insync.replicas" => c.min_insync_replicas = num(1, i32::MAX as i64)? as i32,
                 "index.interval.bytes" => c.index_interval_bytes = num(1, i32::MAX as i64)? as u32,
+                "min.cleanable.dirty.ratio" => match value.parse::<f64>() {
+                    Ok(r) if (0.0..=1.0).contains(&r) => c.min_cleanable_dirty_ratio = r,
+                    _ => {
+                        return Err(format!(
+                            "invalid value {value:?} for {key}: expected a number in 0..=1"
+                        ))
+                    }
+                },
                 // Batches are stored as the producer compressed them; no re-compression.
                 "compression.type" if value == "producer" => {}
                 "compression.type" => {
@@ -145,6 +157,10 @@ impl TopicConfig {
                 self.index_interval_bytes.to_string(),
             ),
             ("compression.type", "producer".to_string()),
+            (
+                "min.cleanable.dirty.ratio",
+                self.min_cleanable_dirty_ratio.to_string(),
+            ),
         ]
     }
 }

@@ -91,6 +91,9 @@ pub struct PartitionLog {
     pub failed: bool,
     /// Idempotent producers' sequence state, rebuilt on open from the snapshot and the log tail.
     pub producers: ProducerTable,
+    /// Compaction has cleaned the segments below this offset (in memory: after a restart the
+    /// whole log counts as dirty once).
+    pub cleaned_to: i64,
 }
 
 /// An append planned by `prepare_append`: the caller writes `data` at `position` of `file`.
@@ -273,6 +276,7 @@ impl PartitionLog {
             dirty: false,
             failed: false,
             producers,
+            cleaned_to: log_start_offset,
         })
     }
 
@@ -476,12 +480,14 @@ impl PartitionLog {
         };
         let relative = (offset - segment.meta.base_offset) as u32;
         let (_, position) = segment.meta.offset_index.lookup(relative);
-        if position as u64 >= end {
-            // The offset lies past this segment's readable bytes: it starts the next segment.
-            return match self.segments.get(i + 1) {
-                Some(next) => Ok(Some(next.plan(0, next_end(next, &hw)))),
-                None => Ok(None),
-            };
+        // Past the last record a segment holds (compaction can remove a closed segment's tail),
+        // or past its readable bytes: the next records are in the first later segment that
+        // holds any (compaction may have emptied some).
+        if offset >= segment.meta.next_offset || position as u64 >= end {
+            return Ok(self.segments[i + 1..]
+                .iter()
+                .find(|s| next_end(s, &hw) > 0)
+                .map(|s| s.plan(0, next_end(s, &hw))));
         }
         Ok(Some(segment.plan(position as u64, end - position as u64)))
     }
@@ -525,6 +531,64 @@ impl PartitionLog {
             segment.plan(position as u64, end - position as u64),
             segment.meta.base_offset + index_rel as i64,
         ))
+    }
+
+    /// Puts `cleaned`, a compacted copy of the closed segment at `base` (already synced), in that
+    /// segment's place, with `meta` its bookkeeping. Returns false, and removes the copy, if the
+    /// segment is no longer there as it was read (retention deleted it meanwhile). The caller
+    /// holds the partition's append lock.
+    ///
+    /// Crash-safe at every step: the old index files go first (a segment without them is
+    /// re-indexed by recovery), then the rename swaps the data atomically, then the new index
+    /// files are written. Readers holding the old file keep reading the old data.
+    pub async fn replace_segment(
+        log: &std::cell::RefCell<PartitionLog>,
+        old_size_bytes: u64,
+        cleaned: &Path,
+        meta: SegmentMeta,
+    ) -> std::io::Result<bool> {
+        let base = meta.base_offset;
+        let (dir, found) = {
+            let l = log.borrow();
+            let found = l
+                .segments
+                .iter()
+                .position(|s| s.meta.base_offset == base && s.meta.size_bytes == old_size_bytes);
+            (l.dir.clone(), found.filter(|&i| i + 1 < l.segments.len()))
+        };
+        let Some(i) = found else {
+            std::fs::remove_file(cleaned)?;
+            return Ok(false);
+        };
+        for p in [
+            SegmentMeta::index_path(&dir, base),
+            SegmentMeta::time_index_path(&dir, base),
+        ] {
+            match std::fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        std::fs::rename(cleaned, SegmentMeta::log_path(&dir, base))?;
+        let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
+        write_file(
+            &SegmentMeta::index_path(&dir, base),
+            meta.offset_index.to_bytes(),
+        )
+        .await?;
+        write_file(
+            &SegmentMeta::time_index_path(&dir, base),
+            meta.time_index.to_bytes(),
+        )
+        .await?;
+        sync_dir(&dir).await?;
+        let mut l = log.borrow_mut();
+        debug_assert_eq!(
+            l.segments[i].meta.base_offset, base,
+            "swaps hold the append lock"
+        );
+        l.segments[i] = Segment::new(meta, file)?;
+        Ok(true)
     }
 
     /// Writes the index files and the clean-shutdown marker, after a final sync. Called once no
@@ -773,15 +837,14 @@ mod tests {
             let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, boundary)
                 .await
                 .unwrap();
+            // A planned read that returns nothing would never end the loop.
+            assert!(!bytes.is_empty(), "a read at {next} returned nothing");
             let mut at = 0;
             while at < bytes.len() {
-                let h = batch::validate(&bytes[at..at + batch::peek_size(&bytes[at..]).unwrap()])
-                    .unwrap();
-                for o in h.base_offset..h.next_offset() {
-                    if o >= next {
-                        out.push(o);
-                    }
-                }
+                let b = &bytes[at..at + batch::peek_size(&bytes[at..]).unwrap()];
+                let h = batch::validate(b).unwrap();
+                let records = batch::records(b).unwrap();
+                out.extend(records.iter().map(|r| r.offset).filter(|&o| o >= next));
                 at += h.size_bytes;
                 next = h.next_offset();
             }
@@ -1031,6 +1094,69 @@ mod tests {
             assert_eq!(log.borrow().segments.len(), 1);
             assert_eq!(log.borrow().log_start_offset, 90);
             assert_eq!(append(&log, 3).await, (90, 93));
+        });
+    }
+
+    #[test]
+    fn compacted_segments_are_swapped_in_and_reads_skip_their_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = filled_log(path.clone()).await;
+            sync(&log).await;
+            let (bases, sizes): (Vec<i64>, Vec<u64>) = log
+                .borrow()
+                .segments
+                .iter()
+                .map(|s| (s.meta.base_offset, s.meta.size_bytes))
+                .unzip();
+            assert!(bases.len() >= 3, "{bases:?}");
+            // The first segment compacted to nothing; the second to its first batch only.
+            let cleaned = path.join("first.cleaned");
+            std::fs::write(&cleaned, b"").unwrap();
+            let empty = SegmentMeta::new(bases[0], 0);
+            assert!(
+                PartitionLog::replace_segment(&log, sizes[0], &cleaned, empty)
+                    .await
+                    .unwrap()
+            );
+            let second = std::fs::read(SegmentMeta::log_path(&path, bases[1])).unwrap();
+            let head = &second[..batch::peek_size(&second).unwrap()];
+            let header = batch::validate(head).unwrap();
+            let mut meta = SegmentMeta::new(bases[1], 0);
+            meta.note_batch(&header, 0, 256);
+            let cleaned = path.join("second.cleaned");
+            std::fs::write(&cleaned, head).unwrap();
+            assert!(
+                PartitionLog::replace_segment(&log, sizes[1], &cleaned, meta)
+                    .await
+                    .unwrap()
+            );
+            // A segment no longer as it was read is left alone, and the copy removed.
+            let stale = path.join("stale.cleaned");
+            std::fs::write(&stale, b"").unwrap();
+            let m = SegmentMeta::new(bases[1], 0);
+            assert!(!PartitionLog::replace_segment(&log, sizes[1], &stale, m)
+                .await
+                .unwrap());
+            assert!(!stale.exists());
+            let kept: Vec<i64> = (header.base_offset..header.next_offset()).collect();
+            let want: Vec<i64> = kept.iter().copied().chain(bases[2]..90).collect();
+            // From anywhere in a gap, reading goes on at the next record left: past the end of
+            // the compacted second segment, that is the third segment.
+            assert_eq!(read_offsets(&log, 0).await, want);
+            assert_eq!(
+                read_offsets(&log, header.next_offset() + 1).await,
+                (bases[2]..90).collect::<Vec<_>>()
+            );
+            // And a restart finds the same log.
+            drop(log);
+            let log = RefCell::new(
+                PartitionLog::open(path, settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
+            assert_eq!(read_offsets(&log, 0).await, want);
         });
     }
 }

@@ -1,5 +1,6 @@
 //! Durable storage: segmented partition logs, their indexes, recovery, and the topic catalog.
 pub mod catalog;
+pub mod compaction;
 pub mod index;
 pub mod log;
 pub mod producer_state;

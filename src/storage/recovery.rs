@@ -31,6 +31,7 @@ pub struct Recovered {
 /// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
 pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> {
     let clean = dir.join(CLEAN_MARKER).exists();
+    remove_unfinished_compactions(dir)?;
     let mut bases: Vec<i64> = fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -110,6 +111,25 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
         idempotent,
     })
 }
+
+/// Compacted copies of segments not yet swapped in when the broker stopped: the segment itself
+/// is still whole, so the copy is only in the way.
+fn remove_unfinished_compactions(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == CLEANED_SUFFIX) {
+            log::warn!(
+                "recovery: removing unfinished compaction {}",
+                path.display()
+            );
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// The extension of a compacted segment copy while it is written (`<base>.log.cleaned`).
+pub const CLEANED_SUFFIX: &str = "cleaned";
 
 fn load_indexes(dir: &Path, base: i64, file_len: u64) -> Option<(OffsetIndex, TimeIndex)> {
     let offsets = fs::read(SegmentMeta::index_path(dir, base)).ok()?;

@@ -72,7 +72,9 @@ pub fn deletable(
     for (i, s) in segments.iter().enumerate() {
         let next = segments.get(i + 1);
         let upper = next.map_or(s.next_offset, |n| n.base_offset);
-        if s.size_bytes == 0 || upper > high_watermark {
+        // An empty active segment holds nothing to delete; an empty closed one (all compacted
+        // away) still goes in order.
+        if (s.size_bytes == 0 && next.is_none()) || upper > high_watermark {
             break;
         }
         let newest_ms = if s.max_timestamp >= 0 {

@@ -1,0 +1,221 @@
+//! The shard's log cleaner: every `log.cleaner_interval_ms`, each compacted partition whose
+//! closed segments are dirty enough (`min.cleanable.dirty.ratio`) is cleaned (see
+//! storage/compaction.rs for the rules).
+//!
+//! Reading, learning keys and writing the compacted copies run without the append lock: they
+//! touch only closed segments below the high watermark, which appends never change. Only each
+//! swap takes the lock, and checks the segment is still the one that was read.
+
+use super::{Partition, Shard};
+use crate::protocol::batch;
+use crate::storage::compaction::{self, Compacted, KeyMap};
+use crate::storage::log::PartitionLog;
+use crate::storage::recovery::CLEANED_SUFFIX;
+use crate::storage::segment::SegmentMeta;
+use glommio::io::BufferedFile;
+use std::rc::Rc;
+
+/// Bytes of a segment read at a time.
+const CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+
+/// A closed segment as the pass found it.
+struct Closed {
+    base_offset: i64,
+    size_bytes: u64,
+    created_ms: u64,
+    file: Rc<BufferedFile>,
+}
+
+impl Shard {
+    pub async fn compact_logs(self: Rc<Self>) {
+        let period_ms = self.config.log.cleaner_interval_ms;
+        loop {
+            self.housekeeping_sleep(period_ms).await;
+            for ((topic, p), partition) in self.partition_list() {
+                let ratio = self.catalog().topics.get(&topic).and_then(|t| {
+                    let compacted = t.config.cleanup_policy.split(',').any(|p| p == "compact");
+                    compacted.then_some(t.config.min_cleanable_dirty_ratio)
+                });
+                let Some(ratio) = ratio else { continue };
+                if let Err(e) = self.compact_partition(&partition, ratio).await {
+                    self.storage_error(&topic, p, "compaction", &e);
+                }
+            }
+        }
+    }
+
+    async fn compact_partition(
+        &self,
+        partition: &Partition,
+        min_dirty_ratio: f64,
+    ) -> std::io::Result<()> {
+        let (closed, cleaned_to, dir, interval) = {
+            let log = partition.log.borrow();
+            if log.failed {
+                return Ok(());
+            }
+            let hw = log.high_watermark();
+            let closed: Vec<Closed> = log
+                .segments
+                .windows(2)
+                .take_while(|w| w[1].meta.base_offset <= hw)
+                .map(|w| Closed {
+                    base_offset: w[0].meta.base_offset,
+                    size_bytes: w[0].meta.size_bytes,
+                    created_ms: w[0].meta.created_ms,
+                    file: w[0].file.clone(),
+                })
+                .collect();
+            let interval = log.settings.index_interval_bytes;
+            (closed, log.cleaned_to, log.dir.clone(), interval)
+        };
+        let total: u64 = closed.iter().map(|c| c.size_bytes).sum();
+        let dirty: u64 = closed
+            .iter()
+            .filter(|c| c.base_offset >= cleaned_to)
+            .map(|c| c.size_bytes)
+            .sum();
+        if dirty == 0 || (dirty as f64) < min_dirty_ratio * total as f64 {
+            return Ok(());
+        }
+        // Learn keys oldest first; a segment whose keys do not all fit ends the pass there.
+        let mut map = KeyMap::new(self.config.log.cleaner_dedupe_buffer_bytes);
+        let mut covered = 0;
+        'segments: for c in &closed {
+            let mut at = 0;
+            while at < c.size_bytes {
+                let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
+                if !map.learn(&chunk) {
+                    break 'segments;
+                }
+                at += chunk.len() as u64;
+            }
+            covered += 1;
+        }
+        if covered == 0 {
+            log::warn!(
+                "partition {}: the keys of segment {} do not fit log.cleaner_dedupe_buffer_bytes; not compacted",
+                dir.display(),
+                closed[0].base_offset
+            );
+        }
+        let mut done = Compacted::default();
+        for c in &closed[..covered] {
+            let cleaned = dir.join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
+            let Some((meta, segment_done)) = write_compacted(c, &map, &cleaned, interval).await?
+            else {
+                continue; // nothing to remove in this one
+            };
+            let Ok(_permit) = partition.append_lock.acquire_permit(1).await else {
+                std::fs::remove_file(&cleaned)?;
+                return Ok(()); // the partition is closing
+            };
+            if PartitionLog::replace_segment(&partition.log, c.size_bytes, &cleaned, meta).await? {
+                done.records_removed += segment_done.records_removed;
+                done.batches_removed += segment_done.batches_removed;
+            }
+        }
+        // The dirty part now starts after the last segment cleaned.
+        let next_dirty = match (
+            covered.checked_sub(1).map(|i| &closed[i]),
+            closed.get(covered),
+        ) {
+            (_, Some(first_left)) => first_left.base_offset,
+            (Some(last), None) => {
+                let log = partition.log.borrow();
+                log.segments
+                    .iter()
+                    .map(|s| s.meta.base_offset)
+                    .find(|&b| b > last.base_offset)
+                    .unwrap_or_else(|| log.log_end_offset())
+            }
+            (None, None) => cleaned_to,
+        };
+        partition.log.borrow_mut().cleaned_to = next_dirty;
+        crate::metrics::add(
+            &self.metrics.compaction_records_removed,
+            done.records_removed,
+        );
+        if done.records_removed > 0 {
+            log::info!(
+                "partition {}: compaction removed {} superseded records ({} whole batches) below offset {next_dirty}",
+                dir.display(),
+                done.records_removed,
+                done.batches_removed
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Writes the compacted copy of a closed segment to `path` and syncs it; returns its
+/// bookkeeping and what was removed, or None (and no file) when nothing would be.
+async fn write_compacted(
+    c: &Closed,
+    map: &KeyMap,
+    path: &std::path::Path,
+    index_interval_bytes: u32,
+) -> std::io::Result<Option<(SegmentMeta, Compacted)>> {
+    let mut out = Vec::new();
+    let mut done = Compacted::default();
+    let mut meta = SegmentMeta::new(c.base_offset, c.created_ms);
+    let file = glommio::io::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .buffered_open(path)
+        .await
+        .map_err(std::io::Error::from)?;
+    let mut at = 0;
+    while at < c.size_bytes {
+        let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
+        at += chunk.len() as u64;
+        out.clear();
+        let chunk_done = compaction::compact(&chunk, map, &mut out);
+        done.records_removed += chunk_done.records_removed;
+        done.batches_removed += chunk_done.batches_removed;
+        let mut pos = 0;
+        while pos < out.len() {
+            let size = batch::peek_size(&out[pos..]).expect("compact writes whole batches");
+            let header = batch::parse_header(&out[pos..pos + size])
+                .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+            meta.note_batch(&header, meta.size_bytes, index_interval_bytes);
+            pos += size;
+        }
+        if !out.is_empty() {
+            let len = out.len();
+            let position = meta.size_bytes - len as u64;
+            let written = file
+                .write_at(std::mem::take(&mut out), position)
+                .await
+                .map_err(std::io::Error::from)?;
+            if written != len {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+        }
+    }
+    if done.records_removed == 0 {
+        file.close().await.map_err(std::io::Error::from)?;
+        std::fs::remove_file(path)?;
+        return Ok(None);
+    }
+    file.fdatasync().await.map_err(std::io::Error::from)?;
+    file.close().await.map_err(std::io::Error::from)?;
+    Ok(Some((meta, done)))
+}
+
+/// Whole batches of a segment from byte `at` (at most a chunk, at least one batch).
+async fn read_chunk(file: &BufferedFile, at: u64, size_bytes: u64) -> std::io::Result<Vec<u8>> {
+    let want = CHUNK_BYTES.min(size_bytes - at) as usize;
+    let data = file.read_at(at, want).await.map_err(std::io::Error::from)?;
+    let whole = compaction::whole_batches_len(&data);
+    if whole > 0 {
+        return Ok(data[..whole].to_vec());
+    }
+    // A batch larger than a chunk: read exactly it.
+    let size = batch::peek_size(&data)
+        .filter(|&s| at + s as u64 <= size_bytes)
+        .ok_or_else(|| std::io::Error::other(format!("no whole batch at byte {at}")))?;
+    let data = file.read_at(at, size).await.map_err(std::io::Error::from)?;
+    Ok(data.to_vec())
+}

@@ -1,0 +1,245 @@
+//! Log compaction (`cleanup.policy=compact`): in the closed segments, a record whose key has a
+//! later record there is removed, so that the log keeps at least the last value of every key.
+//! Offsets never change: the records left keep theirs, and a consumer reading across the gaps
+//! gets the next record that is left.
+//!
+//! Pure: `KeyMap` learns the latest offset of each key from segment bytes, `compact` rewrites
+//! segment bytes given that map. The shard (`shard/compaction.rs`) does the reading, writing and
+//! swapping of files.
+//!
+//! What is kept whole, so that nothing is lost that compaction cannot judge:
+//! - compressed batches (their records would have to be decompressed and compressed again);
+//!   their keys are not learned either, so an older uncompressed record whose newer value sits
+//!   in a compressed batch stays too;
+//! - records without a key;
+//! - tombstones (null values) that are the latest for their key, like any latest record.
+//!
+//! A batch whose records all go is removed whole, also an idempotent producer's (Kafka keeps
+//! those as empty batches to remember the producer's last sequence): here producer state lives
+//! in snapshots and is rebuilt from the active segment, which compaction never touches.
+
+use crate::protocol::batch::{self, HEADER_BYTES, LOG_OVERHEAD};
+use std::collections::HashMap;
+
+/// Bytes a key costs in the map beyond its own length (hash table slot, Vec header, offset).
+const ENTRY_OVERHEAD_BYTES: usize = 64;
+
+/// The latest offset of each key seen, within a memory budget.
+pub struct KeyMap {
+    latest: HashMap<Vec<u8>, i64>,
+    bytes: usize,
+    budget_bytes: usize,
+}
+
+impl KeyMap {
+    pub fn new(budget_bytes: usize) -> KeyMap {
+        KeyMap {
+            latest: HashMap::new(),
+            bytes: 0,
+            budget_bytes,
+        }
+    }
+
+    /// Learns the keys of a segment's whole batches. False if the budget ran out: the map then
+    /// holds only part of this segment, and must not be used to compact it or later segments.
+    pub fn learn(&mut self, data: &[u8]) -> bool {
+        for b in Batches(data) {
+            let Some(records) = batch::records(b) else {
+                continue; // compressed (or unreadable): kept whole, keys not learned
+            };
+            for r in records {
+                let Some(key) = r.key else { continue };
+                match self.latest.get_mut(key) {
+                    Some(offset) => *offset = r.offset,
+                    None => {
+                        self.bytes += key.len() + ENTRY_OVERHEAD_BYTES;
+                        if self.bytes > self.budget_bytes {
+                            return false;
+                        }
+                        self.latest.insert(key.to_vec(), r.offset);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether the record at `offset` with `key` is superseded by a later one.
+    fn superseded(&self, key: &[u8], offset: i64) -> bool {
+        self.latest.get(key).is_some_and(|&latest| latest > offset)
+    }
+}
+
+/// What compaction did to one segment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    pub records_removed: u64,
+    pub batches_removed: u64,
+}
+
+/// Appends to `out` the segment bytes `data` less the records `map` says are superseded.
+/// Batches are rewritten only when they lose records: same header (base offset, last offset
+/// delta, timestamps, producer fields), new length, record count and CRC.
+pub fn compact(data: &[u8], map: &KeyMap, out: &mut Vec<u8>) -> Compacted {
+    let mut done = Compacted::default();
+    for b in Batches(data) {
+        let Some(records) = batch::records(b) else {
+            out.extend_from_slice(b);
+            continue;
+        };
+        let total = records.len();
+        let kept: Vec<&[u8]> = records
+            .iter()
+            .filter(|r| r.key.is_none_or(|k| !map.superseded(k, r.offset)))
+            .map(|r| r.bytes)
+            .collect();
+        done.records_removed += (total - kept.len()) as u64;
+        if kept.len() == total {
+            out.extend_from_slice(b);
+            continue;
+        }
+        if kept.is_empty() {
+            done.batches_removed += 1;
+            continue;
+        }
+        let start = out.len();
+        out.extend_from_slice(&b[..HEADER_BYTES]);
+        for r in &kept {
+            out.extend_from_slice(r);
+        }
+        let rewritten = &mut out[start..];
+        let length = (rewritten.len() - LOG_OVERHEAD) as i32;
+        rewritten[8..12].copy_from_slice(&length.to_be_bytes());
+        rewritten[57..61].copy_from_slice(&(kept.len() as i32).to_be_bytes());
+        batch::seal(rewritten);
+    }
+    done
+}
+
+/// The whole batches of segment bytes, in order; stops at anything that is not one (segments
+/// hold whole, validated batches, so only a bug or disk corruption stops it early).
+struct Batches<'a>(&'a [u8]);
+
+impl<'a> Iterator for Batches<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let size = batch::peek_size(self.0).filter(|&s| s <= self.0.len())?;
+        let (b, rest) = self.0.split_at(size);
+        self.0 = rest;
+        Some(b)
+    }
+}
+
+/// The number of whole batches at the start of `data`, and the bytes they take: a chunk read
+/// from a segment may end inside a batch.
+pub fn whole_batches_len(data: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(size) = batch::peek_size(&data[at..]).filter(|&s| s <= data.len() - at) {
+        at += size;
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::batch::build;
+
+    /// Batches of (key, value) records, given base offsets in turn.
+    fn segment(batches: &[&[(Option<&str>, Option<&str>)]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut next = 0i64;
+        for records in batches {
+            let kv: Vec<_> = records
+                .iter()
+                .map(|(k, v)| (k.map(str::as_bytes), v.map(str::as_bytes)))
+                .collect();
+            let mut b = build(&kv, 1000);
+            batch::assign(&mut b, next, 0, None);
+            next += records.len() as i64;
+            out.extend(b);
+        }
+        out
+    }
+
+    /// (offset, key, value) of every record left, checking each batch's CRC.
+    fn contents(data: &[u8]) -> Vec<(i64, Option<String>, Option<String>)> {
+        let s = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+        Batches(data)
+            .flat_map(|b| {
+                batch::validate(b).expect("a valid batch");
+                batch::records(b)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| (r.offset, s(r.key), s(r.value)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_the_latest_record_of_each_key_at_its_offset() {
+        let data = segment(&[
+            &[(Some("a"), Some("a1")), (Some("b"), Some("b1"))],
+            &[(Some("a"), Some("a2")), (None, Some("no key"))],
+            &[(Some("b"), None), (Some("c"), Some("c1"))],
+        ]);
+        let mut map = KeyMap::new(1 << 20);
+        assert!(map.learn(&data));
+        let mut out = Vec::new();
+        let done = compact(&data, &map, &mut out);
+        assert_eq!(done.records_removed, 2);
+        assert_eq!(done.batches_removed, 1, "the first batch lost both records");
+        let own = |s: &str| Some(s.to_string());
+        assert_eq!(
+            contents(&out),
+            vec![
+                (2, own("a"), own("a2")),
+                (3, None, own("no key")),
+                (4, own("b"), None), // the tombstone is b's latest
+                (5, own("c"), own("c1")),
+            ]
+        );
+        // Compacting again changes nothing.
+        let mut again = Vec::new();
+        assert_eq!(compact(&out, &map, &mut again), Compacted::default());
+        assert_eq!(again, out);
+    }
+
+    #[test]
+    fn a_rewritten_batch_keeps_its_header_fields_and_offset_range() {
+        let mut data = segment(&[&[(Some("k"), Some("1")), (Some("j"), Some("1"))]]);
+        // An idempotent producer's batch, whose first record is superseded below.
+        data[43..51].copy_from_slice(&7i64.to_be_bytes()); // producer id
+        data[51..53].copy_from_slice(&0i16.to_be_bytes()); // producer epoch
+        data[53..57].copy_from_slice(&0i32.to_be_bytes()); // base sequence
+        batch::seal(&mut data);
+        let mut later = segment(&[&[(Some("k"), Some("2"))]]);
+        batch::assign(&mut later, 2, 0, None);
+        let mut map = KeyMap::new(1 << 20);
+        assert!(map.learn(&data) && map.learn(&later));
+        let mut out = Vec::new();
+        compact(&data, &map, &mut out);
+        let h = batch::validate(&out).unwrap();
+        assert_eq!((h.record_count, h.base_offset, h.last_offset()), (1, 0, 1));
+        assert_eq!((h.producer_id, h.base_sequence), (7, 0));
+        let own = |s: &str| Some(s.to_string());
+        assert_eq!(contents(&out), vec![(1, own("j"), own("1"))]);
+    }
+
+    #[test]
+    fn a_full_map_says_so() {
+        let data = segment(&[&[(Some("a"), Some("1")), (Some("b"), Some("1"))]]);
+        let mut map = KeyMap::new(ENTRY_OVERHEAD_BYTES + 1);
+        assert!(!map.learn(&data));
+    }
+
+    #[test]
+    fn chunks_end_at_whole_batches() {
+        let data = segment(&[&[(Some("a"), Some("1"))], &[(Some("b"), Some("2"))]]);
+        let first = batch::peek_size(&data).unwrap();
+        assert_eq!(whole_batches_len(&data), data.len());
+        assert_eq!(whole_batches_len(&data[..data.len() - 1]), first);
+        assert_eq!(whole_batches_len(&data[..3]), 0);
+    }
+}

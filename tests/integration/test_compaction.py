@@ -1,0 +1,124 @@
+"""Log compaction with real clients: in a compacted topic's closed segments only the latest
+record of each key is left, at its original offset and byte-equal; what is left survives
+SIGKILL; and `__consumer_offsets` is compacted the same way without losing a commit."""
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+import ck
+from metrics import metrics_config, total
+from waiting import wait_until
+
+# A cleaner pass every 200 ms instead of every 15 s.
+CONFIG = "[log]\ncleaner_interval_ms = 200\n"
+
+
+def segment_bases(broker, topic, p):
+    return sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
+
+
+def read_all(bootstrap, topic, p, timeout_s=60):
+    """(offset, key, value) of every record of the partition, up to its high watermark."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        c.assign([TopicPartition(topic, p, 0)])
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < high - 1) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                raise KafkaException(m.error())
+            out.append((m.offset(), m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def expected_offsets(sent, active_base):
+    """Below the active segment, the last offset of each key; from it on, every offset."""
+    last = {}
+    for offset, (key, _) in sorted(sent.items()):
+        if offset < active_base:
+            last[key] = offset
+    return sorted(set(last.values()) | {o for o in sent if o >= active_base})
+
+
+def test_only_the_latest_record_of_each_key_is_left(make_broker):
+    config, metrics_addr = metrics_config(CONFIG)
+    broker = make_broker(config=config)
+    bootstrap = broker.bootstrap
+    ck.create_topic(bootstrap, "cmp", 1, {"cleanup.policy": "compact", "segment.bytes": "16384",
+                                           "min.cleanable.dirty.ratio": "0"})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 4096, "linger.ms": 2})
+    sent = {}
+    for rnd in range(50):
+        for k in range(40):
+            key, value = b"key-%d" % k, b"value-%d-%d-" % (rnd, k) + b"x" * (k * 3)
+            producer.produce("cmp", key=key, value=value, partition=0,
+                             on_delivery=lambda e, m, kv=(key, value): sent.__setitem__(m.offset(), kv))
+        producer.poll(0)
+    assert producer.flush(30) == 0 and len(sent) == 2000
+
+    def compacted():
+        bases = segment_bases(broker, "cmp", 0)
+        got = read_all(bootstrap, "cmp", 0)
+        return [o for o, _, _ in got] == expected_offsets(sent, bases[-1]), got
+
+    wait_until(lambda: compacted()[0], timeout_s=60, what="the closed segments to be compacted")
+    got = compacted()[1]
+    assert len(segment_bases(broker, "cmp", 0)) > 3
+    for offset, key, value in got:
+        assert (key, value) == sent[offset], f"offset {offset} differs"
+    # Every key's latest value is there.
+    latest = {}
+    for offset, (key, value) in sorted(sent.items()):
+        latest[key] = value
+    assert {k: v for _, k, v in got} == latest
+    assert total(metrics_addr, "sluice_compaction_records_removed_total") == len(sent) - len(got)
+    # The compacted log is what recovery finds after a crash.
+    broker.kill()
+    broker.start()
+    assert read_all(bootstrap, "cmp", 0) == got
+
+
+def test_consumer_offsets_are_compacted_without_losing_a_commit(make_broker):
+    config, metrics_addr = metrics_config(
+        "offsets_topic_partitions = 1\noffsets_topic_segment_bytes = 16384\n" + CONFIG)
+    broker = make_broker(config=config)
+    bootstrap = broker.bootstrap
+    ck.create_topic(bootstrap, "oc", 2)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "committer", "enable.auto.commit": False})
+    c.assign([TopicPartition("oc", 0), TopicPartition("oc", 1)])
+    commits = 1500
+    for i in range(1, commits + 1):
+        c.commit(offsets=[TopicPartition("oc", 0, i), TopicPartition("oc", 1, 2 * i)], asynchronous=False)
+    c.close()
+    assert len(segment_bases(broker, "__consumer_offsets", 0)) > 3
+    wait_until(lambda: total(metrics_addr, "sluice_compaction_records_removed_total") > commits,
+               what="old commits to be compacted away")
+    # By default a log is cleaned once half of it is new; at ratio 0 every closed segment is.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets", incremental_configs=[
+        ConfigEntry("min.cleanable.dirty.ratio", "0", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=10)
+
+    def keys_below_active_segment():
+        bases = segment_bases(broker, "__consumer_offsets", 0)
+        return [k for o, k, _ in read_all(bootstrap, "__consumer_offsets", 0) if o < bases[-1]]
+
+    # Below the active segment, each key is then left once.
+    wait_until(lambda: len(set(keys_below_active_segment())) == len(keys_below_active_segment()),
+               what="every closed segment to be compacted")
+    # The group's offsets are replayed from the compacted log after a crash.
+    broker.kill()
+    broker.start()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "committer", "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition("oc", 0), TopicPartition("oc", 1)], timeout=30)
+    finally:
+        c.close()
+    assert [(tp.partition, tp.offset) for tp in got] == [(0, commits), (1, 2 * commits)]
