@@ -9,7 +9,7 @@
 use super::{Partition, Shard};
 use crate::protocol::batch;
 use crate::storage::compaction::{self, Compacted, KeyMap};
-use crate::storage::log::PartitionLog;
+use crate::storage::log::{create_file, PartitionLog};
 use crate::storage::recovery::CLEANED_SUFFIX;
 use crate::storage::segment::SegmentMeta;
 use glommio::io::BufferedFile;
@@ -159,13 +159,7 @@ async fn write_compacted(
     let mut out = Vec::new();
     let mut done = Compacted::default();
     let mut meta = SegmentMeta::new(c.base_offset, c.created_ms);
-    let file = glommio::io::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .buffered_open(path)
-        .await
-        .map_err(std::io::Error::from)?;
+    let file = create_file(path).await?;
     let mut at = 0;
     while at < c.size_bytes {
         let chunk = read_chunk(&c.file, at, c.size_bytes).await?;

@@ -763,15 +763,20 @@ async fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> std::io::Result<()> 
     std::fs::rename(&tmp, dir.join(producer_state::SNAPSHOT_FILE))
 }
 
-/// Writes a whole small file (index, marker) and makes it durable.
-pub async fn write_file(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
-    let file = OpenOptions::new()
+/// Creates (or empties) a file to write from the start.
+pub async fn create_file(path: &Path) -> std::io::Result<BufferedFile> {
+    OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .buffered_open(path)
         .await
-        .map_err(std::io::Error::from)?;
+        .map_err(std::io::Error::from)
+}
+
+/// Writes a whole small file (index, marker) and makes it durable.
+pub async fn write_file(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
+    let file = create_file(path).await?;
     if !data.is_empty() {
         file.write_at(data, 0).await.map_err(std::io::Error::from)?;
     }
