@@ -286,7 +286,9 @@ pub struct Record<'a> {
     pub bytes: &'a [u8],
 }
 
-/// The records of one whole uncompressed batch; None if it is compressed or malformed.
+/// The records of one whole uncompressed batch; None if it is compressed or malformed: every
+/// record must parse to exactly its length (headers included) and the records must fill the
+/// batch, so that a record's bytes can be copied on their own (compaction).
 pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
     let h = parse_header(batch).ok()?;
     if h.compression() != 0 || h.size_bytes > batch.len() {
@@ -315,6 +317,27 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
                 p = field_end;
             }
         }
+        // Headers: a count, then a key and a (nullable) value each. Every step reads at least
+        // a byte, so an untrusted count runs out of bytes, not of time.
+        let (headers, n) = get_varint(batch.get(p..rec_end)?)?;
+        p += n;
+        for _ in 0..headers.max(0) {
+            for nullable in [false, true] {
+                let (l, n) = get_varint(batch.get(p..rec_end)?)?;
+                p += n;
+                if l >= 0 {
+                    p = p.checked_add(usize::try_from(l).ok()?)?;
+                } else if !nullable {
+                    return None;
+                }
+                if p > rec_end {
+                    return None;
+                }
+            }
+        }
+        if headers < 0 || p != rec_end {
+            return None;
+        }
         out.push(Record {
             offset: h.base_offset.checked_add(offset_delta)?,
             key: fields[0],
@@ -323,7 +346,7 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
         });
         at = rec_end;
     }
-    Some(out)
+    (at == end).then_some(out)
 }
 
 /// Zig-zag varint: value and bytes read.
@@ -446,5 +469,29 @@ pub mod tests {
         assert_eq!(b[offset_delta_at], 0);
         b[offset_delta_at] = 2; // zigzag 1
         assert!(records(&b).is_none());
+    }
+
+    /// Found by the record_batch fuzz target once compaction copied records on their own: a
+    /// record without its header count, or bytes after the last record, must not pass as
+    /// records (a batch rebuilt from them would not validate).
+    #[test]
+    fn records_must_parse_exactly() {
+        let b = build(&[(Some(b"k"), Some(b"v")), (Some(b"j"), Some(b"w"))], 1);
+        let whole = records(&b).unwrap();
+        assert_eq!(
+            whole.iter().map(|r| r.bytes.len()).sum::<usize>(),
+            b.len() - HEADER_BYTES
+        );
+        // Trailing bytes inside the batch.
+        let mut longer = b.clone();
+        longer.push(0);
+        let length = (longer.len() - LOG_OVERHEAD) as i32;
+        longer[8..12].copy_from_slice(&length.to_be_bytes());
+        seal(&mut longer);
+        assert!(records(&longer).is_none());
+        // A record whose stated length leaves out its header count.
+        let mut short = b.clone();
+        short[HEADER_BYTES] -= 2; // zigzag: length one less
+        assert!(records(&short).is_none());
     }
 }
