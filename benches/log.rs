@@ -1,5 +1,5 @@
 //! Micro-benchmarks of the storage hot path: record-batch validation (CRC32C) and log append
-//! and read through glommio's io_uring files.
+//! and read through glommio's io_uring files; and of compaction's in-memory work on a segment.
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -131,5 +131,48 @@ fn append_and_read(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, validate, append_and_read);
+/// A 4 MiB segment of 16-record batches of 256-byte values over 1,000 keys, each key written
+/// about 16 times: the key map learned from it, then the segment compacted (the latest record
+/// of each key kept, most batches rewritten).
+fn compaction(c: &mut Criterion) {
+    use sluice::storage::compaction::{compact, KeyMap};
+    let value = vec![b'v'; 256];
+    let keys: Vec<Vec<u8>> = (0..1000)
+        .map(|k| format!("key-{k:05}").into_bytes())
+        .collect();
+    let mut segment = Vec::new();
+    let mut offset = 0i64;
+    let mut k = 0;
+    while segment.len() < 4 << 20 {
+        let records: Vec<_> = (0..16)
+            .map(|i| (Some(&keys[(k + i * 61) % keys.len()][..]), Some(&value[..])))
+            .collect();
+        k += 1;
+        let mut b = batch::build(&records, 1_700_000_000_000);
+        batch::assign(&mut b, offset, 0, None);
+        offset += 16;
+        segment.extend(b);
+    }
+    let mut g = c.benchmark_group("compaction");
+    g.throughput(Throughput::Bytes(segment.len() as u64));
+    g.bench_function("learn_4MiB", |bench| {
+        bench.iter(|| {
+            let mut map = KeyMap::new(64 << 20);
+            assert!(map.learn(&segment));
+            map
+        })
+    });
+    let mut map = KeyMap::new(64 << 20);
+    assert!(map.learn(&segment));
+    g.bench_function("compact_4MiB", |bench| {
+        let mut out = Vec::with_capacity(segment.len());
+        bench.iter(|| {
+            out.clear();
+            compact(&segment, &map, &mut out)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, validate, append_and_read, compaction);
 criterion_main!(benches);
