@@ -168,7 +168,7 @@ fn compaction(c: &mut Criterion) {
         let mut out = Vec::with_capacity(segment.len());
         bench.iter(|| {
             out.clear();
-            compact(&segment, &map, &mut out)
+            compact(&segment, &map, false, &mut out)
         })
     });
     g.finish();

@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
         let mut map = KeyMap::new(1 << 20);
         map.learn(&buf);
         let mut out = Vec::new();
-        compact(&buf, &map, &mut out);
+        compact(&buf, &map, mode & 2 == 2, &mut out);
         let mut at = 0;
         while at < out.len() {
             let size = batch::peek_size(&out[at..]).expect("compaction writes whole batches");

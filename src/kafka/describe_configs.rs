@@ -27,7 +27,11 @@ const TYPE_DOUBLE: i8 = 6;
 fn config_type(key: &str) -> i8 {
     match key {
         "cleanup.policy" => TYPE_LIST,
-        "retention.ms" | "retention.bytes" | "segment.ms" | "log.segment.bytes" => TYPE_LONG,
+        "retention.ms"
+        | "retention.bytes"
+        | "segment.ms"
+        | "log.segment.bytes"
+        | "delete.retention.ms" => TYPE_LONG,
         "segment.bytes"
         | "max.message.bytes"
         | "min.insync.replicas"

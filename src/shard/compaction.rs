@@ -6,7 +6,7 @@
 //! touch only closed segments below the high watermark, which appends never change. Only each
 //! swap takes the lock, and checks the segment is still the one that was read.
 
-use super::{Partition, Shard};
+use super::{now_ms, Partition, Shard};
 use crate::protocol::batch;
 use crate::storage::compaction::{self, Compacted, KeyMap};
 use crate::storage::log::{create_file, PartitionLog};
@@ -18,12 +18,33 @@ use std::rc::Rc;
 /// Bytes of a segment read at a time.
 const CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 
+/// A compacted topic's cleaning settings.
+#[derive(Clone, Copy)]
+struct CleanPolicy {
+    min_dirty_ratio: f64,
+    delete_retention_ms: i64,
+}
+
 /// A closed segment as the pass found it.
 struct Closed {
     base_offset: i64,
     size_bytes: u64,
     created_ms: u64,
+    /// Its newest record's timestamp (-1: none), for `delete.retention.ms`.
+    max_timestamp: i64,
     file: Rc<BufferedFile>,
+}
+
+impl Closed {
+    /// Whether the segment is older than `delete_retention_ms`, so its tombstones may go.
+    fn past(&self, delete_retention_ms: i64, now_ms: u64) -> bool {
+        let newest_ms = if self.max_timestamp >= 0 {
+            self.max_timestamp
+        } else {
+            self.created_ms as i64
+        };
+        (now_ms as i64).saturating_sub(newest_ms) > delete_retention_ms
+    }
 }
 
 impl Shard {
@@ -32,12 +53,15 @@ impl Shard {
         loop {
             self.housekeeping_sleep(period_ms).await;
             for ((topic, p), partition) in self.partition_list() {
-                let ratio = self.catalog().topics.get(&topic).and_then(|t| {
+                let policy = self.catalog().topics.get(&topic).and_then(|t| {
                     let compacted = t.config.cleanup_policy.split(',').any(|p| p == "compact");
-                    compacted.then_some(t.config.min_cleanable_dirty_ratio)
+                    compacted.then_some(CleanPolicy {
+                        min_dirty_ratio: t.config.min_cleanable_dirty_ratio,
+                        delete_retention_ms: t.config.delete_retention_ms,
+                    })
                 });
-                let Some(ratio) = ratio else { continue };
-                if let Err(e) = self.compact_partition(&partition, ratio).await {
+                let Some(policy) = policy else { continue };
+                if let Err(e) = self.compact_partition(&partition, policy).await {
                     self.storage_error(&topic, p, "compaction", &e);
                 }
             }
@@ -47,7 +71,7 @@ impl Shard {
     async fn compact_partition(
         &self,
         partition: &Partition,
-        min_dirty_ratio: f64,
+        policy: CleanPolicy,
     ) -> std::io::Result<()> {
         let (closed, cleaned_to, dir, interval) = {
             let log = partition.log.borrow();
@@ -63,6 +87,7 @@ impl Shard {
                     base_offset: w[0].meta.base_offset,
                     size_bytes: w[0].meta.size_bytes,
                     created_ms: w[0].meta.created_ms,
+                    max_timestamp: w[0].meta.max_timestamp,
                     file: w[0].file.clone(),
                 })
                 .collect();
@@ -75,7 +100,7 @@ impl Shard {
             .filter(|c| c.base_offset >= cleaned_to)
             .map(|c| c.size_bytes)
             .sum();
-        if dirty == 0 || (dirty as f64) < min_dirty_ratio * total as f64 {
+        if dirty == 0 || (dirty as f64) < policy.min_dirty_ratio * total as f64 {
             return Ok(());
         }
         // Learn keys oldest first; a segment whose keys do not all fit ends the pass there.
@@ -102,8 +127,9 @@ impl Shard {
         let mut done = Compacted::default();
         for c in &closed[..covered] {
             let cleaned = dir.join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
-            let Some((meta, segment_done)) = write_compacted(c, &map, &cleaned, interval).await?
-            else {
+            let drop_tombstones = c.past(policy.delete_retention_ms, now_ms());
+            let compacted = write_compacted(c, &map, drop_tombstones, &cleaned, interval).await?;
+            let Some((meta, segment_done)) = compacted else {
                 continue; // nothing to remove in this one
             };
             let Ok(_permit) = partition.append_lock.acquire_permit(1).await else {
@@ -138,7 +164,7 @@ impl Shard {
         );
         if done.records_removed > 0 {
             log::info!(
-                "partition {}: compaction removed {} superseded records ({} whole batches) below offset {next_dirty}",
+                "partition {}: compaction removed {} records (superseded, or expired tombstones; {} whole batches) below offset {next_dirty}",
                 dir.display(),
                 done.records_removed,
                 done.batches_removed
@@ -153,6 +179,7 @@ impl Shard {
 async fn write_compacted(
     c: &Closed,
     map: &KeyMap,
+    drop_tombstones: bool,
     path: &std::path::Path,
     index_interval_bytes: u32,
 ) -> std::io::Result<Option<(SegmentMeta, Compacted)>> {
@@ -165,7 +192,7 @@ async fn write_compacted(
         let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
         at += chunk.len() as u64;
         out.clear();
-        let chunk_done = compaction::compact(&chunk, map, &mut out);
+        let chunk_done = compaction::compact(&chunk, map, drop_tombstones, &mut out);
         done.records_removed += chunk_done.records_removed;
         done.batches_removed += chunk_done.batches_removed;
         let mut pos = 0;

@@ -45,6 +45,8 @@ pub struct TopicConfig {
     pub index_interval_bytes: u32,
     /// Compaction cleans a log once this share of its closed bytes is new since the last pass.
     pub min_cleanable_dirty_ratio: f64,
+    /// Compaction removes a tombstone once its segment is older than this.
+    pub delete_retention_ms: i64,
 }
 
 /// Every topic config key Sluice knows, with how to read it. Unknown keys are INVALID_CONFIG.
@@ -60,6 +62,7 @@ pub const TOPIC_CONFIG_KEYS: &[&str] = &[
     "index.interval.bytes",
     "compression.type",
     "min.cleanable.dirty.ratio",
+    "delete.retention.ms",
 ];
 
 impl TopicConfig {
@@ -79,6 +82,7 @@ impl TopicConfig {
             min_insync_replicas: 1,
             index_interval_bytes: log.index_interval_bytes,
             min_cleanable_dirty_ratio: 0.5,
+            delete_retention_ms: 24 * 3600 * 1000,
         };
         for (key, value) in overrides {
             let num = |lo: i64, hi: i64| -> Result<i64, String> {
@@ -98,6 +102,7 @@ impl TopicConfig {
                 },
                 "retention.ms" => c.retention_ms = num(-1, i64::MAX)?,
                 "retention.bytes" => c.retention_bytes = num(-1, i64::MAX)?,
+                "delete.retention.ms" => c.delete_retention_ms = num(0, i64::MAX)?,
                 "segment.bytes" => c.segment_bytes = num(1024, u32::MAX as i64)? as u64,
                 "segment.ms" => c.segment_ms = num(1, i64::MAX)? as u64,
                 "max.message.bytes" => c.max_message_bytes = num(0, i32::MAX as i64)? as u32,
@@ -161,6 +166,7 @@ impl TopicConfig {
                 "min.cleanable.dirty.ratio",
                 self.min_cleanable_dirty_ratio.to_string(),
             ),
+            ("delete.retention.ms", self.delete_retention_ms.to_string()),
         ]
     }
 }

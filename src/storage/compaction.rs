@@ -12,7 +12,9 @@
 //!   their keys are not learned either, so an older uncompressed record whose newer value sits
 //!   in a compressed batch stays too;
 //! - records without a key;
-//! - tombstones (null values) that are the latest for their key, like any latest record.
+//! - tombstones (null values) that are the latest for their key, like any latest record, until
+//!   their segment is older than the topic's `delete.retention.ms`: then the key goes entirely
+//!   (consumers had that long to see the delete).
 //!
 //! A batch whose records all go is removed whole, also an idempotent producer's (Kafka keeps
 //! those as empty batches to remember the producer's last sequence): here producer state lives
@@ -77,10 +79,11 @@ pub struct Compacted {
     pub batches_removed: u64,
 }
 
-/// Appends to `out` the segment bytes `data` less the records `map` says are superseded.
-/// Batches are rewritten only when they lose records: same header (base offset, last offset
-/// delta, timestamps, producer fields), new length, record count and CRC.
-pub fn compact(data: &[u8], map: &KeyMap, out: &mut Vec<u8>) -> Compacted {
+/// Appends to `out` the segment bytes `data` less the records `map` says are superseded, and
+/// less its tombstones when `drop_tombstones`. Batches are rewritten only when they lose
+/// records: same header (base offset, last offset delta, timestamps, producer fields), new
+/// length, record count and CRC.
+pub fn compact(data: &[u8], map: &KeyMap, drop_tombstones: bool, out: &mut Vec<u8>) -> Compacted {
     let mut done = Compacted::default();
     for b in Batches(data) {
         let Some(records) = batch::records(b) else {
@@ -90,7 +93,13 @@ pub fn compact(data: &[u8], map: &KeyMap, out: &mut Vec<u8>) -> Compacted {
         let total = records.len();
         let kept: Vec<&[u8]> = records
             .iter()
-            .filter(|r| r.key.is_none_or(|k| !map.superseded(k, r.offset)))
+            .filter(|r| match r.key {
+                None => true,
+                Some(k) => {
+                    let expired_tombstone = drop_tombstones && r.value.is_none();
+                    !(map.superseded(k, r.offset) || expired_tombstone)
+                }
+            })
             .map(|r| r.bytes)
             .collect();
         done.records_removed += (total - kept.len()) as u64;
@@ -187,7 +196,7 @@ mod tests {
         let mut map = KeyMap::new(1 << 20);
         assert!(map.learn(&data));
         let mut out = Vec::new();
-        let done = compact(&data, &map, &mut out);
+        let done = compact(&data, &map, false, &mut out);
         assert_eq!(done.records_removed, 2);
         assert_eq!(done.batches_removed, 1, "the first batch lost both records");
         let own = |s: &str| Some(s.to_string());
@@ -202,8 +211,19 @@ mod tests {
         );
         // Compacting again changes nothing.
         let mut again = Vec::new();
-        assert_eq!(compact(&out, &map, &mut again), Compacted::default());
+        assert_eq!(compact(&out, &map, false, &mut again), Compacted::default());
         assert_eq!(again, out);
+        // Once the segment is past delete.retention.ms, the tombstone and its key go too.
+        let mut gone = Vec::new();
+        assert_eq!(compact(&out, &map, true, &mut gone).records_removed, 1);
+        assert_eq!(
+            contents(&gone),
+            vec![
+                (2, own("a"), own("a2")),
+                (3, None, own("no key")),
+                (5, own("c"), own("c1"))
+            ]
+        );
     }
 
     #[test]
@@ -219,7 +239,7 @@ mod tests {
         let mut map = KeyMap::new(1 << 20);
         assert!(map.learn(&data) && map.learn(&later));
         let mut out = Vec::new();
-        compact(&data, &map, &mut out);
+        compact(&data, &map, false, &mut out);
         let h = batch::validate(&out).unwrap();
         assert_eq!((h.record_count, h.base_offset, h.last_offset()), (1, 0, 1));
         assert_eq!((h.producer_id, h.base_sequence), (7, 0));

@@ -122,3 +122,27 @@ def test_consumer_offsets_are_compacted_without_losing_a_commit(make_broker):
     finally:
         c.close()
     assert [(tp.partition, tp.offset) for tp in got] == [(0, commits), (1, 2 * commits)]
+
+
+def test_a_deleted_key_goes_entirely_after_delete_retention_ms(make_broker):
+    broker = make_broker(config=CONFIG)
+    bootstrap = broker.bootstrap
+    ck.create_topic(bootstrap, "tomb", 1, {"cleanup.policy": "compact", "segment.bytes": "16384",
+                                            "min.cleanable.dirty.ratio": "0", "delete.retention.ms": "0"})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 4096, "linger.ms": 2})
+    producer.produce("tomb", key=b"gone", value=b"first", partition=0)
+    producer.produce("tomb", key=b"kept", value=b"value", partition=0)
+    producer.produce("tomb", key=b"gone", value=None, partition=0)  # the delete
+    for i in range(300):  # enough distinct keys to close a few segments behind them
+        producer.produce("tomb", key=b"filler-%d" % i, value=b"f" * 200, partition=0)
+    assert producer.flush(30) == 0
+
+    def below_active_segment():
+        active = segment_bases(broker, "tomb", 0)[-1]
+        return [(k, v) for o, k, v in read_all(bootstrap, "tomb", 0) if o < active]
+
+    wait_until(lambda: all(k != b"gone" for k, _ in below_active_segment()),
+               what="the deleted key, tombstone included, to be compacted away")
+    left = below_active_segment()
+    assert (b"kept", b"value") in left
+    assert {k for k, _ in left} <= {b"kept"} | {b"filler-%d" % i for i in range(300)}
