@@ -10,6 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const FILE_NAME: &str = "catalog.rkyv";
+/// The catalog file starts with this and a format version, so that a later Sluice can tell an
+/// older layout from a damaged file and migrate it (and an older Sluice refuses a newer one).
+/// Files written before the header existed are read as version 0 and rewritten as the current
+/// version at the next change.
+const MAGIC: &[u8; 7] = b"SLUICAT";
+const FORMAT_VERSION: u8 = 1;
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
@@ -330,10 +336,7 @@ impl Catalog {
         let path = Self::path(data_dir);
         match std::fs::read(&path) {
             Ok(raw) => {
-                let mut aligned = rkyv::util::AlignedVec::<16>::new();
-                aligned.extend_from_slice(&raw);
-                rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned)
-                    .map_err(|e| anyhow::anyhow!("catalog {} is corrupt: {e}", path.display()))
+                decode_record(&raw).map_err(|e| anyhow::anyhow!("catalog {}: {e}", path.display()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogRecord {
                 cluster_id: uuid::Uuid::new_v4().simple().to_string()[..22].to_string(),
@@ -353,12 +356,40 @@ impl Catalog {
         let path = Self::path(data_dir);
         let dir = path.parent().expect("catalog has a parent dir");
         std::fs::create_dir_all(dir)?;
-        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(record).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("tmp");
-        crate::storage::log::write_file(&tmp, bytes.to_vec()).await?;
+        crate::storage::log::write_file(&tmp, encode_record(record)?).await?;
         std::fs::rename(&tmp, &path)?;
         crate::storage::log::sync_dir(dir).await
     }
+}
+
+/// The catalog file's bytes: the header, then the record in rkyv.
+fn encode_record(record: &CatalogRecord) -> std::io::Result<Vec<u8>> {
+    let body = rkyv::to_bytes::<rkyv::rancor::Error>(record).map_err(std::io::Error::other)?;
+    let mut out = Vec::with_capacity(MAGIC.len() + 1 + body.len());
+    out.extend_from_slice(MAGIC);
+    out.push(FORMAT_VERSION);
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Reads a catalog file of any version this Sluice knows.
+fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
+    let body = match raw.strip_prefix(MAGIC) {
+        Some([FORMAT_VERSION, body @ ..]) => body,
+        Some([version, ..]) => {
+            return Err(format!(
+                "format version {version} is newer than this Sluice reads ({FORMAT_VERSION})"
+            ))
+        }
+        Some([]) => return Err("truncated header".into()),
+        // Version 0: the record alone, as written before the header existed.
+        None => raw,
+    };
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(body);
+    rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned)
+        .map_err(|e| format!("corrupt: {e}"))
 }
 
 /// Kafka's topic name rule: 1..=249 characters of [a-zA-Z0-9._-], not "." or "..".
@@ -398,9 +429,17 @@ mod tests {
             }],
             producer_id_block_end: 3000,
         };
-        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&rec).unwrap();
-        let back = rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&bytes).unwrap();
-        assert_eq!(back, rec);
+        let bytes = encode_record(&rec).unwrap();
+        assert!(bytes.starts_with(b"SLUICAT\x01"));
+        assert_eq!(decode_record(&bytes), Ok(rec.clone()));
+        // A file from before the header existed still loads.
+        let unversioned = rkyv::to_bytes::<rkyv::rancor::Error>(&rec).unwrap();
+        assert_eq!(decode_record(&unversioned), Ok(rec));
+        // A newer format is refused by name, not misread.
+        let mut newer = bytes.clone();
+        newer[7] = 2;
+        assert!(decode_record(&newer).unwrap_err().contains("version 2"));
+        assert!(decode_record(b"SLUICAT").is_err());
     }
 
     #[test]

@@ -130,3 +130,23 @@ def test_topics_survive_restart(broker):
     res = ConfigResource(ConfigResource.Type.TOPIC, "keep")
     assert admin.describe_configs([res])[res].result(timeout=10)["retention.ms"].value == "777"
     assert md.topics["keep"].partitions[0].leader == 0
+
+
+def test_a_catalog_from_before_its_version_header_still_loads(broker):
+    """Data dirs written before the catalog had a format header (version 0: the rkyv record
+    alone) load, and are rewritten with the header at the next change."""
+    from confluent_kafka.admin import AdminClient
+    ck.create_topic(broker.bootstrap, "old", 2)
+    assert broker.stop() == 0
+    catalog = broker.data_dir / "__meta" / "catalog.rkyv"
+    raw = catalog.read_bytes()
+    assert raw[:8] == b"SLUICAT\x01"
+    catalog.write_bytes(raw[8:])  # as an older Sluice wrote it
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert len(admin.list_topics(timeout=10).topics["old"].partitions) == 2
+    ck.create_topic(broker.bootstrap, "new", 1)
+    assert catalog.read_bytes()[:8] == b"SLUICAT\x01"
+    broker.kill()
+    broker.start()
+    assert {"old", "new"} <= set(admin.list_topics(timeout=10).topics)
