@@ -324,12 +324,7 @@ impl PartitionLog {
             producers: log.borrow().producers.to_entries(),
         };
         write_snapshot(&dir, &snapshot).await?;
-        write_file(&SegmentMeta::index_path(&dir, closing_base), offset_index).await?;
-        write_file(
-            &SegmentMeta::time_index_path(&dir, closing_base),
-            time_index,
-        )
-        .await?;
+        write_indexes(&dir, closing_base, offset_index, time_index).await?;
         let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
         sync_dir(&dir).await?;
         let mut l = log.borrow_mut();
@@ -560,27 +555,11 @@ impl PartitionLog {
             std::fs::remove_file(cleaned)?;
             return Ok(false);
         };
-        for p in [
-            SegmentMeta::index_path(&dir, base),
-            SegmentMeta::time_index_path(&dir, base),
-        ] {
-            match std::fs::remove_file(&p) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-        }
+        recovery::remove_indexes(&dir, base)?;
         std::fs::rename(cleaned, SegmentMeta::log_path(&dir, base))?;
         let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
-        write_file(
-            &SegmentMeta::index_path(&dir, base),
-            meta.offset_index.to_bytes(),
-        )
-        .await?;
-        write_file(
-            &SegmentMeta::time_index_path(&dir, base),
-            meta.time_index.to_bytes(),
-        )
-        .await?;
+        let (offset_index, time_index) = (meta.offset_index.to_bytes(), meta.time_index.to_bytes());
+        write_indexes(&dir, base, offset_index, time_index).await?;
         sync_dir(&dir).await?;
         let mut l = log.borrow_mut();
         debug_assert_eq!(
@@ -613,8 +592,7 @@ impl PartitionLog {
         if failed {
             return Ok(()); // no marker: the next start recovers fully
         }
-        write_file(&SegmentMeta::index_path(&dir, base), offset_index).await?;
-        write_file(&SegmentMeta::time_index_path(&dir, base), time_index).await?;
+        write_indexes(&dir, base, offset_index, time_index).await?;
         let snapshot = {
             let l = log.borrow();
             Snapshot {
@@ -761,6 +739,18 @@ async fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> std::io::Result<()> 
     let tmp = dir.join(format!("{}.tmp", producer_state::SNAPSHOT_FILE));
     write_file(&tmp, producer_state::encode_snapshot(snapshot)).await?;
     std::fs::rename(&tmp, dir.join(producer_state::SNAPSHOT_FILE))
+}
+
+/// Writes the two index files of the segment at `base`, from bytes taken while the log was
+/// borrowed (no borrow is held across the writes).
+async fn write_indexes(
+    dir: &Path,
+    base: i64,
+    offset_index: Vec<u8>,
+    time_index: Vec<u8>,
+) -> std::io::Result<()> {
+    write_file(&SegmentMeta::index_path(dir, base), offset_index).await?;
+    write_file(&SegmentMeta::time_index_path(dir, base), time_index).await
 }
 
 /// Creates (or empties) a file to write from the start.

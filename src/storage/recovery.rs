@@ -224,17 +224,21 @@ fn truncate_file(path: &Path, len: u64) -> io::Result<()> {
 pub fn remove_segment(dir: &Path, base: i64) -> io::Result<()> {
     // Indexes first: a crash midway leaves a segment that recovery re-indexes (and retention
     // deletes again), never an index file that no segment lists.
-    for p in [
-        SegmentMeta::index_path(dir, base),
-        SegmentMeta::time_index_path(dir, base),
-        SegmentMeta::log_path(dir, base),
-    ] {
-        match fs::remove_file(&p) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+    remove_indexes(dir, base)?;
+    remove_if_present(&SegmentMeta::log_path(dir, base))
+}
+
+/// Removes a segment's index files, if there are any: recovery rebuilds them from the segment.
+pub fn remove_indexes(dir: &Path, base: i64) -> io::Result<()> {
+    remove_if_present(&SegmentMeta::index_path(dir, base))?;
+    remove_if_present(&SegmentMeta::time_index_path(dir, base))
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
