@@ -11,7 +11,7 @@ use crate::protocol::batch;
 use crate::storage::compaction::{self, Compacted, KeyMap};
 use crate::storage::log::{create_file, PartitionLog};
 use crate::storage::recovery::CLEANED_SUFFIX;
-use crate::storage::segment::SegmentMeta;
+use crate::storage::segment::{self, SegmentMeta};
 use glommio::io::BufferedFile;
 use std::rc::Rc;
 
@@ -38,12 +38,7 @@ struct Closed {
 impl Closed {
     /// Whether the segment is older than `delete_retention_ms`, so its tombstones may go.
     fn past(&self, delete_retention_ms: i64, now_ms: u64) -> bool {
-        let newest_ms = if self.max_timestamp >= 0 {
-            self.max_timestamp
-        } else {
-            self.created_ms as i64
-        };
-        (now_ms as i64).saturating_sub(newest_ms) > delete_retention_ms
+        segment::age_ms(self.max_timestamp, self.created_ms, now_ms) > delete_retention_ms
     }
 }
 
@@ -54,8 +49,7 @@ impl Shard {
             self.housekeeping_sleep(period_ms).await;
             for ((topic, p), partition) in self.partition_list() {
                 let policy = self.catalog().topics.get(&topic).and_then(|t| {
-                    let compacted = t.config.cleanup_policy.split(',').any(|p| p == "compact");
-                    compacted.then_some(CleanPolicy {
+                    t.config.compacts().then_some(CleanPolicy {
                         min_dirty_ratio: t.config.min_cleanable_dirty_ratio,
                         delete_retention_ms: t.config.delete_retention_ms,
                     })

@@ -36,7 +36,7 @@ impl Shard {
         let catalog = self.catalog();
         let config = &catalog.topics.get(topic)?.config;
         Some(Policy {
-            delete: config.cleanup_policy.split(',').any(|p| p == "delete"),
+            delete: config.deletes(),
             retention_ms: config.retention_ms,
             retention_bytes: config.retention_bytes,
         })

@@ -144,6 +144,16 @@ impl TopicConfig {
         Ok(c)
     }
 
+    /// `cleanup.policy` includes `delete`: retention applies.
+    pub fn deletes(&self) -> bool {
+        self.cleanup_policy.split(',').any(|p| p == "delete")
+    }
+
+    /// `cleanup.policy` includes `compact`: the log cleaner applies.
+    pub fn compacts(&self) -> bool {
+        self.cleanup_policy.split(',').any(|p| p == "compact")
+    }
+
     /// Every key with its effective value, for DescribeConfigs.
     pub fn entries(&self) -> Vec<(&'static str, String)> {
         vec![

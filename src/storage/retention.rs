@@ -14,7 +14,7 @@
 //! file work is in `PartitionLog::delete_oldest` and `PartitionLog::advance_log_start`.
 
 use super::log::{sync_dir, write_file, PartitionLog};
-use super::recovery;
+use super::{recovery, segment};
 use std::cell::RefCell;
 use std::path::Path;
 
@@ -77,14 +77,9 @@ pub fn deletable(
         if (s.size_bytes == 0 && next.is_none()) || upper > high_watermark {
             break;
         }
-        let newest_ms = if s.max_timestamp >= 0 {
-            s.max_timestamp
-        } else {
-            s.created_ms as i64
-        };
         let by_time = policy.delete
             && policy.retention_ms >= 0
-            && (now_ms as i64).saturating_sub(newest_ms) > policy.retention_ms;
+            && segment::age_ms(s.max_timestamp, s.created_ms, now_ms) > policy.retention_ms;
         let by_size = excess_bytes.is_some_and(|e| e - s.size_bytes as i128 >= 0);
         let by_start = next.is_some_and(|n| n.base_offset <= log_start_offset);
         if !(by_time || by_size || by_start) {

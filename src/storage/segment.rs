@@ -9,6 +9,18 @@ use std::path::{Path, PathBuf};
 /// difference in 32 bits, and Kafka keeps it within i32.
 pub const MAX_RELATIVE_OFFSET: i64 = i32::MAX as i64;
 
+/// How long before `now_ms` a segment's newest record was written: by its largest record
+/// timestamp, or by the segment's creation when no record carries one. Retention
+/// (`retention.ms`) and tombstone expiry (`delete.retention.ms`) both judge a segment by it.
+pub fn age_ms(max_timestamp: i64, created_ms: u64, now_ms: u64) -> i64 {
+    let newest_ms = if max_timestamp >= 0 {
+        max_timestamp
+    } else {
+        created_ms as i64
+    };
+    (now_ms as i64).saturating_sub(newest_ms)
+}
+
 #[derive(Debug, Clone)]
 pub struct SegmentMeta {
     pub base_offset: i64,
