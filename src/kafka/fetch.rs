@@ -266,24 +266,7 @@ fn respond(
             (e, o)
         })
         .collect();
-    let keys: Vec<Key> = answers
-        .iter()
-        .map(|(e, _)| (e.topic.clone(), e.partition))
-        .collect();
-    let answered: Vec<Answered> = answers
-        .iter()
-        .zip(&keys)
-        .map(|((_, o), key)| Answered {
-            key,
-            high_watermark: o.high_watermark,
-            log_start_offset: o.log_start_offset,
-            news: o.error_code != 0 || o.records.as_ref().is_some_and(|r| !r.is_empty()),
-        })
-        .collect();
-    let send = shard
-        .fetch_sessions
-        .borrow_mut()
-        .finish(session_id, incremental, &answered);
+    let send = session_filter(shard, session_id, incremental, &answers);
     let mut topics: Vec<TopicResponse> = Vec::new();
     for ((e, o), send) in answers.into_iter().zip(send) {
         if !send {
@@ -309,6 +292,37 @@ fn respond(
         }
     }
     topics
+}
+
+/// Which answers go in the response (see `FetchSessions::finish`). Sessionless fetches
+/// (librdkafka's, kafkajs's) send everything, without building session keys.
+fn session_filter(
+    shard: &Shard,
+    session_id: i32,
+    incremental: bool,
+    answers: &[(Entry, FetchOutcome)],
+) -> Vec<bool> {
+    if session_id == INVALID_SESSION_ID {
+        return vec![true; answers.len()];
+    }
+    let keys: Vec<Key> = answers
+        .iter()
+        .map(|(e, _)| (e.topic.clone(), e.partition))
+        .collect();
+    let answered: Vec<Answered> = answers
+        .iter()
+        .zip(&keys)
+        .map(|((_, o), key)| Answered {
+            key,
+            high_watermark: o.high_watermark,
+            log_start_offset: o.log_start_offset,
+            news: o.error_code != 0 || o.records.as_ref().is_some_and(|r| !r.is_empty()),
+        })
+        .collect();
+    shard
+        .fetch_sessions
+        .borrow_mut()
+        .finish(session_id, incremental, &answered)
 }
 
 /// The answer to a request naming a session that is gone or out of step: the error alone, so
