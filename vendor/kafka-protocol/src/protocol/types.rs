@@ -985,6 +985,12 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
+                // Sluice patch: every element takes at least one byte, so a count above the
+                // bytes left is malformed; refusing it keeps a hostile count from driving a
+                // huge allocation (which aborts the process). Upstream: kafka-protocol-rs #200.
+                if n as usize > buf.remaining() {
+                    bail!("Array length {n} exceeds the {} bytes left", buf.remaining());
+                }
                 let mut result = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
@@ -1093,6 +1099,10 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
+                // Sluice patch: see Array above.
+                if (n - 1) as usize > buf.remaining() {
+                    bail!("Array length {} exceeds the {} bytes left", n - 1, buf.remaining());
+                }
                 let mut result = Vec::with_capacity((n - 1) as usize);
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
