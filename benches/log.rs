@@ -78,7 +78,12 @@ fn append_and_read(c: &mut Criterion) {
         for f in &work.files {
             f.fdatasync().await.unwrap();
         }
-        log.borrow_mut().complete_sync(work.target);
+        {
+            let mut l = log.borrow_mut();
+            l.complete_sync(work.target);
+            let synced = l.synced();
+            l.advance_high_watermark(synced);
+        }
         log
     });
     g.bench_function("read_256x16KiB", |bench| {

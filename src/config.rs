@@ -22,6 +22,8 @@ pub struct Config {
     pub shards: usize,
     /// CPUs that shards are pinned to, shard i on `cpus[i % len]`. Empty means all CPUs.
     pub cpus: Vec<usize>,
+    /// This broker's id: Metadata names it as the broker, the controller, and every
+    /// partition's leader and only replica; FindCoordinator and DescribeConfigs use it too.
     pub node_id: i32,
     pub request_max_bytes: usize,
     pub auto_create_topics: bool,
@@ -62,6 +64,16 @@ pub struct Config {
     /// Time allowed from a request's first byte to its last. A client that trickles bytes
     /// (slowloris) is disconnected after it, so it cannot hold memory or a slot forever.
     pub request_read_timeout_ms: u64,
+    /// Bound on topics (0: derived from the file-descriptor budget at start). A CreateTopics
+    /// past it is refused with POLICY_VIOLATION.
+    pub max_topics: usize,
+    /// Bound on the partitions one shard owns (0: derived from the file-descriptor budget at
+    /// start, see `server/fd_budget.rs`). A CreateTopics or CreatePartitions that would pass it
+    /// on any shard is refused with POLICY_VIOLATION.
+    pub max_partitions_per_shard: usize,
+    /// Bound on the consumer groups one shard coordinates. A JoinGroup or OffsetCommit that
+    /// would create one more is answered COORDINATOR_NOT_AVAILABLE, counted and logged.
+    pub max_groups_per_shard: usize,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
     pub log: LogConfig,
@@ -163,6 +175,9 @@ impl Default for Config {
             max_in_flight_requests_per_connection: 5,
             max_request_memory_bytes_per_shard: 4 * DEFAULT_REQUEST_MAX_BYTES,
             request_read_timeout_ms: 30_000,
+            max_topics: 0,
+            max_partitions_per_shard: 0,
+            max_groups_per_shard: 100_000,
             log: LogConfig::default(),
             fetch: FetchConfig::default(),
             topic_defaults: TopicDefaults::default(),
@@ -251,7 +266,17 @@ impl Config {
 
     /// Checks the values that the type system cannot; each message names the key.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let bad = |key: &str, why: String| Err(anyhow::anyhow!("invalid value for `{key}`: {why}"));
+        self.validate_addresses()?;
+        self.validate_shards()?;
+        self.validate_requests()?;
+        self.validate_connections()?;
+        self.validate_groups_and_bounds()?;
+        self.validate_log()?;
+        self.validate_topic_defaults()?;
+        self.validate_sharding()
+    }
+
+    fn validate_addresses(&self) -> anyhow::Result<()> {
         if self.listen.parse::<SocketAddr>().is_err() {
             return bad(
                 "listen",
@@ -263,6 +288,21 @@ impl Config {
                 return bad("advertised_listener", format!("{adv:?} is not HOST:PORT"));
             }
         }
+        if let Some(m) = &self.metrics_listen {
+            if m.parse::<SocketAddr>().is_err() {
+                return bad(
+                    "metrics_listen",
+                    format!("{m:?} is not HOST:PORT with a numeric host"),
+                );
+            }
+        }
+        if self.node_id < 0 {
+            return bad("node_id", format!("{} is negative", self.node_id));
+        }
+        Ok(())
+    }
+
+    fn validate_shards(&self) -> anyhow::Result<()> {
         const MAX_SHARDS: usize = 1024;
         if self.shards == 0 || self.shards > MAX_SHARDS {
             return bad(
@@ -279,75 +319,34 @@ impl Config {
                 format!("cpu {cpu} does not exist (this machine has {ncpu})"),
             );
         }
+        Ok(())
+    }
+
+    fn validate_requests(&self) -> anyhow::Result<()> {
         if self.request_max_bytes < 1024 || self.request_max_bytes > i32::MAX as usize {
             return bad(
                 "request_max_bytes",
                 format!("{} is not in 1024..=2^31-1", self.request_max_bytes),
             );
         }
-        if self.max_incremental_fetch_session_cache_slots > 1_000_000 {
-            return bad(
-                "max_incremental_fetch_session_cache_slots",
-                format!(
-                    "{} is not in 0..=1000000",
-                    self.max_incremental_fetch_session_cache_slots
-                ),
-            );
-        }
-        if self.max_parked_operations == 0 || self.max_parked_operations > 10_000_000 {
-            return bad(
-                "max_parked_operations",
-                format!("{} is not in 1..=10000000", self.max_parked_operations),
-            );
-        }
-        if !(1024..=u32::MAX as u64).contains(&self.offsets_topic_segment_bytes) {
-            return bad(
-                "offsets_topic_segment_bytes",
-                "must be in 1024..=4294967295".into(),
-            );
-        }
-        if !(1..=1000).contains(&self.offsets_topic_partitions) {
-            return bad(
-                "offsets_topic_partitions",
-                format!("{} is not in 1..=1000", self.offsets_topic_partitions),
-            );
-        }
-        if self.group_initial_rebalance_delay_ms > 300_000 {
-            return bad(
-                "group_initial_rebalance_delay_ms",
-                "must be at most 300000".into(),
-            );
-        }
-        if !(1..=1_800_000).contains(&self.group_min_session_timeout_ms) {
-            return bad(
-                "group_min_session_timeout_ms",
-                format!(
-                    "{} is not in 1..=1800000",
-                    self.group_min_session_timeout_ms
-                ),
-            );
-        }
-        if !(1..=1_000_000).contains(&self.max_connections) {
-            return bad(
-                "max_connections",
-                format!("{} is not in 1..=1000000", self.max_connections),
-            );
-        }
-        if self.max_connections_per_ip == 0 {
-            return bad("max_connections_per_ip", "must be at least 1".into());
-        }
-        if self.connections_max_idle_ms < 100 {
-            return bad("connections_max_idle_ms", "must be at least 100".into());
-        }
-        if !(1..=1000).contains(&self.max_in_flight_requests_per_connection) {
-            return bad(
-                "max_in_flight_requests_per_connection",
-                format!(
-                    "{} is not in 1..=1000",
-                    self.max_in_flight_requests_per_connection
-                ),
-            );
-        }
+        in_range(
+            "max_incremental_fetch_session_cache_slots",
+            self.max_incremental_fetch_session_cache_slots,
+            0,
+            1_000_000,
+        )?;
+        in_range(
+            "max_parked_operations",
+            self.max_parked_operations,
+            1,
+            10_000_000,
+        )?;
+        in_range(
+            "max_in_flight_requests_per_connection",
+            self.max_in_flight_requests_per_connection,
+            1,
+            1000,
+        )?;
         if self.max_request_memory_bytes_per_shard < self.request_max_bytes {
             return bad(
                 "max_request_memory_bytes_per_shard",
@@ -357,81 +356,146 @@ impl Config {
                 ),
             );
         }
-        if self.request_read_timeout_ms < 100 {
-            return bad("request_read_timeout_ms", "must be at least 100".into());
-        }
-        if self.producer_id_expiration_ms < 1000 {
-            return bad("producer_id_expiration_ms", "must be at least 1000".into());
-        }
-        if let Some(m) = &self.metrics_listen {
-            if m.parse::<SocketAddr>().is_err() {
-                return bad(
-                    "metrics_listen",
-                    format!("{m:?} is not HOST:PORT with a numeric host"),
-                );
-            }
-        }
-        if self.log.segment_bytes < 1024 || self.log.segment_bytes > u32::MAX as u64 {
-            return bad(
-                "log.segment_bytes",
-                format!("{} is not in 1024..=2^32-1", self.log.segment_bytes),
-            );
-        }
-        if self.log.segment_ms == 0 {
-            return bad("log.segment_ms", "must be positive".into());
-        }
-        if self.log.index_interval_bytes == 0 {
-            return bad("log.index_interval_bytes", "must be positive".into());
-        }
-        if !(100..=86_400_000).contains(&self.log.retention_check_interval_ms) {
-            return bad(
-                "log.retention_check_interval_ms",
-                "must be in 100..=86400000".into(),
-            );
-        }
-        if !(100..=86_400_000).contains(&self.log.cleaner_interval_ms) {
-            return bad(
-                "log.cleaner_interval_ms",
-                "must be in 100..=86400000".into(),
-            );
-        }
-        if !(1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&self.log.cleaner_dedupe_buffer_bytes)
-        {
-            return bad(
-                "log.cleaner_dedupe_buffer_bytes",
-                "must be in 1 MiB..=64 GiB".into(),
-            );
-        }
-        if self.log.flush_interval_ms > 60_000 {
-            return bad("log.flush_interval_ms", "must be at most 60000".into());
-        }
-        if self.topic_defaults.num_partitions < 1 {
-            return bad("topic_defaults.num_partitions", "must be at least 1".into());
-        }
+        in_range(
+            "request_read_timeout_ms",
+            self.request_read_timeout_ms,
+            100,
+            u64::MAX,
+        )
+    }
+
+    fn validate_connections(&self) -> anyhow::Result<()> {
+        in_range("max_connections", self.max_connections, 1, 1_000_000)?;
+        in_range(
+            "max_connections_per_ip",
+            self.max_connections_per_ip,
+            1,
+            usize::MAX,
+        )?;
+        in_range(
+            "connections_max_idle_ms",
+            self.connections_max_idle_ms,
+            100,
+            u64::MAX,
+        )
+    }
+
+    fn validate_groups_and_bounds(&self) -> anyhow::Result<()> {
+        in_range(
+            "offsets_topic_segment_bytes",
+            self.offsets_topic_segment_bytes,
+            1024,
+            u32::MAX as u64,
+        )?;
+        in_range(
+            "offsets_topic_partitions",
+            self.offsets_topic_partitions,
+            1,
+            1000,
+        )?;
+        in_range(
+            "group_initial_rebalance_delay_ms",
+            self.group_initial_rebalance_delay_ms,
+            0,
+            300_000,
+        )?;
+        in_range(
+            "group_min_session_timeout_ms",
+            self.group_min_session_timeout_ms,
+            1,
+            1_800_000,
+        )?;
+        in_range(
+            "producer_id_expiration_ms",
+            self.producer_id_expiration_ms,
+            1000,
+            u64::MAX,
+        )?;
+        in_range(
+            "max_groups_per_shard",
+            self.max_groups_per_shard,
+            1,
+            10_000_000,
+        )?;
+        // 0: derived from the descriptor budget at start.
+        in_range("max_topics", self.max_topics, 0, 10_000_000)?;
+        in_range(
+            "max_partitions_per_shard",
+            self.max_partitions_per_shard,
+            0,
+            10_000_000,
+        )
+    }
+
+    fn validate_log(&self) -> anyhow::Result<()> {
+        let log = &self.log;
+        in_range(
+            "log.segment_bytes",
+            log.segment_bytes,
+            1024,
+            u32::MAX as u64,
+        )?;
+        in_range("log.segment_ms", log.segment_ms, 1, u64::MAX)?;
+        in_range(
+            "log.index_interval_bytes",
+            log.index_interval_bytes,
+            1,
+            u32::MAX,
+        )?;
+        in_range(
+            "log.retention_check_interval_ms",
+            log.retention_check_interval_ms,
+            100,
+            86_400_000,
+        )?;
+        in_range(
+            "log.cleaner_interval_ms",
+            log.cleaner_interval_ms,
+            100,
+            86_400_000,
+        )?;
+        in_range(
+            "log.cleaner_dedupe_buffer_bytes",
+            log.cleaner_dedupe_buffer_bytes,
+            1024 * 1024,
+            64 * 1024 * 1024 * 1024,
+        )?;
+        in_range("log.flush_interval_ms", log.flush_interval_ms, 0, 60_000)
+    }
+
+    fn validate_topic_defaults(&self) -> anyhow::Result<()> {
+        let d = &self.topic_defaults;
+        in_range(
+            "topic_defaults.num_partitions",
+            d.num_partitions,
+            1,
+            crate::storage::catalog::MAX_PARTITIONS,
+        )?;
         if !matches!(
-            self.topic_defaults.message_timestamp_type.as_str(),
+            d.message_timestamp_type.as_str(),
             "CreateTime" | "LogAppendTime"
         ) {
             return bad(
                 "topic_defaults.message_timestamp_type",
                 format!(
                     "{:?} is neither CreateTime nor LogAppendTime",
-                    self.topic_defaults.message_timestamp_type
+                    d.message_timestamp_type
                 ),
             );
         }
         if !matches!(
-            self.topic_defaults.cleanup_policy.as_str(),
+            d.cleanup_policy.as_str(),
             "delete" | "compact" | "compact,delete" | "delete,compact"
         ) {
             return bad(
                 "topic_defaults.cleanup_policy",
-                format!(
-                    "{:?} is not a cleanup policy",
-                    self.topic_defaults.cleanup_policy
-                ),
+                format!("{:?} is not a cleanup policy", d.cleanup_policy),
             );
         }
+        Ok(())
+    }
+
+    fn validate_sharding(&self) -> anyhow::Result<()> {
         if self.sharding.strategy != "hash" {
             return bad(
                 "sharding.strategy",
@@ -463,6 +527,24 @@ impl Config {
         let addr = self.advertised_listener.as_deref().unwrap_or(&self.listen);
         host_port(addr).unwrap_or_else(|| ("127.0.0.1".into(), 9092))
     }
+}
+
+/// An error naming the key and why its value is refused.
+fn bad(key: &str, why: String) -> anyhow::Result<()> {
+    Err(anyhow::anyhow!("invalid value for `{key}`: {why}"))
+}
+
+/// Checks `lo <= value <= hi`, naming the key otherwise.
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: T,
+    lo: T,
+    hi: T,
+) -> anyhow::Result<()> {
+    if value < lo || value > hi {
+        return bad(key, format!("{value} is not in {lo}..={hi}"));
+    }
+    Ok(())
 }
 
 fn host_port(s: &str) -> Option<(String, i32)> {

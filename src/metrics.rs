@@ -1,8 +1,12 @@
 //! Counters each shard keeps about itself, and a tiny Prometheus text endpoint that reads them.
 //! A shard only ever writes its own counters (relaxed atomics, no locks); the endpoint's
 //! thread only reads.
+//!
+//! A base layer: it imports nothing from the crate, so every layer may count into it. Requests
+//! are counted per API key number; the server names the APIs it serves when it starts the
+//! endpoint.
 
-use crate::kafka::SUPPORTED;
+use std::cell::Cell;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,10 +17,13 @@ use std::time::Duration;
 const MAX_REQUEST_BYTES: usize = 8192;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Default)]
+/// API keys counted: Kafka's keys are small numbers (under 100 today); a request with a larger
+/// key never reaches a handler.
+pub const MAX_API_KEYS: usize = 128;
+
 pub struct ShardMetrics {
-    /// Requests served, per entry of `kafka::SUPPORTED`.
-    pub requests: [AtomicU64; SUPPORTED.len()],
+    /// Requests served, indexed by API key number.
+    pub requests: [AtomicU64; MAX_API_KEYS],
     pub parked: AtomicU64,
     pub parked_rejected: AtomicU64,
     /// Appends that failed to reach the disk (ENOSPC, EIO) and were answered KAFKA_STORAGE_ERROR.
@@ -43,15 +50,112 @@ pub struct ShardMetrics {
     pub incremental_fetches: AtomicU64,
     /// Records compaction removed because a later record has their key.
     pub compaction_records_removed: AtomicU64,
+    /// `__consumer_offsets` records that could not be decoded at replay and were skipped.
+    pub group_records_undecodable: AtomicU64,
+    /// New groups or members the coordinator refused for want of room (`max_groups_per_shard`
+    /// groups, or its member bound): answered COORDINATOR_NOT_AVAILABLE.
+    pub groups_refused: AtomicU64,
 }
 
-impl ShardMetrics {
-    pub fn count_request(&self, api_key: kafka_protocol::messages::ApiKey) {
-        if let Some(i) = SUPPORTED.iter().position(|&(k, _, _)| k == api_key) {
-            self.requests[i].fetch_add(1, Ordering::Relaxed);
+impl Default for ShardMetrics {
+    fn default() -> ShardMetrics {
+        ShardMetrics {
+            requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            parked: AtomicU64::new(0),
+            parked_rejected: AtomicU64::new(0),
+            storage_errors: AtomicU64::new(0),
+            requests_queued: AtomicU64::new(0),
+            request_memory_bytes: AtomicU64::new(0),
+            request_memory_waits: AtomicU64::new(0),
+            slow_requests_closed: AtomicU64::new(0),
+            sendfile_bytes: AtomicU64::new(0),
+            sendfile_copied_bytes: AtomicU64::new(0),
+            cold_fetches: AtomicU64::new(0),
+            retention_deleted_segments: AtomicU64::new(0),
+            retention_deleted_bytes: AtomicU64::new(0),
+            fetch_sessions: AtomicU64::new(0),
+            incremental_fetches: AtomicU64::new(0),
+            compaction_records_removed: AtomicU64::new(0),
+            group_records_undecodable: AtomicU64::new(0),
+            groups_refused: AtomicU64::new(0),
         }
     }
 }
+
+/// File descriptors held by open log segments, all shards together (a segment holds two: its
+/// file and the duplicate that fetches send from). Process-wide, since descriptors are.
+pub static SEGMENT_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
+/// Descriptors the process holds (counted once a minute) and its limit (RLIMIT_NOFILE).
+pub static OPEN_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
+pub static DESCRIPTOR_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide gauges: name, help, value.
+const PROCESS: &[(&str, &str, &AtomicU64)] = &[
+    (
+        "sluice_segment_descriptors",
+        "File descriptors held by open log segments (all shards).",
+        &SEGMENT_DESCRIPTORS,
+    ),
+    (
+        "sluice_open_descriptors",
+        "File descriptors the broker process holds (counted once a minute).",
+        &OPEN_DESCRIPTORS,
+    ),
+    (
+        "sluice_descriptor_limit",
+        "The broker's file descriptor limit (RLIMIT_NOFILE, raised to the hard limit at start).",
+        &DESCRIPTOR_LIMIT,
+    ),
+];
+
+/// A rate limit for a log line that a flood of events could repeat (a full disk, a full
+/// queue): at most one line per interval; the events in between are counted and reported with
+/// the next line. Per shard (not `Sync`).
+pub struct LogLimiter {
+    interval_ms: u64,
+    /// When the last line was let through (monotonic ms); None: never.
+    last_ms: Cell<Option<u64>>,
+    suppressed: Cell<u64>,
+}
+
+impl LogLimiter {
+    pub const fn new(interval_ms: u64) -> LogLimiter {
+        LogLimiter {
+            interval_ms,
+            last_ms: Cell::new(None),
+            suppressed: Cell::new(0),
+        }
+    }
+
+    /// Some(n): log now, and say that n lines were suppressed since the last one. None: stay
+    /// quiet (the event is counted).
+    pub fn admit(&self, now_ms: u64) -> Option<u64> {
+        match self.last_ms.get() {
+            Some(last) if now_ms < last + self.interval_ms => {
+                self.suppressed.set(self.suppressed.get() + 1);
+                None
+            }
+            _ => {
+                self.last_ms.set(Some(now_ms));
+                Some(self.suppressed.replace(0))
+            }
+        }
+    }
+}
+
+impl ShardMetrics {
+    pub fn count_request(&self, api_key: i16) {
+        if let Some(counter) = usize::try_from(api_key)
+            .ok()
+            .and_then(|k| self.requests.get(k))
+        {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The APIs the endpoint reports: (key number, name), in the order to print.
+pub type ApiNames = Vec<(i16, String)>;
 
 /// Adds `delta` (which may be negative) to a gauge.
 pub fn adjust(gauge: &AtomicU64, delta: i64) {
@@ -169,18 +273,39 @@ const PER_SHARD: &[PerShard] = &[
         "counter",
         |m| &m.compaction_records_removed,
     ),
+    (
+        "sluice_group_records_undecodable_total",
+        "__consumer_offsets records that could not be decoded at replay and were skipped.",
+        "counter",
+        |m| &m.group_records_undecodable,
+    ),
+    (
+        "sluice_groups_refused_total",
+        "New consumer groups or members refused for want of room (max_groups_per_shard, or the member bound).",
+        "counter",
+        |m| &m.groups_refused,
+    ),
 ];
 
-pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
+pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
     let mut out = String::new();
     out.push_str("# HELP sluice_requests_total Kafka requests served.\n# TYPE sluice_requests_total counter\n");
     for (s, m) in shards.iter().enumerate() {
-        for (i, &(key, _, _)) in SUPPORTED.iter().enumerate() {
+        for (key, name) in apis {
+            let served = usize::try_from(*key)
+                .ok()
+                .and_then(|k| m.requests.get(k))
+                .map_or(0, |c| c.load(Ordering::Relaxed));
             out.push_str(&format!(
-                "sluice_requests_total{{shard=\"{s}\",api=\"{key:?}\"}} {}\n",
-                m.requests[i].load(Ordering::Relaxed)
+                "sluice_requests_total{{shard=\"{s}\",api=\"{name}\"}} {served}\n"
             ));
         }
+    }
+    for &(name, help, value) in PROCESS {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}\n",
+            value.load(Ordering::Relaxed)
+        ));
     }
     for &(name, help, kind, value) in PER_SHARD {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
@@ -195,7 +320,11 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
 }
 
 /// Serves `GET /metrics` on `listener` from a thread of its own, one connection at a time.
-pub fn serve(listener: TcpListener, shards: Vec<Arc<ShardMetrics>>) -> std::io::Result<()> {
+pub fn serve(
+    listener: TcpListener,
+    shards: Vec<Arc<ShardMetrics>>,
+    apis: ApiNames,
+) -> std::io::Result<()> {
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
@@ -214,7 +343,7 @@ pub fn serve(listener: TcpListener, shards: Vec<Arc<ShardMetrics>>) -> std::io::
             }
             let request = String::from_utf8_lossy(&buf[..n]);
             let response = if request.starts_with("GET /metrics ") {
-                let body = render(&shards);
+                let body = render(&shards, &apis);
                 format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
             } else {
                 "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()

@@ -11,7 +11,16 @@
 //! - Heartbeats keep a member alive for its session timeout; a member that misses it, or
 //!   leaves, triggers a rebalance.
 //! - Static members (KIP-345) keep their assignment across restarts inside the session timeout.
+//!
+//! Time is the monotonic clock's, passed in; member ids come from an injected `Ids`.
+//!
+//! Bounds: at most `max_groups` groups and `max_member_timers` members (joined or pending)
+//! across them. The timing wheel holds one timer per member and at most one rebalance timer per
+//! group, and has room for both bounds, so only admitting a new member or group can run out of
+//! room: that join (or commit) is answered COORDINATOR_NOT_AVAILABLE and counted
+//! (`take_refusals`), and every other timer insert is an invariant.
 
+use crate::clock::{uuid_text, Ids};
 use crate::timer::wheel::{TimerId, TimingWheel};
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -212,14 +221,34 @@ pub const MAX_MEMBERS_PER_GROUP: usize = 10_000;
 pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
 pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
 
+/// How a coordinator is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinatorConfig {
+    /// Delay before the first rebalance of an empty group completes, so members starting
+    /// together land in one generation (Kafka's group.initial.rebalance.delay.ms).
+    pub initial_rebalance_delay_ms: u64,
+    pub min_session_timeout_ms: i32,
+    /// Groups the coordinator holds at most (`max_groups_per_shard`).
+    pub max_groups: usize,
+    /// Members (joined, or pending a KIP-394 rejoin) across all groups.
+    pub max_member_timers: usize,
+}
+
+/// Bound on members across a coordinator's groups: one timer each on its wheel.
+pub const MAX_MEMBER_TIMERS: usize = 1_000_000;
+
+/// What a refused admission is answered with: the coordinator cannot take more members or
+/// groups now; clients retry (and succeed once members leave or the bound is raised).
+const REFUSED: ResponseError = ResponseError::CoordinatorNotAvailable;
+
 pub struct Coordinator {
     pub groups: HashMap<String, Group>,
     wheel: TimingWheel<TimerKind>,
     outputs: Vec<Output>,
-    /// Delay before the first rebalance of an empty group completes, so members starting
-    /// together land in one generation (Kafka's group.initial.rebalance.delay.ms).
-    initial_rebalance_delay_ms: u64,
-    min_session_timeout_ms: i32,
+    config: CoordinatorConfig,
+    ids: Box<dyn Ids>,
+    /// Admissions refused for want of room since the last `take_refusals`.
+    refusals: u64,
 }
 
 fn code(e: ResponseError) -> i16 {
@@ -227,18 +256,38 @@ fn code(e: ResponseError) -> i16 {
 }
 
 impl Coordinator {
-    pub fn new(
-        now_ms: u64,
-        initial_rebalance_delay_ms: u64,
-        min_session_timeout_ms: i32,
-    ) -> Coordinator {
+    pub fn new(now_ms: u64, config: CoordinatorConfig, ids: Box<dyn Ids>) -> Coordinator {
         Coordinator {
             groups: HashMap::new(),
-            wheel: TimingWheel::new(1, 256, now_ms, 1_000_000),
+            wheel: TimingWheel::new(1, 256, now_ms, config.max_member_timers + config.max_groups),
             outputs: Vec::new(),
-            initial_rebalance_delay_ms,
-            min_session_timeout_ms,
+            config,
+            ids,
+            refusals: 0,
         }
+    }
+
+    /// Admissions refused (a new member or group with no room) since the last call.
+    pub fn take_refusals(&mut self) -> u64 {
+        std::mem::take(&mut self.refusals)
+    }
+
+    /// Whether a new member's timer fits while leaving room for every group's rebalance timer.
+    fn member_room(&mut self) -> bool {
+        let room = self.wheel.len() < self.config.max_member_timers;
+        if !room {
+            self.refusals += 1;
+        }
+        room
+    }
+
+    /// Whether group `id` exists or may be created within `max_groups`.
+    fn group_room(&mut self, id: &str) -> bool {
+        let room = self.groups.contains_key(id) || self.groups.len() < self.config.max_groups;
+        if !room {
+            self.refusals += 1;
+        }
+        room
     }
 
     pub fn take_outputs(&mut self) -> Vec<Output> {
@@ -255,8 +304,8 @@ impl Coordinator {
             .or_insert_with(|| Group::new(id))
     }
 
-    fn new_member_id(&self, client_id: &str) -> String {
-        format!("{client_id}-{}", uuid::Uuid::new_v4())
+    fn new_member_id(&mut self, client_id: &str) -> String {
+        format!("{client_id}-{}", uuid_text(self.ids.uuid()))
     }
 
     // ---- JoinGroup ---------------------------------------------------------------------
@@ -265,13 +314,16 @@ impl Coordinator {
         let fail = |e: ResponseError, member_id: &str| {
             Reply::Now(JoinResponse::error(e, member_id.to_string()))
         };
-        if req.session_timeout_ms < self.min_session_timeout_ms
+        if req.session_timeout_ms < self.config.min_session_timeout_ms
             || req.session_timeout_ms > MAX_SESSION_TIMEOUT_MS
         {
             return fail(ResponseError::InvalidSessionTimeout, &req.member_id);
         }
         if req.protocol_type.is_empty() || req.protocols.is_empty() {
             return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+        }
+        if !self.group_room(&req.group_id) {
+            return fail(REFUSED, &req.member_id);
         }
         let group = self.group_mut(&req.group_id);
         if group.state == State::Dead {
@@ -295,24 +347,7 @@ impl Coordinator {
         if req.member_id.is_empty() {
             let member_id = self.new_member_id(&req.client_id);
             if req.require_known_member_id {
-                let timer = self.wheel.insert(
-                    now_ms + req.session_timeout_ms as u64,
-                    TimerKind::Pending {
-                        group: req.group_id.clone(),
-                        member: member_id.clone(),
-                    },
-                );
-                let group = self.group_mut(&req.group_id);
-                if group.members.len() + group.pending_members.len() >= MAX_MEMBERS_PER_GROUP {
-                    if let Ok(t) = timer {
-                        self.wheel.cancel(t);
-                    }
-                    return fail(ResponseError::GroupMaxSizeReached, "");
-                }
-                if let Ok(t) = timer {
-                    group.pending_members.insert(member_id.clone(), t);
-                }
-                return fail(ResponseError::MemberIdRequired, &member_id);
+                return self.add_pending_member(now_ms, &req, member_id);
             }
             return self.add_member_and_rebalance(now_ms, req, member_id);
         }
@@ -326,6 +361,40 @@ impl Coordinator {
             return fail(ResponseError::UnknownMemberId, &req.member_id);
         }
         self.update_member_and_rebalance(now_ms, req)
+    }
+
+    /// KIP-394: a join without a member id gets MEMBER_ID_REQUIRED and a fresh id, which the
+    /// group holds for a session timeout awaiting the rejoin.
+    fn add_pending_member(
+        &mut self,
+        now_ms: u64,
+        req: &JoinRequest,
+        member_id: String,
+    ) -> Reply<JoinResponse> {
+        let group = self.group_mut(&req.group_id);
+        if group.members.len() + group.pending_members.len() >= MAX_MEMBERS_PER_GROUP {
+            return Reply::Now(JoinResponse::error(ResponseError::GroupMaxSizeReached, ""));
+        }
+        if !self.member_room() {
+            return Reply::Now(JoinResponse::error(REFUSED, ""));
+        }
+        let timer = self
+            .wheel
+            .insert(
+                now_ms + req.session_timeout_ms as u64,
+                TimerKind::Pending {
+                    group: req.group_id.clone(),
+                    member: member_id.clone(),
+                },
+            )
+            .expect("member_room checked");
+        self.group_mut(&req.group_id)
+            .pending_members
+            .insert(member_id.clone(), timer);
+        Reply::Now(JoinResponse::error(
+            ResponseError::MemberIdRequired,
+            member_id,
+        ))
     }
 
     fn join_static(
@@ -431,6 +500,10 @@ impl Coordinator {
                 member_id,
             ));
         }
+        if !self.member_room() {
+            return Reply::Now(JoinResponse::error(REFUSED, member_id));
+        }
+        let group = self.group_mut(&req.group_id);
         if group.members.is_empty() {
             group.protocol_type = Some(req.protocol_type.clone());
         }
@@ -501,7 +574,7 @@ impl Coordinator {
     }
 
     fn prepare_rebalance(&mut self, now_ms: u64, group_id: &str) {
-        let initial_delay = self.initial_rebalance_delay_ms;
+        let initial_delay = self.config.initial_rebalance_delay_ms;
         let group = self.group_mut(group_id);
         if group.state == State::PreparingRebalance {
             return;
@@ -539,6 +612,10 @@ impl Coordinator {
                 },
             });
         }
+        if let Some(old) = self.group_mut(group_id).rebalance_timer.take() {
+            self.wheel.cancel(old);
+        }
+        // The wheel keeps room for one rebalance timer per group (see the module's bounds).
         let timer = self
             .wheel
             .insert(
@@ -548,11 +625,8 @@ impl Coordinator {
                     generation,
                 },
             )
-            .ok();
-        let group = self.group_mut(group_id);
-        if let Some(old) = std::mem::replace(&mut group.rebalance_timer, timer) {
-            self.wheel.cancel(old);
-        }
+            .expect("room is kept for every group's rebalance timer");
+        self.group_mut(group_id).rebalance_timer = Some(timer);
         // An empty group waits out the initial delay so that members starting together land
         // in one generation; otherwise the join completes as soon as everyone has rejoined.
         if was_empty && initial_delay > 0 {
@@ -715,6 +789,9 @@ impl Coordinator {
         }
     }
 
+    /// (Re)arms a member's session timer. A member was admitted with room for one
+    /// (`member_room`), and re-arming cancels the old timer first, so this cannot run out of
+    /// room.
     fn schedule_heartbeat(&mut self, now_ms: u64, group_id: &str, member_id: &str) {
         let group = self.group_mut(group_id);
         let Some(m) = group.members.get_mut(member_id) else {
@@ -734,9 +811,9 @@ impl Coordinator {
                     member: member_id.to_string(),
                 },
             )
-            .ok();
+            .expect("an admitted member has room for its timer");
         if let Some(m) = self.group_mut(group_id).members.get_mut(member_id) {
-            m.heartbeat_timer = t;
+            m.heartbeat_timer = Some(t);
         }
     }
 
@@ -952,6 +1029,9 @@ impl Coordinator {
         generation: i32,
         group_instance_id: Option<&str>,
     ) -> Result<(), ResponseError> {
+        if !self.group_room(group_id) {
+            return Err(REFUSED);
+        }
         let group = self.group_mut(group_id);
         if generation < 0 && member_id.is_empty() {
             return if group.members.is_empty() {
@@ -1096,9 +1176,30 @@ impl Coordinator {
         })
     }
 
+    /// Restores a committed offset at start-up (a group may hold offsets and no members: a
+    /// simple consumer's). Refused (counted) past the bound on groups.
+    pub fn restore_offset(
+        &mut self,
+        group_id: &str,
+        topic: String,
+        partition: i32,
+        value: CommittedOffset,
+    ) {
+        if self.group_room(group_id) {
+            self.group_mut(group_id)
+                .offsets
+                .insert((topic, partition), value);
+        }
+    }
+
     /// Rebuilds a group from its stored form at start-up: Stable with its members (who must
-    /// heartbeat within their session timeout, counted from now), or Empty.
+    /// heartbeat within their session timeout, counted from now), or Empty. Groups and members
+    /// past the coordinator's bounds are not restored (counted as refusals); their clients
+    /// rejoin.
     pub fn restore(&mut self, now_ms: u64, group_id: &str, stored: StoredGroup) {
+        if !self.group_room(group_id) {
+            return;
+        }
         let group = self.group_mut(group_id);
         group.generation = stored.generation;
         group.protocol_type =
@@ -1116,31 +1217,29 @@ impl Coordinator {
         group.leader = stored.leader.clone();
         let protocol = stored.protocol.clone().unwrap_or_default();
         for m in stored.members {
-            if let Some(instance) = &m.group_instance_id {
-                group
-                    .static_members
-                    .insert(instance.clone(), m.member_id.clone());
+            if !self.member_room() {
+                continue;
             }
-            group.members.insert(
-                m.member_id.clone(),
-                Member {
-                    member_id: m.member_id.clone(),
-                    group_instance_id: m.group_instance_id,
-                    client_id: m.client_id,
-                    client_host: m.client_host,
-                    rebalance_timeout_ms: m.rebalance_timeout_ms,
-                    session_timeout_ms: m.session_timeout_ms,
-                    protocol_type: stored.protocol_type.clone(),
-                    protocols: vec![(protocol.clone(), m.subscription)],
-                    assignment: m.assignment,
-                    awaiting_join: false,
-                    awaiting_sync: false,
-                    heartbeat_timer: None,
-                },
-            );
-        }
-        let ids: Vec<String> = self.group_mut(group_id).members.keys().cloned().collect();
-        for id in ids {
+            let id = m.member_id.clone();
+            let group = self.group_mut(group_id);
+            if let Some(instance) = &m.group_instance_id {
+                group.static_members.insert(instance.clone(), id.clone());
+            }
+            let member = Member {
+                member_id: id.clone(),
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                protocol_type: stored.protocol_type.clone(),
+                protocols: vec![(protocol.clone(), m.subscription)],
+                assignment: m.assignment,
+                awaiting_join: false,
+                awaiting_sync: false,
+                heartbeat_timer: None,
+            };
+            group.members.insert(id.clone(), member);
             self.schedule_heartbeat(now_ms, group_id, &id);
         }
     }
@@ -1149,6 +1248,20 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::SeededIds;
+
+    fn coordinator() -> Coordinator {
+        Coordinator::new(
+            0,
+            CoordinatorConfig {
+                initial_rebalance_delay_ms: 0,
+                min_session_timeout_ms: 6000,
+                max_groups: 100,
+                max_member_timers: 1000,
+            },
+            Box::new(SeededIds::new(1)),
+        )
+    }
 
     fn join_req(group: &str, member: &str, instance: Option<&str>) -> JoinRequest {
         JoinRequest {
@@ -1178,7 +1291,7 @@ mod tests {
 
     #[test]
     fn two_members_one_generation_then_stable() {
-        let mut c = Coordinator::new(0, 0, 6000);
+        let mut c = coordinator();
         // KIP-394: the first join is bounced with a member id.
         let Reply::Now(r) = c.join(0, join_req("g", "", None)) else {
             panic!()
@@ -1262,7 +1375,7 @@ mod tests {
 
     #[test]
     fn session_expiry_removes_the_member() {
-        let mut c = Coordinator::new(0, 0, 6000);
+        let mut c = coordinator();
         let Reply::Now(r) = c.join(0, join_req("g", "", None)) else {
             panic!()
         };
@@ -1282,7 +1395,7 @@ mod tests {
 
     #[test]
     fn static_member_rejoins_without_rebalance() {
-        let mut c = Coordinator::new(0, 0, 6000);
+        let mut c = coordinator();
         let Reply::Later(a) = c.join(0, join_req("g", "", Some("i1"))) else {
             panic!("static members skip KIP-394")
         };
@@ -1316,7 +1429,7 @@ mod tests {
 
     #[test]
     fn snapshot_restore_round_trip() {
-        let mut c = Coordinator::new(0, 0, 6000);
+        let mut c = coordinator();
         let Reply::Later(a) = c.join(0, join_req("g", "", Some("i1"))) else {
             panic!()
         };
@@ -1330,7 +1443,7 @@ mod tests {
             vec![(a.clone(), Bytes::from_static(b"x"))],
         );
         let snap = c.snapshot("g", 5).unwrap();
-        let mut d = Coordinator::new(0, 0, 6000);
+        let mut d = coordinator();
         d.restore(10, "g", snap.clone());
         assert_eq!(d.groups["g"].state, State::Stable);
         assert_eq!(d.snapshot("g", 5), Some(snap));

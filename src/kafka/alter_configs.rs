@@ -5,8 +5,8 @@
 //! next append or roll, and retention from its next pass.
 
 use super::{decode, encode, Reply};
-use crate::shard::messages::{ConfigChange, ControllerOp, ShardReply, ShardRequest};
-use crate::shard::{Shard, CONTROLLER_SHARD};
+use crate::controller::{self, ConfigChange, ControllerOp};
+use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
@@ -79,11 +79,8 @@ pub(super) async fn alter(
             topics,
             validate_only,
         };
-        match shard
-            .call(CONTROLLER_SHARD, ShardRequest::Controller(op))
-            .await
-        {
-            Ok(ShardReply::Controller(o)) => o,
+        match controller::submit(shard, op).await {
+            Ok(o) => o,
             _ => vec![(ResponseError::NotController.code(), None); n],
         }
     };

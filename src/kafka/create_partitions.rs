@@ -1,8 +1,8 @@
 //! CreatePartitions: grows a topic; new partitions open on their owning shards.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::shard::messages::{ControllerOp, ShardReply, ShardRequest};
-use crate::shard::{Shard, CONTROLLER_SHARD};
+use crate::controller::{self, ControllerOp};
+use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
@@ -20,11 +20,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         topics: topics.clone(),
         validate_only: req.validate_only,
     };
-    let outcomes = match shard
-        .call(CONTROLLER_SHARD, ShardRequest::Controller(op))
-        .await
-    {
-        Ok(ShardReply::Controller(o)) => o,
+    let outcomes = match controller::submit(shard, op).await {
+        Ok(o) => o,
         _ => topics
             .iter()
             .map(|_| (ResponseError::NotController.code(), None))

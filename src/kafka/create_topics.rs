@@ -1,8 +1,8 @@
 //! CreateTopics: validated and executed by the controller shard.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::shard::messages::{ControllerOp, NewTopic, ShardReply, ShardRequest};
-use crate::shard::{Shard, CONTROLLER_SHARD};
+use crate::controller::{self, ControllerOp, NewTopic};
+use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
@@ -36,11 +36,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         topics,
         validate_only: req.validate_only,
     };
-    let outcomes = match shard
-        .call(CONTROLLER_SHARD, ShardRequest::Controller(op))
-        .await
-    {
-        Ok(ShardReply::Controller(o)) => o,
+    let outcomes = match controller::submit(shard, op).await {
+        Ok(o) => o,
         _ => names
             .iter()
             .map(|_| {

@@ -3,14 +3,45 @@
 //! (see storage/retention.rs); the answer is the new low watermark.
 
 use super::{decode, encode, per_partition, Reply};
-use crate::shard::messages::{ShardReply, ShardRequest};
+use crate::partition::TopicPartition;
+use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
+use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
+
+/// Moves log start offsets in partitions of one shard: (partition, offset) per item; each
+/// answer is (error code, new low watermark).
+struct DeleteOnOwner(Vec<(TopicPartition, i64)>);
+
+impl Request for DeleteOnOwner {
+    type Reply = Vec<(i16, i64)>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<(i16, i64)>> {
+        Box::pin(async move {
+            let catalog = shard.catalog();
+            let mut out = Vec::with_capacity(self.0.len());
+            for (tp, offset) in self.0 {
+                let topic = catalog.by_id.get(&tp.topic_id);
+                let (Some(p), Some(topic)) = (shard.partition(tp), topic) else {
+                    out.push((ResponseError::UnknownTopicOrPartition.code(), -1));
+                    continue;
+                };
+                out.push(
+                    match p.delete_records(offset, topic.config.deletes()).await {
+                        Ok(low_watermark) => (0, low_watermark),
+                        Err(e) => (e.code(), -1),
+                    },
+                );
+            }
+            out
+        })
+    }
+}
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: DeleteRecordsRequest = decode(body, version)?;
@@ -20,12 +51,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .iter()
             .map(|t| (&t.name, t.partitions.as_slice())),
         |p| p.partition_index,
-        |topic, p| (topic.to_string(), p.partition_index, p.offset),
-        |items| ShardRequest::DeleteRecords { items },
-        |reply| match reply {
-            ShardReply::DeleteRecords(v) => v,
-            _ => unreachable!("a delete-records request gets a delete-records reply"),
-        },
+        |tp, p| (tp, p.offset),
+        DeleteOnOwner,
         |e| (e.code(), -1),
     )
     .await;

@@ -1,8 +1,8 @@
 //! DeleteTopics, by name or (v6) by topic id.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::shard::messages::{ControllerOp, ShardReply, ShardRequest};
-use crate::shard::{Shard, CONTROLLER_SHARD};
+use crate::controller::{self, ControllerOp};
+use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
@@ -19,7 +19,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .map(|t| match &t.name {
                 Some(n) => (Some(n.0.to_string()), t.topic_id),
                 None => (
-                    catalog.by_id.get(t.topic_id.as_bytes()).cloned(),
+                    catalog
+                        .by_id
+                        .get(t.topic_id.as_bytes())
+                        .map(|t| t.record.name.clone()),
                     t.topic_id,
                 ),
             })
@@ -31,16 +34,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .collect()
     };
     let known: Vec<String> = wanted.iter().filter_map(|(n, _)| n.clone()).collect();
-    let mut outcomes = match shard
-        .call(
-            CONTROLLER_SHARD,
-            ShardRequest::Controller(ControllerOp::DeleteTopics {
-                names: known.clone(),
-            }),
-        )
-        .await
+    let mut outcomes = match controller::submit(
+        shard,
+        ControllerOp::DeleteTopics {
+            names: known.clone(),
+        },
+    )
+    .await
     {
-        Ok(ShardReply::Controller(o)) => o,
+        Ok(o) => o,
         _ => known
             .iter()
             .map(|_| (ResponseError::NotController.code(), None))

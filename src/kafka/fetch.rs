@@ -2,51 +2,93 @@
 //! shards, encoded by the hand-written encoder so record bytes go out as read.
 //!
 //! Long poll: when fewer than min_bytes are available, the request parks on the owning shards
-//! until a high watermark moves past a fetched offset or max_wait_ms passes, then re-reads.
+//! (on the fetched partitions' offset monitors) until a high watermark moves past a fetched
+//! offset or max_wait_ms passes, then re-reads.
 //!
 //! Fetch sessions (KIP-227, v7+): see `fetch_session.rs`. An incremental request is served over
 //! every partition of its session (the long poll waits on all of them) and answered with those
 //! that changed.
 
-use super::fetch_session::{Answered, Begin, Key, Wanted, INVALID_SESSION_ID};
+use super::fetch_session::{Answered, Begin, FetchSessions, Key, Wanted, INVALID_SESSION_ID};
 use super::{decode, Reply};
+use crate::partition::{ReadRequest, ReadResult, TopicPartition};
 use crate::protocol::chunk::Chunk;
 use crate::protocol::fetch::{self as codec, PartitionResponse, TopicResponse};
-use crate::shard::messages::{FetchItem, FetchOutcome, ShardReply, ShardRequest};
-use crate::shard::{now_ms, Shard};
-use crate::storage::catalog::Catalog;
+use crate::shard::mesh::Request;
+use crate::shard::{Shard, Wait};
+use crate::storage::catalog::{Catalog, TopicMeta};
 use bytes::Bytes;
+use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
+use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// Upper bound on max_wait_ms, so a client cannot park a request for hours.
 const MAX_WAIT_MS_LIMIT: i32 = 5 * 60 * 1000;
 
-fn failed(e: ResponseError) -> FetchOutcome {
-    FetchOutcome {
-        error_code: e.code(),
-        high_watermark: -1,
-        log_start_offset: -1,
-        records: None,
-    }
+/// The fetch sessions of one shard's connections (a service the server wires in).
+pub type SessionCache = RefCell<FetchSessions>;
+
+/// One partition to read, with its owner.
+#[derive(Clone, Copy)]
+struct Item {
+    owner: usize,
+    tp: TopicPartition,
+    read: ReadRequest,
 }
 
 /// One partition of the response: its topic, and the item that serves it (an index into the
 /// items sent to the owning shards) or the error found before routing.
 struct Entry {
-    topic: String,
+    /// The topic's name as answered ("" for an unknown topic id).
+    name: Arc<str>,
     topic_id: [u8; 16],
     partition: i32,
     slot: Result<usize, ResponseError>,
 }
 
-/// The name of a request's topic: by name before v13, by id from v13 (None: unknown id).
-fn topic_name(catalog: &Catalog, version: i16, name: &str, id: &[u8; 16]) -> Option<String> {
-    if version >= 13 {
-        catalog.by_id.get(id).cloned()
-    } else {
-        Some(name.to_string())
+/// Reads partitions of one shard; one result per item, in order.
+struct ReadOnOwner(Vec<(TopicPartition, ReadRequest)>);
+
+impl Request for ReadOnOwner {
+    type Reply = Vec<ReadResult>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<ReadResult>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(self.0.len());
+            for (tp, read) in self.0 {
+                out.push(match shard.partition(tp) {
+                    Some(p) => p.read(read).await,
+                    None => ReadResult::failed(ResponseError::UnknownTopicOrPartition, -1, -1),
+                });
+            }
+            out
+        })
+    }
+}
+
+/// Parks until any listed partition of one shard has data past its offset (or fails), or the
+/// deadline (monotonic ms). Answers whether the shard could park (false: its bound was hit).
+struct WaitOnOwner {
+    items: Vec<(TopicPartition, i64)>,
+    deadline_ms: u64,
+}
+
+impl Request for WaitOnOwner {
+    type Reply = bool;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, bool> {
+        Box::pin(async move {
+            let mut watched = Vec::with_capacity(self.items.len());
+            for (tp, offset) in self.items {
+                match shard.partition(tp) {
+                    // New data is a high watermark past the fetched offset.
+                    Some(p) => watched.push((p, offset + 1)),
+                    None => return true, // gone: the re-read reports the error
+                }
+            }
+            shard.wait_for_any(&watched, self.deadline_ms).await != Wait::Refused
+        })
     }
 }
 
@@ -54,11 +96,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let req: FetchRequest = decode(body, version)?;
     let catalog = shard.catalog();
     let (requested, unknown) = listed(&catalog, version, &req);
-    let Served {
-        session_id,
-        incremental,
-        partitions,
-    } = if version >= 7 {
+    let served = if version >= 7 {
         match join_session(shard, &catalog, version, &req, requested) {
             Ok(served) => served,
             Err(e) => return Ok(session_error(e, version)),
@@ -75,10 +113,12 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     } else {
         req.max_bytes as usize
     };
-    let (items, mut entries) = route(shard, &catalog, partitions, response_max_bytes);
+    let (items, mut entries) = route(shard, &catalog, served.partitions, response_max_bytes);
     entries.extend(unknown);
-    let deadline_ms = now_ms() + req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
+    let wait_ms = req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
+    let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
     let outcomes = read_or_wait(shard, &items, req.min_bytes.max(0) as usize, deadline_ms).await;
+    let (session_id, incremental) = (served.session_id, served.incremental);
     let topics = respond(shard, session_id, incremental, entries, outcomes);
     let resp = codec::FetchResponse {
         error_code: 0,
@@ -88,6 +128,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     Ok(Reply::Body(codec::encode(resp, version).0))
 }
 
+/// The topic a request names: by name before v13, by id from v13.
+fn topic_of(catalog: &Catalog, version: i16, name: &str, id: &[u8; 16]) -> Option<Arc<TopicMeta>> {
+    if version >= 13 {
+        catalog.by_id.get(id).cloned()
+    } else {
+        catalog.topics.get(name).cloned()
+    }
+}
+
 /// The partitions a request lists, and an error entry for each that does not exist: those
 /// are kept out of any session, so that a session holds at most the partitions there are.
 fn listed(catalog: &Catalog, version: i16, req: &FetchRequest) -> (Vec<(Key, Wanted)>, Vec<Entry>) {
@@ -95,32 +144,30 @@ fn listed(catalog: &Catalog, version: i16, req: &FetchRequest) -> (Vec<(Key, Wan
     let mut unknown = Vec::new();
     for topic in &req.topics {
         let id = topic.topic_id.as_bytes();
-        let Some(name) = topic_name(catalog, version, &topic.topic.0, id) else {
-            unknown.extend(topic.partitions.iter().map(|p| Entry {
-                topic: String::new(),
-                topic_id: *id,
-                partition: p.partition,
-                slot: Err(ResponseError::UnknownTopicId),
-            }));
-            continue;
-        };
-        let meta = catalog.topics.get(&name);
+        let meta = topic_of(catalog, version, &topic.topic.0, id);
         for p in &topic.partitions {
-            let key = (name.clone(), p.partition);
-            match meta {
-                Some(t) if (0..t.record.partitions as i32).contains(&p.partition) => {
+            match &meta {
+                Some(t) if t.has_partition(p.partition) => {
                     let wanted = Wanted {
                         fetch_offset: p.fetch_offset,
                         max_bytes: p.partition_max_bytes,
                         leader_epoch: p.current_leader_epoch,
                     };
-                    requested.push((key, wanted));
+                    requested.push(((t.record.id, p.partition), wanted));
                 }
                 _ => unknown.push(Entry {
-                    topic: key.0,
-                    topic_id: meta.map_or([0; 16], |t| t.record.id),
+                    name: match &meta {
+                        Some(t) => t.name.clone(),
+                        None if version >= 13 => Arc::from(""),
+                        None => Arc::from(topic.topic.0.as_str()),
+                    },
+                    topic_id: *id,
                     partition: p.partition,
-                    slot: Err(ResponseError::UnknownTopicOrPartition),
+                    slot: Err(if version >= 13 && meta.is_none() {
+                        ResponseError::UnknownTopicId
+                    } else {
+                        ResponseError::UnknownTopicOrPartition
+                    }),
                 }),
             }
         }
@@ -149,19 +196,24 @@ fn join_session(
         .forgotten_topics_data
         .iter()
         .filter_map(|t| {
-            let name = topic_name(catalog, version, &t.topic.0, t.topic_id.as_bytes())?;
-            Some(t.partitions.iter().map(move |&p| (name.clone(), p)))
+            let topic = topic_of(catalog, version, &t.topic.0, t.topic_id.as_bytes())?;
+            Some(t.partitions.iter().map(move |&p| (topic.record.id, p)))
         })
         .flatten()
         .collect();
-    let begun = shard.fetch_sessions.borrow_mut().begin(
+    let sessions = shard.service::<SessionCache>();
+    let begun = sessions.borrow_mut().begin(
         req.session_id,
         req.session_epoch,
         &requested,
         &forgotten,
-        now_ms(),
+        shard.clock().monotonic_ms(),
     );
-    shard.count_fetch_sessions();
+    let held = sessions.borrow().len() as u64;
+    shard
+        .metrics()
+        .fetch_sessions
+        .store(held, std::sync::atomic::Ordering::Relaxed);
     Ok(match begun? {
         Begin::Full { session_id } => Served {
             session_id,
@@ -172,7 +224,7 @@ fn join_session(
             session_id,
             partitions,
         } => {
-            crate::metrics::bump(&shard.metrics.incremental_fetches);
+            crate::metrics::bump(&shard.metrics().incremental_fetches);
             Served {
                 session_id,
                 incremental: true,
@@ -188,21 +240,26 @@ fn route(
     catalog: &Catalog,
     partitions: Vec<(Key, Wanted)>,
     response_max_bytes: usize,
-) -> (Vec<FetchItem>, Vec<Entry>) {
+) -> (Vec<Item>, Vec<Entry>) {
     let mut items = Vec::new();
     let entries = partitions
         .into_iter()
-        .map(|((topic, partition), wanted)| {
-            let meta = catalog.topics.get(&topic);
-            let slot = match meta {
-                Some(t) if (0..t.record.partitions as i32).contains(&partition) => {
-                    items.push(FetchItem {
-                        topic: topic.clone(),
-                        partition,
-                        offset: wanted.fetch_offset,
-                        max_bytes: (wanted.max_bytes.max(0) as usize).min(response_max_bytes),
-                        leader_epoch: wanted.leader_epoch,
-                        zero_copy: shard.config.fetch.zero_copy,
+        .map(|((topic_id, partition), wanted)| {
+            let meta = catalog.by_id.get(&topic_id).cloned();
+            let slot = match &meta {
+                Some(t) if t.has_partition(partition) => {
+                    items.push(Item {
+                        owner: shard.owner(&t.name, partition),
+                        tp: TopicPartition {
+                            topic_id,
+                            partition,
+                        },
+                        read: ReadRequest {
+                            offset: wanted.fetch_offset,
+                            max_bytes: (wanted.max_bytes.max(0) as usize).min(response_max_bytes),
+                            leader_epoch: wanted.leader_epoch,
+                            zero_copy: shard.config.fetch.zero_copy,
+                        },
                     });
                     Ok(items.len() - 1)
                 }
@@ -210,8 +267,8 @@ fn route(
                 _ => Err(ResponseError::UnknownTopicOrPartition),
             };
             Entry {
-                topic_id: meta.map_or([0; 16], |t| t.record.id),
-                topic,
+                name: meta.map_or_else(|| Arc::from(""), |t| t.name.clone()),
+                topic_id,
                 partition,
                 slot,
             }
@@ -224,10 +281,10 @@ fn route(
 /// data or the deadline, then reads again.
 async fn read_or_wait(
     shard: &Rc<Shard>,
-    items: &[FetchItem],
+    items: &[Item],
     min_bytes: usize,
     deadline_ms: u64,
-) -> Vec<FetchOutcome> {
+) -> Vec<ReadResult> {
     loop {
         let outcomes = read_all(shard, items).await;
         let bytes: usize = outcomes
@@ -236,7 +293,8 @@ async fn read_or_wait(
             .map(Chunk::len)
             .sum();
         let any_error = outcomes.iter().any(|o| o.error_code != 0);
-        if bytes >= min_bytes.max(1) || any_error || items.is_empty() || now_ms() >= deadline_ms {
+        let expired = shard.clock().monotonic_ms() >= deadline_ms;
+        if bytes >= min_bytes.max(1) || any_error || items.is_empty() || expired {
             return outcomes;
         }
         if !park(shard, items, deadline_ms).await {
@@ -252,16 +310,16 @@ fn respond(
     session_id: i32,
     incremental: bool,
     entries: Vec<Entry>,
-    outcomes: Vec<FetchOutcome>,
+    outcomes: Vec<ReadResult>,
 ) -> Vec<TopicResponse> {
     // Each outcome is used once: an item serves one entry.
-    let mut outcomes: Vec<Option<FetchOutcome>> = outcomes.into_iter().map(Some).collect();
-    let answers: Vec<(Entry, FetchOutcome)> = entries
+    let mut outcomes: Vec<Option<ReadResult>> = outcomes.into_iter().map(Some).collect();
+    let answers: Vec<(Entry, ReadResult)> = entries
         .into_iter()
         .map(|e| {
             let o = match e.slot {
                 Ok(i) => outcomes[i].take().expect("each outcome is used once"),
-                Err(err) => failed(err),
+                Err(err) => ReadResult::failed(err, -1, -1),
             };
             (e, o)
         })
@@ -281,11 +339,9 @@ fn respond(
             records: o.records,
         };
         match topics.last_mut() {
-            Some(t) if t.name == e.topic && t.topic_id == e.topic_id => {
-                t.partitions.push(partition)
-            }
+            Some(t) if t.topic_id == e.topic_id && t.name == e.name => t.partitions.push(partition),
             _ => topics.push(TopicResponse {
-                name: e.topic,
+                name: e.name,
                 topic_id: e.topic_id,
                 partitions: vec![partition],
             }),
@@ -295,19 +351,19 @@ fn respond(
 }
 
 /// Which answers go in the response (see `FetchSessions::finish`). Sessionless fetches
-/// (librdkafka's, kafkajs's) send everything, without building session keys.
+/// (librdkafka's, kafkajs's) send everything.
 fn session_filter(
     shard: &Shard,
     session_id: i32,
     incremental: bool,
-    answers: &[(Entry, FetchOutcome)],
+    answers: &[(Entry, ReadResult)],
 ) -> Vec<bool> {
     if session_id == INVALID_SESSION_ID {
         return vec![true; answers.len()];
     }
     let keys: Vec<Key> = answers
         .iter()
-        .map(|(e, _)| (e.topic.clone(), e.partition))
+        .map(|(e, _)| (e.topic_id, e.partition))
         .collect();
     let answered: Vec<Answered> = answers
         .iter()
@@ -320,7 +376,7 @@ fn session_filter(
         })
         .collect();
     shard
-        .fetch_sessions
+        .service::<SessionCache>()
         .borrow_mut()
         .finish(session_id, incremental, &answered)
 }
@@ -336,39 +392,29 @@ fn session_error(e: ResponseError, version: i16) -> Reply {
     Reply::Body(codec::encode(resp, version).0)
 }
 
-async fn read_all(shard: &Rc<Shard>, items: &[FetchItem]) -> Vec<FetchOutcome> {
+async fn read_all(shard: &Rc<Shard>, items: &[Item]) -> Vec<ReadResult> {
+    let routed = items.iter().map(|i| (i.owner, (i.tp, i.read))).collect();
     shard
-        .scatter(
-            items.to_vec(),
-            |i| shard.router.shard_of(&i.topic, i.partition),
-            |items| ShardRequest::Fetch { items },
-            |reply| match reply {
-                ShardReply::Fetch(v) => v,
-                _ => unreachable!("a fetch request gets a fetch reply"),
-            },
-            || failed(ResponseError::NotLeaderOrFollower),
-        )
+        .scatter(routed, ReadOnOwner, || {
+            ReadResult::failed(ResponseError::NotLeaderOrFollower, -1, -1)
+        })
         .await
 }
 
 /// Waits until any owning shard reports new data for these items, or the deadline. False when
 /// a shard could not park the wait (its bound on parked operations was hit).
-async fn park(shard: &Rc<Shard>, items: &[FetchItem], deadline_ms: u64) -> bool {
-    let mut by_shard: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); shard.router.shards()];
+async fn park(shard: &Rc<Shard>, items: &[Item], deadline_ms: u64) -> bool {
+    let mut by_shard: Vec<Vec<(TopicPartition, i64)>> = vec![Vec::new(); shard.router.shards()];
     for i in items {
-        by_shard[shard.router.shard_of(&i.topic, i.partition)].push((
-            i.topic.clone(),
-            i.partition,
-            i.offset,
-        ));
+        by_shard[i.owner].push((i.tp, i.read.offset));
     }
     let waits: Vec<_> = by_shard
         .into_iter()
         .enumerate()
         .filter(|(_, v)| !v.is_empty())
-        .map(|(s, items)| Box::pin(shard.call(s, ShardRequest::WaitForData { items, deadline_ms })))
+        .map(|(s, items)| Box::pin(shard.call(s, WaitOnOwner { items, deadline_ms })))
         .collect();
     // Which shard woke first does not matter: the caller re-reads them all.
     let (first, _, _) = futures::future::select_all(waits).await;
-    !matches!(first, Ok(ShardReply::Parked(false)))
+    !matches!(first, Ok(false))
 }

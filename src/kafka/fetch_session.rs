@@ -20,8 +20,9 @@ pub const FINAL_EPOCH: i32 = -1;
 /// (Kafka's `min.incremental.fetch.session.eviction.ms`), so busy consumers keep theirs.
 pub const EVICTION_IDLE_MS: u64 = 120_000;
 
-/// A partition in a session: topic name and partition index.
-pub type Key = (String, i32);
+/// A partition in a session: topic id and partition index (a topic deleted and created again
+/// under the same name is another topic).
+pub type Key = (crate::storage::catalog::TopicId, i32);
 
 /// What the client asks of a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +132,7 @@ impl FetchSessions {
             match session.partitions.get_mut(key) {
                 Some(cached) => cached.wanted = *wanted,
                 None => {
-                    session.partitions.insert(key.clone(), Cached::new(*wanted));
+                    session.partitions.insert(*key, Cached::new(*wanted));
                 }
             }
         }
@@ -141,7 +142,7 @@ impl FetchSessions {
         let partitions = session
             .partitions
             .iter()
-            .map(|(k, c)| (k.clone(), c.wanted))
+            .map(|(k, c)| (*k, c.wanted))
             .collect();
         Ok(Begin::Incremental {
             session_id,
@@ -208,7 +209,7 @@ impl FetchSessions {
         };
         let partitions = requested
             .iter()
-            .map(|(k, w)| (k.clone(), Cached::new(*w)))
+            .map(|(k, w)| (*k, Cached::new(*w)))
             .collect();
         self.sessions.insert(
             id,
@@ -254,7 +255,9 @@ mod tests {
     }
 
     fn key(t: &str, p: i32) -> Key {
-        (t.to_string(), p)
+        let mut id = [0u8; 16];
+        id[..t.len()].copy_from_slice(t.as_bytes());
+        (id, p)
     }
 
     fn answered(key: &Key, hw: i64, news: bool) -> Answered<'_> {
@@ -311,7 +314,7 @@ mod tests {
     fn incremental_answers_only_what_changed() {
         let mut cache = FetchSessions::new(0, 1, 10);
         let (a, b) = (key("t", 0), key("t", 1));
-        let id = open(&mut cache, &[(a.clone(), w(0)), (b.clone(), w(0))]);
+        let id = open(&mut cache, &[(a, w(0)), (b, w(0))]);
         // The full response tells the client everything.
         let sent = cache.finish(id, false, &[answered(&a, 5, true), answered(&b, 0, false)]);
         assert_eq!(sent, [true, true]);

@@ -4,7 +4,7 @@
 
 use super::alter_configs::{alter, resource_responses, Resource};
 use super::{decode, encode, Reply};
-use crate::shard::messages::ConfigChange;
+use crate::controller::ConfigChange;
 use crate::shard::Shard;
 use crate::storage::catalog::ConfigOp;
 use bytes::Bytes;

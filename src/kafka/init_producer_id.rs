@@ -2,8 +2,7 @@
 //! epoch 0. Transactional ids are not served yet.
 
 use super::{decode, encode, Reply};
-use crate::shard::messages::{ShardReply, ShardRequest};
-use crate::shard::{Shard, CONTROLLER_SHARD};
+use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
@@ -19,18 +18,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     } else {
         // Kafka gives a non-transactional producer a fresh id on every request, also when it
         // asks for an epoch bump (KIP-360): its old sequence state is then simply unused.
-        match shard
-            .call(CONTROLLER_SHARD, ShardRequest::AllocateProducerId)
-            .await
-        {
-            Ok(ShardReply::ProducerId(Ok(id))) => InitProducerIdResponse::default()
+        match crate::controller::allocate_producer_id(shard).await {
+            Ok(Ok(id)) => InitProducerIdResponse::default()
                 .with_producer_id(ProducerId(id))
                 .with_producer_epoch(0),
-            Ok(ShardReply::ProducerId(Err(code))) => InitProducerIdResponse::default()
+            Ok(Err(code)) => InitProducerIdResponse::default()
                 .with_error_code(code)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1),
-            _ => InitProducerIdResponse::default()
+            Err(_) => InitProducerIdResponse::default()
                 .with_error_code(ResponseError::CoordinatorNotAvailable.code())
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1),

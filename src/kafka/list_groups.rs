@@ -1,8 +1,6 @@
 //! ListGroups: asks every shard for the groups it coordinates; v4 filters by state.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::group::{GroupOp, GroupReply};
-use crate::shard::messages::{ShardReply, ShardRequest};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -11,29 +9,23 @@ use std::rc::Rc;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: ListGroupsRequest = decode(body, version)?;
-    let calls =
-        (0..shard.router.shards()).map(|s| shard.call(s, ShardRequest::Group(GroupOp::List)));
     let mut groups = Vec::new();
-    for reply in futures::future::join_all(calls).await {
-        if let Ok(ShardReply::Group(GroupReply::List(list))) = reply {
-            for (id, protocol_type, state) in list {
-                let wanted = req.states_filter.is_empty()
-                    || req
-                        .states_filter
-                        .iter()
-                        .any(|s| s.as_str().eq_ignore_ascii_case(state));
-                if !wanted {
-                    continue;
-                }
-                let mut g = ListedGroup::default()
-                    .with_group_id(GroupId(str_bytes(&id)))
-                    .with_protocol_type(str_bytes(&protocol_type));
-                if version >= 4 {
-                    g = g.with_group_state(str_bytes(state));
-                }
-                groups.push(g);
-            }
+    for (id, protocol_type, state) in crate::group::list_all(shard).await {
+        let wanted = req.states_filter.is_empty()
+            || req
+                .states_filter
+                .iter()
+                .any(|s| s.as_str().eq_ignore_ascii_case(state));
+        if !wanted {
+            continue;
         }
+        let mut g = ListedGroup::default()
+            .with_group_id(GroupId(str_bytes(&id)))
+            .with_protocol_type(str_bytes(&protocol_type));
+        if version >= 4 {
+            g = g.with_group_state(str_bytes(state));
+        }
+        groups.push(g);
     }
     encode(&ListGroupsResponse::default().with_groups(groups), version)
 }

@@ -1,15 +1,53 @@
 //! ListOffsets: earliest (-2), latest (-1, the high watermark) and by timestamp.
 
 use super::{decode, encode, per_partition, Reply};
-use crate::shard::messages::{OffsetsItem, OffsetsOutcome, ShardReply, ShardRequest};
+use crate::partition::TopicPartition;
+use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
+use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
+
+#[derive(Debug, Clone, Copy)]
+struct OffsetsOutcome {
+    error_code: i16,
+    offset: i64,
+    timestamp: i64,
+    leader_epoch: i32,
+}
+
+/// Looks up offsets in partitions of one shard: (partition, timestamp) per item.
+struct ListOnOwner(Vec<(TopicPartition, i64)>);
+
+impl Request for ListOnOwner {
+    type Reply = Vec<OffsetsOutcome>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<OffsetsOutcome>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(self.0.len());
+            for (tp, timestamp) in self.0 {
+                let Some(p) = shard.partition(tp) else {
+                    out.push(failed(ResponseError::UnknownTopicOrPartition));
+                    continue;
+                };
+                out.push(match p.offset_for(timestamp).await {
+                    Ok((offset, timestamp)) => OffsetsOutcome {
+                        error_code: 0,
+                        offset,
+                        timestamp,
+                        leader_epoch: p.leader_epoch(),
+                    },
+                    Err(e) => failed(e),
+                });
+            }
+            out
+        })
+    }
+}
 
 fn failed(e: ResponseError) -> OffsetsOutcome {
     OffsetsOutcome {
@@ -28,16 +66,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .iter()
             .map(|t| (&t.name, t.partitions.as_slice())),
         |p| p.partition_index,
-        |topic, p| OffsetsItem {
-            topic: topic.to_string(),
-            partition: p.partition_index,
-            timestamp: p.timestamp,
-        },
-        |items| ShardRequest::ListOffsets { items },
-        |reply| match reply {
-            ShardReply::ListOffsets(v) => v,
-            _ => unreachable!("a list-offsets request gets a list-offsets reply"),
-        },
+        |tp, p| (tp, p.timestamp),
+        ListOnOwner,
         failed,
     )
     .await;

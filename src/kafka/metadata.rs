@@ -1,10 +1,11 @@
-//! Metadata: brokers (this one), and topics with their partitions, all led by this broker.
+//! Metadata: brokers (this one, as `node_id`), and topics with their partitions, all led by
+//! this broker: leader, replicas and ISR name `node_id`, and the controller is `node_id` too.
 //! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::shard::messages::{ControllerOp, NewTopic, ShardRequest};
-use crate::shard::{Shard, CONTROLLER_SHARD};
-use crate::storage::catalog::{Catalog, TopicMeta};
+use crate::controller::{self, ControllerOp, NewTopic};
+use crate::shard::Shard;
+use crate::storage::catalog::{Catalog, TopicMeta, SINGLE_NODE_LEADER_EPOCH};
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -46,27 +47,24 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         if !missing.is_empty() {
             // Outcomes are reflected in the catalog read below; a race with another creator
             // (TOPIC_ALREADY_EXISTS) is success here.
-            let _ = shard
-                .call(
-                    CONTROLLER_SHARD,
-                    ShardRequest::Controller(ControllerOp::CreateTopics {
-                        topics: missing,
-                        validate_only: false,
-                    }),
-                )
-                .await;
+            let op = ControllerOp::CreateTopics {
+                topics: missing,
+                validate_only: false,
+            };
+            let _ = controller::submit(shard, op).await;
         }
     }
     let catalog = shard.catalog();
+    let node = shard.config.node_id;
     let topics = match requested {
         None => catalog
             .topics
             .values()
-            .map(|t| topic_entry(t, version))
+            .map(|t| topic_entry(t, node, version))
             .collect(),
         Some(list) => list
             .iter()
-            .map(|(name, id)| lookup(&catalog, name.as_deref(), id, version))
+            .map(|(name, id)| lookup(&catalog, name.as_deref(), id, node, version))
             .collect(),
     };
     let (host, port) = shard.config.advertised();
@@ -89,17 +87,15 @@ fn lookup(
     catalog: &Catalog,
     name: Option<&str>,
     id: &uuid::Uuid,
+    node: i32,
     version: i16,
 ) -> MetadataResponseTopic {
     let found = match name {
         Some(n) => catalog.topics.get(n),
-        None => catalog
-            .by_id
-            .get(id.as_bytes())
-            .and_then(|n| catalog.topics.get(n)),
+        None => catalog.by_id.get(id.as_bytes()),
     };
     match found {
-        Some(t) => topic_entry(t, version),
+        Some(t) => topic_entry(t, node, version),
         None => {
             let code = if name.is_none() {
                 ResponseError::UnknownTopicId
@@ -117,16 +113,17 @@ fn lookup(
     }
 }
 
-fn topic_entry(t: &TopicMeta, version: i16) -> MetadataResponseTopic {
+/// A topic's entry: every partition led by this broker, its only replica.
+fn topic_entry(t: &TopicMeta, node: i32, version: i16) -> MetadataResponseTopic {
     let partitions = (0..t.record.partitions as i32)
         .map(|p| {
             let mut e = MetadataResponsePartition::default()
                 .with_partition_index(p)
-                .with_leader_id(BrokerId(0))
-                .with_replica_nodes(vec![BrokerId(0)])
-                .with_isr_nodes(vec![BrokerId(0)]);
+                .with_leader_id(BrokerId(node))
+                .with_replica_nodes(vec![BrokerId(node)])
+                .with_isr_nodes(vec![BrokerId(node)]);
             if version >= 7 {
-                e = e.with_leader_epoch(0);
+                e = e.with_leader_epoch(SINGLE_NODE_LEADER_EPOCH);
             }
             e
         })

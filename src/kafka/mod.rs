@@ -3,7 +3,6 @@
 
 pub mod alter_configs;
 pub mod api_versions;
-pub mod controller;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -28,9 +27,10 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
 
+use crate::partition::TopicPartition;
 use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::RequestHeader;
-use crate::shard::messages::{ShardReply, ShardRequest};
+use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, TopicName};
@@ -127,21 +127,31 @@ pub async fn dispatch(
     }
 }
 
+/// The APIs served, as the metrics endpoint names them: (key number, name).
+pub fn api_names() -> crate::metrics::ApiNames {
+    SUPPORTED
+        .iter()
+        .map(|&(k, _, _)| (k as i16, format!("{k:?}")))
+        .collect()
+}
+
 /// Runs a request's per-partition work on the partitions' owners and returns, per topic in
-/// request order, each partition's index and outcome. `make(topic, partition)` builds the item
-/// an owner executes, `request` wraps a shard's items, `unpack` takes its answers (one per item,
-/// in order). Unknown topics and partitions are answered `failed(UNKNOWN_TOPIC_OR_PARTITION)`
-/// without leaving this shard; partitions of a shard that has stopped (shutdown),
+/// request order, each partition's index and outcome. `make(partition, p)` builds the item an
+/// owner executes, `request` wraps a shard's items (its reply: one answer per item, in order).
+/// Unknown topics and partitions are answered `failed(UNKNOWN_TOPIC_OR_PARTITION)` without
+/// leaving this shard; partitions of a shard that has stopped (shutdown),
 /// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients retry elsewhere.
-pub async fn per_partition<'a, P: 'a, T, R: Copy>(
+pub async fn per_partition<'a, P: 'a, T, R: Copy, Q>(
     shard: &Rc<Shard>,
     topics: impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
     index: impl Fn(&P) -> i32,
-    make: impl Fn(&str, &P) -> T,
-    request: impl Fn(Vec<T>) -> ShardRequest,
-    unpack: impl Fn(ShardReply) -> Vec<R>,
+    make: impl Fn(TopicPartition, &P) -> T,
+    request: impl Fn(Vec<T>) -> Q,
     failed: impl Fn(ResponseError) -> R,
-) -> Vec<(TopicName, Vec<(i32, R)>)> {
+) -> Vec<(TopicName, Vec<(i32, R)>)>
+where
+    Q: Request<Reply = Vec<R>>,
+{
     let catalog = shard.catalog();
     // Each item with its owning shard; the layout says which item (or error) answers what.
     type Slot = Result<usize, ResponseError>;
@@ -149,15 +159,18 @@ pub async fn per_partition<'a, P: 'a, T, R: Copy>(
     let layout: Vec<(TopicName, Vec<(i32, Slot)>)> = topics
         .into_iter()
         .map(|(name, partitions)| {
-            let topic = name.0.as_str();
-            let known = catalog.topics.get(topic);
+            let known = catalog.topics.get(name.0.as_str());
             let row = partitions
                 .iter()
                 .map(|p| {
                     let i = index(p);
                     let slot = match known {
-                        Some(t) if (0..t.record.partitions as i32).contains(&i) => {
-                            items.push((shard.router.shard_of(topic, i), make(topic, p)));
+                        Some(t) if t.has_partition(i) => {
+                            let tp = TopicPartition {
+                                topic_id: t.record.id,
+                                partition: i,
+                            };
+                            items.push((shard.owner(&t.name, i), make(tp, p)));
                             Ok(items.len() - 1)
                         }
                         _ => Err(ResponseError::UnknownTopicOrPartition),
@@ -169,13 +182,9 @@ pub async fn per_partition<'a, P: 'a, T, R: Copy>(
         })
         .collect();
     let outcomes = shard
-        .scatter(
-            items,
-            |(owner, _)| *owner,
-            |items| request(items.into_iter().map(|(_, item)| item).collect()),
-            unpack,
-            || failed(ResponseError::NotLeaderOrFollower),
-        )
+        .scatter(items, request, || {
+            failed(ResponseError::NotLeaderOrFollower)
+        })
         .await;
     layout
         .into_iter()

@@ -3,14 +3,82 @@
 //! the append for acks=1, after the covering fdatasync for acks=all.
 
 use super::{encode, Reply};
+use crate::partition::TopicPartition;
 use crate::protocol::produce;
-use crate::shard::messages::{ProduceItem, ProduceOutcome, ShardReply, ShardRequest};
+use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
+use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
+
+/// One partition's answer.
+#[derive(Debug, Clone, Copy)]
+struct ProduceOutcome {
+    error_code: i16,
+    base_offset: i64,
+    log_append_time_ms: i64,
+    log_start_offset: i64,
+}
+
+impl ProduceOutcome {
+    fn failed(e: ResponseError) -> ProduceOutcome {
+        ProduceOutcome {
+            error_code: e.code(),
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        }
+    }
+}
+
+/// Appends to the partitions of one shard, each as `acks` asks; one outcome per item, in order.
+/// None records: the request's records for that partition were not a record set.
+struct AppendOnOwner {
+    acks: i16,
+    timeout_ms: i32,
+    items: Vec<(TopicPartition, Option<Bytes>)>,
+}
+
+impl Request for AppendOnOwner {
+    type Reply = Vec<ProduceOutcome>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<ProduceOutcome>> {
+        Box::pin(async move {
+            let (acks, timeout_ms) = (self.acks, self.timeout_ms);
+            let appends = self
+                .items
+                .into_iter()
+                .map(|(tp, records)| append_one(&shard, tp, records, acks, timeout_ms));
+            futures::future::join_all(appends).await
+        })
+    }
+}
+
+async fn append_one(
+    shard: &Shard,
+    tp: TopicPartition,
+    records: Option<Bytes>,
+    acks: i16,
+    timeout_ms: i32,
+) -> ProduceOutcome {
+    let Some(partition) = shard.partition(tp) else {
+        return ProduceOutcome::failed(ResponseError::UnknownTopicOrPartition);
+    };
+    let Some(records) = records else {
+        return ProduceOutcome::failed(ResponseError::CorruptMessage);
+    };
+    match shard.produce(&partition, records, acks, timeout_ms).await {
+        Ok(a) => ProduceOutcome {
+            error_code: 0,
+            base_offset: a.base_offset,
+            log_append_time_ms: a.log_append_time_ms,
+            log_start_offset: partition.log_start_offset(),
+        },
+        Err(e) => ProduceOutcome::failed(e),
+    }
+}
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req =
@@ -25,17 +93,17 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         let known = catalog.topics.get(&topic.name);
         let mut row = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let slot = if !acks_valid {
-                Err(ResponseError::InvalidRequiredAcks)
-            } else if known.is_none_or(|t| p.index < 0 || p.index >= t.record.partitions as i32) {
-                Err(ResponseError::UnknownTopicOrPartition)
-            } else {
-                items.push(ProduceItem {
-                    topic: topic.name.clone(),
-                    partition: p.index,
-                    records: p.records.clone(),
-                });
-                Ok(items.len() - 1)
+            let slot = match known {
+                _ if !acks_valid => Err(ResponseError::InvalidRequiredAcks),
+                Some(t) if t.has_partition(p.index) => {
+                    let tp = TopicPartition {
+                        topic_id: t.record.id,
+                        partition: p.index,
+                    };
+                    items.push((shard.owner(&t.name, p.index), (tp, p.records.clone())));
+                    Ok(items.len() - 1)
+                }
+                _ => Err(ResponseError::UnknownTopicOrPartition),
             };
             row.push((p.index, slot));
         }
@@ -45,15 +113,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let outcomes = shard
         .scatter(
             items,
-            |i| shard.router.shard_of(&i.topic, i.partition),
-            |items| ShardRequest::Produce {
+            |items| AppendOnOwner {
                 acks,
                 timeout_ms,
                 items,
-            },
-            |reply| match reply {
-                ShardReply::Produce(v) => v,
-                _ => unreachable!("a produce request gets a produce reply"),
             },
             || ProduceOutcome::failed(ResponseError::NotLeaderOrFollower),
         )

@@ -19,7 +19,7 @@ pub struct FetchResponse {
 }
 
 pub struct TopicResponse {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub topic_id: [u8; 16],
     pub partitions: Vec<PartitionResponse>,
 }

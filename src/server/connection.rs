@@ -115,16 +115,16 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
         let Ok((size, memory)) = read_frame_size(conn, &mut stream).await else {
             return;
         };
-        adjust(&shard.metrics.requests_queued, 1);
-        adjust(&shard.metrics.request_memory_bytes, size as i64);
+        adjust(&shard.metrics().requests_queued, 1);
+        adjust(&shard.metrics().request_memory_bytes, size as i64);
         let held = Held {
             _slot: slot,
             _memory: memory,
             bytes: size as u64,
-            metrics: shard.metrics.clone(),
+            metrics: shard.env.metrics.clone(),
         };
         let mut buf = BytesMut::zeroed(size);
-        let deadline_ms = crate::shard::now_ms() + shard.config.request_read_timeout_ms;
+        let deadline_ms = shard.clock().monotonic_ms() + shard.config.request_read_timeout_ms;
         if read_before(conn, &mut stream, &mut buf, deadline_ms)
             .await
             .is_err()
@@ -158,7 +158,7 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
                 return;
             }
         };
-        if shard.shutting_down.get() {
+        if shard.is_shutting_down() {
             log::info!("{peer}: closing: the broker is shutting down");
             return;
         }
@@ -178,7 +178,7 @@ async fn read_frame_size(
     let peer = &conn.peer;
     let mut size_buf = [0u8; 4];
     let first = wait_for_first_bytes(conn, stream, &mut size_buf).await?;
-    let deadline_ms = crate::shard::now_ms() + shard.config.request_read_timeout_ms;
+    let deadline_ms = shard.clock().monotonic_ms() + shard.config.request_read_timeout_ms;
     read_before(conn, stream, &mut size_buf[first..], deadline_ms).await?;
     let size = i32::from_be_bytes(size_buf);
     let max = shard.config.request_max_bytes;
@@ -193,7 +193,7 @@ async fn read_frame_size(
     let memory = match shard.request_memory.try_acquire_static_permit(size as u64) {
         Ok(p) => p,
         Err(_) => {
-            bump(&shard.metrics.request_memory_waits);
+            bump(&shard.metrics().request_memory_waits);
             log::debug!("{peer}: waiting for {size} bytes of request memory");
             shard
                 .request_memory
@@ -218,7 +218,7 @@ async fn wait_for_first_bytes(
     let read = stream.read(buf);
     futures::pin_mut!(read);
     let n = loop {
-        let deadline_ms = crate::shard::now_ms() + idle_ms;
+        let deadline_ms = shard.clock().monotonic_ms() + idle_ms;
         let Ok(idle) = shard.timers.sleep_until_idle(deadline_ms) else {
             break read.await;
         };
@@ -266,7 +266,7 @@ async fn read_before(
             match futures::future::select(read, deadline).await {
                 Either::Left((r, _)) => r,
                 Either::Right(_) => {
-                    bump(&shard.metrics.slow_requests_closed);
+                    bump(&shard.metrics().slow_requests_closed);
                     log::warn!(
                         "{}: closing: a request took over {} ms to arrive (request_read_timeout_ms)",
                         conn.peer,
@@ -312,7 +312,7 @@ async fn serve_requests(
             header.api_version,
             header.correlation_id
         );
-        shard.metrics.count_request(header.api_key);
+        shard.metrics().count_request(header.api_key as i16);
         let reply = kafka::dispatch(shard, &header, body, &conn.client_host).await;
         let body = match reply {
             Ok(Reply::None) => continue,
@@ -349,7 +349,7 @@ async fn write_response(
         let sent = match &chunk {
             Chunk::Bytes(b) => stream.write_all(b).await,
             Chunk::File(f) => {
-                super::sendfile::send(conn.socket, stream, f, &conn.shard.metrics).await
+                super::sendfile::send(conn.socket, stream, f, conn.shard.metrics()).await
             }
         };
         if let Err(e) = sent {

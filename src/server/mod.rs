@@ -2,14 +2,20 @@
 //! accepting on the same port (SO_REUSEPORT) so the kernel spreads connections across shards.
 
 pub mod connection;
+pub mod fd_budget;
 pub mod limits;
 pub mod sendfile;
 
+use crate::clock::{Clock, RandomIds, SystemClock};
 use crate::config::Config;
+use crate::controller::{self, Controller, ControllerOp, NewTopic};
+use crate::group::GroupService;
+use crate::kafka::fetch::SessionCache;
+use crate::kafka::fetch_session::FetchSessions;
 use crate::metrics::ShardMetrics;
-use crate::shard::messages::MeshMsg;
+use crate::shard::mesh::{Mesh, MeshMsg};
 use crate::shard::router::Router;
-use crate::shard::{flusher, Shard};
+use crate::shard::{flusher, Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::Catalog;
 use event_listener::Event;
 use futures::StreamExt;
@@ -46,6 +52,8 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         )
     })?;
     ensure_port_free(&config.listen)?;
+    let descriptor_limit = fd_budget::apply(&mut config)?;
+    crate::metrics::DESCRIPTOR_LIMIT.store(descriptor_limit, Ordering::Relaxed);
 
     if !Catalog::path(&config.data_dir).exists() {
         log::info!("new data dir {}", config.data_dir.display());
@@ -61,6 +69,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!(e))?,
     );
     let config = Arc::new(config);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let router = Arc::new(Router::new(&config));
     let shards = config.shards;
     let cpus: Vec<usize> = if config.cpus.is_empty() {
@@ -91,7 +100,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     if let Some(addr) = &config.metrics_listen {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-        crate::metrics::serve(listener, metrics.clone())?;
+        crate::metrics::serve(listener, metrics.clone(), crate::kafka::api_names())?;
         log::info!("metrics on http://{addr}/metrics");
     }
     let limits =
@@ -99,20 +108,21 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
     let mut handles = Vec::with_capacity(shards);
     for id in 0..shards {
-        let (config, router, catalog, mesh, metrics) = (
-            config.clone(),
-            router.clone(),
-            catalog.clone(),
-            mesh.clone(),
-            metrics[id].clone(),
-        );
-        let limits = limits.clone();
+        let start = ShardStart {
+            id,
+            config: config.clone(),
+            router: router.clone(),
+            catalog: catalog.clone(),
+            metrics: metrics[id].clone(),
+            clock: clock.clone(),
+            limits: limits.clone(),
+            descriptor_limit,
+        };
+        let mesh = mesh.clone();
         let cpu = cpus[id % cpus.len()];
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{id}"))
-            .spawn(move || async move {
-                run_shard(id, config, router, catalog, mesh, metrics, limits).await
-            })
+            .spawn(move || async move { run_shard(start, mesh).await })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
     }
@@ -142,16 +152,12 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
 /// may serve clients meanwhile; they answer group requests with COORDINATOR_NOT_AVAILABLE (which
 /// clients retry) until it exists.
 async fn ensure_offsets_topic(shard: &Rc<Shard>) {
-    use crate::shard::messages::{ControllerOp, NewTopic};
-    if shard
-        .catalog()
-        .topics
-        .contains_key(crate::group::OFFSETS_TOPIC)
-    {
+    use crate::group::OFFSETS_TOPIC;
+    if shard.catalog().topics.contains_key(OFFSETS_TOPIC) {
         return;
     }
     let topic = NewTopic {
-        name: crate::group::OFFSETS_TOPIC.to_string(),
+        name: OFFSETS_TOPIC.to_string(),
         partitions: shard.config.offsets_topic_partitions,
         replication_factor: 1,
         configs: vec![
@@ -166,12 +172,9 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
         topics: vec![topic],
         validate_only: false,
     };
-    for (code, message) in crate::kafka::controller::execute(shard, op).await {
+    for (code, message) in controller::execute(shard, op).await {
         if code != 0 {
-            log::error!(
-                "cannot create {}: {code} {message:?}",
-                crate::group::OFFSETS_TOPIC
-            );
+            log::error!("cannot create {OFFSETS_TOPIC}: {code} {message:?}");
         }
     }
 }
@@ -193,32 +196,44 @@ fn ensure_port_free(listen: &str) -> anyhow::Result<()> {
     anyhow::bail!("cannot listen on {listen}: another process is listening there")
 }
 
-async fn run_shard(
+/// What a shard's executor starts from.
+struct ShardStart {
     id: usize,
     config: Arc<Config>,
     router: Arc<Router>,
     catalog: Arc<Catalog>,
-    mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
     metrics: Arc<ShardMetrics>,
+    clock: Arc<dyn Clock>,
     limits: Arc<limits::ConnectionLimits>,
+    descriptor_limit: u64,
+}
+
+async fn run_shard(
+    start: ShardStart,
+    mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
 ) -> anyhow::Result<()> {
+    let id = start.id;
     let (senders, mut receivers) = mesh
         .join()
         .await
         .map_err(|_| anyhow::anyhow!("shard {id}: cannot join the mesh"))?;
     let shard = Rc::new(Shard::new(
         id,
-        config.clone(),
-        router,
-        catalog.clone(),
-        Some(senders),
-        metrics,
+        start.config.clone(),
+        start.router.clone(),
+        start.catalog.clone(),
+        Mesh::new(Some(senders)),
+        start.clock.clone(),
+        start.metrics.clone(),
     ));
-    glommio::spawn_local(shard.timers.clone().drive(crate::shard::now_ms)).detach();
-    if id == crate::shard::CONTROLLER_SHARD && !Catalog::path(&config.data_dir).exists() {
-        Catalog::persist(&config.data_dir, &catalog.to_record()).await?;
+    wire_services(&shard, &start);
+    let clock = start.clock.clone();
+    glommio::spawn_local(shard.timers.clone().drive(move || clock.monotonic_ms())).detach();
+    let config = &start.config;
+    if id == CONTROLLER_SHARD && !Catalog::path(&config.data_dir).exists() {
+        Catalog::persist(&config.data_dir, &start.catalog.to_record()).await?;
     }
-    shard.apply_catalog(catalog).await;
+    shard.install_catalog(start.catalog.clone()).await;
     let flusher = glommio::spawn_local(flusher::run(shard.clone()));
     for (_, mut stream) in receivers.streams() {
         let shard = shard.clone();
@@ -229,22 +244,59 @@ async fn run_shard(
         })
         .detach();
     }
-    if id == crate::shard::CONTROLLER_SHARD {
+    if id == CONTROLLER_SHARD {
         ensure_offsets_topic(&shard).await;
+        glommio::spawn_local(watch_descriptors(shard.clone(), start.descriptor_limit)).detach();
     }
-    crate::group::replay(&shard).await;
+    crate::group::replay::replay(&shard).await;
     glommio::spawn_local(crate::group::drive(shard.clone())).detach();
     glommio::spawn_local(shard.clone().expire_producers()).detach();
     glommio::spawn_local(shard.clone().enforce_retention()).detach();
     glommio::spawn_local(shard.clone().compact_logs()).detach();
-    let listener = TcpListener::bind(&config.listen)
-        .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {}: {e}", config.listen))?;
-    log::info!(
-        "shard {id}: serving {} partitions on {}",
-        shard.partitions.borrow().len(),
-        config.listen
-    );
+    serve_clients(&shard, start.limits).await?;
+    drain(&shard).await;
+    flusher.await;
+    log::debug!("shard {id}: flusher stopped");
+    shard.close_partitions().await;
+    log::info!("shard {id}: closed");
+    Ok(())
+}
 
+/// Wires the services into a shard: its group coordinator and fetch sessions, and on the
+/// controller shard the controller.
+fn wire_services(shard: &Rc<Shard>, start: &ShardStart) {
+    let config = &start.config;
+    let now_ms = start.clock.monotonic_ms();
+    shard.provide(Rc::new(GroupService::new(
+        now_ms,
+        config,
+        Box::new(RandomIds),
+    )));
+    shard.provide(Rc::new(SessionCache::new(FetchSessions::new(
+        start.id,
+        start.router.shards(),
+        config.max_incremental_fetch_session_cache_slots,
+    ))));
+    if start.id == CONTROLLER_SHARD {
+        shard.provide(Rc::new(Controller::new(
+            &start.catalog,
+            Box::new(RandomIds),
+        )));
+    }
+}
+
+/// Accepts connections until shutdown.
+async fn serve_clients(
+    shard: &Rc<Shard>,
+    limits: Arc<limits::ConnectionLimits>,
+) -> anyhow::Result<()> {
+    let (id, listen) = (shard.id, &shard.config.listen);
+    let listener = TcpListener::bind(listen)
+        .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {listen}: {e}"))?;
+    log::info!(
+        "shard {id}: serving {} partitions on {listen}",
+        shard.partition_count()
+    );
     let stop = Rc::new(Event::new());
     glommio::spawn_local({
         let (stop, shard) = (stop.clone(), shard.clone());
@@ -252,16 +304,15 @@ async fn run_shard(
             while !SHUTDOWN.load(Ordering::SeqCst) {
                 glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
             }
-            shard.shutting_down.set(true);
+            shard.begin_shutdown();
             stop.notify(usize::MAX);
-            shard.sync_needed.notify(usize::MAX); // the flusher exits once idle
         }
     })
     .detach();
     loop {
         let stopped = stop.listen();
-        if shard.shutting_down.get() {
-            break;
+        if shard.is_shutting_down() {
+            return Ok(());
         }
         let accept = listener.accept();
         futures::pin_mut!(accept);
@@ -283,23 +334,41 @@ async fn run_shard(
                 log::warn!("shard {id}: accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
-            futures::future::Either::Right(_) => break,
+            futures::future::Either::Right(_) => return Ok(()),
         }
     }
-    drop(listener);
-    // Let requests in progress finish, bounded; connections take no new ones.
-    let drain_deadline = crate::shard::now_ms() + DRAIN_TIMEOUT_MS;
+}
+
+/// Lets requests in progress finish (bounded: connections take no new ones), then flushes.
+async fn drain(shard: &Rc<Shard>) {
+    let drain_deadline_ms = shard.clock().monotonic_ms() + DRAIN_TIMEOUT_MS;
     // Requests read and not yet answered, queued ones included: the readers stop taking new
-    // ones once `shutting_down` is set.
-    let unanswered = || shard.metrics.requests_queued.load(Ordering::Relaxed);
-    while unanswered() > 0 && crate::shard::now_ms() < drain_deadline {
+    // ones once the shard is shutting down.
+    let unanswered = || shard.metrics().requests_queued.load(Ordering::Relaxed);
+    while unanswered() > 0 && shard.clock().monotonic_ms() < drain_deadline_ms {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
-    log::debug!("shard {id}: requests drained");
-    flusher::drain(&shard).await;
-    flusher.await;
-    log::debug!("shard {id}: flusher stopped");
-    shard.close_partitions().await;
-    log::info!("shard {id}: closed");
-    Ok(())
+    log::debug!("shard {}: requests drained", shard.id);
+    flusher::drain(shard).await;
+}
+
+/// How often the controller shard counts the process's descriptors.
+const DESCRIPTOR_WATCH_MS: u64 = 60_000;
+/// The share of the descriptor limit past which each count logs a warning.
+const DESCRIPTOR_WARN_PERCENT: u64 = 90;
+
+/// Publishes the process's open descriptors, and warns while they pass 90% of the limit: a
+/// partition that cannot open (EMFILE) or a refused client is the next step.
+async fn watch_descriptors(shard: Rc<Shard>, limit: u64) {
+    loop {
+        if let Some(open) = fd_budget::open_descriptors() {
+            crate::metrics::OPEN_DESCRIPTORS.store(open, Ordering::Relaxed);
+            if open * 100 >= limit * DESCRIPTOR_WARN_PERCENT {
+                log::warn!(
+                    "{open} descriptors open, over {DESCRIPTOR_WARN_PERCENT}% of the limit ({limit}): new partitions or connections may fail with EMFILE"
+                );
+            }
+        }
+        shard.housekeeping_sleep(DESCRIPTOR_WATCH_MS).await;
+    }
 }

@@ -1,6 +1,7 @@
 //! Group commit: one task per shard gathers every partition written since its last pass and
-//! covers them with one fdatasync per file, then advances their high watermarks. Producers with
-//! acks=all wait for that advance, so they are answered only after the sync that covers them.
+//! covers them with one fdatasync per file, then reports each completed sync to its partition,
+//! whose commit rule moves the high watermark and wakes the waiters it commits. Producers with
+//! acks=all wait for that, so they are answered only after the sync that covers them.
 
 use super::Shard;
 use std::rc::Rc;
@@ -8,13 +9,14 @@ use std::time::Duration;
 
 pub async fn run(shard: Rc<Shard>) {
     let interval_ms = shard.config.log.flush_interval_ms;
+    let queue = &shard.env.sync_queue;
     loop {
-        if shard.sync_queue.borrow().is_empty() {
-            if shard.shutting_down.get() {
+        if queue.is_empty() {
+            if shard.is_shutting_down() {
                 return;
             }
-            let listener = shard.sync_needed.listen();
-            if shard.sync_queue.borrow().is_empty() {
+            let listener = queue.listen();
+            if queue.is_empty() {
                 listener.await;
                 continue;
             }
@@ -27,43 +29,30 @@ pub async fn run(shard: Rc<Shard>) {
     }
 }
 
-/// One group: takes the queued partitions, syncs them concurrently, publishes the results.
-pub async fn sync_once(shard: &Rc<Shard>) {
-    let queued = std::mem::take(&mut *shard.sync_queue.borrow_mut());
-    let mut work = Vec::with_capacity(queued.len());
-    for partition in queued {
-        partition.queued_for_sync.set(false);
-        let job = partition.log.borrow_mut().take_sync_work();
-        if let Some(job) = job {
-            work.push((partition, job));
-        }
-    }
+/// One group: takes the queued partitions, syncs them concurrently, reports the results.
+pub async fn sync_once(shard: &Shard) {
+    let work: Vec<_> = shard
+        .env
+        .sync_queue
+        .take()
+        .into_iter()
+        .filter_map(|partition| partition.take_sync_work().map(|job| (partition, job)))
+        .collect();
     let syncs = work.iter().map(|(_, job)| async move {
         for file in &job.files {
-            file.fdatasync().await?;
+            file.fdatasync().await.map_err(std::io::Error::from)?;
         }
-        Ok::<(), glommio::GlommioError<()>>(())
+        Ok::<(), std::io::Error>(())
     });
     let results = futures::future::join_all(syncs).await;
     for ((partition, job), result) in work.into_iter().zip(results) {
-        let mut log = partition.log.borrow_mut();
-        match result {
-            Ok(()) => log.complete_sync(job.target),
-            Err(e) => {
-                log::error!(
-                    "fdatasync of {} failed: {e}; the partition is offline until restart",
-                    log.dir.display()
-                );
-                log.failed = true;
-            }
-        }
+        partition.complete_sync(job.target, result);
     }
-    shard.hw_advanced.notify(usize::MAX);
 }
 
 /// Flushes whatever is left, for shutdown.
-pub async fn drain(shard: &Rc<Shard>) {
-    while !shard.sync_queue.borrow().is_empty() {
+pub async fn drain(shard: &Shard) {
+    while !shard.env.sync_queue.is_empty() {
         sync_once(shard).await;
     }
 }

@@ -41,7 +41,10 @@ impl Router {
     /// Pinned topics use their shard list round-robin; others start at a hash of the name and
     /// take consecutive shards, so a topic's partitions spread evenly.
     pub fn shard_of(&self, topic: &str, partition: i32) -> usize {
-        debug_assert!(partition >= 0);
+        assert!(
+            partition >= 0,
+            "partition indexes are checked before routing"
+        );
         if let Some(list) = self.pins.get(topic) {
             return list[partition as usize % list.len()];
         }

@@ -20,6 +20,12 @@ const FORMAT_VERSION: u8 = 1;
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
 pub const MAX_PARTITIONS: i32 = 10_000;
+/// A topic's id (a UUID), which names it on the data path and in Fetch v13+.
+pub type TopicId = [u8; 16];
+/// The leader epoch of every partition while a broker runs alone: one leader, never replaced.
+/// Stamped on stored batches and reported by Metadata, ListOffsets and OffsetsForLeaderEpoch;
+/// the controller will assign epochs once partitions are replicated.
+pub const SINGLE_NODE_LEADER_EPOCH: i32 = 0;
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
 pub struct TopicRecord {
@@ -291,15 +297,24 @@ pub fn edit_overrides(
 
 #[derive(Debug)]
 pub struct TopicMeta {
+    /// The topic's name, shared (responses name topics without copying the string).
+    pub name: Arc<str>,
     pub record: TopicRecord,
     pub config: TopicConfig,
+}
+
+impl TopicMeta {
+    /// Whether `partition` is one of the topic's.
+    pub fn has_partition(&self, partition: i32) -> bool {
+        (0..self.record.partitions as i32).contains(&partition)
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct Catalog {
     pub cluster_id: String,
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
-    pub by_id: HashMap<[u8; 16], String>,
+    pub by_id: HashMap<TopicId, Arc<TopicMeta>>,
     pub producer_id_block_end: i64,
 }
 
@@ -317,14 +332,13 @@ impl Catalog {
         for t in &record.topics {
             let config = TopicConfig::resolve(defaults, log, &t.configs)
                 .map_err(|e| format!("topic {}: {e}", t.name))?;
-            c.by_id.insert(t.id, t.name.clone());
-            c.topics.insert(
-                t.name.clone(),
-                Arc::new(TopicMeta {
-                    record: t.clone(),
-                    config,
-                }),
-            );
+            let meta = Arc::new(TopicMeta {
+                name: Arc::from(t.name.as_str()),
+                record: t.clone(),
+                config,
+            });
+            c.by_id.insert(t.id, meta.clone());
+            c.topics.insert(t.name.clone(), meta);
         }
         Ok(c)
     }

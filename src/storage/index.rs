@@ -17,10 +17,12 @@ impl OffsetIndex {
     pub const ENTRY_BYTES: usize = 8;
 
     pub fn push(&mut self, relative_offset: u32, position: u32) {
-        debug_assert!(self
-            .entries
-            .last()
-            .is_none_or(|&(o, p)| o < relative_offset && p < position));
+        assert!(
+            self.entries
+                .last()
+                .is_none_or(|&(o, p)| o < relative_offset && p < position),
+            "index entries increase in offset and position"
+        );
         self.entries.push((relative_offset, position));
     }
 

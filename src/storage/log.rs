@@ -4,9 +4,14 @@
 //! Offsets and positions:
 //! - `log_end_offset` (LEO): the next offset to assign; every write below it has completed,
 //!   because appends to a partition are serialized by its append lock.
-//! - `high_watermark`: everything below it is covered by an fdatasync. Consumers read only below
-//!   it, so nothing they see can vanish in a crash. It is a separate notion from the LEO so that
-//!   replication can later move it by its own rule.
+//! - `synced`: everything below it is covered by an fdatasync on this node.
+//! - `high_watermark`: everything below it is committed, as the partition's commit rule decides
+//!   (`partition::commit`); never past `synced`. Consumers read only below it, so nothing they
+//!   see can vanish in a crash.
+//!
+//! Invariants, asserted: log start ≤ high watermark ≤ synced ≤ written ≤ LEO, and none of them
+//! moves back except by `truncate_to`; offsets are assigned densely from the LEO; a segment's
+//! readable range lies within its file.
 //!
 //! Methods are synchronous planners around the async file I/O done by the caller, so that no
 //! `RefCell` borrow is held across an await.
@@ -14,12 +19,14 @@
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
+use crate::metrics::SEGMENT_DESCRIPTORS;
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Settings a log takes from its topic's configuration.
@@ -39,11 +46,23 @@ pub struct Segment {
     pub send_fd: Arc<OwnedFd>,
 }
 
+/// Descriptors a segment holds: its file, and the duplicate fetches send from.
+const DESCRIPTORS_PER_SEGMENT: u64 = 2;
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // In-flight fetches may keep the duplicate open a moment longer; the gauge counts what
+        // the log holds.
+        SEGMENT_DESCRIPTORS.fetch_sub(DESCRIPTORS_PER_SEGMENT, Ordering::Relaxed);
+    }
+}
+
 impl Segment {
     fn new(meta: SegmentMeta, file: BufferedFile) -> std::io::Result<Segment> {
         // SAFETY: `file` is open for the whole call; the duplicate is an independent descriptor.
         let send_fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
         let send_fd = Arc::new(send_fd);
+        SEGMENT_DESCRIPTORS.fetch_add(DESCRIPTORS_PER_SEGMENT, Ordering::Relaxed);
         Ok(Segment {
             meta,
             file: Rc::new(file),
@@ -76,7 +95,10 @@ pub struct PartitionLog {
     pub segments: Vec<Segment>,
     pub log_start_offset: i64,
     pub leader_epoch: i32,
+    /// Committed: what consumers may read (set by the partition's commit rule).
     high_watermark: LogPosition,
+    /// Covered by a completed fdatasync on this node.
+    synced: LogPosition,
     /// The end of the bytes whose write has completed. Offsets are assigned (the LEO moves) before
     /// the write is issued, so a sync planned meanwhile must stop here, not at the LEO: syncing
     /// to the LEO would call a write durable that has not reached the page cache yet.
@@ -271,6 +293,7 @@ impl PartitionLog {
             log_start_offset,
             leader_epoch,
             high_watermark,
+            synced: high_watermark,
             written: high_watermark,
             unsynced_closed: Vec::new(),
             dirty: false,
@@ -286,6 +309,11 @@ impl PartitionLog {
 
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.offset
+    }
+
+    /// Where the last completed fdatasync left the log: the most a commit rule may commit.
+    pub fn synced(&self) -> LogPosition {
+        self.synced
     }
 
     fn active(&self) -> &Segment {
@@ -328,7 +356,7 @@ impl PartitionLog {
         let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
         sync_dir(&dir).await?;
         let mut l = log.borrow_mut();
-        debug_assert_eq!(
+        assert_eq!(
             l.log_end_offset(),
             base,
             "appends are serialized around a roll"
@@ -382,7 +410,11 @@ impl PartitionLog {
             next = assigned.next_offset();
             at += h.size_bytes;
         }
-        debug_assert_eq!(at, records.len());
+        assert_eq!(at, records.len(), "the headers cover the records exactly");
+        assert!(
+            next > base_offset,
+            "offsets move forward: {base_offset} → {next}"
+        );
         let end = LogPosition {
             offset: next,
             segment_base: segment.meta.base_offset,
@@ -412,9 +444,12 @@ impl PartitionLog {
         let error = match write_batches(&plan) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
-                debug_assert!(
-                    plan.end.offset >= l.written.offset,
-                    "appends are serialized"
+                assert!(
+                    plan.end.offset >= l.written.offset && plan.base_offset == l.written.offset,
+                    "appends are serialized: written {} base {} end {}",
+                    l.written.offset,
+                    plan.base_offset,
+                    plan.end.offset
                 );
                 l.written = plan.end;
                 l.dirty = true;
@@ -446,11 +481,35 @@ impl PartitionLog {
         })
     }
 
-    /// Advances the high watermark after the sync that covers `target`.
+    /// Records that the sync covering `target` completed. (Syncs may complete out of order
+    /// only in the sense that an older target can arrive after a newer one; `synced` keeps the
+    /// furthest.)
     pub fn complete_sync(&mut self, target: LogPosition) {
-        if target.offset > self.high_watermark.offset {
-            self.high_watermark = target;
+        assert!(
+            target.offset <= self.written.offset,
+            "a sync covers only completed writes"
+        );
+        if target.offset > self.synced.offset {
+            self.synced = target;
         }
+    }
+
+    /// Moves the high watermark to `to`, which the commit rule chose: at most the synced end,
+    /// and never backwards.
+    pub fn advance_high_watermark(&mut self, to: LogPosition) {
+        assert!(
+            to.offset <= self.synced.offset,
+            "committed {} past synced {}",
+            to.offset,
+            self.synced.offset
+        );
+        assert!(
+            to.offset >= self.high_watermark.offset,
+            "high watermark moved back from {} to {}",
+            self.high_watermark.offset,
+            to.offset
+        );
+        self.high_watermark = to;
     }
 
     /// Plans a read of whole batches holding `offset`, bounded by the high watermark.
@@ -484,6 +543,12 @@ impl PartitionLog {
                 .find(|s| next_end(s, &hw) > 0)
                 .map(|s| s.plan(0, next_end(s, &hw))));
         }
+        assert!(
+            end <= segment.meta.size_bytes,
+            "readable end {end} past segment {} size {}",
+            segment.meta.base_offset,
+            segment.meta.size_bytes
+        );
         Ok(Some(segment.plan(position as u64, end - position as u64)))
     }
 
@@ -562,7 +627,7 @@ impl PartitionLog {
         write_indexes(&dir, base, offset_index, time_index).await?;
         sync_dir(&dir).await?;
         let mut l = log.borrow_mut();
-        debug_assert_eq!(
+        assert_eq!(
             l.segments[i].meta.base_offset, base,
             "swaps hold the append lock"
         );
@@ -697,6 +762,9 @@ impl PartitionLog {
         if l.high_watermark.offset > hw_candidate.offset {
             l.high_watermark = hw_candidate;
         }
+        if l.synced.offset > hw_candidate.offset {
+            l.synced = hw_candidate;
+        }
         if l.written.offset > hw_candidate.offset {
             l.written = hw_candidate;
         }
@@ -816,7 +884,11 @@ mod tests {
         for f in &work.files {
             f.fdatasync().await.unwrap();
         }
-        log.borrow_mut().complete_sync(work.target);
+        let mut l = log.borrow_mut();
+        l.complete_sync(work.target);
+        // A lone copy commits what it synced (the partition's LocalSync rule).
+        let synced = l.synced();
+        l.advance_high_watermark(synced);
     }
 
     async fn read_offsets(log: &RefCell<PartitionLog>, from: i64) -> Vec<i64> {

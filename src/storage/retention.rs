@@ -144,7 +144,7 @@ impl PartitionLog {
         }
         let (dir, doomed) = {
             let mut l = log.borrow_mut();
-            debug_assert!(count < l.segments.len(), "the active segment is kept");
+            assert!(count < l.segments.len(), "the active segment is kept");
             let doomed: Vec<(i64, u64)> = l
                 .segments
                 .drain(..count)

@@ -78,8 +78,11 @@ impl SegmentMeta {
 
     /// Records a batch appended at `position`, adding index entries each `interval` bytes.
     pub fn note_batch(&mut self, header: &BatchHeader, position: u64, interval: u32) {
-        debug_assert_eq!(position, self.size_bytes);
-        debug_assert!(header.last_offset() - self.base_offset <= MAX_RELATIVE_OFFSET);
+        assert_eq!(position, self.size_bytes, "batches are noted in file order");
+        assert!(
+            header.last_offset() - self.base_offset <= MAX_RELATIVE_OFFSET,
+            "the log rolls before offsets outgrow the index"
+        );
         let relative = (header.base_offset - self.base_offset) as u32;
         if self.bytes_since_index >= interval {
             self.offset_index.push(relative, position as u32);

@@ -84,7 +84,7 @@ impl Timers {
         self.client_parked.get()
     }
 
-    /// A future that completes at `deadline_ms` (wall-clock ms), for a client's request. Err
+    /// A future that completes at `deadline_ms` (monotonic ms), for a client's request. Err
     /// when the shard's bound on parked operations is reached.
     pub fn sleep_until(self: &Rc<Self>, deadline_ms: u64) -> Result<Sleep, InsertError> {
         if self.client_parked.get() >= self.client_limit {

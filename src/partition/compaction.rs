@@ -1,28 +1,32 @@
-//! The shard's log cleaner: every `log.cleaner_interval_ms`, each compacted partition whose
-//! closed segments are dirty enough (`min.cleanable.dirty.ratio`) is cleaned (see
-//! storage/compaction.rs for the rules).
+//! Cleaning a compacted partition: when its closed segments are dirty enough
+//! (`min.cleanable.dirty.ratio`), the latest record of each key is kept (see
+//! storage/compaction.rs for the rules). The shard runs a pass over its compacted partitions
+//! every `log.cleaner_interval_ms`.
 //!
 //! Reading, learning keys and writing the compacted copies run without the append lock: they
 //! touch only closed segments below the high watermark, which appends never change. Only each
 //! swap takes the lock, and checks the segment is still the one that was read.
 
-use super::{now_ms, Partition, Shard};
+use super::Partition;
 use crate::protocol::batch;
 use crate::storage::compaction::{self, Compacted, KeyMap};
 use crate::storage::log::{create_file, PartitionLog};
 use crate::storage::recovery::CLEANED_SUFFIX;
 use crate::storage::segment::{self, SegmentMeta};
 use glommio::io::BufferedFile;
+use std::path::PathBuf;
 use std::rc::Rc;
 
 /// Bytes of a segment read at a time.
 const CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A compacted topic's cleaning settings.
-#[derive(Clone, Copy)]
-struct CleanPolicy {
-    min_dirty_ratio: f64,
-    delete_retention_ms: i64,
+#[derive(Debug, Clone, Copy)]
+pub struct CleanPolicy {
+    pub min_dirty_ratio: f64,
+    pub delete_retention_ms: i64,
+    /// Memory for the pass's key map (`log.cleaner_dedupe_buffer_bytes`).
+    pub dedupe_buffer_bytes: usize,
 }
 
 /// A closed segment as the pass found it.
@@ -42,130 +46,161 @@ impl Closed {
     }
 }
 
-impl Shard {
-    pub async fn compact_logs(self: Rc<Self>) {
-        let period_ms = self.config.log.cleaner_interval_ms;
-        loop {
-            self.housekeeping_sleep(period_ms).await;
-            for ((topic, p), partition) in self.partition_list() {
-                let policy = self.catalog().topics.get(&topic).and_then(|t| {
-                    t.config.compacts().then_some(CleanPolicy {
-                        min_dirty_ratio: t.config.min_cleanable_dirty_ratio,
-                        delete_retention_ms: t.config.delete_retention_ms,
-                    })
-                });
-                let Some(policy) = policy else { continue };
-                if let Err(e) = self.compact_partition(&partition, policy).await {
-                    self.storage_error(&topic, p, "compaction", &e);
-                }
-            }
+/// What a pass found to clean: the closed segments below the high watermark, and where the
+/// dirty part (new since the last pass) starts.
+struct Survey {
+    closed: Vec<Closed>,
+    cleaned_to: i64,
+    dir: PathBuf,
+    index_interval_bytes: u32,
+}
+
+impl Partition {
+    /// One cleaning pass, if the closed segments are dirty enough. Storage errors are logged
+    /// (rate limited) and counted; the next pass tries again.
+    pub async fn compact(&self, policy: CleanPolicy) {
+        if let Err(e) = self.try_compact(policy).await {
+            self.env.storage_error(&self.name, "compaction", &e);
         }
     }
 
-    async fn compact_partition(
-        &self,
-        partition: &Partition,
-        policy: CleanPolicy,
-    ) -> std::io::Result<()> {
-        let (closed, cleaned_to, dir, interval) = {
-            let log = partition.log.borrow();
-            if log.failed {
-                return Ok(());
-            }
-            let hw = log.high_watermark();
-            let closed: Vec<Closed> = log
-                .segments
-                .windows(2)
-                .take_while(|w| w[1].meta.base_offset <= hw)
-                .map(|w| Closed {
-                    base_offset: w[0].meta.base_offset,
-                    size_bytes: w[0].meta.size_bytes,
-                    created_ms: w[0].meta.created_ms,
-                    max_timestamp: w[0].meta.max_timestamp,
-                    file: w[0].file.clone(),
-                })
-                .collect();
-            let interval = log.settings.index_interval_bytes;
-            (closed, log.cleaned_to, log.dir.clone(), interval)
+    async fn try_compact(&self, policy: CleanPolicy) -> std::io::Result<()> {
+        let Some(survey) = self.survey() else {
+            return Ok(());
         };
-        let total: u64 = closed.iter().map(|c| c.size_bytes).sum();
-        let dirty: u64 = closed
+        let total: u64 = survey.closed.iter().map(|c| c.size_bytes).sum();
+        let dirty: u64 = survey
+            .closed
             .iter()
-            .filter(|c| c.base_offset >= cleaned_to)
+            .filter(|c| c.base_offset >= survey.cleaned_to)
             .map(|c| c.size_bytes)
             .sum();
         if dirty == 0 || (dirty as f64) < policy.min_dirty_ratio * total as f64 {
             return Ok(());
         }
-        // Learn keys oldest first; a segment whose keys do not all fit ends the pass there.
-        let mut map = KeyMap::new(self.config.log.cleaner_dedupe_buffer_bytes);
-        let mut covered = 0;
-        'segments: for c in &closed {
-            let mut at = 0;
-            while at < c.size_bytes {
-                let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
-                if !map.learn(&chunk) {
-                    break 'segments;
-                }
-                at += chunk.len() as u64;
-            }
-            covered += 1;
-        }
+        let (map, covered) = learn_keys(&survey.closed, policy.dedupe_buffer_bytes).await?;
         if covered == 0 {
             log::warn!(
                 "partition {}: the keys of segment {} do not fit log.cleaner_dedupe_buffer_bytes; not compacted",
-                dir.display(),
-                closed[0].base_offset
+                self.name,
+                survey.closed[0].base_offset
             );
         }
-        let mut done = Compacted::default();
-        for c in &closed[..covered] {
-            let cleaned = dir.join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
-            let drop_tombstones = c.past(policy.delete_retention_ms, now_ms());
-            let compacted = write_compacted(c, &map, drop_tombstones, &cleaned, interval).await?;
-            let Some((meta, segment_done)) = compacted else {
-                continue; // nothing to remove in this one
-            };
-            let Ok(_permit) = partition.append_lock.acquire_permit(1).await else {
-                std::fs::remove_file(&cleaned)?;
-                return Ok(()); // the partition is closing
-            };
-            if PartitionLog::replace_segment(&partition.log, c.size_bytes, &cleaned, meta).await? {
-                done.records_removed += segment_done.records_removed;
-                done.batches_removed += segment_done.batches_removed;
-            }
-        }
-        // The dirty part now starts after the last segment cleaned.
-        let next_dirty = match (
-            covered.checked_sub(1).map(|i| &closed[i]),
-            closed.get(covered),
-        ) {
-            (_, Some(first_left)) => first_left.base_offset,
-            (Some(last), None) => {
-                let log = partition.log.borrow();
-                log.segments
-                    .iter()
-                    .map(|s| s.meta.base_offset)
-                    .find(|&b| b > last.base_offset)
-                    .unwrap_or_else(|| log.log_end_offset())
-            }
-            (None, None) => cleaned_to,
-        };
-        partition.log.borrow_mut().cleaned_to = next_dirty;
+        let done = self.rewrite(&survey, covered, &map, policy).await?;
+        let next_dirty = self.dirty_start(&survey, covered);
+        self.log.borrow_mut().cleaned_to = next_dirty;
         crate::metrics::add(
-            &self.metrics.compaction_records_removed,
+            &self.env.metrics.compaction_records_removed,
             done.records_removed,
         );
         if done.records_removed > 0 {
             log::info!(
                 "partition {}: compaction removed {} records (superseded, or expired tombstones; {} whole batches) below offset {next_dirty}",
-                dir.display(),
+                self.name,
                 done.records_removed,
                 done.batches_removed
             );
         }
         Ok(())
     }
+
+    /// The closed segments wholly below the high watermark; None when the log is offline.
+    fn survey(&self) -> Option<Survey> {
+        let log = self.log.borrow();
+        if log.failed {
+            return None;
+        }
+        let hw = log.high_watermark();
+        let closed = log
+            .segments
+            .windows(2)
+            .take_while(|w| w[1].meta.base_offset <= hw)
+            .map(|w| Closed {
+                base_offset: w[0].meta.base_offset,
+                size_bytes: w[0].meta.size_bytes,
+                created_ms: w[0].meta.created_ms,
+                max_timestamp: w[0].meta.max_timestamp,
+                file: w[0].file.clone(),
+            })
+            .collect();
+        Some(Survey {
+            closed,
+            cleaned_to: log.cleaned_to,
+            dir: log.dir.clone(),
+            index_interval_bytes: log.settings.index_interval_bytes,
+        })
+    }
+
+    /// Writes the compacted copy of each of the first `covered` closed segments and swaps it in
+    /// under the append lock.
+    async fn rewrite(
+        &self,
+        survey: &Survey,
+        covered: usize,
+        map: &KeyMap,
+        policy: CleanPolicy,
+    ) -> std::io::Result<Compacted> {
+        let mut done = Compacted::default();
+        for c in &survey.closed[..covered] {
+            let cleaned = survey
+                .dir
+                .join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
+            let drop_tombstones = c.past(policy.delete_retention_ms, self.env.clock.wall_ms());
+            let interval = survey.index_interval_bytes;
+            let compacted = write_compacted(c, map, drop_tombstones, &cleaned, interval).await?;
+            let Some((meta, segment_done)) = compacted else {
+                continue; // nothing to remove in this one
+            };
+            let Ok(_permit) = self.append_lock.acquire_permit(1).await else {
+                std::fs::remove_file(&cleaned)?;
+                return Ok(done); // the partition is closing
+            };
+            if PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta).await? {
+                done.records_removed += segment_done.records_removed;
+                done.batches_removed += segment_done.batches_removed;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Where the dirty part starts after cleaning the first `covered` closed segments.
+    fn dirty_start(&self, survey: &Survey, covered: usize) -> i64 {
+        let closed = &survey.closed;
+        match (
+            covered.checked_sub(1).map(|i| &closed[i]),
+            closed.get(covered),
+        ) {
+            (_, Some(first_left)) => first_left.base_offset,
+            (Some(last), None) => {
+                let log = self.log.borrow();
+                log.segments
+                    .iter()
+                    .map(|s| s.meta.base_offset)
+                    .find(|&b| b > last.base_offset)
+                    .unwrap_or_else(|| log.log_end_offset())
+            }
+            (None, None) => survey.cleaned_to,
+        }
+    }
+}
+
+/// Learns the keys of the closed segments, oldest first; a segment whose keys do not all fit
+/// ends the pass there. Returns the map and how many segments it covers.
+async fn learn_keys(closed: &[Closed], budget_bytes: usize) -> std::io::Result<(KeyMap, usize)> {
+    let mut map = KeyMap::new(budget_bytes);
+    let mut covered = 0;
+    for c in closed {
+        let mut at = 0;
+        while at < c.size_bytes {
+            let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
+            if !map.learn(&chunk) {
+                return Ok((map, covered));
+            }
+            at += chunk.len() as u64;
+        }
+        covered += 1;
+    }
+    Ok((map, covered))
 }
 
 /// Writes the compacted copy of a closed segment to `path` and syncs it; returns its

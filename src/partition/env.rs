@@ -1,0 +1,77 @@
+//! What the partitions of one shard share: the clock, the shard's counters, the flusher's queue
+//! and the rate limit on storage error log lines. The shard creates one and hands it to every
+//! partition it opens.
+
+use super::Partition;
+use crate::clock::Clock;
+use crate::metrics::{bump, LogLimiter, ShardMetrics};
+use event_listener::{Event, EventListener};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Storage errors are logged at most this often per shard (all are counted in the metrics).
+const STORAGE_ERROR_LOG_INTERVAL_MS: u64 = 1000;
+
+pub struct Environment {
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<ShardMetrics>,
+    pub sync_queue: SyncQueue,
+    storage_errors: LogLimiter,
+}
+
+impl Environment {
+    pub fn new(clock: Arc<dyn Clock>, metrics: Arc<ShardMetrics>) -> Rc<Environment> {
+        Rc::new(Environment {
+            clock,
+            metrics,
+            sync_queue: SyncQueue::default(),
+            storage_errors: LogLimiter::new(STORAGE_ERROR_LOG_INTERVAL_MS),
+        })
+    }
+
+    /// Counts a failed storage operation and logs it, at most once a second per shard:
+    /// producers retry a full disk as fast as they can, and the log must not fill it further.
+    pub fn storage_error(&self, partition: &str, what: &str, e: &std::io::Error) {
+        bump(&self.metrics.storage_errors);
+        if let Some(suppressed) = self.storage_errors.admit(self.clock.monotonic_ms()) {
+            log::error!(
+                "partition {partition}: {what} failed: {e} ({suppressed} more storage errors since the last line)"
+            );
+        }
+    }
+}
+
+/// Partitions with written but unsynced data, in the order they became dirty, for the shard's
+/// flusher (group commit). A partition is queued at most once (`Partition::queued_for_sync`).
+#[derive(Default)]
+pub struct SyncQueue {
+    queued: RefCell<Vec<Rc<Partition>>>,
+    /// Wakes the flusher when the queue gains work (or the shard stops).
+    work: Event,
+}
+
+impl SyncQueue {
+    pub(super) fn push(&self, partition: Rc<Partition>) {
+        self.queued.borrow_mut().push(partition);
+        self.work.notify(1);
+    }
+
+    /// Takes every queued partition, for one sync pass.
+    pub fn take(&self) -> Vec<Rc<Partition>> {
+        std::mem::take(&mut *self.queued.borrow_mut())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queued.borrow().is_empty()
+    }
+
+    pub fn listen(&self) -> EventListener {
+        self.work.listen()
+    }
+
+    /// Wakes the flusher whatever the queue holds (shutdown).
+    pub fn wake(&self) {
+        self.work.notify(usize::MAX);
+    }
+}

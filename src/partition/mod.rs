@@ -1,0 +1,502 @@
+//! A partition on the shard that owns it: its log, its idempotent producers' state, the lock
+//! that orders its appends, its log end offset and its high watermark.
+//!
+//! The three operations everything else is built on:
+//! - `append`: validates batches, checks idempotent sequences, rolls, writes, and queues the
+//!   partition for the shard's flusher (group commit);
+//! - `read`: whole batches from an offset, bounded by the high watermark, as a file range to
+//!   send with sendfile or as bytes;
+//! - `wait_for_offset`: parks until the high watermark reaches an offset, on the partition's
+//!   own offset monitor (no other partition's appends wake it).
+//!
+//! What makes an offset committed is the partition's `CommitRule` alone: the flusher reports
+//! completed syncs (`complete_sync`), the rule says how far that commits, and the high
+//! watermark moves there (never back, never past what is synced locally).
+//!
+//! Single-threaded: a partition lives in `Rc`s on its shard; other shards reach it by message.
+//! No `RefCell` borrow is held across an await.
+
+pub mod commit;
+pub mod compaction;
+pub mod env;
+pub mod monitor;
+pub mod retention;
+
+use crate::protocol::batch::{self, BatchError, BatchHeader};
+use crate::protocol::chunk::{Chunk, FileSlice};
+use crate::storage::catalog::{TopicConfig, TopicId, TopicMeta};
+use crate::storage::log::{LogPosition, LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork};
+use crate::storage::producer_state::Verdict;
+use crate::storage::read;
+use bytes::Bytes;
+use commit::CommitRule;
+use env::Environment;
+use glommio::sync::Semaphore;
+use kafka_protocol::ResponseError;
+use monitor::{OffsetMonitor, Registration, Waiter};
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::path::Path;
+use std::rc::Rc;
+
+/// The file in a partition's directory that names its topic's id.
+const TOPIC_ID_FILE: &str = ".topic_id";
+
+/// A partition's identity on the data path: its topic's id (no name, so no allocation per
+/// lookup) and its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic_id: TopicId,
+    pub partition: i32,
+}
+
+/// An append that reached the log (or was a retried duplicate of one that did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub base_offset: i64,
+    /// One past the last offset: the high watermark that commits the append.
+    pub end_offset: i64,
+    /// The broker's timestamp under LogAppendTime; -1 otherwise (and for duplicates).
+    pub log_append_time_ms: i64,
+}
+
+/// What a fetch asks of a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadRequest {
+    pub offset: i64,
+    pub max_bytes: usize,
+    /// The leader epoch the client believes current; -1: unchecked.
+    pub leader_epoch: i32,
+    /// Answer with a file range to sendfile, not bytes read into memory.
+    pub zero_copy: bool,
+}
+
+/// A partition's answer to a read: an error code (0: none), its offsets, and records (None:
+/// nothing to return).
+pub struct ReadResult {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Option<Chunk>,
+}
+
+impl ReadResult {
+    pub fn failed(e: ResponseError, high_watermark: i64, log_start_offset: i64) -> ReadResult {
+        ReadResult {
+            error_code: e.code(),
+            high_watermark,
+            log_start_offset,
+            records: None,
+        }
+    }
+}
+
+pub struct Partition {
+    /// "topic-index", for log lines.
+    name: String,
+    id: TopicPartition,
+    log: RefCell<PartitionLog>,
+    /// Serializes appends (and anything that changes segments) so that offsets, positions and
+    /// writes stay in order.
+    append_lock: Semaphore,
+    monitor: Rc<OffsetMonitor>,
+    commit_rule: Box<dyn CommitRule>,
+    /// The topic's `max.message.bytes`: the largest batch an append takes.
+    max_message_bytes: Cell<u32>,
+    /// Whether the partition sits in the flusher's queue.
+    queued_for_sync: Cell<bool>,
+    env: Rc<Environment>,
+}
+
+/// What a partition's log takes from its topic's configuration.
+fn log_settings(c: &TopicConfig) -> LogSettings {
+    LogSettings {
+        segment_bytes: c.segment_bytes,
+        segment_ms: c.segment_ms,
+        index_interval_bytes: c.index_interval_bytes,
+        log_append_time: c.log_append_time,
+    }
+}
+
+impl Partition {
+    /// Opens (recovering if needed) or creates partition `index` of `topic` under `data_dir`.
+    /// A directory left by a deleted topic of the same name is removed first, so its records
+    /// never leak into the new topic.
+    pub async fn open(
+        data_dir: &Path,
+        topic: &TopicMeta,
+        index: i32,
+        commit_rule: Box<dyn CommitRule>,
+        env: Rc<Environment>,
+    ) -> std::io::Result<Partition> {
+        let name = format!("{}-{index}", topic.record.name);
+        let dir = data_dir.join(&name);
+        let id_file = dir.join(TOPIC_ID_FILE);
+        match std::fs::read(&id_file) {
+            Ok(id) if id != topic.record.id => {
+                log::warn!("removing {}: it belongs to a deleted topic", dir.display());
+                std::fs::remove_dir_all(&dir)?;
+            }
+            _ => {}
+        }
+        let fresh = !id_file.exists();
+        let settings = log_settings(&topic.config);
+        let epoch = crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH;
+        let log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
+        if fresh {
+            crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;
+            crate::storage::log::sync_dir(&dir).await?;
+        }
+        Ok(Partition {
+            name,
+            id: TopicPartition {
+                topic_id: topic.record.id,
+                partition: index,
+            },
+            log: RefCell::new(log),
+            append_lock: Semaphore::new(1),
+            monitor: OffsetMonitor::new(),
+            commit_rule,
+            max_message_bytes: Cell::new(topic.config.max_message_bytes),
+            queued_for_sync: Cell::new(false),
+            env,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn id(&self) -> TopicPartition {
+        self.id
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.log.borrow().high_watermark()
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log.borrow().log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log.borrow().log_end_offset()
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.log.borrow().leader_epoch
+    }
+
+    /// Offline after a failed sync (or a failed write that could not be undone), or deleted.
+    pub fn is_failed(&self) -> bool {
+        self.log.borrow().failed
+    }
+
+    /// Applies the topic's current configuration (AlterConfigs): effective from the next
+    /// append or roll.
+    pub fn configure(&self, config: &TopicConfig) {
+        self.log.borrow_mut().settings = log_settings(config);
+        self.max_message_bytes.set(config.max_message_bytes);
+    }
+
+    /// Takes the partition out of service (its topic was deleted): every waiter wakes and finds
+    /// it failed, and appends are refused.
+    pub fn retire(&self) {
+        self.log.borrow_mut().failed = true;
+        self.monitor.wake_all();
+    }
+
+    // ---- append ----------------------------------------------------------------------------
+
+    /// Appends a producer's batches. Validation errors leave the log untouched; a retried
+    /// duplicate of an idempotent batch is answered with its original offsets and nothing is
+    /// written. The caller waits for the commit it needs (`wait_for_offset`).
+    pub async fn append(self: &Rc<Self>, records: Bytes) -> Result<Appended, ResponseError> {
+        let headers = self.validate(&records)?;
+        let _permit = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| ResponseError::KafkaStorageError)?;
+        if self.is_failed() {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        if let Some(duplicate) = self.check_sequence(&headers)? {
+            return Ok(duplicate);
+        }
+        let now_ms = self.env.clock.wall_ms();
+        // A failed roll or write changes nothing the partition serves (see
+        // PartitionLog::write), so the producer may retry once the disk has room again.
+        let offsets: i64 = headers.iter().map(|h| h.last_offset_delta as i64 + 1).sum();
+        let must_roll = self
+            .log
+            .borrow()
+            .needs_roll(records.len() as u64, offsets, now_ms);
+        if must_roll {
+            if let Err(e) = PartitionLog::roll(&self.log, now_ms).await {
+                self.env.storage_error(&self.name, "roll", &e);
+                return Err(ResponseError::KafkaStorageError);
+            }
+        }
+        let plan = self
+            .log
+            .borrow_mut()
+            .prepare_append(&records, &headers, now_ms);
+        let appended = Appended {
+            base_offset: plan.base_offset,
+            end_offset: plan.end_offset,
+            log_append_time_ms: plan.log_append_time_ms,
+        };
+        if let Err(e) = PartitionLog::write(&self.log, plan).await {
+            self.env.storage_error(&self.name, "write", &e);
+            if self.is_failed() {
+                self.monitor.wake_all();
+            }
+            return Err(ResponseError::KafkaStorageError);
+        }
+        self.queue_for_sync();
+        Ok(appended)
+    }
+
+    /// Checks every batch (magic 2, lengths, CRC32C) and the topic's size bound.
+    fn validate(&self, records: &Bytes) -> Result<Vec<BatchHeader>, ResponseError> {
+        let headers = batch::validate_all(records).map_err(|e| {
+            log::warn!("produce to {}: rejected batch: {e:?}", self.name);
+            match e {
+                BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+                _ => ResponseError::CorruptMessage,
+            }
+        })?;
+        let max = self.max_message_bytes.get() as usize;
+        if headers.iter().any(|h| h.size_bytes > max) {
+            return Err(ResponseError::MessageTooLarge);
+        }
+        Ok(headers)
+    }
+
+    /// Idempotent batches are checked against the producer's sequence state under the append
+    /// lock, so no other append interleaves. Some(..): a duplicate, already in the log there.
+    fn check_sequence(&self, headers: &[BatchHeader]) -> Result<Option<Appended>, ResponseError> {
+        if !headers.iter().any(|h| h.is_idempotent()) {
+            return Ok(None);
+        }
+        if headers.len() != 1 {
+            // Kafka requires exactly one batch per partition from such producers.
+            return Err(ResponseError::InvalidRecord);
+        }
+        let h = &headers[0];
+        let verdict = self.log.borrow().producers.check(h)?;
+        match verdict {
+            Verdict::Append => Ok(None),
+            Verdict::Duplicate { base_offset } => {
+                log::debug!(
+                    "{}: duplicate batch from producer {} at {base_offset}",
+                    self.name,
+                    h.producer_id
+                );
+                Ok(Some(Appended {
+                    base_offset,
+                    end_offset: base_offset + h.last_offset_delta as i64 + 1,
+                    log_append_time_ms: -1,
+                }))
+            }
+        }
+    }
+
+    fn queue_for_sync(self: &Rc<Self>) {
+        if !self.queued_for_sync.replace(true) {
+            self.env.sync_queue.push(self.clone());
+        }
+    }
+
+    // ---- commit ----------------------------------------------------------------------------
+
+    /// The flusher's share: what to sync to cover every completed write. Takes the partition
+    /// off the flusher's queue.
+    pub fn take_sync_work(&self) -> Option<SyncWork> {
+        self.queued_for_sync.set(false);
+        self.log.borrow_mut().take_sync_work()
+    }
+
+    /// The sync planned by `take_sync_work` ended. On success the commit rule decides how far
+    /// the partition is now committed, and the waiters up to there wake. A failed fdatasync
+    /// takes the partition offline until restart: the kernel may have dropped the dirty pages,
+    /// so no later sync could prove them durable.
+    pub fn complete_sync(&self, target: LogPosition, result: std::io::Result<()>) {
+        if let Err(e) = result {
+            log::error!(
+                "fdatasync of partition {} failed: {e}; offline until restart",
+                self.name
+            );
+            self.retire();
+            return;
+        }
+        let high_watermark = {
+            let mut log = self.log.borrow_mut();
+            log.complete_sync(target);
+            let committed = self.commit_rule.committed(log.synced());
+            if committed.offset <= log.high_watermark() {
+                return;
+            }
+            log.advance_high_watermark(committed);
+            committed.offset
+        };
+        self.monitor.advance(high_watermark);
+    }
+
+    /// Registers `waiter` to wake once the high watermark reaches `offset`; None when it has
+    /// already (or the partition failed), so there is nothing to wait for.
+    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>) -> Option<Registration> {
+        if self.high_watermark() >= offset || self.is_failed() {
+            return None;
+        }
+        Some(self.monitor.register(offset, waiter))
+    }
+
+    /// Waits until the high watermark reaches `offset` (true) or `deadline` completes first
+    /// (false). A failed partition ends the wait too (true): the caller checks `is_failed`.
+    pub async fn wait_for_offset(&self, offset: i64, deadline: impl Future<Output = ()>) -> bool {
+        let waiter = Waiter::new();
+        let Some(_registration) = self.watch(offset, &waiter) else {
+            return true;
+        };
+        let woken = waiter.woken();
+        futures::pin_mut!(woken, deadline);
+        matches!(
+            futures::future::select(woken, deadline).await,
+            futures::future::Either::Left(_)
+        ) || self.high_watermark() >= offset
+    }
+
+    // ---- read ------------------------------------------------------------------------------
+
+    /// Whole batches from `req.offset`, below the high watermark: the first batch whole even
+    /// past `max_bytes` (KIP-74).
+    pub async fn read(&self, req: ReadRequest) -> ReadResult {
+        let (plan, hw, lso) = {
+            let log = self.log.borrow();
+            let (hw, lso) = (log.high_watermark(), log.log_start_offset);
+            if log.failed {
+                return ReadResult::failed(ResponseError::KafkaStorageError, hw, lso);
+            }
+            if req.leader_epoch >= 0 && req.leader_epoch != log.leader_epoch {
+                let e = if req.leader_epoch > log.leader_epoch {
+                    ResponseError::UnknownLeaderEpoch
+                } else {
+                    ResponseError::FencedLeaderEpoch
+                };
+                return ReadResult::failed(e, hw, lso);
+            }
+            match log.plan_read(req.offset) {
+                Err(ReadError::OffsetOutOfRange) => {
+                    return ReadResult::failed(ResponseError::OffsetOutOfRange, hw, lso)
+                }
+                Ok(plan) => (plan, hw, lso),
+            }
+        };
+        let records = match plan {
+            None => Ok(None),
+            Some(plan) => self.read_planned(&plan, req).await,
+        };
+        match records {
+            Ok(records) => ReadResult {
+                error_code: 0,
+                high_watermark: hw,
+                log_start_offset: lso,
+                records,
+            },
+            Err(e) => {
+                log::error!("fetch {} at {}: {e}", self.name, req.offset);
+                ReadResult::failed(ResponseError::KafkaStorageError, hw, lso)
+            }
+        }
+    }
+
+    /// Reads what `plan` covers: a file range to send when it is all in the page cache
+    /// (sendfile would otherwise read the disk on the shard's thread), else bytes read
+    /// asynchronously.
+    async fn read_planned(
+        &self,
+        plan: &ReadPlan,
+        req: ReadRequest,
+    ) -> std::io::Result<Option<Chunk>> {
+        let boundary = |limit| {
+            self.log
+                .borrow()
+                .batch_start_at_or_before(plan.segment_base, limit)
+        };
+        if !req.zero_copy {
+            let bytes = read::read_batches(plan, req.offset, req.max_bytes, boundary).await?;
+            return Ok(Some(Chunk::Bytes(bytes)));
+        }
+        match read::locate_batches(plan, req.offset, req.max_bytes, boundary).await? {
+            None => Ok(None),
+            Some(span) if read::in_page_cache(plan, span) => Ok(Some(Chunk::File(FileSlice {
+                fd: plan.send_fd.clone(),
+                position: span.position,
+                len: span.len as usize,
+            }))),
+            Some(span) => {
+                crate::metrics::bump(&self.env.metrics.cold_fetches);
+                Ok(Some(Chunk::Bytes(read::read_span(plan, span).await?)))
+            }
+        }
+    }
+
+    /// ListOffsets for one partition: (offset, timestamp) for earliest (-2), latest (-1: the
+    /// high watermark) or the first record at or after a timestamp; (-1, -1) when none is.
+    pub async fn offset_for(&self, timestamp: i64) -> Result<(i64, i64), ResponseError> {
+        const LATEST: i64 = -1;
+        const EARLIEST: i64 = -2;
+        let (plan, log_start_offset) = {
+            let log = self.log.borrow();
+            if log.failed {
+                return Err(ResponseError::KafkaStorageError);
+            }
+            match timestamp {
+                LATEST => return Ok((log.high_watermark(), -1)),
+                EARLIEST => return Ok((log.log_start_offset, -1)),
+                t if t < 0 => return Err(ResponseError::InvalidRequest),
+                t => (log.plan_timestamp_lookup(t), log.log_start_offset),
+            }
+        };
+        let Some((plan, _)) = plan else {
+            return Ok((-1, -1));
+        };
+        match read::find_offset_for_timestamp(&plan, timestamp).await {
+            // A batch may straddle a log start moved by DeleteRecords.
+            Ok(Some((offset, ts))) => Ok((offset.max(log_start_offset), ts)),
+            Ok(None) => Ok((-1, -1)),
+            Err(e) => {
+                log::error!("list offsets {}: {e}", self.name);
+                Err(ResponseError::KafkaStorageError)
+            }
+        }
+    }
+
+    // ---- housekeeping ----------------------------------------------------------------------
+
+    /// Forgets idempotent producers idle for `expiration_ms` (wall time, as Kafka measures
+    /// it: producer state is persisted with wall-clock timestamps). Returns how many.
+    pub fn expire_producers(&self, expiration_ms: u64) -> usize {
+        let now_ms = self.env.clock.wall_ms() as i64;
+        let n = self
+            .log
+            .borrow_mut()
+            .producers
+            .expire(now_ms, expiration_ms as i64);
+        if n > 0 {
+            log::info!("partition {}: expired {n} idle producers", self.name);
+        }
+        n
+    }
+
+    /// Syncs and closes the log, writing indexes and the clean-shutdown marker. Waits for the
+    /// append in progress, if any.
+    pub async fn close(&self) {
+        let _permit = self.append_lock.acquire_permit(1).await;
+        if let Err(e) = PartitionLog::close(&self.log).await {
+            log::error!("closing {}: {e}", self.name);
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Dropping a partition's old records: the periodic retention pass (`retention.ms`,
+//! `retention.bytes`) and DeleteRecords. Both hold the partition's append lock, so that no
+//! append, roll or truncation interleaves with a segment deletion. The rules themselves are
+//! pure, in `storage/retention.rs`.
+
+use super::Partition;
+use crate::metrics::add;
+use crate::storage::log::PartitionLog;
+use crate::storage::retention::{AdvanceError, Policy};
+use kafka_protocol::ResponseError;
+
+impl Partition {
+    /// Deletes the oldest segments that `policy` lets go. A storage error is logged (rate
+    /// limited) and counted; the next pass tries again.
+    pub async fn enforce_retention(&self, policy: Policy) {
+        let Ok(_permit) = self.append_lock.acquire_permit(1).await else {
+            return; // the partition is closing
+        };
+        if self.is_failed() {
+            return;
+        }
+        if let Err(e) = self.delete_segments(policy).await {
+            self.env.storage_error(&self.name, "retention", &e);
+        }
+    }
+
+    /// Deletes the oldest segments `policy` lets go. The caller holds the append lock.
+    async fn delete_segments(&self, policy: Policy) -> std::io::Result<()> {
+        let now_ms = self.env.clock.wall_ms();
+        let count = self.log.borrow().retention_count(now_ms, policy);
+        let freed = PartitionLog::delete_oldest(&self.log, count, now_ms).await?;
+        add(&self.env.metrics.retention_deleted_segments, count as u64);
+        add(&self.env.metrics.retention_deleted_bytes, freed);
+        Ok(())
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` (-1: the high watermark),
+    /// durably, and deletes the segments wholly below it. Returns the new low watermark.
+    /// `deletes` is whether the topic's `cleanup.policy` includes `delete`: Kafka removes the
+    /// records of a compacted topic by compaction alone.
+    pub async fn delete_records(&self, offset: i64, deletes: bool) -> Result<i64, ResponseError> {
+        if !deletes {
+            return Err(ResponseError::PolicyViolation);
+        }
+        let Ok(_permit) = self.append_lock.acquire_permit(1).await else {
+            return Err(ResponseError::KafkaStorageError);
+        };
+        if self.is_failed() {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        let advanced = match PartitionLog::advance_log_start(&self.log, offset).await {
+            Ok(Ok(low_watermark)) => self
+                .delete_segments(Policy::LOG_START_ONLY)
+                .await
+                .map(|()| Ok(low_watermark)),
+            other => other,
+        };
+        match advanced {
+            Ok(Ok(low_watermark)) => Ok(low_watermark),
+            Ok(Err(AdvanceError::OffsetOutOfRange)) => Err(ResponseError::OffsetOutOfRange),
+            Err(e) => {
+                self.env.storage_error(&self.name, "delete records", &e);
+                Err(ResponseError::KafkaStorageError)
+            }
+        }
+    }
+}

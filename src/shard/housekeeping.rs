@@ -1,0 +1,72 @@
+//! The shard's periodic passes over its partitions, each parked on the timing wheel between
+//! runs: idle producer expiry, retention (`retention.ms`, `retention.bytes`) and the log
+//! cleaner (compaction).
+
+use super::Shard;
+use crate::partition::compaction::CleanPolicy;
+use crate::storage::retention::Policy;
+use std::rc::Rc;
+
+impl Shard {
+    /// Forgets idle idempotent producers (`producer_id_expiration_ms`), checking every quarter
+    /// of that period (at most every minute).
+    pub async fn expire_producers(self: Rc<Self>) {
+        let expiration_ms = self.config.producer_id_expiration_ms;
+        let period_ms = (expiration_ms / 4).clamp(250, 60_000);
+        loop {
+            self.housekeeping_sleep(period_ms).await;
+            for p in self.partition_list() {
+                p.expire_producers(expiration_ms);
+            }
+        }
+    }
+
+    /// Applies retention to every partition each `log.retention_check_interval_ms`.
+    pub async fn enforce_retention(self: Rc<Self>) {
+        let period_ms = self.config.log.retention_check_interval_ms;
+        loop {
+            self.housekeeping_sleep(period_ms).await;
+            for p in self.partition_list() {
+                let policy = self.catalog().by_id.get(&p.id().topic_id).map(|t| Policy {
+                    delete: t.config.deletes(),
+                    retention_ms: t.config.retention_ms,
+                    retention_bytes: t.config.retention_bytes,
+                });
+                if let Some(policy) = policy {
+                    p.enforce_retention(policy).await;
+                }
+            }
+        }
+    }
+
+    /// Cleans the compacted partitions each `log.cleaner_interval_ms`.
+    pub async fn compact_logs(self: Rc<Self>) {
+        let period_ms = self.config.log.cleaner_interval_ms;
+        let dedupe_buffer_bytes = self.config.log.cleaner_dedupe_buffer_bytes;
+        loop {
+            self.housekeeping_sleep(period_ms).await;
+            for p in self.partition_list() {
+                let policy = self.catalog().by_id.get(&p.id().topic_id).and_then(|t| {
+                    t.config.compacts().then_some(CleanPolicy {
+                        min_dirty_ratio: t.config.min_cleanable_dirty_ratio,
+                        delete_retention_ms: t.config.delete_retention_ms,
+                        dedupe_buffer_bytes,
+                    })
+                });
+                if let Some(policy) = policy {
+                    p.compact(policy).await;
+                }
+            }
+        }
+    }
+
+    /// Sleeps `period_ms` on the timing wheel, outside the bound on parked client operations;
+    /// on a plain timer if the wheel refuses (a deadline past its range).
+    pub async fn housekeeping_sleep(&self, period_ms: u64) {
+        let deadline_ms = self.clock().monotonic_ms() + period_ms;
+        match self.timers.sleep_until_internal(deadline_ms) {
+            Ok(sleep) => sleep.await,
+            Err(_) => glommio::timer::sleep(std::time::Duration::from_millis(period_ms)).await,
+        }
+    }
+}
