@@ -1,7 +1,10 @@
 """The standard matrix behind perf/run: 1 KiB records; acks=1 and acks=all; 1, 4 and 16
 producers; 1, 8 and 64 partitions; then an e2e run at half the measured peak. Each row runs
-against Sluice and, with --compare-to, against the other broker right after it, so a ratio
-compares two measurements taken minutes apart on the same machine."""
+against Sluice and, with --compare-to (a running broker) or --compare-binary (another Sluice
+build, started here on its own data dir), against the other broker right after it, so a ratio
+compares two measurements taken seconds apart on the same machine. --rounds N runs the whole
+matrix N times, alternating which broker goes first, and reports each row's median (by
+records/s) per broker."""
 import argparse
 import datetime
 import json
@@ -57,7 +60,9 @@ def bench(bootstrap, topic, out: Path, **opts):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compare-to", help="HOST:PORT of another Kafka-compatible broker")
+    ap.add_argument("--compare-binary", help="another sluice binary to start and compare against")
     ap.add_argument("--compare-name", default="other")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
@@ -65,19 +70,16 @@ def main():
 
     work = Path(tempfile.mkdtemp(prefix="sluice-perf-"))
     proc, sluice = start_sluice(work / "data", work / "broker.log")
-    targets = [("sluice", sluice)] + ([(a.compare_name, a.compare_to)] if a.compare_to else [])
-    rows = []
+    procs = [proc]
+    targets = [("sluice", sluice)]
+    if a.compare_binary:
+        other, other_addr = start_sluice(work / "data-other", work / "other.log", binary=Path(a.compare_binary))
+        procs.append(other)
+        targets.append((a.compare_name, other_addr))
+    elif a.compare_to:
+        targets.append((a.compare_name, a.compare_to))
     try:
-        for acks in ["1", "all"]:
-            for producers in [1, 4, 16]:
-                for partitions in [1, 8, 64]:
-                    row = {"acks": acks, "producers": producers, "partitions": partitions}
-                    for name, bootstrap in targets:
-                        topic = f"perf-{acks}-{partitions}-{int(time.time() * 1000)}"
-                        row[name] = bench(bootstrap, topic, work / f"{name}.json", mode="produce",
-                                          duration=a.duration, warmup=a.warmup, producers=producers,
-                                          partitions=partitions, message_size=1024, acks=acks)
-                    rows.append(row)
+        rows = run_rows(targets, a, work)
         peak = max((r["sluice"]["records_per_sec"] for r in rows if r["sluice"] and r["acks"] == "all"), default=0)
         e2e = {}
         for name, bootstrap in targets:
@@ -85,8 +87,9 @@ def main():
                               duration=a.duration, warmup=a.warmup, producers=4, consumers=4, partitions=8,
                               message_size=1024, acks="all", rate=int(peak / 2))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     date = datetime.date.today().isoformat()
@@ -99,6 +102,33 @@ def main():
     print(f"wrote {stem}.md and {stem}.png")
 
 
+def run_rows(targets, a, work):
+    """Every row of the matrix, `a.rounds` times; each row's median run per broker."""
+    runs = {}
+    for round_ in range(a.rounds):
+        order = targets if round_ % 2 == 0 else list(reversed(targets))
+        for acks in ["1", "all"]:
+            for producers in [1, 4, 16]:
+                for partitions in [1, 8, 64]:
+                    for name, bootstrap in order:
+                        topic = f"perf-{acks}-{partitions}-{int(time.time() * 1000)}"
+                        r = bench(bootstrap, topic, work / f"{name}.json", mode="produce",
+                                  duration=a.duration, warmup=a.warmup, producers=producers,
+                                  partitions=partitions, message_size=1024, acks=acks)
+                        runs.setdefault((acks, producers, partitions, name), []).append(r)
+    rows = []
+    for acks in ["1", "all"]:
+        for producers in [1, 4, 16]:
+            for partitions in [1, 8, 64]:
+                row = {"acks": acks, "producers": producers, "partitions": partitions}
+                for name, _ in targets:
+                    done = sorted((r for r in runs[(acks, producers, partitions, name)] if r),
+                                  key=lambda r: r["records_per_sec"])
+                    row[name] = done[len(done) // 2] if done else None
+                rows.append(row)
+    return rows
+
+
 def fmt(r, key):
     if r is None:
         return "failed"
@@ -109,12 +139,23 @@ def fmt(r, key):
     return f"{r['latency_ms'][key]:.2f}"
 
 
+def command_options(a):
+    out = ""
+    if a.compare_to:
+        out += f" --compare-to {a.compare_to} --compare-name {a.compare_name}"
+    if a.compare_binary:
+        out += f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}"
+    if a.rounds != 1:
+        out += f" --rounds {a.rounds} (each row: the median of {a.rounds} runs per broker by records/s)"
+    return out
+
+
 def write_markdown(path, rows, e2e, targets, peak, a, commit):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     lines = [
         f"# sluice bench matrix, {datetime.date.today().isoformat()}, commit {commit}",
         "",
-        f"- Command: `perf/run{' --compare-to ' + a.compare_to + ' --compare-name ' + a.compare_name if a.compare_to else ''}`"
+        f"- Command: `perf/run{command_options(a)}`"
         f" (each row: `sluice bench --mode produce --duration {a.duration} --warmup {a.warmup} --message-size 1024`)",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; the broker and the load"
         " generator share it.",

@@ -7,6 +7,9 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
 /// Kafka's `socket.request.max.bytes` default: 100 MiB.
 pub const DEFAULT_REQUEST_MAX_BYTES: usize = 100 * 1024 * 1024;
 
@@ -469,7 +472,7 @@ impl Config {
             "topic_defaults.num_partitions",
             d.num_partitions,
             1,
-            crate::storage::catalog::MAX_PARTITIONS,
+            MAX_PARTITIONS_PER_TOPIC,
         )?;
         if !matches!(
             d.message_timestamp_type.as_str(),

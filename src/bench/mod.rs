@@ -44,81 +44,142 @@ pub struct Report {
     pub sluice_version: String,
 }
 
+/// What the worker threads share with the main thread during a run.
+struct Run {
+    args: BenchArgs,
+    producers: Arc<produce::Shared>,
+    consumers: Arc<consume::Shared>,
+    producing: bool,
+    consuming: bool,
+}
+
+type Workers = Vec<std::thread::JoinHandle<Result<(), rdkafka::error::KafkaError>>>;
+
+impl Run {
+    /// The meter that the summary reports: receipt for consume and e2e, acks for produce.
+    /// (records, bytes, errors)
+    fn totals(&self) -> (u64, u64, u64) {
+        let (p, c) = (&self.producers, &self.consumers);
+        let m = if self.consuming { &c.meter } else { &p.meter };
+        (
+            m.records.load(Ordering::Relaxed),
+            m.bytes.load(Ordering::Relaxed),
+            p.meter.errors.load(Ordering::Relaxed) + c.meter.errors.load(Ordering::Relaxed),
+        )
+    }
+
+    fn histogram(&self) -> hdrhistogram::Histogram<u64> {
+        if self.consuming {
+            self.consumers.meter.merged()
+        } else {
+            self.producers.meter.merged()
+        }
+    }
+}
+
 /// Runs the bench; Err for set-up failures (an unreachable broker, bad options).
 pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
     args.validate().map_err(|e| anyhow::anyhow!(e))?;
     let partitions = ensure_topic(&args)?;
     let epoch = Instant::now();
+    let run = Run {
+        consumers: Arc::new(consume::Shared {
+            meter: Meter::new(args.consumers),
+            stop: AtomicBool::new(false),
+            epoch,
+            received: AtomicU64::new(0),
+            seen: Mutex::new(HashSet::new()),
+            duplicates: AtomicU64::new(0),
+        }),
+        producers: Arc::new(produce::Shared {
+            meter: Meter::new(args.producers),
+            stop: AtomicBool::new(false),
+            next: AtomicU64::new(0),
+            epoch,
+            acked_total: AtomicU64::new(0),
+            printed: AtomicU64::new(0),
+        }),
+        producing: args.mode != Mode::Consume,
+        consuming: args.mode != Mode::Produce,
+        args,
+    };
+    let (consumer_threads, producer_threads) = spawn_workers(&run, partitions)?;
+    let measured_from = watch(&run, &producer_threads);
+    run.producers.stop.store(true, Ordering::Relaxed);
+    for h in producer_threads {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a producer thread panicked"))??;
+    }
+    let elapsed = measured_from.elapsed();
+    let missing = if run.args.mode == Mode::E2e {
+        drain_e2e(&run)
+    } else {
+        0
+    };
+    run.consumers.stop.store(true, Ordering::Relaxed);
+    for h in consumer_threads {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a consumer thread panicked"))??;
+    }
+    let report = report(&run, elapsed, missing);
+    print_summary(&report);
+    if let Some(path) = &run.args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// Starts the consumer and producer threads, each pinned to a core in turn.
+fn spawn_workers(run: &Run, partitions: i32) -> anyhow::Result<(Workers, Workers)> {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let pin = move |i: usize| {
         if !cores.is_empty() {
             core_affinity::set_for_current(cores[i % cores.len()]);
         }
     };
-
-    let consumers = Arc::new(consume::Shared {
-        meter: Meter::new(args.consumers),
-        stop: AtomicBool::new(false),
-        epoch,
-        received: AtomicU64::new(0),
-        seen: Mutex::new(HashSet::new()),
-        duplicates: AtomicU64::new(0),
-    });
-    let producers = Arc::new(produce::Shared {
-        meter: Meter::new(args.producers),
-        stop: AtomicBool::new(false),
-        next: AtomicU64::new(0),
-        epoch,
-        acked_total: AtomicU64::new(0),
-        printed: AtomicU64::new(0),
-    });
-    let consuming = args.mode != Mode::Produce;
-    let producing = args.mode != Mode::Consume;
-    let starts = if consuming {
-        start_offsets(&args, partitions)?
+    let args = &run.args;
+    let starts = if run.consuming {
+        start_offsets(args, partitions)?
     } else {
         Vec::new()
     };
-
-    let mut handles = Vec::new();
-    if consuming {
-        for w in 0..args.consumers {
-            let (args, shared, starts, pin) =
-                (args.clone(), consumers.clone(), starts.clone(), pin.clone());
-            handles.push(
-                std::thread::Builder::new()
-                    .name(format!("consumer-{w}"))
-                    .spawn(move || {
-                        pin(w + args.producers);
-                        consume::run(w, &args, shared, &starts)
-                    })?,
-            );
-        }
+    let mut consumers = Vec::new();
+    for w in (0..args.consumers).filter(|_| run.consuming) {
+        let (args, shared, starts, pin) = (
+            args.clone(),
+            run.consumers.clone(),
+            starts.clone(),
+            pin.clone(),
+        );
+        consumers.push(
+            std::thread::Builder::new()
+                .name(format!("consumer-{w}"))
+                .spawn(move || {
+                    pin(w + args.producers);
+                    consume::run(w, &args, shared, &starts)
+                })?,
+        );
     }
-    let mut producer_handles = Vec::new();
-    if producing {
-        for w in 0..args.producers {
-            let (args, shared, pin) = (args.clone(), producers.clone(), pin.clone());
-            producer_handles.push(
-                std::thread::Builder::new()
-                    .name(format!("producer-{w}"))
-                    .spawn(move || {
-                        pin(w);
-                        produce::run(w, &args, shared, partitions)
-                    })?,
-            );
-        }
+    let mut producers = Vec::new();
+    for w in (0..args.producers).filter(|_| run.producing) {
+        let (args, shared, pin) = (args.clone(), run.producers.clone(), pin.clone());
+        producers.push(
+            std::thread::Builder::new()
+                .name(format!("producer-{w}"))
+                .spawn(move || {
+                    pin(w);
+                    produce::run(w, &args, shared, partitions)
+                })?,
+        );
     }
+    Ok((consumers, producers))
+}
 
-    // The meter that the summary reports: receipt for consume and e2e, acks for produce.
-    let main_meter = |p: &produce::Shared, c: &consume::Shared| -> (u64, u64, u64) {
-        let m = if consuming { &c.meter } else { &p.meter };
-        (
-            m.records.load(Ordering::Relaxed),
-            m.bytes.load(Ordering::Relaxed),
-            p.meter.errors.load(Ordering::Relaxed) + c.meter.errors.load(Ordering::Relaxed),
-        )
-    };
+/// Prints a progress line a second until the run is over (its duration, or its count); returns
+/// when the measured part began (after the warm-up).
+fn watch(run: &Run, producer_threads: &Workers) -> Instant {
+    let args = &run.args;
     let warmup = if args.count.is_none() {
         Duration::from_secs_f64(args.warmup)
     } else {
@@ -136,88 +197,80 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
         std::thread::sleep(Duration::from_millis(200));
         let now = Instant::now();
         if !warmed && now - begin >= warmup {
-            producers.meter.reset();
-            consumers.meter.reset();
-            measured_from = now;
-            warmed = true;
-            last = (now, 0, 0);
+            run.producers.meter.reset();
+            run.consumers.meter.reset();
+            (measured_from, warmed, last) = (now, true, (now, 0, 0));
         }
-        let (records, bytes, errors) = main_meter(&producers, &consumers);
         if now - last.0 >= Duration::from_secs(1) {
-            let secs = (now - last.0).as_secs_f64();
-            let h = if consuming {
-                consumers.meter.merged()
-            } else {
-                producers.meter.merged()
-            };
-            println!(
-                "{:>6.1}s {:>10.0} rec/s {:>9.2} MB/s  p99 {:>8.3} ms  errors {}{}",
-                (now - begin).as_secs_f64(),
-                (records - last.1) as f64 / secs,
-                (bytes - last.2) as f64 / secs / 1e6,
-                h.value_at_quantile(0.99) as f64 / 1000.0,
-                errors,
-                if warmed { "" } else { "  (warm-up)" }
-            );
-            last = (now, records, bytes);
+            last = progress(run, begin, last, warmed);
         }
-        let producers_done = !producing || producer_handles.iter().all(|h| h.is_finished());
+        let producers_done = !run.producing || producer_threads.iter().all(|h| h.is_finished());
         let done = match duration {
             Some(d) => warmed && now - measured_from >= d,
-            None => match args.mode {
-                Mode::Consume => {
-                    consumers.received.load(Ordering::Relaxed) >= args.count.unwrap_or(u64::MAX)
-                }
-                _ => producers_done,
-            },
+            None if args.mode == Mode::Consume => {
+                let received = run.consumers.received.load(Ordering::Relaxed);
+                received >= args.count.unwrap_or(u64::MAX)
+            }
+            None => producers_done,
         };
         if done {
-            break;
+            return measured_from;
         }
     }
-    producers.stop.store(true, Ordering::Relaxed);
-    for h in producer_handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a producer thread panicked"))??;
+}
+
+/// One progress line: the rates since `last` (when, records, bytes); returns the new `last`.
+fn progress(
+    run: &Run,
+    begin: Instant,
+    last: (Instant, u64, u64),
+    warmed: bool,
+) -> (Instant, u64, u64) {
+    let now = Instant::now();
+    let (records, bytes, errors) = run.totals();
+    let secs = (now - last.0).as_secs_f64();
+    println!(
+        "{:>6.1}s {:>10.0} rec/s {:>9.2} MB/s  p99 {:>8.3} ms  errors {}{}",
+        (now - begin).as_secs_f64(),
+        (records - last.1) as f64 / secs,
+        (bytes - last.2) as f64 / secs / 1e6,
+        run.histogram().value_at_quantile(0.99) as f64 / 1000.0,
+        errors,
+        if warmed { "" } else { "  (warm-up)" }
+    );
+    (now, records, bytes)
+}
+
+/// Waits for the consumers to see everything the producers had acknowledged; returns how many
+/// acknowledged records never arrived.
+fn drain_e2e(run: &Run) -> u64 {
+    let acked = run.producers.acked_total.load(Ordering::Relaxed);
+    let seen = || run.consumers.seen.lock().expect("seen lock").len() as u64;
+    let deadline = Instant::now() + E2E_DRAIN_TIMEOUT;
+    while seen() < acked && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let elapsed = measured_from.elapsed();
-    let mut missing = 0;
-    if args.mode == Mode::E2e {
-        // Wait for the consumers to see everything the producers had acknowledged.
-        let acked = producers.acked_total.load(Ordering::Relaxed);
-        let seen = || consumers.seen.lock().expect("seen lock").len() as u64;
-        let deadline = Instant::now() + E2E_DRAIN_TIMEOUT;
-        while seen() < acked && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        missing = acked.saturating_sub(seen());
-        if missing > 0 {
-            eprintln!("bench: {missing} acknowledged records were never received");
-        }
+    let missing = acked.saturating_sub(seen());
+    if missing > 0 {
+        eprintln!("bench: {missing} acknowledged records were never received");
     }
-    consumers.stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a consumer thread panicked"))??;
-    }
-    let (records, bytes, errors) = main_meter(&producers, &consumers);
-    let histogram = if consuming {
-        consumers.meter.merged()
-    } else {
-        producers.meter.merged()
-    };
+    missing
+}
+
+fn report(run: &Run, elapsed: Duration, missing: u64) -> Report {
+    let (records, bytes, errors) = run.totals();
     let secs = elapsed.as_secs_f64().max(1e-9);
-    let report = Report {
-        mode: format!("{:?}", args.mode).to_lowercase(),
+    Report {
+        mode: format!("{:?}", run.args.mode).to_lowercase(),
         records,
         bytes,
         records_per_sec: records as f64 / secs,
         mb_per_sec: bytes as f64 / secs / 1e6,
         errors: errors + missing,
-        latency_ms: Latency::from_histogram(&histogram),
+        latency_ms: Latency::from_histogram(&run.histogram()),
         elapsed_s: secs,
         e2e_missing: missing,
-        e2e_duplicates: consumers.duplicates.load(Ordering::Relaxed),
+        e2e_duplicates: run.consumers.duplicates.load(Ordering::Relaxed),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         nproc: std::thread::available_parallelism()
             .map(|n| n.get())
@@ -227,13 +280,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
             .trim()
             .to_string(),
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
-    };
-    print_summary(&report);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(report)
 }
 
 /// Checks the broker answers, and creates the topic if it is missing. Returns its partition

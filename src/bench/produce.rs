@@ -103,17 +103,7 @@ pub fn run(
         if args.count.is_some_and(|n| seq >= n) {
             break;
         }
-        let intended = match per_producer_rate {
-            Some(rate) => {
-                let at = start + Duration::from_secs_f64(sent as f64 / rate);
-                let now = Instant::now();
-                if at > now {
-                    std::thread::sleep(at - now);
-                }
-                at
-            }
-            None => Instant::now(),
-        };
+        let intended = pace(per_producer_rate, start, sent);
         let sent_ns = intended.duration_since(shared.epoch).as_nanos() as u64;
         payload::write(
             &mut buf,
@@ -140,24 +130,7 @@ pub fn run(
         } else {
             record = record.partition(((seq + worker as u64) % partitions as u64) as i32);
         }
-        // A full local queue is back-pressure, not an error: serve callbacks and retry.
-        let mut pending = record;
-        loop {
-            match producer.send(pending) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    producer.poll(Duration::from_millis(1));
-                    pending = r;
-                    if shared.stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                }
-                Err((e, _)) => {
-                    shared.report_error(&format!("send failed: {e}"));
-                    break;
-                }
-            }
-        }
+        send(&producer, &shared, record);
         sent += 1;
         producer.poll(Duration::ZERO);
     }
@@ -171,4 +144,40 @@ pub fn run(
         ));
     }
     Ok(())
+}
+
+/// When the `sent`-th record of a paced producer is due (sleeping until then), or now when
+/// unpaced. Latency counts from this intended time, so a stall is not hidden.
+fn pace(rate: Option<f64>, start: Instant, sent: u64) -> Instant {
+    let Some(rate) = rate else {
+        return Instant::now();
+    };
+    let at = start + Duration::from_secs_f64(sent as f64 / rate);
+    let now = Instant::now();
+    if at > now {
+        std::thread::sleep(at - now);
+    }
+    at
+}
+
+/// Hands a record to librdkafka. A full local queue is back-pressure, not an error: callbacks
+/// are served and the send retried.
+fn send(producer: &BaseProducer<Context>, shared: &Shared, record: BaseRecord<'_, [u8], [u8]>) {
+    let mut pending = record;
+    loop {
+        match producer.send(pending) {
+            Ok(()) => return,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                producer.poll(Duration::from_millis(1));
+                pending = r;
+                if shared.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+            }
+            Err((e, _)) => {
+                shared.report_error(&format!("send failed: {e}"));
+                return;
+            }
+        }
+    }
 }

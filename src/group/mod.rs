@@ -7,6 +7,7 @@
 //! the shard's timing wheel, and writes and replays its records. Other shards reach it with
 //! `route` (a typed request over the mesh).
 
+pub mod ops;
 pub mod records;
 pub mod replay;
 pub mod state;
@@ -22,10 +23,7 @@ use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
 use records::Key;
-use state::{
-    CommittedOffset, Coordinator, CoordinatorConfig, JoinRequest, JoinResponse, Output, Reply,
-    SyncResponse,
-};
+use state::{Coordinator, CoordinatorConfig, JoinResponse, Output, Reply, SyncResponse};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -48,6 +46,7 @@ type Waiters<T> = RefCell<HashMap<(String, String), VecDeque<oneshot::Sender<T>>
 /// The coordinator of the groups one shard owns.
 pub struct GroupService {
     coordinator: RefCell<Coordinator>,
+    /// Parked JoinGroup and SyncGroup requests, by (group, member).
     joins: Waiters<JoinResponse>,
     syncs: Waiters<SyncResponse>,
     /// Wakes the timer driver when the coordinator's next deadline may have moved.
@@ -57,81 +56,6 @@ pub struct GroupService {
 
 /// A committed offset as requests carry it: (topic, partition, offset, leader epoch, metadata).
 pub type OffsetEntry = (String, i32, i64, i32, String);
-
-/// A group operation, executed on the group's shard.
-pub enum GroupOp {
-    Join(JoinRequest),
-    Sync {
-        group: String,
-        member: String,
-        generation: i32,
-        instance: Option<String>,
-        assignments: Vec<(String, Bytes)>,
-    },
-    Heartbeat {
-        group: String,
-        member: String,
-        generation: i32,
-        instance: Option<String>,
-    },
-    Leave {
-        group: String,
-        members: Vec<(String, Option<String>)>,
-    },
-    Commit {
-        group: String,
-        member: String,
-        generation: i32,
-        instance: Option<String>,
-        offsets: Vec<OffsetEntry>,
-    },
-    FetchOffsets {
-        group: String,
-        partitions: Option<Vec<(String, i32)>>,
-    },
-    Describe {
-        group: String,
-    },
-    List,
-    Delete {
-        group: String,
-    },
-    DeleteOffsets {
-        group: String,
-        partitions: Vec<(String, i32)>,
-    },
-}
-
-pub struct MemberDescription {
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub metadata: Bytes,
-    pub assignment: Bytes,
-}
-
-pub struct GroupDescription {
-    pub state: &'static str,
-    pub protocol_type: String,
-    pub protocol: String,
-    pub members: Vec<MemberDescription>,
-}
-
-pub enum GroupReply {
-    Join(JoinResponse),
-    Sync(SyncResponse),
-    Code(i16),
-    Leave(i16, Vec<i16>),
-    /// One error code per offset.
-    Commit(Vec<i16>),
-    Offsets(Result<Vec<OffsetEntry>, i16>),
-    Describe(GroupDescription),
-    /// (group, protocol type, state)
-    List(Vec<(String, String, &'static str)>),
-    /// Top-level error, and one code per partition.
-    DeleteOffsets(i16, Vec<i16>),
-}
 
 impl GroupService {
     pub fn new(now_ms: u64, config: &crate::config::Config, ids: Box<dyn Ids>) -> GroupService {
@@ -151,19 +75,27 @@ impl GroupService {
     }
 }
 
-/// Runs a group operation on the shard that owns the group.
-struct GroupCall(GroupOp);
+/// A group operation: it names its group and its reply, and runs on the group's shard (the
+/// coordinator of that group).
+pub trait GroupRequest: Send + 'static {
+    type Reply: Send + 'static;
+    fn group(&self) -> &str;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply>;
+}
 
-impl Request for GroupCall {
-    type Reply = GroupReply;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, GroupReply> {
-        Box::pin(async move { handle(&shard, self.0).await })
+/// Runs a group request on the shard it was sent to.
+struct OnCoordinator<R>(R);
+
+impl<R: GroupRequest> Request for OnCoordinator<R> {
+    type Reply = R::Reply;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, R::Reply> {
+        self.0.run(shard)
     }
 }
 
-/// Sends a group operation to the shard that owns the group; Err(code) when groups cannot be
+/// Sends a group request to the shard that owns its group; Err(code) when groups cannot be
 /// served yet (no `__consumer_offsets`) or the shard is stopping.
-pub async fn route(shard: &Rc<Shard>, group: &str, op: GroupOp) -> Result<GroupReply, i16> {
+pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::Reply, i16> {
     let not_available = ResponseError::CoordinatorNotAvailable.code();
     let partitions = shard
         .catalog()
@@ -171,21 +103,22 @@ pub async fn route(shard: &Rc<Shard>, group: &str, op: GroupOp) -> Result<GroupR
         .get(OFFSETS_TOPIC)
         .map(|t| t.record.partitions)
         .ok_or(not_available)?;
-    let owner = shard.owner(OFFSETS_TOPIC, offsets_partition(group, partitions));
+    let owner = shard.owner(
+        OFFSETS_TOPIC,
+        offsets_partition(request.group(), partitions),
+    );
     shard
-        .call(owner, GroupCall(op))
+        .call(owner, OnCoordinator(request))
         .await
         .map_err(|_| not_available)
 }
 
 /// Every shard's groups: (group, protocol type, state). Shards that are stopping are skipped.
 pub async fn list_all(shard: &Rc<Shard>) -> Vec<(String, String, &'static str)> {
-    let calls = (0..shard.router.shards()).map(|s| shard.call(s, GroupCall(GroupOp::List)));
+    let calls = (0..shard.router.shards()).map(|s| shard.call(s, OnCoordinator(ops::List)));
     let mut all = Vec::new();
-    for reply in futures::future::join_all(calls).await {
-        if let Ok(GroupReply::List(list)) = reply {
-            all.extend(list);
-        }
+    for list in futures::future::join_all(calls).await.into_iter().flatten() {
+        all.extend(list);
     }
     all
 }
@@ -322,292 +255,6 @@ async fn settle<T>(
             rx.await.unwrap_or_else(|_| gone(member))
         }
     }
-}
-
-/// Runs a group operation on this (the group's) shard.
-async fn handle(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
-    let groups = shard.service::<GroupService>();
-    let now_ms = shard.clock().monotonic_ms();
-    match op {
-        GroupOp::Join(req) => {
-            let group = req.group_id.clone();
-            let reply = groups.coordinator.borrow_mut().join(now_ms, req);
-            let gone = |member| JoinResponse::error(ResponseError::CoordinatorNotAvailable, member);
-            GroupReply::Join(settle(shard, &groups.joins, &group, reply, gone).await)
-        }
-        GroupOp::Sync {
-            group,
-            member,
-            generation,
-            instance,
-            assignments,
-        } => {
-            let reply = groups.coordinator.borrow_mut().sync(
-                now_ms,
-                &group,
-                &member,
-                generation,
-                instance.as_deref(),
-                assignments,
-            );
-            let gone = |_| SyncResponse {
-                error_code: ResponseError::CoordinatorNotAvailable.code(),
-                ..Default::default()
-            };
-            GroupReply::Sync(settle(shard, &groups.syncs, &group, reply, gone).await)
-        }
-        GroupOp::Heartbeat {
-            group,
-            member,
-            generation,
-            instance,
-        } => {
-            let code = groups.coordinator.borrow_mut().heartbeat(
-                now_ms,
-                &group,
-                &member,
-                generation,
-                instance.as_deref(),
-            );
-            process_outputs(shard);
-            GroupReply::Code(code)
-        }
-        GroupOp::Leave { group, members } => {
-            let (code, each) = groups
-                .coordinator
-                .borrow_mut()
-                .leave(now_ms, &group, &members);
-            process_outputs(shard);
-            GroupReply::Leave(code, each)
-        }
-        GroupOp::Commit {
-            group,
-            member,
-            generation,
-            instance,
-            offsets,
-        } => commit(shard, group, member, generation, instance, offsets).await,
-        GroupOp::FetchOffsets { group, partitions } => fetch_offsets(&groups, &group, partitions),
-        GroupOp::Describe { group } => GroupReply::Describe(describe(&groups, &group)),
-        GroupOp::List => list(&groups),
-        GroupOp::Delete { group } => delete(shard, &groups, group).await,
-        GroupOp::DeleteOffsets { group, partitions } => {
-            delete_offsets(shard, group, partitions).await
-        }
-    }
-}
-
-fn fetch_offsets(
-    groups: &GroupService,
-    group: &str,
-    partitions: Option<Vec<(String, i32)>>,
-) -> GroupReply {
-    let c = groups.coordinator.borrow();
-    let stored = c.groups.get(group).map(|g| &g.offsets);
-    let entry = |t: &str, p: i32| -> OffsetEntry {
-        match stored.and_then(|o| o.get(&(t.to_string(), p))) {
-            Some(o) => (
-                t.to_string(),
-                p,
-                o.offset,
-                o.leader_epoch,
-                o.metadata.clone(),
-            ),
-            None => (t.to_string(), p, -1, -1, String::new()),
-        }
-    };
-    let list = match partitions {
-        Some(ps) => ps.iter().map(|(t, p)| entry(t, *p)).collect(),
-        None => stored
-            .map(|o| o.keys().map(|(t, p)| entry(t, *p)).collect())
-            .unwrap_or_default(),
-    };
-    GroupReply::Offsets(Ok(list))
-}
-
-fn describe(groups: &GroupService, group: &str) -> GroupDescription {
-    let c = groups.coordinator.borrow();
-    let Some(g) = c.groups.get(group) else {
-        return GroupDescription {
-            state: "Dead",
-            protocol_type: String::new(),
-            protocol: String::new(),
-            members: Vec::new(),
-        };
-    };
-    let protocol = g.protocol.clone().unwrap_or_default();
-    let members = g
-        .members
-        .values()
-        .map(|m| MemberDescription {
-            member_id: m.member_id.clone(),
-            group_instance_id: m.group_instance_id.clone(),
-            client_id: m.client_id.clone(),
-            client_host: m.client_host.clone(),
-            metadata: m.metadata_for(&protocol),
-            assignment: m.assignment.clone(),
-        })
-        .collect();
-    GroupDescription {
-        state: g.state.name(),
-        protocol_type: g.protocol_type.clone().unwrap_or_default(),
-        protocol,
-        members,
-    }
-}
-
-fn list(groups: &GroupService) -> GroupReply {
-    let c = groups.coordinator.borrow();
-    GroupReply::List(
-        c.groups
-            .values()
-            .map(|g| {
-                (
-                    g.id.clone(),
-                    g.protocol_type.clone().unwrap_or_default(),
-                    g.state.name(),
-                )
-            })
-            .collect(),
-    )
-}
-
-/// The tombstone of a committed offset.
-fn offset_tombstone(group: &str, topic: String, partition: i32) -> (Bytes, Option<Bytes>) {
-    let key = Key::Offset {
-        group: group.to_string(),
-        topic,
-        partition,
-    };
-    (key.encode(), None)
-}
-
-async fn delete(shard: &Rc<Shard>, groups: &GroupService, group: String) -> GroupReply {
-    let offsets: Vec<(String, i32)> = match groups.coordinator.borrow().groups.get(&group) {
-        Some(g) => g.offsets.keys().cloned().collect(),
-        None => Vec::new(),
-    };
-    if let Err(e) = groups.coordinator.borrow_mut().delete(&group) {
-        return GroupReply::Code(e.code());
-    }
-    let mut tombstones: Vec<(Bytes, Option<Bytes>)> = offsets
-        .into_iter()
-        .map(|(topic, partition)| offset_tombstone(&group, topic, partition))
-        .collect();
-    let key = Key::Group {
-        group: group.clone(),
-    };
-    tombstones.push((key.encode(), None));
-    GroupReply::Code(match append(shard, &group, &tombstones, -1).await {
-        Ok(()) => 0,
-        Err(code) => code,
-    })
-}
-
-async fn commit(
-    shard: &Rc<Shard>,
-    group: String,
-    member: String,
-    generation: i32,
-    instance: Option<String>,
-    offsets: Vec<OffsetEntry>,
-) -> GroupReply {
-    let groups = shard.service::<GroupService>();
-    let checked = groups.coordinator.borrow_mut().check_commit(
-        &group,
-        &member,
-        generation,
-        instance.as_deref(),
-    );
-    process_outputs(shard); // a refused admission is counted there
-    if let Err(e) = checked {
-        return GroupReply::Commit(offsets.iter().map(|_| e.code()).collect());
-    }
-    let now_ms = shard.clock().wall_ms() as i64;
-    let mut codes = vec![0i16; offsets.len()];
-    let mut records = Vec::new();
-    let mut accepted = Vec::new();
-    for (i, (topic, partition, offset, epoch, metadata)) in offsets.into_iter().enumerate() {
-        if metadata.len() > MAX_OFFSET_METADATA_BYTES {
-            codes[i] = ResponseError::OffsetMetadataTooLarge.code();
-            continue;
-        }
-        let value = CommittedOffset {
-            offset,
-            leader_epoch: epoch,
-            metadata,
-            commit_timestamp_ms: now_ms,
-        };
-        let key = Key::Offset {
-            group: group.clone(),
-            topic: topic.clone(),
-            partition,
-        };
-        records.push((key.encode(), Some(records::encode_offset(&value))));
-        accepted.push(((topic, partition), value));
-    }
-    if records.is_empty() {
-        return GroupReply::Commit(codes);
-    }
-    // Like produce with acks=all: answered once the commit is durable.
-    if let Err(code) = append(shard, &group, &records, -1).await {
-        for c in codes.iter_mut().filter(|c| **c == 0) {
-            *c = code;
-        }
-        return GroupReply::Commit(codes);
-    }
-    let mut c = groups.coordinator.borrow_mut();
-    let g = c.group_mut(&group);
-    for (key, value) in accepted {
-        g.offsets.insert(key, value);
-    }
-    GroupReply::Commit(codes)
-}
-
-async fn delete_offsets(
-    shard: &Rc<Shard>,
-    group: String,
-    partitions: Vec<(String, i32)>,
-) -> GroupReply {
-    let groups = shard.service::<GroupService>();
-    let codes: Vec<i16> = {
-        let c = groups.coordinator.borrow();
-        let Some(g) = c.groups.get(&group) else {
-            return GroupReply::DeleteOffsets(ResponseError::GroupIdNotFound.code(), Vec::new());
-        };
-        partitions
-            .iter()
-            .map(|(t, _)| {
-                if g.is_subscribed_to(t) {
-                    ResponseError::GroupSubscribedToTopic.code()
-                } else {
-                    0
-                }
-            })
-            .collect()
-    };
-    let doomed: Vec<(String, i32)> = partitions
-        .iter()
-        .zip(&codes)
-        .filter(|(_, c)| **c == 0)
-        .map(|(p, _)| p.clone())
-        .collect();
-    if doomed.is_empty() {
-        return GroupReply::DeleteOffsets(0, codes);
-    }
-    let tombstones: Vec<(Bytes, Option<Bytes>)> = doomed
-        .iter()
-        .map(|(topic, partition)| offset_tombstone(&group, topic.clone(), *partition))
-        .collect();
-    if let Err(code) = append(shard, &group, &tombstones, -1).await {
-        return GroupReply::DeleteOffsets(code, Vec::new());
-    }
-    let mut c = groups.coordinator.borrow_mut();
-    let g = c.group_mut(&group);
-    for key in &doomed {
-        g.offsets.remove(key);
-    }
-    GroupReply::DeleteOffsets(0, codes)
 }
 
 /// Fires the coordinator's timers (session, rebalance and pending-member timeouts): one task per

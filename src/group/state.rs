@@ -61,6 +61,8 @@ pub struct Member {
     awaiting_join: bool,
     awaiting_sync: bool,
     heartbeat_timer: Option<TimerId>,
+    /// When the current session timer fires (0: none armed).
+    session_deadline_ms: u64,
 }
 
 impl Member {
@@ -211,9 +213,21 @@ pub enum Reply<T> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum TimerKind {
-    Heartbeat { group: String, member: String },
-    Rebalance { group: String, generation: i32 },
-    Pending { group: String, member: String },
+    /// A member's session ends at `deadline_ms`, unless it was re-armed since (then its
+    /// `session_deadline_ms` differs: the timer is stale).
+    Heartbeat {
+        group: String,
+        member: String,
+        deadline_ms: u64,
+    },
+    Rebalance {
+        group: String,
+        generation: i32,
+    },
+    Pending {
+        group: String,
+        member: String,
+    },
 }
 
 /// Limits that protect the coordinator from runaway clients.
@@ -416,68 +430,7 @@ impl Coordinator {
                 self.add_member_and_rebalance(now_ms, req, member_id)
             }
             Some(old_id) if req.member_id.is_empty() => {
-                // A restarted static member: it takes over the old member's slot under a new id.
-                let new_id = self.new_member_id(&req.client_id);
-                let group = self.group_mut(&req.group_id);
-                let Some(mut member) = group.members.remove(&old_id) else {
-                    group.static_members.remove(&instance);
-                    return self.add_member_and_rebalance(now_ms, req, new_id);
-                };
-                let protocols_changed = member.protocols != req.protocols;
-                if let Some(t) = member.heartbeat_timer.take() {
-                    self.wheel.cancel(t);
-                }
-                let group = self.group_mut(&req.group_id);
-                let was_awaiting_join = member.awaiting_join;
-                member.member_id = new_id.clone();
-                member.session_timeout_ms = req.session_timeout_ms;
-                member.rebalance_timeout_ms = req.rebalance_timeout_ms;
-                member.client_id = req.client_id.clone();
-                member.client_host = req.client_host.clone();
-                member.awaiting_join = false;
-                member.awaiting_sync = false;
-                group.members.insert(new_id.clone(), member);
-                group.static_members.insert(instance, new_id.clone());
-                if group.leader.as_deref() == Some(old_id.as_str()) {
-                    group.leader = Some(new_id.clone());
-                }
-                if was_awaiting_join {
-                    // The old incarnation's parked join is fenced.
-                    self.outputs.push(Output::Join {
-                        group_id: req.group_id.clone(),
-                        member_id: old_id.clone(),
-                        response: JoinResponse::error(ResponseError::FencedInstanceId, old_id),
-                    });
-                }
-                let state = self.group_mut(&req.group_id).state;
-                match state {
-                    State::Stable if !protocols_changed => {
-                        // Same subscription: no rebalance. It gets the current generation and
-                        // fetches its stored assignment with SyncGroup.
-                        self.schedule_heartbeat(now_ms, &req.group_id, &new_id);
-                        self.outputs.push(Output::PersistGroup {
-                            group_id: req.group_id.clone(),
-                        });
-                        let group = self.group_mut(&req.group_id);
-                        Reply::Now(JoinResponse {
-                            error_code: 0,
-                            generation_id: group.generation,
-                            protocol_type: group.protocol_type.clone(),
-                            protocol_name: group.protocol.clone(),
-                            leader: group.leader.clone().unwrap_or_default(),
-                            member_id: new_id,
-                            skip_assignment: false,
-                            members: Vec::new(),
-                        })
-                    }
-                    _ => self.update_member_and_rebalance(
-                        now_ms,
-                        JoinRequest {
-                            member_id: new_id,
-                            ..req
-                        },
-                    ),
-                }
+                self.replace_static_member(now_ms, req, instance, old_id)
             }
             Some(old_id) if old_id != req.member_id => Reply::Now(JoinResponse::error(
                 ResponseError::FencedInstanceId,
@@ -485,6 +438,72 @@ impl Coordinator {
             )),
             Some(_) => self.update_member_and_rebalance(now_ms, req),
         }
+    }
+
+    /// A restarted static member (its instance id, no member id): it takes over the old
+    /// member's slot under a new id, and the old incarnation's parked join is fenced. With the
+    /// same subscription in a Stable group there is no rebalance: it gets the current
+    /// generation and fetches its stored assignment with SyncGroup.
+    fn replace_static_member(
+        &mut self,
+        now_ms: u64,
+        req: JoinRequest,
+        instance: String,
+        old_id: String,
+    ) -> Reply<JoinResponse> {
+        let new_id = self.new_member_id(&req.client_id);
+        let group = self.group_mut(&req.group_id);
+        let Some(mut member) = group.members.remove(&old_id) else {
+            group.static_members.remove(&instance);
+            return self.add_member_and_rebalance(now_ms, req, new_id);
+        };
+        let protocols_changed = member.protocols != req.protocols;
+        if let Some(t) = member.heartbeat_timer.take() {
+            self.wheel.cancel(t);
+        }
+        let was_awaiting_join = member.awaiting_join;
+        member.member_id = new_id.clone();
+        member.session_timeout_ms = req.session_timeout_ms;
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        member.client_id = req.client_id.clone();
+        member.client_host = req.client_host.clone();
+        member.awaiting_join = false;
+        member.awaiting_sync = false;
+        let group = self.group_mut(&req.group_id);
+        group.members.insert(new_id.clone(), member);
+        group.static_members.insert(instance, new_id.clone());
+        if group.leader.as_deref() == Some(old_id.as_str()) {
+            group.leader = Some(new_id.clone());
+        }
+        if was_awaiting_join {
+            self.outputs.push(Output::Join {
+                group_id: req.group_id.clone(),
+                member_id: old_id.clone(),
+                response: JoinResponse::error(ResponseError::FencedInstanceId, old_id),
+            });
+        }
+        if self.group_mut(&req.group_id).state != State::Stable || protocols_changed {
+            let req = JoinRequest {
+                member_id: new_id,
+                ..req
+            };
+            return self.update_member_and_rebalance(now_ms, req);
+        }
+        self.schedule_heartbeat(now_ms, &req.group_id, &new_id);
+        self.outputs.push(Output::PersistGroup {
+            group_id: req.group_id.clone(),
+        });
+        let group = self.group_mut(&req.group_id);
+        Reply::Now(JoinResponse {
+            error_code: 0,
+            generation_id: group.generation,
+            protocol_type: group.protocol_type.clone(),
+            protocol_name: group.protocol.clone(),
+            leader: group.leader.clone().unwrap_or_default(),
+            member_id: new_id,
+            skip_assignment: false,
+            members: Vec::new(),
+        })
     }
 
     fn add_member_and_rebalance(
@@ -527,11 +546,12 @@ impl Coordinator {
                 awaiting_join: true,
                 awaiting_sync: false,
                 heartbeat_timer: None,
+                session_deadline_ms: 0,
             },
         );
         self.schedule_heartbeat(now_ms, &req.group_id, &member_id);
         self.prepare_rebalance(now_ms, &req.group_id);
-        self.maybe_complete_join(&req.group_id);
+        self.maybe_complete_join(now_ms, &req.group_id);
         Reply::Later(member_id)
     }
 
@@ -569,7 +589,7 @@ impl Coordinator {
         if state != State::PreparingRebalance {
             self.prepare_rebalance(now_ms, &req.group_id);
         }
-        self.maybe_complete_join(&req.group_id);
+        self.maybe_complete_join(now_ms, &req.group_id);
         Reply::Later(req.member_id)
     }
 
@@ -636,17 +656,17 @@ impl Coordinator {
 
     /// Completes the join phase when every member has rejoined (and no initial delay is
     /// pending).
-    fn maybe_complete_join(&mut self, group_id: &str) {
+    fn maybe_complete_join(&mut self, now_ms: u64, group_id: &str) {
         let group = self.group_mut(group_id);
         if group.state != State::PreparingRebalance || group.rebalance_timer_initial {
             return;
         }
         if group.members.values().all(|m| m.awaiting_join) && group.pending_members.is_empty() {
-            self.complete_join(group_id);
+            self.complete_join(now_ms, group_id);
         }
     }
 
-    fn complete_join(&mut self, group_id: &str) {
+    fn complete_join(&mut self, now_ms: u64, group_id: &str) {
         let group = self.group_mut(group_id);
         if let Some(t) = group.rebalance_timer.take() {
             self.wheel.cancel(t);
@@ -684,6 +704,13 @@ impl Coordinator {
         {
             group.leader = group.members.keys().next().cloned();
         }
+        self.answer_joins(now_ms, group_id);
+    }
+
+    /// Answers every member's parked JoinGroup with the new generation; the leader's answer
+    /// carries the members' subscriptions.
+    fn answer_joins(&mut self, now_ms: u64, group_id: &str) {
+        let group = self.group_mut(group_id);
         let protocol = group.protocol.clone().unwrap_or_default();
         let leader = group.leader.clone().unwrap_or_default();
         let members_meta: Vec<(String, Option<String>, Bytes)> = group
@@ -699,15 +726,20 @@ impl Coordinator {
             .collect();
         let generation = group.generation;
         let protocol_type = group.protocol_type.clone();
-        let ids: Vec<String> = group.members.keys().cloned().collect();
-        for id in ids {
-            let m = self
-                .group_mut(group_id)
-                .members
-                .get_mut(&id)
-                .expect("member");
+        for m in group.members.values_mut() {
             m.awaiting_join = false;
             m.assignment = Bytes::new();
+        }
+        let ids: Vec<String> = group.members.keys().cloned().collect();
+        for id in ids {
+            // A completed join counts as a heartbeat (Kafka's
+            // completeAndScheduleNextHeartbeatExpiration).
+            self.schedule_heartbeat(now_ms, group_id, &id);
+            let members = if id == leader {
+                members_meta.clone()
+            } else {
+                Vec::new()
+            };
             self.outputs.push(Output::Join {
                 group_id: group_id.to_string(),
                 member_id: id.clone(),
@@ -717,13 +749,9 @@ impl Coordinator {
                     protocol_type: protocol_type.clone(),
                     protocol_name: Some(protocol.clone()),
                     leader: leader.clone(),
-                    member_id: id.clone(),
+                    member_id: id,
                     skip_assignment: false,
-                    members: if id == leader {
-                        members_meta.clone()
-                    } else {
-                        Vec::new()
-                    },
+                    members,
                 },
             });
         }
@@ -784,7 +812,7 @@ impl Coordinator {
                     self.prepare_rebalance(now_ms, group_id);
                 }
             }
-            State::PreparingRebalance => self.maybe_complete_join(group_id),
+            State::PreparingRebalance => self.maybe_complete_join(now_ms, group_id),
             State::Empty | State::Dead => {}
         }
     }
@@ -809,11 +837,13 @@ impl Coordinator {
                 TimerKind::Heartbeat {
                     group: group_id.to_string(),
                     member: member_id.to_string(),
+                    deadline_ms: deadline,
                 },
             )
             .expect("an admitted member has room for its timer");
         if let Some(m) = self.group_mut(group_id).members.get_mut(member_id) {
             m.heartbeat_timer = Some(t);
+            m.session_deadline_ms = deadline;
         }
     }
 
@@ -858,50 +888,56 @@ impl Coordinator {
                 Reply::Now(response)
             }
             State::CompletingRebalance => {
-                group
-                    .members
-                    .get_mut(member_id)
-                    .expect("checked")
-                    .awaiting_sync = true;
+                let m = group.members.get_mut(member_id).expect("checked");
+                m.awaiting_sync = true;
                 if group.leader.as_deref() == Some(member_id) {
-                    for m in group.members.values_mut() {
-                        m.assignment = assignments
-                            .iter()
-                            .find(|(id, _)| *id == m.member_id)
-                            .map(|(_, a)| a.clone())
-                            .unwrap_or_default();
-                    }
-                    group.state = State::Stable;
-                    let ids: Vec<String> = group
-                        .members
-                        .values()
-                        .filter(|m| m.awaiting_sync)
-                        .map(|m| m.member_id.clone())
-                        .collect();
-                    for id in ids {
-                        let group = self.groups.get_mut(group_id).expect("group");
-                        let m = group.members.get_mut(&id).expect("member");
-                        m.awaiting_sync = false;
-                        let response = SyncResponse {
-                            error_code: 0,
-                            protocol_type: group.protocol_type.clone(),
-                            protocol_name: group.protocol.clone(),
-                            assignment: m.assignment.clone(),
-                        };
-                        self.outputs.push(Output::Sync {
-                            group_id: group_id.to_string(),
-                            member_id: id,
-                            response,
-                        });
-                    }
-                    self.outputs.push(Output::PersistGroup {
-                        group_id: group_id.to_string(),
-                    });
+                    self.assign(now_ms, group_id, &assignments);
                 }
                 self.schedule_heartbeat(now_ms, group_id, member_id);
                 Reply::Later(member_id.to_string())
             }
         }
+    }
+
+    /// The leader's SyncGroup: the group takes its assignment and is Stable; every member's
+    /// parked SyncGroup is answered with its share.
+    fn assign(&mut self, now_ms: u64, group_id: &str, assignments: &[(String, Bytes)]) {
+        let group = self.groups.get_mut(group_id).expect("the caller found it");
+        for m in group.members.values_mut() {
+            m.assignment = assignments
+                .iter()
+                .find(|(id, _)| *id == m.member_id)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_default();
+        }
+        group.state = State::Stable;
+        let (protocol_type, protocol_name) = (group.protocol_type.clone(), group.protocol.clone());
+        let answered: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| m.awaiting_sync)
+            .map(|m| m.member_id.clone())
+            .collect();
+        for m in group.members.values_mut().filter(|m| m.awaiting_sync) {
+            m.awaiting_sync = false;
+            self.outputs.push(Output::Sync {
+                group_id: group_id.to_string(),
+                member_id: m.member_id.clone(),
+                response: SyncResponse {
+                    error_code: 0,
+                    protocol_type: protocol_type.clone(),
+                    protocol_name: protocol_name.clone(),
+                    assignment: m.assignment.clone(),
+                },
+            });
+        }
+        // A completed sync counts as a heartbeat, as a completed join does.
+        for id in answered {
+            self.schedule_heartbeat(now_ms, group_id, &id);
+        }
+        self.outputs.push(Output::PersistGroup {
+            group_id: group_id.to_string(),
+        });
     }
 
     // ---- Heartbeat, LeaveGroup ---------------------------------------------------------
@@ -967,7 +1003,7 @@ impl Coordinator {
             if let Some(t) = group.pending_members.remove(&id) {
                 self.wheel.cancel(t);
                 results.push(0);
-                self.maybe_complete_join(group_id);
+                self.maybe_complete_join(now_ms, group_id);
                 continue;
             }
             if !group.members.contains_key(&id) {
@@ -987,16 +1023,31 @@ impl Coordinator {
     pub fn tick(&mut self, now_ms: u64) {
         for timer in self.wheel.poll(now_ms) {
             match timer {
-                TimerKind::Heartbeat { group, member } => {
-                    if let Some(m) = self
+                TimerKind::Heartbeat {
+                    group,
+                    member,
+                    deadline_ms,
+                } => {
+                    let Some(m) = self
                         .groups
                         .get_mut(&group)
                         .and_then(|g| g.members.get_mut(&member))
-                    {
-                        m.heartbeat_timer = None;
-                        log::info!("group {group}: member {member} session expired");
-                        self.member_gone(now_ms, &group, &member);
+                    else {
+                        continue;
+                    };
+                    if m.session_deadline_ms != deadline_ms {
+                        continue; // re-armed after this timer was taken from the wheel
                     }
+                    m.heartbeat_timer = None;
+                    if m.awaiting_join || m.awaiting_sync {
+                        // A member parked in JoinGroup or SyncGroup is alive (Kafka's
+                        // shouldKeepAlive): the rebalance timeout bounds the join phase, and
+                        // a leader that never syncs expires and restarts the rebalance.
+                        self.schedule_heartbeat(now_ms, &group, &member);
+                        continue;
+                    }
+                    log::info!("group {group}: member {member} session expired");
+                    self.member_gone(now_ms, &group, &member);
                 }
                 TimerKind::Rebalance { group, generation } => {
                     let Some(g) = self.groups.get_mut(&group) else {
@@ -1005,14 +1056,14 @@ impl Coordinator {
                     if g.state == State::PreparingRebalance && g.generation == generation {
                         g.rebalance_timer = None;
                         g.rebalance_timer_initial = false;
-                        self.complete_join(&group);
+                        self.complete_join(now_ms, &group);
                     }
                 }
                 TimerKind::Pending { group, member } => {
                     if let Some(g) = self.groups.get_mut(&group) {
                         g.pending_members.remove(&member);
                     }
-                    self.maybe_complete_join(&group);
+                    self.maybe_complete_join(now_ms, &group);
                 }
             }
         }
@@ -1238,6 +1289,7 @@ impl Coordinator {
                 awaiting_join: false,
                 awaiting_sync: false,
                 heartbeat_timer: None,
+                session_deadline_ms: 0,
             };
             group.members.insert(id.clone(), member);
             self.schedule_heartbeat(now_ms, group_id, &id);
@@ -1246,207 +1298,4 @@ impl Coordinator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::SeededIds;
-
-    fn coordinator() -> Coordinator {
-        Coordinator::new(
-            0,
-            CoordinatorConfig {
-                initial_rebalance_delay_ms: 0,
-                min_session_timeout_ms: 6000,
-                max_groups: 100,
-                max_member_timers: 1000,
-            },
-            Box::new(SeededIds::new(1)),
-        )
-    }
-
-    fn join_req(group: &str, member: &str, instance: Option<&str>) -> JoinRequest {
-        JoinRequest {
-            group_id: group.into(),
-            member_id: member.into(),
-            group_instance_id: instance.map(Into::into),
-            client_id: "c".into(),
-            client_host: "/127.0.0.1".into(),
-            session_timeout_ms: 10_000,
-            rebalance_timeout_ms: 20_000,
-            protocol_type: "consumer".into(),
-            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
-            require_known_member_id: true,
-        }
-    }
-
-    fn joined(outputs: &[Output], member: &str) -> Option<JoinResponse> {
-        outputs.iter().find_map(|o| match o {
-            Output::Join {
-                member_id,
-                response,
-                ..
-            } if member_id == member => Some(response.clone()),
-            _ => None,
-        })
-    }
-
-    #[test]
-    fn two_members_one_generation_then_stable() {
-        let mut c = coordinator();
-        // KIP-394: the first join is bounced with a member id.
-        let Reply::Now(r) = c.join(0, join_req("g", "", None)) else {
-            panic!()
-        };
-        assert_eq!(r.error_code, ResponseError::MemberIdRequired.code());
-        let a = r.member_id;
-        let Reply::Later(_) = c.join(0, join_req("g", &a, None)) else {
-            panic!()
-        };
-        let out = c.take_outputs();
-        let ra = joined(&out, &a).expect("a lone member completes the join at once");
-        assert_eq!(
-            (ra.error_code, ra.generation_id, ra.leader.as_str()),
-            (0, 1, a.as_str())
-        );
-        assert_eq!(ra.members.len(), 1);
-        // A second member triggers a rebalance: the first must rejoin.
-        let Reply::Now(r) = c.join(10, join_req("g", "", None)) else {
-            panic!()
-        };
-        let b = r.member_id;
-        let Reply::Later(_) = c.join(10, join_req("g", &b, None)) else {
-            panic!()
-        };
-        assert_eq!(c.groups["g"].state, State::PreparingRebalance);
-        assert_eq!(
-            c.heartbeat(20, "g", &a, 1, None),
-            ResponseError::RebalanceInProgress.code()
-        );
-        let Reply::Later(_) = c.join(30, join_req("g", &a, None)) else {
-            panic!()
-        };
-        let out = c.take_outputs();
-        assert_eq!(joined(&out, &a).unwrap().generation_id, 2);
-        assert!(
-            joined(&out, &b).unwrap().members.is_empty(),
-            "only the leader gets the members"
-        );
-        // The follower's sync waits for the leader's.
-        assert!(matches!(
-            c.sync(40, "g", &b, 2, None, vec![]),
-            Reply::Later(_)
-        ));
-        let assignments = vec![
-            (a.clone(), Bytes::from_static(b"A")),
-            (b.clone(), Bytes::from_static(b"B")),
-        ];
-        assert!(matches!(
-            c.sync(41, "g", &a, 2, None, assignments),
-            Reply::Later(_)
-        ));
-        let out = c.take_outputs();
-        let syncs: Vec<_> = out
-            .iter()
-            .filter_map(|o| {
-                if let Output::Sync {
-                    member_id,
-                    response,
-                    ..
-                } = o
-                {
-                    Some((member_id.clone(), response.assignment.clone()))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        assert!(syncs.contains(&(a.clone(), Bytes::from_static(b"A"))));
-        assert!(syncs.contains(&(b.clone(), Bytes::from_static(b"B"))));
-        assert_eq!(c.groups["g"].state, State::Stable);
-        assert_eq!(c.heartbeat(50, "g", &b, 2, None), 0);
-        assert_eq!(
-            c.heartbeat(50, "g", &b, 1, None),
-            ResponseError::IllegalGeneration.code()
-        );
-        assert_eq!(
-            c.heartbeat(50, "g", "nobody", 2, None),
-            ResponseError::UnknownMemberId.code()
-        );
-    }
-
-    #[test]
-    fn session_expiry_removes_the_member() {
-        let mut c = coordinator();
-        let Reply::Now(r) = c.join(0, join_req("g", "", None)) else {
-            panic!()
-        };
-        let a = r.member_id;
-        c.join(0, join_req("g", &a, None));
-        c.take_outputs();
-        c.sync(1, "g", &a, 1, None, vec![(a.clone(), Bytes::new())]);
-        // The next wake-up is at most the session deadline (a coarser level may wake earlier to
-        // cascade the timer down).
-        assert!(c.next_deadline().is_some_and(|d| d > 1 && d <= 10_001));
-        c.tick(10_000);
-        assert!(c.groups["g"].members.contains_key(&a), "not yet");
-        c.tick(10_001);
-        assert!(c.groups["g"].members.is_empty());
-        assert_eq!(c.groups["g"].state, State::Empty);
-    }
-
-    #[test]
-    fn static_member_rejoins_without_rebalance() {
-        let mut c = coordinator();
-        let Reply::Later(a) = c.join(0, join_req("g", "", Some("i1"))) else {
-            panic!("static members skip KIP-394")
-        };
-        c.take_outputs();
-        c.sync(
-            1,
-            "g",
-            &a,
-            1,
-            None,
-            vec![(a.clone(), Bytes::from_static(b"mine"))],
-        );
-        c.take_outputs();
-        // Restart: same instance id, no member id.
-        let Reply::Now(r) = c.join(100, join_req("g", "", Some("i1"))) else {
-            panic!("no rebalance")
-        };
-        assert_eq!((r.error_code, r.generation_id), (0, 1));
-        assert_ne!(r.member_id, a);
-        assert_eq!(c.groups["g"].state, State::Stable);
-        let Reply::Now(s) = c.sync(101, "g", &r.member_id, 1, Some("i1"), vec![]) else {
-            panic!()
-        };
-        assert_eq!(s.assignment, Bytes::from_static(b"mine"));
-        // The old incarnation is fenced.
-        assert_eq!(
-            c.heartbeat(102, "g", &a, 1, Some("i1")),
-            ResponseError::FencedInstanceId.code()
-        );
-    }
-
-    #[test]
-    fn snapshot_restore_round_trip() {
-        let mut c = coordinator();
-        let Reply::Later(a) = c.join(0, join_req("g", "", Some("i1"))) else {
-            panic!()
-        };
-        c.take_outputs();
-        c.sync(
-            1,
-            "g",
-            &a,
-            1,
-            None,
-            vec![(a.clone(), Bytes::from_static(b"x"))],
-        );
-        let snap = c.snapshot("g", 5).unwrap();
-        let mut d = coordinator();
-        d.restore(10, "g", snap.clone());
-        assert_eq!(d.groups["g"].state, State::Stable);
-        assert_eq!(d.snapshot("g", 5), Some(snap));
-        assert_eq!(d.heartbeat(11, "g", &a, 1, Some("i1")), 0);
-    }
-}
+mod tests;

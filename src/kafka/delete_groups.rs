@@ -1,7 +1,7 @@
 //! DeleteGroups: only groups without members; their offsets are deleted with them.
 
 use super::{decode, encode, Reply};
-use crate::group::{route, GroupOp, GroupReply};
+use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -12,19 +12,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let req: DeleteGroupsRequest = decode(body, version)?;
     let mut results = Vec::with_capacity(req.groups_names.len());
     for g in &req.groups_names {
-        let code = match route(
-            shard,
-            g.0.as_str(),
-            GroupOp::Delete {
-                group: g.0.to_string(),
-            },
-        )
-        .await
-        {
-            Ok(GroupReply::Code(c)) => c,
-            Ok(_) => unreachable!("a delete gets a code"),
-            Err(c) => c,
+        let delete = ops::Delete {
+            group: g.0.to_string(),
         };
+        let code = route(shard, delete).await.unwrap_or_else(|c| c);
         results.push(
             DeletableGroupResult::default()
                 .with_group_id(g.clone())

@@ -1,8 +1,12 @@
-//! DescribeConfigs for topics (every known key, with its source) and for this broker.
+//! DescribeConfigs for topics (every key of the topic config table, with its source, type and
+//! read-only flag) and for this broker.
 
 use super::{decode, encode, str_bytes, Reply};
 use crate::shard::Shard;
+use crate::storage::catalog::TopicMeta;
+use crate::storage::topic_config::Kind;
 use bytes::Bytes;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
@@ -16,48 +20,24 @@ const RESOURCE_BROKER: i8 = 4;
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
-// ConfigType values (v3+).
-const TYPE_STRING: i8 = 2;
-const TYPE_INT: i8 = 3;
-const TYPE_LONG: i8 = 5;
-const TYPE_LIST: i8 = 7;
-const TYPE_BOOLEAN: i8 = 1;
-const TYPE_DOUBLE: i8 = 6;
 
-fn config_type(key: &str) -> i8 {
-    match key {
-        "cleanup.policy" => TYPE_LIST,
-        "retention.ms"
-        | "retention.bytes"
-        | "segment.ms"
-        | "log.segment.bytes"
-        | "delete.retention.ms" => TYPE_LONG,
-        "segment.bytes"
-        | "max.message.bytes"
-        | "min.insync.replicas"
-        | "index.interval.bytes"
-        | "num.partitions"
-        | "socket.request.max.bytes" => TYPE_INT,
-        "auto.create.topics.enable" => TYPE_BOOLEAN,
-        "min.cleanable.dirty.ratio" => TYPE_DOUBLE,
-        _ => TYPE_STRING,
-    }
-}
-
-fn entry(
-    key: &str,
+/// One config entry of a response.
+struct Described<'a> {
+    name: &'a str,
     value: String,
+    kind: Kind,
     source: i8,
     read_only: bool,
-    version: i16,
-) -> DescribeConfigsResourceResult {
+}
+
+fn entry(d: Described, version: i16) -> DescribeConfigsResourceResult {
     let mut e = DescribeConfigsResourceResult::default()
-        .with_name(str_bytes(key))
-        .with_value(Some(str_bytes(&value)))
-        .with_read_only(read_only)
-        .with_config_source(source);
+        .with_name(str_bytes(d.name))
+        .with_value(Some(str_bytes(&d.value)))
+        .with_read_only(d.read_only)
+        .with_config_source(d.source);
     if version >= 3 {
-        e = e.with_config_type(config_type(key));
+        e = e.with_config_type(d.kind as i8);
     }
     e
 }
@@ -65,83 +45,115 @@ fn entry(
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: DescribeConfigsRequest = decode(body, version)?;
     let catalog = shard.catalog();
-    let mut results = Vec::with_capacity(req.resources.len());
-    for res in &req.resources {
-        let wanted = |k: &str| {
-            res.configuration_keys
-                .as_ref()
-                .is_none_or(|keys| keys.iter().any(|x| x.as_str() == k))
-        };
-        let mut out = DescribeConfigsResult::default()
-            .with_resource_type(res.resource_type)
-            .with_resource_name(res.resource_name.clone());
-        match res.resource_type {
-            RESOURCE_TOPIC => match catalog.topics.get(res.resource_name.as_str()) {
-                Some(t) => {
-                    let configs = t
-                        .config
-                        .entries()
-                        .into_iter()
-                        .filter(|(k, _)| wanted(k))
-                        .map(|(k, v)| {
-                            let overridden = t.record.configs.iter().any(|(ok, _)| ok == k);
-                            entry(
-                                k,
-                                v,
-                                if overridden {
-                                    SOURCE_DYNAMIC_TOPIC
-                                } else {
-                                    SOURCE_DEFAULT
-                                },
-                                false,
-                                version,
-                            )
-                        })
-                        .collect();
-                    out = out.with_configs(configs);
-                }
-                None => {
-                    out = out
+    let results = req
+        .resources
+        .iter()
+        .map(|res| {
+            let out = DescribeConfigsResult::default()
+                .with_resource_type(res.resource_type)
+                .with_resource_name(res.resource_name.clone());
+            let node = shard.config.node_id.to_string();
+            let name = res.resource_name.as_str();
+            match res.resource_type {
+                RESOURCE_TOPIC => match catalog.topics.get(name) {
+                    Some(t) => out.with_configs(topic_configs(t, res, version)),
+                    None => out
                         .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                         .with_error_message(Some(str_bytes(&format!(
-                            "topic {} does not exist",
-                            res.resource_name.as_str()
-                        ))));
+                            "topic {name} does not exist"
+                        )))),
+                },
+                RESOURCE_BROKER if name.is_empty() || name == node => {
+                    out.with_configs(broker_configs(shard, res, version))
                 }
-            },
-            RESOURCE_BROKER
-                if res.resource_name.is_empty()
-                    || res.resource_name.as_str() == shard.config.node_id.to_string() =>
-            {
-                let c = &shard.config;
-                let configs = [
-                    ("log.segment.bytes", c.log.segment_bytes.to_string()),
-                    (
-                        "num.partitions",
-                        c.topic_defaults.num_partitions.to_string(),
-                    ),
-                    (
-                        "auto.create.topics.enable",
-                        c.auto_create_topics.to_string(),
-                    ),
-                    ("socket.request.max.bytes", c.request_max_bytes.to_string()),
-                ]
-                .into_iter()
-                .filter(|(k, _)| wanted(k))
-                .map(|(k, v)| entry(k, v, SOURCE_STATIC_BROKER, true, version))
-                .collect();
-                out = out.with_configs(configs);
-            }
-            _ => {
-                out = out
+                _ => out
                     .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str_bytes("unsupported resource type or broker id")));
+                    .with_error_message(Some(str_bytes("unsupported resource type or broker id"))),
             }
-        }
-        results.push(out);
-    }
+        })
+        .collect();
     encode(
         &DescribeConfigsResponse::default().with_results(results),
         version,
     )
+}
+
+/// Whether the request asks for key `name` (no list: every key).
+fn wanted(res: &DescribeConfigsResource, name: &str) -> bool {
+    res.configuration_keys
+        .as_ref()
+        .is_none_or(|keys| keys.iter().any(|x| x.as_str() == name))
+}
+
+/// Every key of the topic config table: overridden ones as dynamic topic configs, the rest as
+/// defaults.
+fn topic_configs(
+    t: &TopicMeta,
+    res: &DescribeConfigsResource,
+    version: i16,
+) -> Vec<DescribeConfigsResourceResult> {
+    t.config
+        .entries()
+        .filter(|(k, _)| wanted(res, k.name))
+        .map(|(k, value)| {
+            let overridden = t.record.configs.iter().any(|(o, _)| o == k.name);
+            let source = if overridden {
+                SOURCE_DYNAMIC_TOPIC
+            } else {
+                SOURCE_DEFAULT
+            };
+            let d = Described {
+                name: k.name,
+                value,
+                kind: k.kind,
+                source,
+                read_only: k.read_only,
+            };
+            entry(d, version)
+        })
+        .collect()
+}
+
+/// The broker settings a client may ask about; all come from the config file (read-only).
+fn broker_configs(
+    shard: &Shard,
+    res: &DescribeConfigsResource,
+    version: i16,
+) -> Vec<DescribeConfigsResourceResult> {
+    let c = &shard.config;
+    [
+        (
+            "log.segment.bytes",
+            c.log.segment_bytes.to_string(),
+            Kind::Int,
+        ),
+        (
+            "num.partitions",
+            c.topic_defaults.num_partitions.to_string(),
+            Kind::Int,
+        ),
+        (
+            "auto.create.topics.enable",
+            c.auto_create_topics.to_string(),
+            Kind::Boolean,
+        ),
+        (
+            "socket.request.max.bytes",
+            c.request_max_bytes.to_string(),
+            Kind::Int,
+        ),
+    ]
+    .into_iter()
+    .filter(|(k, _, _)| wanted(res, k))
+    .map(|(name, value, kind)| {
+        let d = Described {
+            name,
+            value,
+            kind,
+            source: SOURCE_STATIC_BROKER,
+            read_only: true,
+        };
+        entry(d, version)
+    })
+    .collect()
 }

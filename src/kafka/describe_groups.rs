@@ -1,7 +1,7 @@
 //! DescribeGroups: state, protocol and members of each group.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::group::{route, GroupOp, GroupReply};
+use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
@@ -16,14 +16,13 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         groups.push(
             match route(
                 shard,
-                g.0.as_str(),
-                GroupOp::Describe {
+                ops::Describe {
                     group: g.0.to_string(),
                 },
             )
             .await
             {
-                Ok(GroupReply::Describe(d)) => out
+                Ok(d) => out
                     .with_group_state(str_bytes(d.state))
                     .with_protocol_type(str_bytes(&d.protocol_type))
                     .with_protocol_data(str_bytes(&d.protocol))
@@ -46,7 +45,6 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                             })
                             .collect(),
                     ),
-                Ok(_) => unreachable!("a describe gets a description"),
                 Err(c) => out.with_error_code(c).with_group_state(str_bytes("Dead")),
             },
         );

@@ -1,8 +1,8 @@
 //! JoinGroup: parks until the rebalance completes (see group/state.rs).
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::group::state::JoinRequest;
-use crate::group::{route, GroupOp, GroupReply};
+use crate::group::state::{JoinRequest, JoinResponse};
+use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -42,43 +42,10 @@ pub async fn handle(
     let r = if group.is_empty() {
         Err(ResponseError::InvalidGroupId.code())
     } else {
-        match route(shard, &group, GroupOp::Join(join)).await {
-            Ok(GroupReply::Join(r)) => Ok(r),
-            Ok(_) => unreachable!("a join gets a join reply"),
-            Err(code) => Err(code),
-        }
+        route(shard, ops::Join(join)).await
     };
     let resp = match r {
-        Ok(r) => {
-            let members = r
-                .members
-                .iter()
-                .map(|(id, instance, meta)| {
-                    let mut m = JoinGroupResponseMember::default()
-                        .with_member_id(str_bytes(id))
-                        .with_metadata(meta.clone());
-                    if version >= 5 {
-                        m = m.with_group_instance_id(instance.as_deref().map(str_bytes));
-                    }
-                    m
-                })
-                .collect();
-            let mut resp = JoinGroupResponse::default()
-                .with_error_code(r.error_code)
-                .with_generation_id(r.generation_id)
-                .with_protocol_name(Some(str_bytes(
-                    r.protocol_name.as_deref().unwrap_or_default(),
-                )))
-                .with_leader(str_bytes(&r.leader))
-                .with_member_id(str_bytes(&r.member_id))
-                .with_members(members);
-            if version >= 7 {
-                resp = resp
-                    .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
-                    .with_protocol_name(r.protocol_name.as_deref().map(str_bytes));
-            }
-            resp
-        }
+        Ok(r) => joined(r, version),
         Err(code) => JoinGroupResponse::default()
             .with_error_code(code)
             .with_generation_id(-1)
@@ -90,4 +57,36 @@ pub async fn handle(
             }),
     };
     encode(&resp, version)
+}
+
+/// The answer to a join the coordinator decided.
+fn joined(r: JoinResponse, version: i16) -> JoinGroupResponse {
+    let members = r
+        .members
+        .iter()
+        .map(|(id, instance, meta)| {
+            let mut m = JoinGroupResponseMember::default()
+                .with_member_id(str_bytes(id))
+                .with_metadata(meta.clone());
+            if version >= 5 {
+                m = m.with_group_instance_id(instance.as_deref().map(str_bytes));
+            }
+            m
+        })
+        .collect();
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(r.error_code)
+        .with_generation_id(r.generation_id)
+        .with_protocol_name(Some(str_bytes(
+            r.protocol_name.as_deref().unwrap_or_default(),
+        )))
+        .with_leader(str_bytes(&r.leader))
+        .with_member_id(str_bytes(&r.member_id))
+        .with_members(members);
+    if version >= 7 {
+        resp = resp
+            .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
+            .with_protocol_name(r.protocol_name.as_deref().map(str_bytes));
+    }
+    resp
 }

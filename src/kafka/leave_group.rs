@@ -1,7 +1,7 @@
 //! LeaveGroup: one member (v0–v2) or a batch by member or instance id (v3+, KIP-345).
 
 use super::{decode, encode, Reply};
-use crate::group::{route, GroupOp, GroupReply};
+use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -24,20 +24,13 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let (code, each) = match route(
-        shard,
-        &group,
-        GroupOp::Leave {
-            group: group.clone(),
-            members: members.clone(),
-        },
-    )
-    .await
-    {
-        Ok(GroupReply::Leave(code, each)) => (code, each),
-        Ok(_) => unreachable!("a leave gets a leave reply"),
-        Err(c) => (c, Vec::new()),
+    let leave = ops::Leave {
+        group,
+        members: members.clone(),
     };
+    let (code, each) = route(shard, leave)
+        .await
+        .unwrap_or_else(|c| (c, Vec::new()));
     let resp = if version >= 3 {
         let results = members
             .iter()

@@ -1,7 +1,7 @@
 //! OffsetDelete: removes committed offsets of topics the group no longer subscribes to.
 
 use super::{decode, encode, Reply};
-use crate::group::{route, GroupOp, GroupReply};
+use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_delete_response::{
@@ -22,20 +22,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 .map(|p| (t.name.0.to_string(), p.partition_index))
         })
         .collect();
-    let (top, codes) = match route(
-        shard,
-        &group,
-        GroupOp::DeleteOffsets {
-            group: group.clone(),
-            partitions,
-        },
-    )
-    .await
-    {
-        Ok(GroupReply::DeleteOffsets(top, codes)) => (top, codes),
-        Ok(_) => unreachable!("an offset delete gets codes"),
-        Err(c) => (c, Vec::new()),
-    };
+    let delete = ops::DeleteOffsets { group, partitions };
+    let (top, codes) = route(shard, delete)
+        .await
+        .unwrap_or_else(|c| (c, Vec::new()));
     let mut codes = codes.into_iter();
     let topics = req
         .topics

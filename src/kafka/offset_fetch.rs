@@ -1,7 +1,7 @@
 //! OffsetFetch: one group (v1–v7) or several (v8).
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::group::{route, GroupOp, GroupReply, OffsetEntry};
+use crate::group::{ops, route, OffsetEntry};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -17,20 +17,11 @@ async fn fetch(
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
 ) -> Result<Vec<OffsetEntry>, i16> {
-    match route(
-        shard,
-        group,
-        GroupOp::FetchOffsets {
-            group: group.to_string(),
-            partitions,
-        },
-    )
-    .await
-    {
-        Ok(GroupReply::Offsets(r)) => r,
-        Ok(_) => unreachable!("an offset fetch gets offsets"),
-        Err(c) => Err(c),
-    }
+    let fetch = ops::FetchOffsets {
+        group: group.to_string(),
+        partitions,
+    };
+    route(shard, fetch).await
 }
 
 /// The (topic, partition) pairs a request names; the v8 and older layouts are different types
@@ -55,43 +46,61 @@ fn by_topic(entries: Vec<OffsetEntry>) -> BTreeMap<String, Vec<OffsetEntry>> {
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: OffsetFetchRequest = decode(body, version)?;
     if version >= 8 {
-        let mut groups = Vec::with_capacity(req.groups.len());
-        for g in &req.groups {
-            let partitions = g
-                .topics
-                .as_ref()
-                .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
-            let group = match fetch(shard, g.group_id.0.as_str(), partitions).await {
-                Ok(entries) => OffsetFetchResponseGroup::default()
-                    .with_group_id(g.group_id.clone())
-                    .with_topics(
-                        by_topic(entries)
-                            .into_iter()
-                            .map(|(t, es)| {
-                                OffsetFetchResponseTopics::default()
-                                    .with_name(TopicName(str_bytes(&t)))
-                                    .with_partitions(
-                                        es.into_iter()
-                                            .map(|(_, p, o, e, m)| {
-                                                OffsetFetchResponsePartitions::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(o)
-                                                    .with_committed_leader_epoch(e)
-                                                    .with_metadata(Some(str_bytes(&m)))
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    ),
-                Err(c) => OffsetFetchResponseGroup::default()
-                    .with_group_id(g.group_id.clone())
-                    .with_error_code(c),
-            };
-            groups.push(group);
-        }
-        return encode(&OffsetFetchResponse::default().with_groups(groups), version);
+        return handle_groups(shard, version, req).await;
     }
+    handle_group(shard, version, req).await
+}
+
+/// v8+: several groups in one request.
+async fn handle_groups(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: OffsetFetchRequest,
+) -> anyhow::Result<Reply> {
+    let mut groups = Vec::with_capacity(req.groups.len());
+    for g in &req.groups {
+        let partitions = g
+            .topics
+            .as_ref()
+            .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
+        let group = match fetch(shard, g.group_id.0.as_str(), partitions).await {
+            Ok(entries) => OffsetFetchResponseGroup::default()
+                .with_group_id(g.group_id.clone())
+                .with_topics(
+                    by_topic(entries)
+                        .into_iter()
+                        .map(|(t, es)| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(TopicName(str_bytes(&t)))
+                                .with_partitions(
+                                    es.into_iter()
+                                        .map(|(_, p, o, e, m)| {
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(o)
+                                                .with_committed_leader_epoch(e)
+                                                .with_metadata(Some(str_bytes(&m)))
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            Err(c) => OffsetFetchResponseGroup::default()
+                .with_group_id(g.group_id.clone())
+                .with_error_code(c),
+        };
+        groups.push(group);
+    }
+    encode(&OffsetFetchResponse::default().with_groups(groups), version)
+}
+
+/// v1..=7: one group.
+async fn handle_group(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: OffsetFetchRequest,
+) -> anyhow::Result<Reply> {
     let partitions = req
         .topics
         .as_ref()

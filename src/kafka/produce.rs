@@ -124,18 +124,29 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     if acks == 0 {
         return Ok(Reply::None);
     }
-    let responses = req
-        .topics
+    let responses = respond(&req, slots, &outcomes, version);
+    encode(
+        &ProduceResponse::default().with_responses(responses),
+        version,
+    )
+}
+
+/// The response: per request topic and partition, its outcome or the error found before
+/// routing.
+fn respond(
+    req: &produce::ProduceRequest,
+    slots: Vec<Vec<(i32, Result<usize, ResponseError>)>>,
+    outcomes: &[ProduceOutcome],
+    version: i16,
+) -> Vec<TopicProduceResponse> {
+    req.topics
         .iter()
         .zip(slots)
         .map(|(topic, row)| {
             let partitions = row
                 .into_iter()
                 .map(|(index, slot)| {
-                    let o = match slot {
-                        Ok(i) => outcomes[i],
-                        Err(e) => ProduceOutcome::failed(e),
-                    };
+                    let o = slot.map_or_else(ProduceOutcome::failed, |i| outcomes[i]);
                     let mut r = PartitionProduceResponse::default()
                         .with_index(index)
                         .with_error_code(o.error_code)
@@ -151,9 +162,5 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 .with_name(TopicName(super::str_bytes(&topic.name)))
                 .with_partition_responses(partitions)
         })
-        .collect();
-    encode(
-        &ProduceResponse::default().with_responses(responses),
-        version,
-    )
+        .collect()
 }

@@ -1,7 +1,7 @@
 //! SyncGroup: the leader hands out the assignment; everyone gets its share.
 
 use super::{decode, encode, str_bytes, Reply};
-use crate::group::{route, GroupOp, GroupReply};
+use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
@@ -9,9 +9,8 @@ use std::rc::Rc;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: SyncGroupRequest = decode(body, version)?;
-    let group = req.group_id.0.to_string();
-    let op = GroupOp::Sync {
-        group: group.clone(),
+    let op = ops::Sync {
+        group: req.group_id.0.to_string(),
         member: req.member_id.to_string(),
         generation: req.generation_id,
         instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
@@ -21,8 +20,8 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .map(|a| (a.member_id.to_string(), a.assignment.clone()))
             .collect(),
     };
-    let resp = match route(shard, &group, op).await {
-        Ok(GroupReply::Sync(r)) => {
+    let resp = match route(shard, op).await {
+        Ok(r) => {
             let mut resp = SyncGroupResponse::default()
                 .with_error_code(r.error_code)
                 .with_assignment(r.assignment);
@@ -33,7 +32,6 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             }
             resp
         }
-        Ok(_) => unreachable!("a sync gets a sync reply"),
         Err(code) => SyncGroupResponse::default().with_error_code(code),
     };
     encode(&resp, version)

@@ -24,10 +24,11 @@ pub mod retention;
 
 use crate::protocol::batch::{self, BatchError, BatchHeader};
 use crate::protocol::chunk::{Chunk, FileSlice};
-use crate::storage::catalog::{TopicConfig, TopicId, TopicMeta};
+use crate::storage::catalog::{TopicId, TopicMeta};
 use crate::storage::log::{LogPosition, LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork};
 use crate::storage::producer_state::Verdict;
 use crate::storage::read;
+use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
 use commit::CommitRule;
 use env::Environment;

@@ -37,37 +37,11 @@ const DRAIN_TIMEOUT_MS: u64 = 5_000;
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
 pub fn run(mut config: Config) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-        anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
-    })?;
-    // glommio opens files relative to no directory (not the working directory), so a relative
-    // path such as the default ./data fails with EBADF deep inside the first shard.
-    config.data_dir = std::path::absolute(&config.data_dir)?;
-    // Two brokers on one data dir would interleave writes; refuse like Kafka's .lock file.
-    let lock = std::fs::File::create(config.data_dir.join(".lock"))?;
-    lock.try_lock().map_err(|_| {
-        anyhow::anyhow!(
-            "data dir {} is in use by another broker",
-            config.data_dir.display()
-        )
-    })?;
+    let lock = lock_data_dir(&mut config)?;
     ensure_port_free(&config.listen)?;
     let descriptor_limit = fd_budget::apply(&mut config)?;
     crate::metrics::DESCRIPTOR_LIMIT.store(descriptor_limit, Ordering::Relaxed);
-
-    if !Catalog::path(&config.data_dir).exists() {
-        log::info!("new data dir {}", config.data_dir.display());
-    }
-    let record = Catalog::load(&config.data_dir)?;
-    log::info!(
-        "cluster id {}, {} topics",
-        record.cluster_id,
-        record.topics.len()
-    );
-    let catalog = Arc::new(
-        Catalog::from_record(&record, &config.topic_defaults, &config.log)
-            .map_err(|e| anyhow::anyhow!(e))?,
-    );
+    let catalog = load_catalog(&config)?;
     let config = Arc::new(config);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let router = Arc::new(Router::new(&config));
@@ -80,20 +54,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     } else {
         config.cpus.clone()
     };
-    let signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut signals = signals;
-            if let Some(sig) = signals.forever().next() {
-                log::info!("signal {sig}: shutting down");
-                SHUTDOWN.store(true, Ordering::SeqCst);
-            }
-        })?;
-
+    watch_signals()?;
     let metrics: Vec<Arc<ShardMetrics>> = (0..shards)
         .map(|_| Arc::new(ShardMetrics::default()))
         .collect();
@@ -126,6 +87,70 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
     }
+    let failed = join_shards(handles);
+    drop(lock);
+    if failed {
+        anyhow::bail!("a shard failed");
+    }
+    log::info!("shut down cleanly");
+    Ok(())
+}
+
+/// Creates the data dir, makes its path absolute, and locks it: two brokers on one data dir
+/// would interleave writes (refused like Kafka's .lock file). The lock holds while the file
+/// lives.
+fn lock_data_dir(config: &mut Config) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
+    })?;
+    // glommio opens files relative to no directory (not the working directory), so a relative
+    // path such as the default ./data fails with EBADF deep inside the first shard.
+    config.data_dir = std::path::absolute(&config.data_dir)?;
+    let lock = std::fs::File::create(config.data_dir.join(".lock"))?;
+    lock.try_lock().map_err(|_| {
+        anyhow::anyhow!(
+            "data dir {} is in use by another broker",
+            config.data_dir.display()
+        )
+    })?;
+    Ok(lock)
+}
+
+fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
+    if !Catalog::path(&config.data_dir).exists() {
+        log::info!("new data dir {}", config.data_dir.display());
+    }
+    let record = Catalog::load(&config.data_dir)?;
+    log::info!(
+        "cluster id {}, {} topics",
+        record.cluster_id,
+        record.topics.len()
+    );
+    let catalog = Catalog::from_record(&record, &config.topic_defaults, &config.log)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Arc::new(catalog))
+}
+
+/// SIGTERM and SIGINT set the flag every shard polls.
+fn watch_signals() -> anyhow::Result<()> {
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut signals = signals;
+            if let Some(sig) = signals.forever().next() {
+                log::info!("signal {sig}: shutting down");
+                SHUTDOWN.store(true, Ordering::SeqCst);
+            }
+        })?;
+    Ok(())
+}
+
+/// Waits for every shard; true if any failed.
+fn join_shards(handles: Vec<glommio::ExecutorJoinHandle<anyhow::Result<()>>>) -> bool {
     let mut failed = false;
     for (id, h) in handles.into_iter().enumerate() {
         match h.join() {
@@ -140,12 +165,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             }
         }
     }
-    drop(lock);
-    if failed {
-        anyhow::bail!("a shard failed");
-    }
-    log::info!("shut down cleanly");
-    Ok(())
+    failed
 }
 
 /// Creates `__consumer_offsets` on first start, so groups have somewhere to live. Other shards

@@ -4,6 +4,7 @@
 //! every shard holds an immutable `Arc<Catalog>` snapshot, replaced wholesale when shard 0
 //! broadcasts a change. Readers never take a lock.
 
+use super::topic_config::{self, Kind, TopicConfig};
 use crate::config::TopicDefaults;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ const FORMAT_VERSION: u8 = 1;
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
-pub const MAX_PARTITIONS: i32 = 10_000;
+pub const MAX_PARTITIONS: i32 = crate::config::MAX_PARTITIONS_PER_TOPIC;
 /// A topic's id (a UUID), which names it on the data path and in Fetch v13+.
 pub type TopicId = [u8; 16];
 /// The leader epoch of every partition while a broker runs alone: one leader, never replaced.
@@ -41,156 +42,6 @@ pub struct CatalogRecord {
     pub topics: Vec<TopicRecord>,
     /// Producer ids below this may have been handed out; allocation restarts here.
     pub producer_id_block_end: i64,
-}
-
-/// The resolved configuration of a topic: defaults with its overrides applied.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TopicConfig {
-    pub cleanup_policy: String,
-    pub retention_ms: i64,
-    pub retention_bytes: i64,
-    pub segment_bytes: u64,
-    pub segment_ms: u64,
-    pub max_message_bytes: u32,
-    pub log_append_time: bool,
-    pub min_insync_replicas: i32,
-    pub index_interval_bytes: u32,
-    /// Compaction cleans a log once this share of its closed bytes is new since the last pass.
-    pub min_cleanable_dirty_ratio: f64,
-    /// Compaction removes a tombstone once its segment is older than this.
-    pub delete_retention_ms: i64,
-}
-
-/// Every topic config key Sluice knows, with how to read it. Unknown keys are INVALID_CONFIG.
-pub const TOPIC_CONFIG_KEYS: &[&str] = &[
-    "cleanup.policy",
-    "retention.ms",
-    "retention.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "max.message.bytes",
-    "message.timestamp.type",
-    "min.insync.replicas",
-    "index.interval.bytes",
-    "compression.type",
-    "min.cleanable.dirty.ratio",
-    "delete.retention.ms",
-];
-
-impl TopicConfig {
-    pub fn resolve(
-        defaults: &TopicDefaults,
-        log: &crate::config::LogConfig,
-        overrides: &[(String, String)],
-    ) -> Result<TopicConfig, String> {
-        let mut c = TopicConfig {
-            cleanup_policy: defaults.cleanup_policy.clone(),
-            retention_ms: defaults.retention_ms,
-            retention_bytes: defaults.retention_bytes,
-            segment_bytes: log.segment_bytes,
-            segment_ms: log.segment_ms,
-            max_message_bytes: defaults.max_message_bytes,
-            log_append_time: defaults.message_timestamp_type == "LogAppendTime",
-            min_insync_replicas: 1,
-            index_interval_bytes: log.index_interval_bytes,
-            min_cleanable_dirty_ratio: 0.5,
-            delete_retention_ms: 24 * 3600 * 1000,
-        };
-        for (key, value) in overrides {
-            let num = |lo: i64, hi: i64| -> Result<i64, String> {
-                match value.parse::<i64>() {
-                    Ok(v) if (lo..=hi).contains(&v) => Ok(v),
-                    _ => Err(format!(
-                        "invalid value {value:?} for {key}: expected an integer in {lo}..={hi}"
-                    )),
-                }
-            };
-            match key.as_str() {
-                "cleanup.policy" => match value.as_str() {
-                    "delete" | "compact" | "compact,delete" | "delete,compact" => {
-                        c.cleanup_policy = value.clone()
-                    }
-                    _ => return Err(format!("invalid value {value:?} for cleanup.policy")),
-                },
-                "retention.ms" => c.retention_ms = num(-1, i64::MAX)?,
-                "retention.bytes" => c.retention_bytes = num(-1, i64::MAX)?,
-                "delete.retention.ms" => c.delete_retention_ms = num(0, i64::MAX)?,
-                "segment.bytes" => c.segment_bytes = num(1024, u32::MAX as i64)? as u64,
-                "segment.ms" => c.segment_ms = num(1, i64::MAX)? as u64,
-                "max.message.bytes" => c.max_message_bytes = num(0, i32::MAX as i64)? as u32,
-                "message.timestamp.type" => match value.as_str() {
-                    "CreateTime" => c.log_append_time = false,
-                    "LogAppendTime" => c.log_append_time = true,
-                    _ => {
-                        return Err(format!(
-                            "invalid value {value:?} for message.timestamp.type"
-                        ))
-                    }
-                },
-                "min.insync.replicas" => c.min_insync_replicas = num(1, i32::MAX as i64)? as i32,
-                "index.interval.bytes" => c.index_interval_bytes = num(1, i32::MAX as i64)? as u32,
-                "min.cleanable.dirty.ratio" => match value.parse::<f64>() {
-                    Ok(r) if (0.0..=1.0).contains(&r) => c.min_cleanable_dirty_ratio = r,
-                    _ => {
-                        return Err(format!(
-                            "invalid value {value:?} for {key}: expected a number in 0..=1"
-                        ))
-                    }
-                },
-                // Batches are stored as the producer compressed them; no re-compression.
-                "compression.type" if value == "producer" => {}
-                "compression.type" => {
-                    return Err(format!(
-                        "compression.type {value:?} is not supported: only \"producer\""
-                    ))
-                }
-                _ => return Err(format!("unknown topic config {key:?}")),
-            }
-        }
-        Ok(c)
-    }
-
-    /// `cleanup.policy` includes `delete`: retention applies.
-    pub fn deletes(&self) -> bool {
-        self.cleanup_policy.split(',').any(|p| p == "delete")
-    }
-
-    /// `cleanup.policy` includes `compact`: the log cleaner applies.
-    pub fn compacts(&self) -> bool {
-        self.cleanup_policy.split(',').any(|p| p == "compact")
-    }
-
-    /// Every key with its effective value, for DescribeConfigs.
-    pub fn entries(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("cleanup.policy", self.cleanup_policy.clone()),
-            ("retention.ms", self.retention_ms.to_string()),
-            ("retention.bytes", self.retention_bytes.to_string()),
-            ("segment.bytes", self.segment_bytes.to_string()),
-            ("segment.ms", self.segment_ms.to_string()),
-            ("max.message.bytes", self.max_message_bytes.to_string()),
-            (
-                "message.timestamp.type",
-                if self.log_append_time {
-                    "LogAppendTime"
-                } else {
-                    "CreateTime"
-                }
-                .to_string(),
-            ),
-            ("min.insync.replicas", self.min_insync_replicas.to_string()),
-            (
-                "index.interval.bytes",
-                self.index_interval_bytes.to_string(),
-            ),
-            ("compression.type", "producer".to_string()),
-            (
-                "min.cleanable.dirty.ratio",
-                self.min_cleanable_dirty_ratio.to_string(),
-            ),
-            ("delete.retention.ms", self.delete_retention_ms.to_string()),
-        ]
-    }
 }
 
 /// How IncrementalAlterConfigs changes one key (Kafka's `AlterConfigOp.OpType`, same numbers).
@@ -217,9 +68,6 @@ impl ConfigOp {
     }
 }
 
-/// The keys whose value is a comma-separated list, for APPEND and SUBTRACT.
-const LIST_KEYS: &[&str] = &["cleanup.policy"];
-
 /// A topic's overrides after IncrementalAlterConfigs `edits` (key, operation, value), applied in
 /// order to `current`; `effective` is the topic's resolved config, which a list operation on a
 /// key without an override starts from. The result still has to pass `TopicConfig::resolve`.
@@ -229,63 +77,36 @@ pub fn edit_overrides(
     edits: &[(String, ConfigOp, Option<String>)],
 ) -> Result<Vec<(String, String)>, String> {
     let mut overrides: Vec<(String, String)> = current.to_vec();
-    for (i, (key, op, value)) in edits.iter().enumerate() {
-        if edits[..i].iter().any(|(k, _, _)| k == key) {
-            return Err(format!("{key} is changed twice in one request"));
+    for (i, (name, op, value)) in edits.iter().enumerate() {
+        if edits[..i].iter().any(|(k, _, _)| k == name) {
+            return Err(format!("{name} is changed twice in one request"));
         }
-        if !TOPIC_CONFIG_KEYS.contains(&key.as_str()) {
-            return Err(format!("unknown topic config {key:?}"));
-        }
-        let at = overrides.iter().position(|(k, _)| k == key);
+        let key =
+            topic_config::key(name).ok_or_else(|| format!("unknown topic config {name:?}"))?;
+        let at = overrides.iter().position(|(k, _)| k == name);
         let new_value = match op {
             ConfigOp::Delete => None,
             ConfigOp::Set => Some(
                 value
                     .clone()
-                    .ok_or_else(|| format!("{key}: SET needs a value"))?,
+                    .ok_or_else(|| format!("{name}: SET needs a value"))?,
             ),
             ConfigOp::Append | ConfigOp::Subtract => {
-                if !LIST_KEYS.contains(&key.as_str()) {
+                if key.kind != Kind::List {
                     return Err(format!(
-                        "{key} is not a list: it cannot be appended to or subtracted from"
+                        "{name} is not a list: it cannot be appended to or subtracted from"
                     ));
                 }
                 let now = match at {
                     Some(j) => overrides[j].1.clone(),
-                    None => effective
-                        .entries()
-                        .into_iter()
-                        .find(|(k, _)| k == key)
-                        .map(|(_, v)| v)
-                        .unwrap_or_default(),
+                    None => (key.read)(effective),
                 };
-                let mut items: Vec<&str> = now
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                let given: Vec<&str> = value
-                    .as_deref()
-                    .unwrap_or_default()
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                if *op == ConfigOp::Append {
-                    for g in given {
-                        if !items.contains(&g) {
-                            items.push(g);
-                        }
-                    }
-                } else {
-                    items.retain(|item| !given.contains(item));
-                }
-                Some(items.join(","))
+                Some(edit_list(&now, value.as_deref().unwrap_or_default(), *op))
             }
         };
         match (at, new_value) {
             (Some(j), Some(v)) => overrides[j].1 = v,
-            (None, Some(v)) => overrides.push((key.clone(), v)),
+            (None, Some(v)) => overrides.push((name.clone(), v)),
             (Some(j), None) => {
                 overrides.remove(j);
             }
@@ -293,6 +114,29 @@ pub fn edit_overrides(
         }
     }
     Ok(overrides)
+}
+
+/// A list value after APPEND (items not already there, at the end) or SUBTRACT of `given`.
+fn edit_list(now: &str, given: &str, op: ConfigOp) -> String {
+    let split = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut items = split(now);
+    let given = split(given);
+    if op == ConfigOp::Append {
+        for g in given {
+            if !items.contains(&g) {
+                items.push(g);
+            }
+        }
+    } else {
+        items.retain(|item| !given.contains(item));
+    }
+    items.join(",")
 }
 
 #[derive(Debug)]

@@ -671,13 +671,13 @@ impl PartitionLog {
     }
 
     /// Removes every record at or after `offset` (rounded down to the batch holding it), for
-    /// replication's divergence handling and for tests. Later segments are deleted. The caller
-    /// holds the partition's append lock, so no append interleaves.
+    /// replication's divergence handling and for undoing a failed write. Later segments are
+    /// deleted. The caller holds the partition's append lock, so no append interleaves.
     pub async fn truncate_to(
         log: &std::cell::RefCell<PartitionLog>,
         offset: i64,
     ) -> std::io::Result<()> {
-        let (dir, doomed, keep_file, plan) = {
+        let (dir, doomed, keep_file, (from, size)) = {
             let mut l = log.borrow_mut();
             if offset >= l.log_end_offset() {
                 return Ok(());
@@ -707,33 +707,42 @@ impl PartitionLog {
         for base in doomed {
             recovery::remove_segment(&dir, base)?;
         }
-        // Scan from the index position to find the first batch that reaches `offset`.
-        let (mut position, size) = plan;
-        while position < size {
-            let head = keep_file
-                .read_at(position, batch::HEADER_BYTES)
-                .await
-                .map_err(std::io::Error::from)?;
-            let h =
-                batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-            if h.last_offset() >= offset {
-                break;
-            }
-            position += h.size_bytes as u64;
-        }
+        let cut = first_batch_reaching(&keep_file, from, size, offset).await?;
         keep_file
-            .truncate(position)
+            .truncate(cut)
             .await
             .map_err(std::io::Error::from)?;
         keep_file.fdatasync().await.map_err(std::io::Error::from)?;
-        // Rebuild the kept segment's bookkeeping up to the cut, from its index prefix.
+        let meta = Self::meta_up_to(log, &keep_file, cut).await?;
+        let end = LogPosition {
+            offset: meta.next_offset,
+            segment_base: meta.base_offset,
+            file_position: meta.size_bytes,
+        };
+        let mut guard = log.borrow_mut();
+        let l = &mut *guard;
+        l.segments.last_mut().expect("segment").meta = meta;
+        l.producers.truncate(end.offset);
+        for position in [&mut l.high_watermark, &mut l.synced, &mut l.written] {
+            if position.offset > end.offset {
+                *position = end;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kept segment's bookkeeping up to byte `cut`: its indexes as they were at the last
+    /// entry before the cut, then the batches after that entry noted again.
+    async fn meta_up_to(
+        log: &std::cell::RefCell<PartitionLog>,
+        file: &BufferedFile,
+        cut: u64,
+    ) -> std::io::Result<SegmentMeta> {
         let mut meta = {
             let l = log.borrow();
             let old = &l.segments.last().expect("segment").meta;
             let mut offset_index = old.offset_index.clone();
-            offset_index.truncate_to_position(position as u32);
-            // Both indexes as they were at the prefix's end; the batches after it are noted
-            // again below, up to the cut.
+            offset_index.truncate_to_position(cut as u32);
             let (prefix_end, _) = offset_index.lookup(u32::MAX);
             let mut time_index = old.time_index.clone();
             time_index.truncate_to_offset(prefix_end);
@@ -741,35 +750,41 @@ impl PartitionLog {
         };
         let interval = log.borrow().settings.index_interval_bytes;
         let mut at = meta.size_bytes;
-        while at < position {
-            let head = keep_file
-                .read_at(at, batch::HEADER_BYTES)
-                .await
-                .map_err(std::io::Error::from)?;
-            let h =
-                batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        while at < cut {
+            let h = read_header(file, at).await?;
             meta.note_batch(&h, at, interval);
             at += h.size_bytes as u64;
         }
-        let hw_candidate = LogPosition {
-            offset: meta.next_offset,
-            segment_base: meta.base_offset,
-            file_position: meta.size_bytes,
-        };
-        let mut l = log.borrow_mut();
-        l.segments.last_mut().expect("segment").meta = meta;
-        l.producers.truncate(hw_candidate.offset);
-        if l.high_watermark.offset > hw_candidate.offset {
-            l.high_watermark = hw_candidate;
-        }
-        if l.synced.offset > hw_candidate.offset {
-            l.synced = hw_candidate;
-        }
-        if l.written.offset > hw_candidate.offset {
-            l.written = hw_candidate;
-        }
-        Ok(())
+        Ok(meta)
     }
+}
+
+/// The batch header at byte `at` of `file`.
+async fn read_header(file: &BufferedFile, at: u64) -> std::io::Result<BatchHeader> {
+    let head = file
+        .read_at(at, batch::HEADER_BYTES)
+        .await
+        .map_err(std::io::Error::from)?;
+    batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))
+}
+
+/// Where the first batch holding an offset at or after `offset` starts, scanning headers from
+/// byte `from` (a batch start) up to `size`; `size` if none does.
+async fn first_batch_reaching(
+    file: &BufferedFile,
+    from: u64,
+    size: u64,
+    offset: i64,
+) -> std::io::Result<u64> {
+    let mut position = from;
+    while position < size {
+        let h = read_header(file, position).await?;
+        if h.last_offset() >= offset {
+            break;
+        }
+        position += h.size_bytes as u64;
+    }
+    Ok(position)
 }
 
 fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {

@@ -8,3 +8,4 @@ pub mod read;
 pub mod recovery;
 pub mod retention;
 pub mod segment;
+pub mod topic_config;

@@ -40,59 +40,33 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
         })
         .collect();
     bases.sort_unstable();
-    let mut segments = Vec::with_capacity(bases.len());
-    let mut truncated_bytes = 0;
-    let mut idempotent = Vec::new();
+    let mut out = Recovered {
+        segments: Vec::with_capacity(bases.len()),
+        truncated_bytes: 0,
+        idempotent: Vec::new(),
+    };
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == bases.len();
         let path = SegmentMeta::log_path(dir, base);
         let file_len = fs::metadata(&path)?.len();
-        let loaded = if clean || !is_last {
-            load_indexes(dir, base, file_len)
-        } else {
-            None
-        };
-        let indexed = loaded.is_some();
-        let (mut meta, scan_from) = match loaded {
-            Some((offset_index, time_index)) => {
-                let meta = SegmentMeta::with_indexes(base, now_ms, offset_index, time_index);
-                let from = meta.size_bytes;
-                (meta, from)
-            }
-            None => (SegmentMeta::new(base, now_ms), 0),
-        };
-        // The tail of the last segment is always CRC-checked; older ones only structurally.
-        let mut scan = scan(
-            &path,
-            scan_from,
-            &mut meta,
-            interval,
-            is_last,
-            &mut idempotent,
+        let trust_indexes = clean || !is_last;
+        let (meta, valid_end, reason) = recover_segment(
+            dir,
+            base,
+            (file_len, trust_indexes, is_last),
+            (interval, now_ms),
+            &mut out.idempotent,
         )?;
-        if indexed && scan.valid_end < file_len {
-            // The index may be what is wrong (bit rot, a stale file): before cutting data,
-            // rebuild from the segment alone, which trusts only the batches themselves.
+        out.segments.push(meta);
+        if valid_end < file_len {
+            let cut = file_len - valid_end;
             log::warn!(
-                "recovery: {}: scan from the index stopped at byte {}; rescanning the segment",
+                "recovery: {}: {} at byte {valid_end}; truncating {cut} bytes",
                 path.display(),
-                scan.valid_end
+                reason.unwrap_or("torn batch"),
             );
-            meta = SegmentMeta::new(base, now_ms);
-            idempotent.retain(|h| h.base_offset < base);
-            scan = self::scan(&path, 0, &mut meta, interval, is_last, &mut idempotent)?;
-        }
-        if scan.valid_end < file_len {
-            let cut = file_len - scan.valid_end;
-            log::warn!(
-                "recovery: {}: {} at byte {}; truncating {cut} bytes",
-                path.display(),
-                scan.reason.unwrap_or("torn batch"),
-                scan.valid_end
-            );
-            truncate_file(&path, scan.valid_end)?;
-            truncated_bytes += cut;
-            segments.push(meta);
+            truncate_file(&path, valid_end)?;
+            out.truncated_bytes += cut;
             // A tear inside an older segment means everything after it followed a gap.
             for &later in &bases[i + 1..] {
                 log::warn!("recovery: dropping segment {later} after a torn segment");
@@ -100,16 +74,55 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
             }
             break;
         }
-        segments.push(meta);
     }
     if clean {
         fs::remove_file(dir.join(CLEAN_MARKER))?;
     }
-    Ok(Recovered {
-        segments,
-        truncated_bytes,
-        idempotent,
-    })
+    Ok(out)
+}
+
+/// Scans one segment from its indexes' end (when they are trusted and load) or its start;
+/// returns its bookkeeping, where its valid bytes end, and why they end there. The last
+/// segment's tail is CRC-checked; older ones only structurally. `shape` is (file length,
+/// whether the index files may be trusted, whether it is the last segment); `settings` is
+/// (index interval, the time).
+fn recover_segment(
+    dir: &Path,
+    base: i64,
+    shape: (u64, bool, bool),
+    settings: (u32, u64),
+    idempotent: &mut Vec<batch::BatchHeader>,
+) -> io::Result<(SegmentMeta, u64, Option<&'static str>)> {
+    let ((file_len, trust_indexes, is_last), (interval, now_ms)) = (shape, settings);
+    let path = SegmentMeta::log_path(dir, base);
+    let loaded = if trust_indexes {
+        load_indexes(dir, base, file_len)
+    } else {
+        None
+    };
+    let indexed = loaded.is_some();
+    let (mut meta, scan_from) = match loaded {
+        Some((offset_index, time_index)) => {
+            let meta = SegmentMeta::with_indexes(base, now_ms, offset_index, time_index);
+            let from = meta.size_bytes;
+            (meta, from)
+        }
+        None => (SegmentMeta::new(base, now_ms), 0),
+    };
+    let mut found = scan(&path, scan_from, &mut meta, interval, is_last, idempotent)?;
+    if indexed && found.valid_end < file_len {
+        // The index may be what is wrong (bit rot, a stale file): before cutting data,
+        // rebuild from the segment alone, which trusts only the batches themselves.
+        log::warn!(
+            "recovery: {}: scan from the index stopped at byte {}; rescanning the segment",
+            path.display(),
+            found.valid_end
+        );
+        meta = SegmentMeta::new(base, now_ms);
+        idempotent.retain(|h| h.base_offset < base);
+        found = scan(&path, 0, &mut meta, interval, is_last, idempotent)?;
+    }
+    Ok((meta, found.valid_end, found.reason))
 }
 
 /// Compacted copies of segments not yet swapped in when the broker stopped: the segment itself

@@ -1,5 +1,6 @@
 """Starts `sluice serve` as a real process on a free port with its own data dir."""
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -19,8 +20,12 @@ def free_port() -> int:
 
 
 class Broker:
-    def __init__(self, data_dir: Path, shards: int = 2, extra_args=(), config: str | None = None):
+    def __init__(self, data_dir: Path, shards: int = 2, extra_args=(), config: str | None = None,
+                 nofile: int | None = None, binary: Path = BINARY):
         self.data_dir = Path(data_dir)
+        self.binary = Path(binary)
+        # The broker's descriptor limit (soft and hard), as `ulimit -n` would set it.
+        self.nofile = nofile
         self.shards = shards
         self.extra_args = list(extra_args)
         self.config = config
@@ -34,7 +39,7 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0):
-        args = [str(BINARY), "serve", "--listen", self.bootstrap, "--data-dir", str(self.data_dir), "--shards", str(self.shards)]
+        args = [str(self.binary), "serve", "--listen", self.bootstrap, "--data-dir", str(self.data_dir), "--shards", str(self.shards)]
         if self.config is not None:
             cfg = self.data_dir.parent / f"sluice-{self.port}.toml"
             cfg.write_text(self.config)
@@ -45,7 +50,13 @@ class Broker:
         log.write(f"\n==== start {self.starts} ====\n")
         log.flush()
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"), RUST_BACKTRACE="1")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        limit = self.nofile
+
+        def set_limit():
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=set_limit)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -171,6 +171,24 @@ def fetch_v4_batches(response: bytes) -> list[bytes]:
     return out
 
 
+def join_group_v0(group: str, member_id="", session_timeout_ms=10_000) -> bytes:
+    """JoinGroup v0: one "range" protocol with empty metadata."""
+    body = string(group) + struct.pack(">i", session_timeout_ms) + string(member_id) + string("consumer")
+    return body + struct.pack(">i", 1) + string("range") + struct.pack(">i", 0)
+
+
+def join_group_v0_response(response: bytes) -> tuple[int, int, str]:
+    """(correlation id, error code, member id) of a JoinGroup v0 response."""
+    corr, error, _generation = struct.unpack(">ihi", response[:10])
+    at = 10
+    fields = []
+    for _ in range(3):  # protocol name, leader, member id
+        n = struct.unpack(">h", response[at:at + 2])[0]
+        fields.append(response[at + 2:at + 2 + max(n, 0)].decode())
+        at += 2 + max(n, 0)
+    return corr, error, fields[2]
+
+
 def init_producer_id_v1() -> bytes:
     """An InitProducerId v1 body for an idempotent (non-transactional) producer."""
     return string(None) + struct.pack(">i", 60_000)

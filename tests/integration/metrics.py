@@ -16,9 +16,9 @@ def scrape(addr: str) -> dict:
     text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=5).read().decode()
     out = {}
     for line in text.splitlines():
-        m = re.match(r"^(\w+)\{([^}]*)\} (\d+)$", line)
+        m = re.match(r"^(\w+)(?:\{([^}]*)\})? (\d+)$", line)
         if m:
-            out[(m.group(1), m.group(2))] = int(m.group(3))
+            out[(m.group(1), m.group(2) or "")] = int(m.group(3))
     return out
 
 

@@ -1,0 +1,427 @@
+//! The group operations, one request type each: what a Kafka group API asks of the group's
+//! coordinator, and the reply it gets. Each runs on the shard that owns its group (`route`).
+
+use super::records::{self, Key};
+use super::state::{CommittedOffset, JoinRequest, JoinResponse, SyncResponse};
+use super::MAX_OFFSET_METADATA_BYTES;
+use super::{append, process_outputs, settle, GroupRequest, GroupService, OffsetEntry};
+use crate::shard::Shard;
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+/// JoinGroup: answered once the rebalance completes (or at once with an error).
+pub struct Join(pub JoinRequest);
+
+impl GroupRequest for Join {
+    type Reply = JoinResponse;
+    fn group(&self) -> &str {
+        &self.0.group_id
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, JoinResponse> {
+        Box::pin(async move {
+            let groups = shard.service::<GroupService>();
+            let group = self.0.group_id.clone();
+            let now_ms = shard.clock().monotonic_ms();
+            let reply = groups.coordinator.borrow_mut().join(now_ms, self.0);
+            let gone = |member| JoinResponse::error(ResponseError::CoordinatorNotAvailable, member);
+            settle(&shard, &groups.joins, &group, reply, gone).await
+        })
+    }
+}
+
+/// SyncGroup: the leader's carries the assignment; every member's is answered with its share.
+pub struct Sync {
+    pub group: String,
+    pub member: String,
+    pub generation: i32,
+    pub instance: Option<String>,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+impl GroupRequest for Sync {
+    type Reply = SyncResponse;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, SyncResponse> {
+        Box::pin(async move {
+            let groups = shard.service::<GroupService>();
+            let now_ms = shard.clock().monotonic_ms();
+            let reply = groups.coordinator.borrow_mut().sync(
+                now_ms,
+                &self.group,
+                &self.member,
+                self.generation,
+                self.instance.as_deref(),
+                self.assignments,
+            );
+            let gone = |_| SyncResponse {
+                error_code: ResponseError::CoordinatorNotAvailable.code(),
+                ..Default::default()
+            };
+            settle(&shard, &groups.syncs, &self.group, reply, gone).await
+        })
+    }
+}
+
+/// Heartbeat: an error code.
+pub struct Heartbeat {
+    pub group: String,
+    pub member: String,
+    pub generation: i32,
+    pub instance: Option<String>,
+}
+
+impl GroupRequest for Heartbeat {
+    type Reply = i16;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, i16> {
+        Box::pin(async move {
+            let groups = shard.service::<GroupService>();
+            let now_ms = shard.clock().monotonic_ms();
+            let code = groups.coordinator.borrow_mut().heartbeat(
+                now_ms,
+                &self.group,
+                &self.member,
+                self.generation,
+                self.instance.as_deref(),
+            );
+            process_outputs(&shard);
+            code
+        })
+    }
+}
+
+/// LeaveGroup by member id or (v3+) group instance id: a top-level code and one per member.
+pub struct Leave {
+    pub group: String,
+    pub members: Vec<(String, Option<String>)>,
+}
+
+impl GroupRequest for Leave {
+    type Reply = (i16, Vec<i16>);
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, (i16, Vec<i16>)> {
+        Box::pin(async move {
+            let groups = shard.service::<GroupService>();
+            let now_ms = shard.clock().monotonic_ms();
+            let left = groups
+                .coordinator
+                .borrow_mut()
+                .leave(now_ms, &self.group, &self.members);
+            process_outputs(&shard);
+            left
+        })
+    }
+}
+
+/// OffsetCommit: one error code per offset, answered once the commit is durable.
+pub struct Commit {
+    pub group: String,
+    pub member: String,
+    pub generation: i32,
+    pub instance: Option<String>,
+    pub offsets: Vec<OffsetEntry>,
+}
+
+impl GroupRequest for Commit {
+    type Reply = Vec<i16>;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<i16>> {
+        Box::pin(async move { commit(&shard, self).await })
+    }
+}
+
+async fn commit(shard: &Rc<Shard>, c: Commit) -> Vec<i16> {
+    let groups = shard.service::<GroupService>();
+    let checked = groups.coordinator.borrow_mut().check_commit(
+        &c.group,
+        &c.member,
+        c.generation,
+        c.instance.as_deref(),
+    );
+    process_outputs(shard); // a refused admission is counted there
+    if let Err(e) = checked {
+        return c.offsets.iter().map(|_| e.code()).collect();
+    }
+    let now_ms = shard.clock().wall_ms() as i64;
+    let mut codes = vec![0i16; c.offsets.len()];
+    let mut records = Vec::new();
+    let mut accepted = Vec::new();
+    for (i, (topic, partition, offset, epoch, metadata)) in c.offsets.into_iter().enumerate() {
+        if metadata.len() > MAX_OFFSET_METADATA_BYTES {
+            codes[i] = ResponseError::OffsetMetadataTooLarge.code();
+            continue;
+        }
+        let value = CommittedOffset {
+            offset,
+            leader_epoch: epoch,
+            metadata,
+            commit_timestamp_ms: now_ms,
+        };
+        let key = Key::Offset {
+            group: c.group.clone(),
+            topic: topic.clone(),
+            partition,
+        };
+        records.push((key.encode(), Some(records::encode_offset(&value))));
+        accepted.push(((topic, partition), value));
+    }
+    if records.is_empty() {
+        return codes;
+    }
+    // Like produce with acks=all: answered once the commit is durable.
+    if let Err(code) = append(shard, &c.group, &records, -1).await {
+        for c in codes.iter_mut().filter(|c| **c == 0) {
+            *c = code;
+        }
+        return codes;
+    }
+    let mut coordinator = groups.coordinator.borrow_mut();
+    let g = coordinator.group_mut(&c.group);
+    for (key, value) in accepted {
+        g.offsets.insert(key, value);
+    }
+    codes
+}
+
+/// OffsetFetch for one group: the listed partitions, or (None) every committed one.
+pub struct FetchOffsets {
+    pub group: String,
+    pub partitions: Option<Vec<(String, i32)>>,
+}
+
+impl GroupRequest for FetchOffsets {
+    type Reply = Vec<OffsetEntry>;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<OffsetEntry>> {
+        Box::pin(async move {
+            let groups = shard.service::<GroupService>();
+            let c = groups.coordinator.borrow();
+            let stored = c.groups.get(&self.group).map(|g| &g.offsets);
+            let entry = |t: &str, p: i32| -> OffsetEntry {
+                match stored.and_then(|o| o.get(&(t.to_string(), p))) {
+                    Some(o) => (
+                        t.to_string(),
+                        p,
+                        o.offset,
+                        o.leader_epoch,
+                        o.metadata.clone(),
+                    ),
+                    None => (t.to_string(), p, -1, -1, String::new()),
+                }
+            };
+            match self.partitions {
+                Some(ps) => ps.iter().map(|(t, p)| entry(t, *p)).collect(),
+                None => stored
+                    .map(|o| o.keys().map(|(t, p)| entry(t, *p)).collect())
+                    .unwrap_or_default(),
+            }
+        })
+    }
+}
+
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+pub struct GroupDescription {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+}
+
+/// DescribeGroups for one group ("Dead" when it does not exist).
+pub struct Describe {
+    pub group: String,
+}
+
+impl GroupRequest for Describe {
+    type Reply = GroupDescription;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, GroupDescription> {
+        Box::pin(async move { describe(&shard.service::<GroupService>(), &self.group) })
+    }
+}
+
+fn describe(groups: &GroupService, group: &str) -> GroupDescription {
+    let c = groups.coordinator.borrow();
+    let Some(g) = c.groups.get(group) else {
+        return GroupDescription {
+            state: "Dead",
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: Vec::new(),
+        };
+    };
+    let protocol = g.protocol.clone().unwrap_or_default();
+    let members = g
+        .members
+        .values()
+        .map(|m| MemberDescription {
+            member_id: m.member_id.clone(),
+            group_instance_id: m.group_instance_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            metadata: m.metadata_for(&protocol),
+            assignment: m.assignment.clone(),
+        })
+        .collect();
+    GroupDescription {
+        state: g.state.name(),
+        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+        protocol,
+        members,
+    }
+}
+
+/// ListGroups on one shard: (group, protocol type, state) of the groups it coordinates. Sent
+/// to every shard (`list_all`), so it names no group.
+pub struct List;
+
+impl GroupRequest for List {
+    type Reply = Vec<(String, String, &'static str)>;
+    fn group(&self) -> &str {
+        ""
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move {
+            let groups = shard.service::<GroupService>();
+            let c = groups.coordinator.borrow();
+            c.groups
+                .values()
+                .map(|g| {
+                    let protocol_type = g.protocol_type.clone().unwrap_or_default();
+                    (g.id.clone(), protocol_type, g.state.name())
+                })
+                .collect()
+        })
+    }
+}
+
+/// The tombstone of a committed offset.
+fn offset_tombstone(group: &str, topic: String, partition: i32) -> (Bytes, Option<Bytes>) {
+    let key = Key::Offset {
+        group: group.to_string(),
+        topic,
+        partition,
+    };
+    (key.encode(), None)
+}
+
+/// DeleteGroups for one group (it must have no members): its offsets go with it.
+pub struct Delete {
+    pub group: String,
+}
+
+impl GroupRequest for Delete {
+    type Reply = i16;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, i16> {
+        Box::pin(async move { delete(&shard, self.group).await })
+    }
+}
+
+async fn delete(shard: &Rc<Shard>, group: String) -> i16 {
+    let groups = shard.service::<GroupService>();
+    let offsets: Vec<(String, i32)> = match groups.coordinator.borrow().groups.get(&group) {
+        Some(g) => g.offsets.keys().cloned().collect(),
+        None => Vec::new(),
+    };
+    if let Err(e) = groups.coordinator.borrow_mut().delete(&group) {
+        return e.code();
+    }
+    let mut tombstones: Vec<(Bytes, Option<Bytes>)> = offsets
+        .into_iter()
+        .map(|(topic, partition)| offset_tombstone(&group, topic, partition))
+        .collect();
+    let key = Key::Group {
+        group: group.clone(),
+    };
+    tombstones.push((key.encode(), None));
+    match append(shard, &group, &tombstones, -1).await {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
+}
+
+/// OffsetDelete: a top-level code and one per partition (a partition of a topic the group
+/// subscribes to keeps its offset: GROUP_SUBSCRIBED_TO_TOPIC).
+pub struct DeleteOffsets {
+    pub group: String,
+    pub partitions: Vec<(String, i32)>,
+}
+
+impl GroupRequest for DeleteOffsets {
+    type Reply = (i16, Vec<i16>);
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, (i16, Vec<i16>)> {
+        Box::pin(async move { delete_offsets(&shard, self.group, self.partitions).await })
+    }
+}
+
+async fn delete_offsets(
+    shard: &Rc<Shard>,
+    group: String,
+    partitions: Vec<(String, i32)>,
+) -> (i16, Vec<i16>) {
+    let groups = shard.service::<GroupService>();
+    let codes: Vec<i16> = {
+        let c = groups.coordinator.borrow();
+        let Some(g) = c.groups.get(&group) else {
+            return (ResponseError::GroupIdNotFound.code(), Vec::new());
+        };
+        let code = |t: &str| {
+            if g.is_subscribed_to(t) {
+                ResponseError::GroupSubscribedToTopic.code()
+            } else {
+                0
+            }
+        };
+        partitions.iter().map(|(t, _)| code(t)).collect()
+    };
+    let doomed: Vec<(String, i32)> = partitions
+        .iter()
+        .zip(&codes)
+        .filter(|(_, c)| **c == 0)
+        .map(|(p, _)| p.clone())
+        .collect();
+    if doomed.is_empty() {
+        return (0, codes);
+    }
+    let tombstones: Vec<(Bytes, Option<Bytes>)> = doomed
+        .iter()
+        .map(|(topic, partition)| offset_tombstone(&group, topic.clone(), *partition))
+        .collect();
+    if let Err(code) = append(shard, &group, &tombstones, -1).await {
+        return (code, Vec::new());
+    }
+    let mut c = groups.coordinator.borrow_mut();
+    let g = c.group_mut(&group);
+    for key in &doomed {
+        g.offsets.remove(key);
+    }
+    (0, codes)
+}

@@ -1,0 +1,318 @@
+//! Topic configuration: the one table of topic config keys (`KEYS`), and a topic's resolved
+//! configuration (`TopicConfig`): the broker's defaults with the topic's overrides applied.
+//!
+//! Every use of a key goes through the table: CreateTopics and AlterConfigs validate overrides
+//! with it (`TopicConfig::resolve`), IncrementalAlterConfigs finds list-valued keys in it,
+//! DescribeConfigs reports each key's value, type and read-only flag from it, and the catalog
+//! resolves stored overrides with it at start-up. A key not in the table is INVALID_CONFIG.
+
+use crate::config::{LogConfig, TopicDefaults};
+
+/// Kafka's ConfigType, as DescribeConfigs v3+ reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+    Double = 6,
+    /// A comma-separated list: IncrementalAlterConfigs may APPEND to it and SUBTRACT from it.
+    List = 7,
+}
+
+/// One topic config key: its name, type, how an override is checked and applied, and how the
+/// effective value reads.
+pub struct Key {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// Whether AlterConfigs may change it (DescribeConfigs' `read_only`).
+    pub read_only: bool,
+    /// Checks `value` and sets it on the config; the error names the key and the rule.
+    pub apply: fn(&mut TopicConfig, &str) -> Result<(), String>,
+    /// The effective value, as DescribeConfigs reports it.
+    pub read: fn(&TopicConfig) -> String,
+}
+
+/// The resolved configuration of a topic: defaults with its overrides applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicConfig {
+    pub cleanup_policy: String,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub max_message_bytes: u32,
+    pub log_append_time: bool,
+    /// Accepted and reported; not enforced until partitions are replicated (a lone copy is
+    /// always the whole in-sync set).
+    pub min_insync_replicas: i32,
+    pub index_interval_bytes: u32,
+    /// Compaction cleans a log once this share of its closed bytes is new since the last pass.
+    pub min_cleanable_dirty_ratio: f64,
+    /// Compaction removes a tombstone once its segment is older than this.
+    pub delete_retention_ms: i64,
+}
+
+fn integer(key: &str, value: &str, lo: i64, hi: i64) -> Result<i64, String> {
+    match value.trim().parse::<i64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "invalid value {value:?} for {key}: expected an integer in {lo}..={hi}"
+        )),
+    }
+}
+
+fn one_of<'a>(key: &str, value: &'a str, allowed: &[&str]) -> Result<&'a str, String> {
+    if allowed.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "invalid value {value:?} for {key}: expected one of {allowed:?}"
+        ))
+    }
+}
+
+const CLEANUP_POLICIES: &[&str] = &["delete", "compact", "compact,delete", "delete,compact"];
+
+/// Every topic config key Sluice serves.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "cleanup.policy",
+        kind: Kind::List,
+        read_only: false,
+        apply: |c, v| {
+            c.cleanup_policy = one_of("cleanup.policy", v, CLEANUP_POLICIES)?.to_string();
+            Ok(())
+        },
+        read: |c| c.cleanup_policy.clone(),
+    },
+    Key {
+        name: "retention.ms",
+        kind: Kind::Long,
+        read_only: false,
+        apply: |c, v| {
+            c.retention_ms = integer("retention.ms", v, -1, i64::MAX)?;
+            Ok(())
+        },
+        read: |c| c.retention_ms.to_string(),
+    },
+    Key {
+        name: "retention.bytes",
+        kind: Kind::Long,
+        read_only: false,
+        apply: |c, v| {
+            c.retention_bytes = integer("retention.bytes", v, -1, i64::MAX)?;
+            Ok(())
+        },
+        read: |c| c.retention_bytes.to_string(),
+    },
+    Key {
+        name: "segment.bytes",
+        kind: Kind::Int,
+        read_only: false,
+        apply: |c, v| {
+            c.segment_bytes = integer("segment.bytes", v, 1024, u32::MAX as i64)? as u64;
+            Ok(())
+        },
+        read: |c| c.segment_bytes.to_string(),
+    },
+    Key {
+        name: "segment.ms",
+        kind: Kind::Long,
+        read_only: false,
+        apply: |c, v| {
+            c.segment_ms = integer("segment.ms", v, 1, i64::MAX)? as u64;
+            Ok(())
+        },
+        read: |c| c.segment_ms.to_string(),
+    },
+    Key {
+        name: "max.message.bytes",
+        kind: Kind::Int,
+        read_only: false,
+        apply: |c, v| {
+            c.max_message_bytes = integer("max.message.bytes", v, 0, i32::MAX as i64)? as u32;
+            Ok(())
+        },
+        read: |c| c.max_message_bytes.to_string(),
+    },
+    Key {
+        name: "message.timestamp.type",
+        kind: Kind::String,
+        read_only: false,
+        apply: |c, v| {
+            let allowed = &["CreateTime", "LogAppendTime"];
+            c.log_append_time = one_of("message.timestamp.type", v, allowed)? == "LogAppendTime";
+            Ok(())
+        },
+        read: |c| {
+            let name = if c.log_append_time {
+                "LogAppendTime"
+            } else {
+                "CreateTime"
+            };
+            name.to_string()
+        },
+    },
+    Key {
+        name: "min.insync.replicas",
+        kind: Kind::Int,
+        read_only: false,
+        apply: |c, v| {
+            c.min_insync_replicas = integer("min.insync.replicas", v, 1, i32::MAX as i64)? as i32;
+            Ok(())
+        },
+        read: |c| c.min_insync_replicas.to_string(),
+    },
+    Key {
+        name: "index.interval.bytes",
+        kind: Kind::Int,
+        read_only: false,
+        apply: |c, v| {
+            let bytes = integer("index.interval.bytes", v, 1, i32::MAX as i64)?;
+            c.index_interval_bytes = bytes as u32;
+            Ok(())
+        },
+        read: |c| c.index_interval_bytes.to_string(),
+    },
+    Key {
+        name: "compression.type",
+        kind: Kind::String,
+        read_only: false,
+        // Batches are stored as the producer compressed them; no re-compression.
+        apply: |_, v| {
+            one_of("compression.type", v, &["producer"])?;
+            Ok(())
+        },
+        read: |_| "producer".to_string(),
+    },
+    Key {
+        name: "min.cleanable.dirty.ratio",
+        kind: Kind::Double,
+        read_only: false,
+        apply: |c, v| match v.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => {
+                c.min_cleanable_dirty_ratio = r;
+                Ok(())
+            }
+            _ => Err(format!(
+                "invalid value {v:?} for min.cleanable.dirty.ratio: expected a number in 0..=1"
+            )),
+        },
+        read: |c| c.min_cleanable_dirty_ratio.to_string(),
+    },
+    Key {
+        name: "delete.retention.ms",
+        kind: Kind::Long,
+        read_only: false,
+        apply: |c, v| {
+            c.delete_retention_ms = integer("delete.retention.ms", v, 0, i64::MAX)?;
+            Ok(())
+        },
+        read: |c| c.delete_retention_ms.to_string(),
+    },
+];
+
+/// The table entry for `name`.
+pub fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// Kafka's default for `delete.retention.ms`: one day.
+const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
+/// Kafka's default for `min.cleanable.dirty.ratio`.
+const DEFAULT_MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
+
+impl TopicConfig {
+    /// The broker's defaults, before any override.
+    pub fn defaults(defaults: &TopicDefaults, log: &LogConfig) -> TopicConfig {
+        TopicConfig {
+            cleanup_policy: defaults.cleanup_policy.clone(),
+            retention_ms: defaults.retention_ms,
+            retention_bytes: defaults.retention_bytes,
+            segment_bytes: log.segment_bytes,
+            segment_ms: log.segment_ms,
+            max_message_bytes: defaults.max_message_bytes,
+            log_append_time: defaults.message_timestamp_type == "LogAppendTime",
+            min_insync_replicas: 1,
+            index_interval_bytes: log.index_interval_bytes,
+            min_cleanable_dirty_ratio: DEFAULT_MIN_CLEANABLE_DIRTY_RATIO,
+            delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
+        }
+    }
+
+    /// The defaults with `overrides` applied in order; the first unknown key or bad value is
+    /// the error.
+    pub fn resolve(
+        defaults: &TopicDefaults,
+        log: &LogConfig,
+        overrides: &[(String, String)],
+    ) -> Result<TopicConfig, String> {
+        let mut c = TopicConfig::defaults(defaults, log);
+        for (name, value) in overrides {
+            let k = key(name).ok_or_else(|| format!("unknown topic config {name:?}"))?;
+            (k.apply)(&mut c, value)?;
+        }
+        Ok(c)
+    }
+
+    /// `cleanup.policy` includes `delete`: retention applies.
+    pub fn deletes(&self) -> bool {
+        self.cleanup_policy.split(',').any(|p| p == "delete")
+    }
+
+    /// `cleanup.policy` includes `compact`: the log cleaner applies.
+    pub fn compacts(&self) -> bool {
+        self.cleanup_policy.split(',').any(|p| p == "compact")
+    }
+
+    /// Every key with its effective value, in the table's order.
+    pub fn entries(&self) -> impl Iterator<Item = (&'static Key, String)> + '_ {
+        KEYS.iter().map(move |k| (k, (k.read)(self)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_reads_back_what_it_applied() {
+        let d = TopicDefaults::default();
+        let l = LogConfig::default();
+        let samples = [
+            ("cleanup.policy", "compact,delete"),
+            ("retention.ms", "5"),
+            ("retention.bytes", "-1"),
+            ("segment.bytes", "2048"),
+            ("segment.ms", "9"),
+            ("max.message.bytes", "77"),
+            ("message.timestamp.type", "LogAppendTime"),
+            ("min.insync.replicas", "2"),
+            ("index.interval.bytes", "10"),
+            ("compression.type", "producer"),
+            ("min.cleanable.dirty.ratio", "0.25"),
+            ("delete.retention.ms", "0"),
+        ];
+        assert_eq!(samples.len(), KEYS.len(), "a sample per key");
+        for (name, value) in samples {
+            let c = TopicConfig::resolve(&d, &l, &[(name.into(), value.into())]).unwrap();
+            assert_eq!((key(name).unwrap().read)(&c), value, "{name}");
+        }
+    }
+
+    #[test]
+    fn bad_values_and_unknown_keys_are_named() {
+        let d = TopicDefaults::default();
+        let l = LogConfig::default();
+        let err = |k: &str, v: &str| TopicConfig::resolve(&d, &l, &[(k.into(), v.into())]);
+        assert!(err("nope", "1").unwrap_err().contains("nope"));
+        assert!(err("retention.ms", "x")
+            .unwrap_err()
+            .contains("retention.ms"));
+        assert!(err("segment.bytes", "10").is_err());
+        assert!(err("cleanup.policy", "keep").is_err());
+        assert!(err("compression.type", "gzip").is_err());
+        assert!(err("min.cleanable.dirty.ratio", "2").is_err());
+    }
+}
