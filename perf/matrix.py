@@ -45,6 +45,17 @@ def start_sluice(data_dir: Path, log_path: Path, config: Path | None = None, bin
     sys.exit(f"sluice did not start: see {log_path}")
 
 
+def delete_topic(bootstrap, topic):
+    """Deletes a row's topic once measured, so that a long run does not fill the disk (each row
+    writes gigabytes)."""
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the deletion is answered
+    try:
+        admin.delete_topics([topic])[topic].result(timeout=30)
+    except Exception as e:  # the row's figures stand; a leftover topic only costs disk
+        print(f"cannot delete {topic} on {bootstrap}: {e}", file=sys.stderr)
+
+
 def bench(bootstrap, topic, out: Path, **opts):
     args = [str(BINARY), "bench", "--bootstrap", bootstrap, "--topic", topic, "--json", str(out)]
     for k, v in opts.items():
@@ -115,6 +126,7 @@ def run_rows(targets, a, work):
                         r = bench(bootstrap, topic, work / f"{name}.json", mode="produce",
                                   duration=a.duration, warmup=a.warmup, producers=producers,
                                   partitions=partitions, message_size=1024, acks=acks)
+                        delete_topic(bootstrap, topic)
                         runs.setdefault((acks, producers, partitions, name), []).append(r)
     rows = []
     for acks in ["1", "all"]:

@@ -59,25 +59,44 @@ def park_polls(broker: Broker, metrics: str) -> list:
     return socks
 
 
-def measure(name: str, binary: Path, appends: int) -> dict:
+def unpark(socks: list, metrics: str):
+    for s in socks:
+        s.close()
+    deadline = time.monotonic() + 30
+    while total(metrics, "sluice_parked_operations") > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def measure(name: str, binary: Path, appends: int, cycles: int) -> list:
+    """`cycles` pairs of (CPU µs per append without polls, with 1,000 parked), each pair taken
+    back to back so that the machine's drift between pairs cancels out."""
     metrics_port = free_port()
     work = Path(tempfile.mkdtemp(prefix="sluice-wakeups-"))
     b = Broker(work / "data", shards=2, binary=binary,
                config=f'metrics_listen = "127.0.0.1:{metrics_port}"\nmax_connections_per_ip = 5000\n')
     b.start()
     metrics = f"127.0.0.1:{metrics_port}"
+    pairs = []
     try:
         ck.create_topic(b.bootstrap, "polled", POLLED_PARTITIONS)
         ck.create_topic(b.bootstrap, "hot", 1)
-        quiet = appends_cpu(b, appends)
-        socks = park_polls(b, metrics)
-        busy = appends_cpu(b, appends)
-        still = total(metrics, "sluice_parked_operations")
-        for s in socks:
-            s.close()
+        for _ in range(cycles):
+            quiet = appends_cpu(b, appends)
+            socks = park_polls(b, metrics)
+            busy = appends_cpu(b, appends)
+            assert total(metrics, "sluice_parked_operations") >= POLLERS, "the polls stayed parked"
+            unpark(socks, metrics)
+            pairs.append((quiet * 1e6, busy * 1e6))
+            print(f"{name}: {quiet * 1e6:.0f} µs/append without polls, {busy * 1e6:.0f} with {POLLERS} parked",
+                  flush=True)
     finally:
         b.stop()
-    return {"name": name, "quiet_us": quiet * 1e6, "busy_us": busy * 1e6, "still_parked": still}
+    return pairs
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def main():
@@ -85,25 +104,22 @@ def main():
     ap.add_argument("--binary", action="append", required=True, help="NAME=PATH of a sluice binary")
     ap.add_argument("--appends", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per binary")
+    ap.add_argument("--cycles", type=int, default=3, help="(without, with) pairs per round")
     a = ap.parse_args()
     binaries = [tuple(b.split("=", 1)) for b in a.binary]
-    results = []
+    pairs = {name: [] for name, _ in binaries}
     for r in range(a.rounds):
         order = binaries if r % 2 == 0 else list(reversed(binaries))
         for name, path in order:
-            res = measure(name, Path(path), a.appends)
-            print(f"round {r + 1} {name}: {res['quiet_us']:.1f} µs/append without polls, "
-                  f"{res['busy_us']:.1f} µs/append with {POLLERS} parked ({res['still_parked']} still parked)",
-                  flush=True)
-            results.append(res)
-    print(f"\nmachine: nproc={os.cpu_count()} kernel={os.uname().release}; {a.appends} appends per measure")
-    print("| broker | CPU µs/append, no polls | CPU µs/append, 1,000 polls parked | added by the polls |")
+            pairs[name] += measure(name, Path(path), a.appends, a.cycles)
+    print(f"\nmachine: nproc={os.cpu_count()} kernel={os.uname().release}; {a.appends} appends per measure, "
+          f"{a.rounds} rounds of {a.cycles} pairs per broker")
+    print("| broker | CPU µs/append, no polls (median) | with 1,000 polls parked (median) | added by the polls (median of pairs) |")
     print("|---|---|---|---|")
     for name, _ in binaries:
-        mine = [r for r in results if r["name"] == name]
-        quiet = sorted(r["quiet_us"] for r in mine)[len(mine) // 2]
-        busy = sorted(r["busy_us"] for r in mine)[len(mine) // 2]
-        print(f"| {name} | {quiet:.1f} | {busy:.1f} | {busy - quiet:+.1f} |")
+        ps = pairs[name]
+        print(f"| {name} | {median([q for q, _ in ps]):.0f} | {median([b for _, b in ps]):.0f} | "
+              f"{median([b - q for q, b in ps]):+.0f} |")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
         let meta = p.join("__meta");
         std::fs::create_dir_all(&meta).unwrap();
         std::fs::write(Catalog::path(p), raw).unwrap();
-        let _ = Catalog::load(p);
+        let _ = Catalog::load(p, &mut sluice::clock::SeededIds::new(0));
     }
     if let Some(raw) = s.get(6) {
         let _ = records::decode_offset(raw);

@@ -120,7 +120,7 @@ fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
     if !Catalog::path(&config.data_dir).exists() {
         log::info!("new data dir {}", config.data_dir.display());
     }
-    let record = Catalog::load(&config.data_dir)?;
+    let record = Catalog::load(&config.data_dir, &mut RandomIds)?;
     log::info!(
         "cluster id {}, {} topics",
         record.cluster_id,

@@ -5,6 +5,7 @@
 //! broadcasts a change. Readers never take a lock.
 
 use super::topic_config::{self, Kind, TopicConfig};
+use crate::clock::Ids;
 use crate::config::TopicDefaults;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -199,15 +200,15 @@ impl Catalog {
         data_dir.join("__meta").join(FILE_NAME)
     }
 
-    /// Loads the persisted catalog, or a fresh one with a new cluster id.
-    pub fn load(data_dir: &Path) -> anyhow::Result<CatalogRecord> {
+    /// Loads the persisted catalog, or a fresh one with a new cluster id drawn from `ids`.
+    pub fn load(data_dir: &Path, ids: &mut dyn Ids) -> anyhow::Result<CatalogRecord> {
         let path = Self::path(data_dir);
         match std::fs::read(&path) {
             Ok(raw) => {
                 decode_record(&raw).map_err(|e| anyhow::anyhow!("catalog {}: {e}", path.display()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogRecord {
-                cluster_id: uuid::Uuid::new_v4().simple().to_string()[..22].to_string(),
+                cluster_id: uuid::Uuid::from_bytes(ids.uuid()).simple().to_string()[..22].to_string(),
                 topics: Vec::new(),
                 producer_id_block_end: 0,
             }),
