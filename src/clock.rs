@@ -27,6 +27,10 @@ pub trait Clock: Send + Sync {
     /// Milliseconds on a clock that never goes back; its origin is arbitrary but common to
     /// every shard of the process, so a deadline computed on one shard holds on another.
     fn monotonic_ms(&self) -> u64;
+    /// The same clock in microseconds, for measuring short durations (fsync, metrics).
+    fn monotonic_us(&self) -> u64 {
+        self.monotonic_ms() * 1000
+    }
     /// Milliseconds since the Unix epoch.
     fn wall_ms(&self) -> u64;
 
@@ -50,8 +54,12 @@ const MONOTONIC_ORIGIN_MS: u64 = 1_000_000;
 
 impl Clock for SystemClock {
     fn monotonic_ms(&self) -> u64 {
+        self.monotonic_us() / 1000
+    }
+
+    fn monotonic_us(&self) -> u64 {
         let origin = ORIGIN.get_or_init(Instant::now);
-        MONOTONIC_ORIGIN_MS + origin.elapsed().as_millis() as u64
+        MONOTONIC_ORIGIN_MS * 1000 + origin.elapsed().as_micros() as u64
     }
 
     fn wall_ms(&self) -> u64 {

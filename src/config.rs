@@ -56,9 +56,11 @@ pub struct Config {
     pub max_connections_per_ip: usize,
     /// Kafka's connections.max.idle.ms: a connection with no request for this long is closed.
     pub connections_max_idle_ms: u64,
-    /// Requests a connection may have read and not yet answered. Past it the broker stops
-    /// reading that socket until a response goes out (TCP backpressure); requests are still
-    /// served one at a time, in order, as Kafka does.
+    /// Requests a connection may have read and not yet answered. Requests pipeline: a produce
+    /// waiting for its commit or a parked fetch does not hold up the next ones, and the
+    /// produces in flight share fsyncs, so a latency-tuned producer (linger 0: many one-record
+    /// requests in flight) needs a few hundred. Past it the broker stops reading that socket
+    /// until a response goes out (TCP backpressure); responses still go out in request order.
     pub max_in_flight_requests_per_connection: usize,
     /// Bytes of request frames (mostly produce data) one shard's connections may hold at once.
     /// A connection that would pass it waits before reading the frame's body, so a flood of
@@ -175,7 +177,7 @@ impl Default for Config {
             max_connections: 10_000,
             max_connections_per_ip: 1_000,
             connections_max_idle_ms: 600_000,
-            max_in_flight_requests_per_connection: 5,
+            max_in_flight_requests_per_connection: 500,
             max_request_memory_bytes_per_shard: 4 * DEFAULT_REQUEST_MAX_BYTES,
             request_read_timeout_ms: 30_000,
             max_topics: 0,

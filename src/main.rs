@@ -32,6 +32,9 @@ enum Command {
     /// Load generator: drive any Kafka-compatible broker and report throughput and latency.
     #[cfg(feature = "bench")]
     Bench(sluice::bench::args::BenchArgs),
+    /// This machine's limits: memcpy and CRC32C speed, 4 KiB fdatasync latency.
+    #[cfg(feature = "bench")]
+    Probe(sluice::bench::probe::ProbeArgs),
 }
 
 fn main() {
@@ -42,6 +45,8 @@ fn main() {
         Command::Serve { .. } => "info",
         #[cfg(feature = "bench")]
         Command::Bench(_) => "warn,rdkafka=off,librdkafka=off",
+        #[cfg(feature = "bench")]
+        Command::Probe(_) => "warn",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
         .format_timestamp_millis()
@@ -70,6 +75,8 @@ fn main() {
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         },
+        #[cfg(feature = "bench")]
+        Command::Probe(args) => sluice::bench::probe::run(args).map(|_| ()),
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

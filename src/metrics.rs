@@ -52,6 +52,10 @@ pub struct ShardMetrics {
     pub compaction_records_removed: AtomicU64,
     /// `__consumer_offsets` records that could not be decoded at replay and were skipped.
     pub group_records_undecodable: AtomicU64,
+    /// Group-commit passes of the flusher, by how long their fdatasyncs took, and the files
+    /// they synced.
+    pub flush_duration: LatencyHistogram,
+    pub fsyncs: AtomicU64,
     /// New groups or members the coordinator refused for want of room (`max_groups_per_shard`
     /// groups, or its member bound): answered COORDINATOR_NOT_AVAILABLE.
     pub groups_refused: AtomicU64,
@@ -78,7 +82,51 @@ impl Default for ShardMetrics {
             compaction_records_removed: AtomicU64::new(0),
             group_records_undecodable: AtomicU64::new(0),
             groups_refused: AtomicU64::new(0),
+            flush_duration: LatencyHistogram::default(),
+            fsyncs: AtomicU64::new(0),
         }
+    }
+}
+
+/// Upper bounds (µs) of a latency histogram's buckets; one more bucket holds the rest.
+pub const LATENCY_BUCKETS_US: [u64; 10] = [
+    100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000,
+];
+
+/// A Prometheus histogram of durations, written by one shard only.
+#[derive(Default)]
+pub struct LatencyHistogram {
+    /// Observations at or below each bound of `LATENCY_BUCKETS_US` (not cumulative), then above.
+    buckets: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl LatencyHistogram {
+    pub fn observe(&self, us: u64) {
+        let i = LATENCY_BUCKETS_US.partition_point(|&bound| bound < us);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// The histogram's lines for one shard, cumulative as Prometheus wants them.
+    fn render(&self, name: &str, shard: usize, out: &mut String) {
+        let mut cumulative = 0;
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let le = LATENCY_BUCKETS_US
+                .get(i)
+                .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
+            out.push_str(&format!(
+                "{name}_bucket{{shard=\"{shard}\",le=\"{le}\"}} {cumulative}\n"
+            ));
+        }
+        out.push_str(&format!(
+            "{name}_sum{{shard=\"{shard}\"}} {}\n{name}_count{{shard=\"{shard}\"}} {}\n",
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+            self.count.load(Ordering::Relaxed)
+        ));
     }
 }
 
@@ -280,6 +328,12 @@ const PER_SHARD: &[PerShard] = &[
         |m| &m.group_records_undecodable,
     ),
     (
+        "sluice_fsyncs_total",
+        "Files the flusher fdatasynced (one per dirty partition file per group-commit pass).",
+        "counter",
+        |m| &m.fsyncs,
+    ),
+    (
         "sluice_groups_refused_total",
         "New consumer groups or members refused for want of room (max_groups_per_shard, or the member bound).",
         "counter",
@@ -300,6 +354,13 @@ pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
                 "sluice_requests_total{{shard=\"{s}\",api=\"{name}\"}} {served}\n"
             ));
         }
+    }
+    let flush = "sluice_flush_duration_seconds";
+    out.push_str(&format!(
+        "# HELP {flush} How long each group-commit pass's fdatasyncs took.\n# TYPE {flush} histogram\n"
+    ));
+    for (s, m) in shards.iter().enumerate() {
+        m.flush_duration.render(flush, s, &mut out);
     }
     for &(name, help, value) in PROCESS {
         out.push_str(&format!(

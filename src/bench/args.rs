@@ -98,6 +98,11 @@ pub struct BenchArgs {
     /// send time, so a stalled broker is not hidden (no coordinated omission).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Pin producer and consumer threads to cores, one each in turn. Only where the bench has
+    /// cores of its own: sharing a core with a pinned broker shard adds scheduler slices to
+    /// every latency.
+    #[arg(long)]
+    pub pin: bool,
     /// Where consume mode starts.
     #[arg(long, value_enum, default_value = "earliest")]
     pub from: From,

@@ -5,6 +5,7 @@
 pub mod args;
 mod consume;
 mod payload;
+pub mod probe;
 mod produce;
 pub mod stats;
 
@@ -34,6 +35,8 @@ pub struct Report {
     pub mb_per_sec: f64,
     pub errors: u64,
     pub latency_ms: Latency,
+    /// e2e only: send to acknowledgement, from the same records' intended send times.
+    pub ack_latency_ms: Option<Latency>,
     pub elapsed_s: f64,
     /// e2e only: records acknowledged to the producers but never received.
     pub e2e_missing: u64,
@@ -130,9 +133,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-/// Starts the consumer and producer threads, each pinned to a core in turn.
+/// Starts the consumer and producer threads (pinned to cores in turn with --pin).
 fn spawn_workers(run: &Run, partitions: i32) -> anyhow::Result<(Workers, Workers)> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    // Pinned threads cannot move off a core a pinned broker shard keeps busy, so on a machine
+    // the bench shares with the broker they wait out whole scheduler slices: pin only on
+    // request (--pin), where the load generator has cores of its own.
+    let cores = if run.args.pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let pin = move |i: usize| {
         if !cores.is_empty() {
             core_affinity::set_for_current(cores[i % cores.len()]);
@@ -268,6 +278,8 @@ fn report(run: &Run, elapsed: Duration, missing: u64) -> Report {
         mb_per_sec: bytes as f64 / secs / 1e6,
         errors: errors + missing,
         latency_ms: Latency::from_histogram(&run.histogram()),
+        ack_latency_ms: (run.args.mode == Mode::E2e)
+            .then(|| Latency::from_histogram(&run.producers.meter.merged())),
         elapsed_s: secs,
         e2e_missing: missing,
         e2e_duplicates: run.consumers.duplicates.load(Ordering::Relaxed),
@@ -350,7 +362,6 @@ fn start_offsets(args: &BenchArgs, partitions: i32) -> anyhow::Result<Vec<Offset
 }
 
 fn print_summary(r: &Report) {
-    let l = &r.latency_ms;
     println!();
     println!("{:<14} {:>14}", "mode", r.mode);
     println!("{:<14} {:>14}", "records", r.records);
@@ -358,6 +369,13 @@ fn print_summary(r: &Report) {
     println!("{:<14} {:>14.0}", "records/s", r.records_per_sec);
     println!("{:<14} {:>14.2}", "MB/s", r.mb_per_sec);
     println!("{:<14} {:>14}", "errors", r.errors);
+    print_latency("latency", &r.latency_ms);
+    if let Some(ack) = &r.ack_latency_ms {
+        print_latency("ack", ack);
+    }
+}
+
+fn print_latency(what: &str, l: &Latency) {
     for (name, v) in [
         ("p50", l.p50),
         ("p90", l.p90),
@@ -366,6 +384,6 @@ fn print_summary(r: &Report) {
         ("p99.99", l.p99_99),
         ("max", l.max),
     ] {
-        println!("{:<14} {:>11.3} ms", format!("latency {name}"), v);
+        println!("{:<14} {:>11.3} ms", format!("{what} {name}"), v);
     }
 }

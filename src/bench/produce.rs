@@ -103,7 +103,7 @@ pub fn run(
         if args.count.is_some_and(|n| seq >= n) {
             break;
         }
-        let intended = pace(per_producer_rate, start, sent);
+        let intended = pace(&producer, per_producer_rate, start, sent);
         let sent_ns = intended.duration_since(shared.epoch).as_nanos() as u64;
         payload::write(
             &mut buf,
@@ -146,18 +146,22 @@ pub fn run(
     Ok(())
 }
 
-/// When the `sent`-th record of a paced producer is due (sleeping until then), or now when
-/// unpaced. Latency counts from this intended time, so a stall is not hidden.
-fn pace(rate: Option<f64>, start: Instant, sent: u64) -> Instant {
+/// When the `sent`-th record of a paced producer is due, or now when unpaced. Latency counts
+/// from this intended time, so a stall is not hidden. The wait until then is spent serving
+/// delivery reports (librdkafka hands them over only inside `poll`): sleeping instead would
+/// add up to a send interval to every acknowledgement's measured latency.
+fn pace(producer: &BaseProducer<Context>, rate: Option<f64>, start: Instant, sent: u64) -> Instant {
     let Some(rate) = rate else {
         return Instant::now();
     };
     let at = start + Duration::from_secs_f64(sent as f64 / rate);
-    let now = Instant::now();
-    if at > now {
-        std::thread::sleep(at - now);
+    loop {
+        let now = Instant::now();
+        if now >= at {
+            return at;
+        }
+        producer.poll(at - now);
     }
-    at
 }
 
 /// Hands a record to librdkafka. A full local queue is back-pressure, not an error: callbacks

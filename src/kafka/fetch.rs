@@ -92,8 +92,17 @@ impl Request for WaitOnOwner {
     }
 }
 
+/// A fetch runs beside the connection's later requests (its long poll would otherwise hold
+/// them up); its answer still goes out in request order.
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: FetchRequest = decode(body, version)?;
+    let shard = shard.clone();
+    Ok(Reply::Later(Box::pin(async move {
+        serve(&shard, version, req).await
+    })))
+}
+
+async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Result<Vec<Chunk>> {
     let catalog = shard.catalog();
     let (requested, unknown) = listed(&catalog, version, &req);
     let served = if version >= 7 {
@@ -125,7 +134,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         session_id,
         topics,
     };
-    Ok(Reply::Body(codec::encode(resp, version).0))
+    Ok(codec::encode(resp, version).0)
 }
 
 /// The topic a request names: by name before v13, by id from v13.
@@ -383,13 +392,13 @@ fn session_filter(
 
 /// The answer to a request naming a session that is gone or out of step: the error alone, so
 /// that the client starts over with a full request.
-fn session_error(e: ResponseError, version: i16) -> Reply {
+fn session_error(e: ResponseError, version: i16) -> Vec<Chunk> {
     let resp = codec::FetchResponse {
         error_code: e.code(),
         session_id: INVALID_SESSION_ID,
         topics: Vec::new(),
     };
-    Reply::Body(codec::encode(resp, version).0)
+    codec::encode(resp, version).0
 }
 
 async fn read_all(shard: &Rc<Shard>, items: &[Item]) -> Vec<ReadResult> {

@@ -33,6 +33,7 @@ use crate::protocol::frame::RequestHeader;
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::{Bytes, BytesMut};
+use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
@@ -86,6 +87,10 @@ pub enum Reply {
     None,
     /// The response body, in chunks.
     Body(Vec<Chunk>),
+    /// The request's ordered part is done (a produce's appends); the rest (waiting for the
+    /// commit, a long poll) completes later, while the connection serves its next requests.
+    /// The connection still writes responses in request order.
+    Later(LocalBoxFuture<'static, anyhow::Result<Vec<Chunk>>>),
 }
 
 /// Runs the handler for a request whose version was checked by `supported`. An Err means the
@@ -141,7 +146,7 @@ pub fn api_names() -> crate::metrics::ApiNames {
 /// Unknown topics and partitions are answered `failed(UNKNOWN_TOPIC_OR_PARTITION)` without
 /// leaving this shard; partitions of a shard that has stopped (shutdown),
 /// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients retry elsewhere.
-pub async fn per_partition<'a, P: 'a, T, R: Copy, Q>(
+pub async fn per_partition<'a, P: 'a, T, R: Copy + 'static, Q>(
     shard: &Rc<Shard>,
     topics: impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
     index: impl Fn(&P) -> i32,
@@ -203,9 +208,14 @@ pub fn decode<M: Decodable>(mut body: Bytes, version: i16) -> anyhow::Result<M> 
 }
 
 pub fn encode<M: Encodable>(message: &M, version: i16) -> anyhow::Result<Reply> {
+    encode_body(message, version).map(Reply::Body)
+}
+
+/// A response body encoded with kafka-protocol, as one chunk.
+pub fn encode_body<M: Encodable>(message: &M, version: i16) -> anyhow::Result<Vec<Chunk>> {
     let mut buf = BytesMut::new();
     message.encode(&mut buf, version)?;
-    Ok(Reply::Body(vec![buf.freeze().into()]))
+    Ok(vec![buf.freeze().into()])
 }
 
 pub fn str_bytes(s: &str) -> StrBytes {

@@ -1,10 +1,16 @@
 //! Produce: decoded by the hand-written decoder (record bytes stay slices of the request),
 //! split by owning shard, appended there, and answered per acks: not at all for acks=0, after
-//! the append for acks=1, after the covering fdatasync for acks=all.
+//! the append for acks=1, after the covering commit for acks=all.
+//!
+//! A connection pipelines its produce requests (see `server/connection.rs`): each request's
+//! appends are sent to their owners in arrival order, and the connection moves on to the next
+//! request while the owners append and, for acks=all, wait for the commit. So one fsync covers
+//! every request a connection has in flight, and a partition's appends keep the order their
+//! requests arrived in (the mesh delivers in order and an owner appends in arrival order).
 
-use super::{encode, Reply};
+use super::Reply;
 use crate::partition::TopicPartition;
-use crate::protocol::produce;
+use crate::protocol::produce::{self, ProduceRequest};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -19,60 +25,70 @@ use std::rc::Rc;
 struct ProduceOutcome {
     error_code: i16,
     base_offset: i64,
+    /// One past the last offset appended: what the commit must reach (acks=all).
+    end_offset: i64,
     log_append_time_ms: i64,
     log_start_offset: i64,
 }
 
 impl ProduceOutcome {
     fn failed(e: ResponseError) -> ProduceOutcome {
+        ProduceOutcome::failed_code(e.code())
+    }
+
+    fn failed_code(error_code: i16) -> ProduceOutcome {
         ProduceOutcome {
-            error_code: e.code(),
+            error_code,
             base_offset: -1,
+            end_offset: -1,
             log_append_time_ms: -1,
             log_start_offset: -1,
         }
     }
 }
 
-/// Appends to the partitions of one shard, each as `acks` asks; one outcome per item, in order.
-/// None records: the request's records for that partition were not a record set.
-struct AppendOnOwner {
+/// Appends to the partitions of one shard, in order, then waits for what `acks` asks: for -1
+/// (all), each append's commit until the deadline (monotonic ms). One outcome per item. None
+/// records: the request's records for that partition were not a record set.
+struct ProduceOnOwner {
     acks: i16,
-    timeout_ms: i32,
+    deadline_ms: u64,
     items: Vec<(TopicPartition, Option<Bytes>)>,
 }
 
-impl Request for AppendOnOwner {
+impl Request for ProduceOnOwner {
     type Reply = Vec<ProduceOutcome>;
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<ProduceOutcome>> {
         Box::pin(async move {
-            let (acks, timeout_ms) = (self.acks, self.timeout_ms);
-            let appends = self
-                .items
-                .into_iter()
-                .map(|(tp, records)| append_one(&shard, tp, records, acks, timeout_ms));
-            futures::future::join_all(appends).await
+            let mut appended = Vec::with_capacity(self.items.len());
+            for (tp, records) in self.items {
+                appended.push((tp, append_one(&shard, tp, records).await));
+            }
+            if self.acks != -1 {
+                return appended.into_iter().map(|(_, o)| o).collect();
+            }
+            let deadline_ms = self.deadline_ms;
+            let commits = appended.into_iter().map(|(tp, outcome)| {
+                let shard = shard.clone();
+                async move { committed(&shard, tp, outcome, deadline_ms).await }
+            });
+            futures::future::join_all(commits).await
         })
     }
 }
 
-async fn append_one(
-    shard: &Shard,
-    tp: TopicPartition,
-    records: Option<Bytes>,
-    acks: i16,
-    timeout_ms: i32,
-) -> ProduceOutcome {
+async fn append_one(shard: &Shard, tp: TopicPartition, records: Option<Bytes>) -> ProduceOutcome {
     let Some(partition) = shard.partition(tp) else {
         return ProduceOutcome::failed(ResponseError::UnknownTopicOrPartition);
     };
     let Some(records) = records else {
         return ProduceOutcome::failed(ResponseError::CorruptMessage);
     };
-    match shard.produce(&partition, records, acks, timeout_ms).await {
+    match partition.append(records).await {
         Ok(a) => ProduceOutcome {
             error_code: 0,
             base_offset: a.base_offset,
+            end_offset: a.end_offset,
             log_append_time_ms: a.log_append_time_ms,
             log_start_offset: partition.log_start_offset(),
         },
@@ -80,15 +96,67 @@ async fn append_one(
     }
 }
 
+/// An acks=all outcome: the append's, once its commit is in (or its timeout or storage error).
+async fn committed(
+    shard: &Shard,
+    tp: TopicPartition,
+    outcome: ProduceOutcome,
+    deadline_ms: u64,
+) -> ProduceOutcome {
+    if outcome.error_code != 0 {
+        return outcome;
+    }
+    let Some(partition) = shard.partition(tp) else {
+        return ProduceOutcome::failed(ResponseError::UnknownTopicOrPartition);
+    };
+    match shard
+        .wait_committed(&partition, outcome.end_offset, deadline_ms)
+        .await
+    {
+        Ok(()) => outcome,
+        Err(e) => ProduceOutcome::failed(e),
+    }
+}
+
+/// Per request topic, each partition's index and either an index into the routed items or the
+/// error found before routing.
+type Slots = Vec<Vec<(i32, Result<usize, ResponseError>)>>;
+
+/// A partition's records with the shard that owns it.
+type Routed = Vec<(usize, (TopicPartition, Option<Bytes>))>;
+
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
+    let (items, slots) = route(shard, &req);
+    let (acks, timeout_ms) = (req.acks, req.timeout_ms.max(0) as u64);
+    let deadline_ms = shard.clock().monotonic_ms() + timeout_ms;
+    let started = shard
+        .scatter_start(items, |items| ProduceOnOwner {
+            acks,
+            deadline_ms,
+            items,
+        })
+        .await;
+    let gone = || ProduceOutcome::failed(ResponseError::NotLeaderOrFollower);
+    if acks == 0 {
+        // No response: the appends finish before the connection takes its next request, so
+        // that their bytes stay counted against its request memory until then.
+        started.gather(gone).await;
+        return Ok(Reply::None);
+    }
+    Ok(Reply::Later(Box::pin(async move {
+        let outcomes = started.gather(gone).await;
+        respond(&req, slots, &outcomes, version)
+    })))
+}
+
+/// The items to route (with their owners) and the response's layout.
+fn route(shard: &Shard, req: &ProduceRequest) -> (Routed, Slots) {
     let catalog = shard.catalog();
     let acks_valid = matches!(req.acks, -1..=1);
-    // Items to route, and for each request partition either an index into them or an error.
     let mut items = Vec::new();
-    let mut slots: Vec<Vec<(i32, Result<usize, ResponseError>)>> =
-        Vec::with_capacity(req.topics.len());
+    let mut slots: Slots = Vec::with_capacity(req.topics.len());
     for topic in &req.topics {
         let known = catalog.topics.get(&topic.name);
         let mut row = Vec::with_capacity(topic.partitions.len());
@@ -109,37 +177,19 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         }
         slots.push(row);
     }
-    let (acks, timeout_ms) = (req.acks, req.timeout_ms);
-    let outcomes = shard
-        .scatter(
-            items,
-            |items| AppendOnOwner {
-                acks,
-                timeout_ms,
-                items,
-            },
-            || ProduceOutcome::failed(ResponseError::NotLeaderOrFollower),
-        )
-        .await;
-    if acks == 0 {
-        return Ok(Reply::None);
-    }
-    let responses = respond(&req, slots, &outcomes, version);
-    encode(
-        &ProduceResponse::default().with_responses(responses),
-        version,
-    )
+    (items, slots)
 }
 
-/// The response: per request topic and partition, its outcome or the error found before
+/// The response body: per request topic and partition, its outcome or the error found before
 /// routing.
 fn respond(
-    req: &produce::ProduceRequest,
-    slots: Vec<Vec<(i32, Result<usize, ResponseError>)>>,
+    req: &ProduceRequest,
+    slots: Slots,
     outcomes: &[ProduceOutcome],
     version: i16,
-) -> Vec<TopicProduceResponse> {
-    req.topics
+) -> anyhow::Result<Vec<crate::protocol::chunk::Chunk>> {
+    let responses = req
+        .topics
         .iter()
         .zip(slots)
         .map(|(topic, row)| {
@@ -162,5 +212,9 @@ fn respond(
                 .with_name(TopicName(super::str_bytes(&topic.name)))
                 .with_partition_responses(partitions)
         })
-        .collect()
+        .collect();
+    super::encode_body(
+        &ProduceResponse::default().with_responses(responses),
+        version,
+    )
 }

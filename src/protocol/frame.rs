@@ -90,22 +90,37 @@ pub fn frame_response(
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
-    body: Vec<Chunk>,
+    mut body: Vec<Chunk>,
 ) -> Vec<Chunk> {
     let header_version = api_key.response_header_version(api_version);
     let header_len = 4 + usize::from(header_version >= 1);
     let body_len: usize = body.iter().map(Chunk::len).sum();
-    let mut head = BytesMut::with_capacity(4 + header_len);
+    // The head goes out with a small first chunk in one write (one syscall, one segment):
+    // most responses are one small chunk.
+    let joined = match body.first() {
+        Some(Chunk::Bytes(b)) if b.len() <= JOIN_FIRST_CHUNK_MAX_BYTES => b.len(),
+        _ => 0,
+    };
+    let mut head = BytesMut::with_capacity(4 + header_len + joined);
     head.put_i32((header_len + body_len) as i32);
     head.put_i32(correlation_id);
     if header_version >= 1 {
         head.put_u8(0);
+    }
+    if joined > 0 {
+        if let Chunk::Bytes(b) = body.remove(0) {
+            head.extend_from_slice(&b);
+        }
     }
     let mut out = Vec::with_capacity(body.len() + 1);
     out.push(head.freeze().into());
     out.extend(body);
     out
 }
+
+/// A first body chunk up to this size is copied behind the response header, so that both go
+/// out in one write; a larger one (records read on the copying fetch path) is written apart.
+const JOIN_FIRST_CHUNK_MAX_BYTES: usize = 64 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -2,12 +2,12 @@
 //! - the reader reads size-prefixed frames and parses their headers, at most
 //!   `max_in_flight_requests_per_connection` ahead of the responses, each frame's bytes counted
 //!   against the shard's `max_request_memory_bytes_per_shard`;
-//! - the processor serves them one at a time and writes each response, in request order.
+//! - the processor dispatches them one at a time, in arrival order, and writes the responses
+//!   in request order (`serve_requests`): a request whose remainder runs later (a produce
+//!   waiting for its commit, a fetch's long poll) does not hold up the ones after it.
 //!
-//! Like Kafka, a connection has one request in progress at a time, which keeps responses in
-//! request order without reordering buffers; reading ahead lets the next request's bytes arrive
-//! while the current one is served. Every wait on the client is bounded: the idle timeout between
-//! requests, and `request_read_timeout_ms` from a request's first byte to its last.
+//! Every wait on the client is bounded: the idle timeout between requests, and
+//! `request_read_timeout_ms` from a request's first byte to its last.
 
 use crate::kafka::{self, Reply};
 use crate::metrics::{adjust, bump, ShardMetrics};
@@ -34,7 +34,7 @@ enum Incoming {
         held: Held,
     },
     /// An ApiVersions at a version not served: answered in v0 (KIP-511).
-    ApiVersionsFallback { correlation_id: i32, _held: Held },
+    ApiVersionsFallback { correlation_id: i32, held: Held },
 }
 
 /// What one request holds from being read until its response is written: its in-flight slot and
@@ -105,14 +105,56 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _admission: super::limit
     }
 }
 
+/// Bytes read from the socket ahead of the frame being parsed, so that one read brings in
+/// several small requests (a pipelining client sends them back to back). Bounded by
+/// `READ_AHEAD_BYTES` per connection; a frame larger than what is buffered is read straight
+/// into its own buffer.
+struct ReadAhead {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+/// Bytes a connection reads ahead of the frame it is parsing.
+const READ_AHEAD_BYTES: usize = 16 * 1024;
+
+impl ReadAhead {
+    fn new() -> ReadAhead {
+        ReadAhead {
+            buf: vec![0u8; READ_AHEAD_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        assert!(n <= self.end - self.start, "consumes only what is buffered");
+        self.start += n;
+    }
+
+    /// The free space after the buffered bytes, moved to the front first.
+    fn free(&mut self) -> &mut [u8] {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.buf[self.end..]
+    }
+}
+
 async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSender<Incoming>) {
     let shard = &conn.shard;
-    let peer = &conn.peer;
+    let mut ahead = ReadAhead::new();
     loop {
         let Ok(slot) = conn.in_flight.acquire_static_permit(1).await else {
             return;
         };
-        let Ok((size, memory)) = read_frame_size(conn, &mut stream).await else {
+        let Ok((size, memory)) = read_frame_size(conn, &mut stream, &mut ahead).await else {
             return;
         };
         adjust(&shard.metrics().requests_queued, 1);
@@ -123,47 +165,71 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
             bytes: size as u64,
             metrics: shard.env.metrics.clone(),
         };
-        let mut buf = BytesMut::zeroed(size);
-        let deadline_ms = shard.clock().monotonic_ms() + shard.config.request_read_timeout_ms;
-        if read_before(conn, &mut stream, &mut buf, deadline_ms)
-            .await
-            .is_err()
-        {
+        let Ok(frame) = read_frame_body(conn, &mut stream, &mut ahead, size).await else {
             return;
-        }
-        let item = match frame::parse_request(buf.freeze(), kafka::supported) {
-            Ok((header, body)) => Incoming::Request { header, body, held },
-            Err(FrameError::UnsupportedVersion {
-                api_key: ApiKey::ApiVersions,
-                correlation_id,
-                ..
-            }) => Incoming::ApiVersionsFallback {
-                correlation_id,
-                _held: held,
-            },
-            Err(FrameError::UnsupportedVersion {
-                api_key,
-                api_version,
-                ..
-            }) => {
-                log::warn!("{peer}: closing: {api_key:?} v{api_version} is not supported");
-                return;
-            }
-            Err(FrameError::UnknownApiKey(k)) => {
-                log::warn!("{peer}: closing: unknown API key {k}");
-                return;
-            }
-            Err(e) => {
-                log::warn!("{peer}: closing: malformed request header: {e:?}");
-                return;
-            }
+        };
+        let Some(item) = incoming(conn, frame, held) else {
+            return;
         };
         if shard.is_shutting_down() {
-            log::info!("{peer}: closing: the broker is shutting down");
+            log::info!("{}: closing: the broker is shutting down", conn.peer);
             return;
         }
         if tx.send(item).await.is_err() {
             return; // the processor stopped
+        }
+    }
+}
+
+/// A frame's body: what is buffered ahead, then the rest read straight into its buffer within
+/// `request_read_timeout_ms`.
+async fn read_frame_body(
+    conn: &Conn,
+    stream: &mut ReadHalf<TcpStream>,
+    ahead: &mut ReadAhead,
+    size: usize,
+) -> Result<Bytes, Stop> {
+    let mut frame = BytesMut::with_capacity(size);
+    let take = size.min(ahead.buffered().len());
+    frame.extend_from_slice(&ahead.buffered()[..take]);
+    ahead.consume(take);
+    if take < size {
+        frame.resize(size, 0);
+        let config = &conn.shard.config;
+        let deadline_ms = conn.shard.clock().monotonic_ms() + config.request_read_timeout_ms;
+        read_before(conn, stream, &mut frame[take..], deadline_ms).await?;
+    }
+    Ok(frame.freeze())
+}
+
+/// The request a frame holds, or None when the connection must close (logged).
+fn incoming(conn: &Conn, frame: Bytes, held: Held) -> Option<Incoming> {
+    let peer = &conn.peer;
+    match frame::parse_request(frame, kafka::supported) {
+        Ok((header, body)) => Some(Incoming::Request { header, body, held }),
+        Err(FrameError::UnsupportedVersion {
+            api_key: ApiKey::ApiVersions,
+            correlation_id,
+            ..
+        }) => Some(Incoming::ApiVersionsFallback {
+            correlation_id,
+            held,
+        }),
+        Err(FrameError::UnsupportedVersion {
+            api_key,
+            api_version,
+            ..
+        }) => {
+            log::warn!("{peer}: closing: {api_key:?} v{api_version} is not supported");
+            None
+        }
+        Err(FrameError::UnknownApiKey(k)) => {
+            log::warn!("{peer}: closing: unknown API key {k}");
+            None
+        }
+        Err(e) => {
+            log::warn!("{peer}: closing: malformed request header: {e:?}");
+            None
         }
     }
 }
@@ -173,14 +239,19 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
 async fn read_frame_size(
     conn: &Conn,
     stream: &mut ReadHalf<TcpStream>,
+    ahead: &mut ReadAhead,
 ) -> Result<(usize, StaticPermit), Stop> {
     let shard = &conn.shard;
     let peer = &conn.peer;
-    let mut size_buf = [0u8; 4];
-    let first = wait_for_first_bytes(conn, stream, &mut size_buf).await?;
+    if ahead.buffered().is_empty() {
+        wait_for_first_bytes(conn, stream, ahead).await?;
+    }
     let deadline_ms = shard.clock().monotonic_ms() + shard.config.request_read_timeout_ms;
-    read_before(conn, stream, &mut size_buf[first..], deadline_ms).await?;
-    let size = i32::from_be_bytes(size_buf);
+    while ahead.buffered().len() < 4 {
+        read_more_before(conn, stream, ahead, deadline_ms).await?;
+    }
+    let size = i32::from_be_bytes(ahead.buffered()[..4].try_into().expect("4 bytes"));
+    ahead.consume(4);
     let max = shard.config.request_max_bytes;
     if size < frame::MIN_HEADER_BYTES as i32 || size as usize > max {
         log::warn!(
@@ -205,17 +276,17 @@ async fn read_frame_size(
     Ok((size, memory))
 }
 
-/// Waits for the first bytes of a request; returns how many of `buf` were filled. Between
-/// requests a connection may idle for connections_max_idle_ms, timed on the shard's wheel; it
-/// counts as idle only while no earlier request is still being served.
+/// Waits for the first bytes of a request and reads what has arrived ahead. Between requests
+/// a connection may idle for connections_max_idle_ms, timed on the shard's wheel; it counts
+/// as idle only while no earlier request is still being served.
 async fn wait_for_first_bytes(
     conn: &Conn,
     stream: &mut ReadHalf<TcpStream>,
-    buf: &mut [u8],
-) -> Result<usize, Stop> {
+    ahead: &mut ReadAhead,
+) -> Result<(), Stop> {
     let shard = &conn.shard;
     let idle_ms = shard.config.connections_max_idle_ms;
-    let read = stream.read(buf);
+    let read = stream.read(ahead.free());
     futures::pin_mut!(read);
     let n = loop {
         let deadline_ms = shard.clock().monotonic_ms() + idle_ms;
@@ -237,12 +308,32 @@ async fn wait_for_first_bytes(
     };
     match n {
         Ok(0) => Err(Stop), // closed between requests: a normal goodbye, not logged
-        Ok(n) => Ok(n),
+        Ok(n) => {
+            ahead.end += n;
+            Ok(())
+        }
         Err(e) => {
             log::info!("{}: connection lost between requests: {e}", conn.peer);
             Err(Stop)
         }
     }
+}
+
+/// Reads at least one more byte ahead before `deadline_ms` (a request's bytes are arriving).
+async fn read_more_before(
+    conn: &Conn,
+    stream: &mut ReadHalf<TcpStream>,
+    ahead: &mut ReadAhead,
+    deadline_ms: u64,
+) -> Result<(), Stop> {
+    let read = stream.read(ahead.free());
+    let n = within_deadline(conn, read, deadline_ms).await?;
+    if n == 0 {
+        log::warn!("{}: closing: client vanished mid-request", conn.peer);
+        return Err(Stop);
+    }
+    ahead.end += n;
+    Ok(())
 }
 
 fn busy(conn: &Conn) -> bool {
@@ -258,11 +349,20 @@ async fn read_before(
     buf: &mut [u8],
     deadline_ms: u64,
 ) -> Result<(), Stop> {
+    within_deadline(conn, stream.read_exact(buf), deadline_ms).await
+}
+
+/// Runs a read of a request's bytes until `deadline_ms` (`request_read_timeout_ms`); past it,
+/// or on an error, the connection closes with a log line.
+async fn within_deadline<T>(
+    conn: &Conn,
+    read: impl std::future::Future<Output = std::io::Result<T>>,
+    deadline_ms: u64,
+) -> Result<T, Stop> {
     let shard = &conn.shard;
-    let read = stream.read_exact(buf);
     let result = match shard.timers.sleep_until_idle(deadline_ms) {
         Ok(deadline) => {
-            futures::pin_mut!(read);
+            futures::pin_mut!(read, deadline);
             match futures::future::select(read, deadline).await {
                 Either::Left((r, _)) => r,
                 Either::Right(_) => {
@@ -284,53 +384,132 @@ async fn read_before(
     })
 }
 
-async fn serve_requests(
-    conn: &Conn,
-    mut stream: WriteHalf<TcpStream>,
-    rx: LocalReceiver<Incoming>,
-) {
+/// A response to write, in request order, with what its request holds until it is written.
+struct Outgoing {
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    answer: Answer,
+    _held: Held,
+}
+
+enum Answer {
+    Now(Vec<Chunk>),
+    /// A request still in progress in its own task (a produce waiting for its commit, a long
+    /// poll); dropping it (the connection broke) cancels the task.
+    Later(glommio::Task<anyhow::Result<Vec<Chunk>>>),
+    /// The request could not be served: close once the earlier responses are written.
+    Close,
+}
+
+/// Serves the connection's requests: the dispatcher runs each request's ordered part in
+/// arrival order (so a partition's appends keep the order of their requests) and queues its
+/// answer; the writer writes the answers in request order, waiting for those still in
+/// progress. Requests whose remainder runs later (a produce's commit, a fetch's long poll) so
+/// overlap with the requests after them, up to `max_in_flight_requests_per_connection`.
+async fn serve_requests(conn: &Conn, stream: WriteHalf<TcpStream>, rx: LocalReceiver<Incoming>) {
+    let max_in_flight = conn.shard.config.max_in_flight_requests_per_connection;
+    // Never holds more than max_in_flight items: each holds its request's in-flight slot.
+    let (tx, queued) = local_channel::new_bounded(max_in_flight);
+    let dispatcher = dispatch_requests(conn, rx, tx);
+    let writer = write_responses(conn, stream, queued);
+    futures::pin_mut!(dispatcher, writer);
+    // When the dispatcher stops, the writer still writes what was queued; when the writer
+    // stops (the socket broke, or a request could not be served), dispatching more is pointless.
+    if let Either::Left(((), writer)) = futures::future::select(dispatcher, writer).await {
+        writer.await;
+    }
+}
+
+async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSender<Outgoing>) {
     let shard = &conn.shard;
-    let peer = &conn.peer;
     while let Some(item) = rx.recv().await {
-        // `held` is dropped once the response is written, or the request given up.
         let (header, body, held) = match item {
             Incoming::Request { header, body, held } => (header, body, held),
-            Incoming::ApiVersionsFallback { correlation_id, .. } => {
+            Incoming::ApiVersionsFallback {
+                correlation_id,
+                held,
+            } => {
                 let Ok(Reply::Body(body)) = kafka::api_versions::unsupported() else {
                     return;
                 };
-                let key = ApiKey::ApiVersions;
-                if !write_response(conn, &mut stream, key, 0, correlation_id, body).await {
+                let out = Outgoing {
+                    api_key: ApiKey::ApiVersions,
+                    api_version: 0,
+                    correlation_id,
+                    answer: Answer::Now(body),
+                    _held: held,
+                };
+                if tx.send(out).await.is_err() {
                     return;
                 }
                 continue;
             }
         };
         log::debug!(
-            "{peer}: {:?} v{} correlation {}",
+            "{}: {:?} v{} correlation {}",
+            conn.peer,
             header.api_key,
             header.api_version,
             header.correlation_id
         );
         shard.metrics().count_request(header.api_key as i16);
-        let reply = kafka::dispatch(shard, &header, body, &conn.client_host).await;
-        let body = match reply {
-            Ok(Reply::None) => continue,
-            Ok(Reply::Body(body)) => body,
+        let answer = match kafka::dispatch(shard, &header, body, &conn.client_host).await {
+            Ok(Reply::None) => continue, // `held` goes: nothing to write
+            Ok(Reply::Body(body)) => Answer::Now(body),
+            Ok(Reply::Later(rest)) => Answer::Later(glommio::spawn_local(rest)),
             Err(e) => {
                 log::warn!(
-                    "{peer}: closing: cannot serve {:?} v{}: {e}",
+                    "{}: closing: cannot serve {:?} v{}: {e}",
+                    conn.peer,
                     header.api_key,
                     header.api_version
                 );
-                return;
+                Answer::Close
             }
         };
-        let (key, version, id) = (header.api_key, header.api_version, header.correlation_id);
+        let close = matches!(answer, Answer::Close);
+        let out = Outgoing {
+            api_key: header.api_key,
+            api_version: header.api_version,
+            correlation_id: header.correlation_id,
+            answer,
+            _held: held,
+        };
+        if tx.send(out).await.is_err() || close {
+            return;
+        }
+    }
+}
+
+/// Writes the queued answers in request order; returns when the queue ends, the socket breaks,
+/// or an answer says to close.
+async fn write_responses(
+    conn: &Conn,
+    mut stream: WriteHalf<TcpStream>,
+    queued: LocalReceiver<Outgoing>,
+) {
+    while let Some(out) = queued.recv().await {
+        let body = match out.answer {
+            Answer::Now(body) => body,
+            Answer::Later(task) => match task.await {
+                Ok(body) => body,
+                Err(e) => {
+                    log::warn!(
+                        "{}: closing: cannot serve {:?} v{}: {e}",
+                        conn.peer,
+                        out.api_key,
+                        out.api_version
+                    );
+                    return;
+                }
+            },
+            Answer::Close => return,
+        };
+        let (key, version, id) = (out.api_key, out.api_version, out.correlation_id);
         if !write_response(conn, &mut stream, key, version, id, body).await {
             return;
         }
-        drop(held);
     }
 }
 

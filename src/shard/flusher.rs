@@ -44,7 +44,15 @@ pub async fn sync_once(shard: &Shard) {
         }
         Ok::<(), std::io::Error>(())
     });
+    let started_us = shard.clock().monotonic_us();
     let results = futures::future::join_all(syncs).await;
+    if !work.is_empty() {
+        let metrics = shard.metrics();
+        let took_us = shard.clock().monotonic_us().saturating_sub(started_us);
+        metrics.flush_duration.observe(took_us);
+        let files: usize = work.iter().map(|(_, job)| job.files.len()).sum();
+        crate::metrics::add(&metrics.fsyncs, files as u64);
+    }
     for ((partition, job), result) in work.into_iter().zip(results) {
         partition.complete_sync(job.target, result);
     }

@@ -70,9 +70,36 @@ impl Mesh {
     }
 }
 
+/// A call whose request is on its way (sent over the mesh, or queued as a task on this shard);
+/// `reply` waits for its answer. Calls started one after another reach a given shard in that
+/// order, and a shard runs the requests it receives in arrival order.
+pub struct Started<T>(StartedHow<T>);
+
+enum StartedHow<T> {
+    Local(glommio::Task<T>),
+    Remote(oneshot::Receiver<Box<dyn Any + Send>>),
+    Gone,
+}
+
+impl<T: 'static> Started<T> {
+    /// The reply; Err if the peer shard stopped first (shutdown).
+    pub async fn reply(self) -> Result<T, ShardGone> {
+        match self.0 {
+            StartedHow::Local(task) => Ok(task.await),
+            StartedHow::Remote(rx) => {
+                let reply = rx.await.map_err(|_| ShardGone)?;
+                Ok(*reply
+                    .downcast::<T>()
+                    .expect("a reply has its request's reply type"))
+            }
+            StartedHow::Gone => Err(ShardGone),
+        }
+    }
+}
+
 impl Shard {
-    /// Runs `request` on `shard`: directly when it is this one, else over the mesh. Err means
-    /// the peer shard has stopped (shutdown) and cannot answer.
+    /// Runs `request` on `shard`: on this shard directly, else over the mesh. Err means the
+    /// peer shard has stopped (shutdown) and cannot answer.
     pub async fn call<R: Request>(
         self: &Rc<Self>,
         shard: usize,
@@ -80,6 +107,19 @@ impl Shard {
     ) -> Result<R::Reply, ShardGone> {
         if shard == self.id {
             return Ok(request.run(self.clone()).await);
+        }
+        self.start(shard, request).await.reply().await
+    }
+
+    /// Sends `request` on its way to `shard` (on this shard: queues it as a task) and returns
+    /// without waiting for the answer, so that a caller can start its next request meanwhile.
+    /// Dropping the returned call before the reply cancels a local task; a sent request runs to
+    /// its end regardless.
+    pub async fn start<R: Request>(self: &Rc<Self>, shard: usize, request: R) -> Started<R::Reply> {
+        if shard == self.id {
+            return Started(StartedHow::Local(glommio::spawn_local(
+                request.run(self.clone()),
+            )));
         }
         let senders = self
             .mesh
@@ -97,12 +137,9 @@ impl Shard {
         });
         if senders.send_to(shard, msg).await.is_err() {
             self.mesh.pending.borrow_mut().remove(&id);
-            return Err(ShardGone);
+            return Started(StartedHow::Gone);
         }
-        let reply = rx.await.map_err(|_| ShardGone)?;
-        Ok(*reply
-            .downcast::<R::Reply>()
-            .expect("a reply has its request's reply type"))
+        Started(StartedHow::Remote(rx))
     }
 
     /// Handles one message from a peer shard: runs a request (in its own task, so a slow one
@@ -145,6 +182,21 @@ impl Shard {
     ) -> Vec<R>
     where
         Q: Request<Reply = Vec<R>>,
+        R: 'static,
+    {
+        self.scatter_start(items, request).await.gather(gone).await
+    }
+
+    /// `scatter`'s first half: every shard's request is on its way when this returns (see
+    /// `start`); `Scattered::gather` waits for the answers.
+    pub async fn scatter_start<T, R, Q>(
+        self: &Rc<Self>,
+        items: Vec<(usize, T)>,
+        request: impl Fn(Vec<T>) -> Q,
+    ) -> Scattered<R>
+    where
+        Q: Request<Reply = Vec<R>>,
+        R: 'static,
     {
         let n = items.len();
         let mut by_shard: Vec<(Vec<usize>, Vec<T>)> = (0..self.router.shards())
@@ -154,16 +206,31 @@ impl Shard {
             by_shard[owner].0.push(i);
             by_shard[owner].1.push(item);
         }
-        let calls = by_shard
+        let mut calls = Vec::new();
+        for (shard, (indexes, items)) in by_shard.into_iter().enumerate() {
+            if !items.is_empty() {
+                calls.push((indexes, self.start(shard, request(items)).await));
+            }
+        }
+        Scattered { n, calls }
+    }
+}
+
+/// Requests started by `scatter_start`, and which item each answer belongs to.
+pub struct Scattered<R> {
+    n: usize,
+    calls: Vec<(Vec<usize>, Started<Vec<R>>)>,
+}
+
+impl<R: 'static> Scattered<R> {
+    /// The answers in the order of the scattered items.
+    pub async fn gather(self, gone: impl Fn() -> R) -> Vec<R> {
+        let replies = self
+            .calls
             .into_iter()
-            .enumerate()
-            .filter(|(_, (_, items))| !items.is_empty())
-            .map(|(shard, (indexes, items))| {
-                let call = self.call(shard, request(items));
-                async move { (indexes, call.await) }
-            });
-        let mut slots: Vec<Option<R>> = (0..n).map(|_| None).collect();
-        for (indexes, reply) in futures::future::join_all(calls).await {
+            .map(|(indexes, call)| async move { (indexes, call.reply().await) });
+        let mut slots: Vec<Option<R>> = (0..self.n).map(|_| None).collect();
+        for (indexes, reply) in futures::future::join_all(replies).await {
             let results = match reply {
                 Ok(results) => results,
                 Err(ShardGone) => indexes.iter().map(|_| gone()).collect(),

@@ -260,19 +260,32 @@ impl Shard {
         timeout_ms: i32,
     ) -> Result<Appended, ResponseError> {
         let appended = partition.append(records).await?;
-        if acks != -1 {
-            return Ok(appended);
+        if acks == -1 {
+            let deadline_ms = self.clock().monotonic_ms() + timeout_ms.max(0) as u64;
+            self.wait_committed(partition, appended.end_offset, deadline_ms)
+                .await?;
         }
-        let deadline_ms = self.clock().monotonic_ms() + timeout_ms.max(0) as u64;
+        Ok(appended)
+    }
+
+    /// Waits until `partition` has committed everything below `end_offset` (an acks=all
+    /// answer), or `deadline_ms` (monotonic): REQUEST_TIMED_OUT. A partition that fails
+    /// meanwhile answers KAFKA_STORAGE_ERROR.
+    pub async fn wait_committed(
+        &self,
+        partition: &Partition,
+        end_offset: i64,
+        deadline_ms: u64,
+    ) -> Result<(), ResponseError> {
         let mut wait = self
-            .wait_for_offset(partition, appended.end_offset, deadline_ms)
+            .wait_for_offset(partition, end_offset, deadline_ms)
             .await;
         if wait == Wait::Refused {
             // The sync is already under way: wait for it without a timeout timer rather than
             // fail a write that is about to become durable. The flusher bounds the wait.
             self.warn_parking_refused("an acks=all produce waits for its sync without a timeout");
             let reached = partition
-                .wait_for_offset(appended.end_offset, futures::future::pending())
+                .wait_for_offset(end_offset, futures::future::pending())
                 .await;
             wait = if reached { Wait::Done } else { Wait::Deadline };
         }
@@ -282,7 +295,7 @@ impl Shard {
         if wait == Wait::Deadline {
             return Err(ResponseError::RequestTimedOut);
         }
-        Ok(appended)
+        Ok(())
     }
 
     /// Waits until `partition`'s high watermark reaches `offset`, or `deadline_ms` (monotonic),

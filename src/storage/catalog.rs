@@ -208,7 +208,8 @@ impl Catalog {
                 decode_record(&raw).map_err(|e| anyhow::anyhow!("catalog {}: {e}", path.display()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogRecord {
-                cluster_id: uuid::Uuid::from_bytes(ids.uuid()).simple().to_string()[..22].to_string(),
+                cluster_id: uuid::Uuid::from_bytes(ids.uuid()).simple().to_string()[..22]
+                    .to_string(),
                 topics: Vec::new(),
                 producer_id_block_end: 0,
             }),

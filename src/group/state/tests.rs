@@ -82,13 +82,6 @@ impl Harness {
             .sync(now, group, member, generation, None, assignments)
     }
 
-    /// A static member's rejoin with its member id.
-    fn rejoin_static(&mut self, group: &str, member: &str, instance: &str) {
-        let Reply::Later(_) = self.join(join_req(group, member, Some(instance))) else {
-            panic!("a known static member's join parks")
-        };
-    }
-
     fn heartbeat(&mut self, group: &str, member: &str, generation: i32) -> i16 {
         let now = self.now();
         self.c.heartbeat(now, group, member, generation, None)

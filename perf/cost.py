@@ -1,0 +1,158 @@
+"""The cost of a byte, against this machine's own limits measured in the same run.
+
+1. `sluice probe`: memcpy and CRC32C speed on one core, and 4 KiB write + fdatasync latency on
+   the data dir's file system.
+2. A fresh broker (2 shards): 1,000,000 records of 1 KiB produced with acks=all by 2 producers
+   over 8 partitions, then all of them consumed by 2 consumers. Broker CPU (utime+stime of the
+   process, every thread, from /proc) per GiB produced and per GiB fetched.
+3. The limits those are compared with: producing a GiB needs at least one copy out of the
+   socket, one CRC32C pass and one copy into the page cache (2/memcpy + 1/crc32c seconds per
+   GiB); fetching one needs one copy (1/memcpy).
+4. Cost per record: 1,000,000 records of 100 B, acks=1, broker CPU per million records, and,
+   with --compare-binary or --tansu, the same for the other broker in the same run.
+
+Usage: perf/run --cost [--records N] [--compare-binary PATH --compare-name NAME] [--tansu PATH]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from matrix import BINARY, ROOT, bench, free_port, start_sluice
+
+GIB = 1 << 30
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def probe(work: Path) -> dict:
+    out = work / "probe.json"
+    subprocess.run([str(BINARY), "probe", "--dir", str(work), "--json", str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def measured(pid: int, run) -> tuple[float, dict]:
+    """Broker CPU seconds spent while `run()` runs, and its report."""
+    before = cpu_seconds(pid)
+    report = run()
+    return cpu_seconds(pid) - before, report
+
+
+def cost_per_byte(proc, bootstrap: str, work: Path, records: int) -> dict:
+    topic = "cost-1k"
+    cpu_p, prod = measured(proc.pid, lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
+                                                    producers=2, partitions=8, message_size=1024, acks="all"))
+    cpu_f, cons = measured(proc.pid, lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
+                                                    consumers=2, **{"from": "earliest"}))
+    assert prod and prod["errors"] == 0 and prod["records"] >= records, prod
+    assert cons and cons["records"] >= records, cons
+    return {"produce_s_per_gib": cpu_p / (prod["bytes"] / GIB), "fetch_s_per_gib": cpu_f / (cons["bytes"] / GIB),
+            "produce_bytes": prod["bytes"], "fetch_bytes": cons["bytes"]}
+
+
+def cost_per_record(pid: int, bootstrap: str, work: Path, records: int) -> float:
+    cpu, r = measured(pid, lambda: bench(bootstrap, "cost-100b", work / "r.json", mode="produce", count=records,
+                                         producers=2, partitions=8, message_size=100, acks="1"))
+    assert r and r["errors"] == 0, r
+    return cpu / (r["records"] / 1e6)
+
+
+def start_tansu(path: str, work: Path):
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    # Its default storage is in memory: it never writes to disk.
+    proc = subprocess.Popen([path, "broker", "--listener-url", url, "--advertised-listener-url", url, "--silent"],
+                            stdout=open(work / "tansu.log", "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    sys.exit("tansu did not start: see tansu.log")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--compare-binary")
+    ap.add_argument("--compare-name", default="other")
+    ap.add_argument("--tansu", help="a tansu binary (in-memory storage) to compare cost per record with")
+    ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sluice-cost-"))
+    limits = probe(work)
+    proc, bootstrap = start_sluice(work / "data", work / "broker.log")
+    try:
+        byte_cost = cost_per_byte(proc, bootstrap, work, a.records)
+        record_cost = {"sluice": cost_per_record(proc.pid, bootstrap, work, a.records)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    others = []
+    if a.compare_binary:
+        others.append((a.compare_name, lambda: start_sluice(work / "data-other", work / "other.log",
+                                                            binary=Path(a.compare_binary))))
+    if a.tansu:
+        others.append(("tansu", lambda: start_tansu(a.tansu, work)))
+    for name, start in others:
+        p, addr = start()
+        try:
+            record_cost[name] = cost_per_record(p.pid, addr, work, a.records)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+    write(a, limits, byte_cost, record_cost)
+
+
+def write(a, limits, byte_cost, record_cost):
+    memcpy, crc = limits["memcpy_gib_per_s"], limits["crc32c_gib_per_s"]
+    produce_limit = 2 / memcpy + 1 / crc
+    fetch_limit = 1 / memcpy
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    lines = [
+        f"# Cost per byte and per record, {datetime.date.today().isoformat()}, commit {commit}", "",
+        f"- Command: `perf/run --cost --records {a.records}"
+        + (f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}" if a.compare_binary else "")
+        + (" --tansu PATH" if a.tansu else "") + "`",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; broker and clients share it.",
+        "- Broker CPU is utime+stime of the broker process (every thread), from /proc.", "",
+        "## This machine's limits (sluice probe, same run)", "",
+        "| memcpy | CRC32C | 4 KiB write+fdatasync p50 | p99 |", "|---|---|---|---|",
+        f"| {memcpy:.2f} GiB/s | {crc:.2f} GiB/s | {limits['fdatasync_4k_p50_ms']:.3f} ms | "
+        f"{limits['fdatasync_4k_p99_ms']:.3f} ms |", "",
+        "## Broker CPU per GiB (1 KiB records: produce acks=all, 2 producers, 8 partitions; then consumed)", "",
+        "| | broker CPU s/GiB | this machine's limit s/GiB | multiple of the limit |", "|---|---|---|---|",
+        f"| produce | {byte_cost['produce_s_per_gib']:.3f} | {produce_limit:.3f} (2 copies + 1 CRC32C) | "
+        f"{byte_cost['produce_s_per_gib'] / produce_limit:.2f}× |",
+        f"| fetch | {byte_cost['fetch_s_per_gib']:.3f} | {fetch_limit:.3f} (1 copy) | "
+        f"{byte_cost['fetch_s_per_gib'] / fetch_limit:.2f}× |", "",
+        f"## Broker CPU per million 100 B records (acks=1, 2 producers, 8 partitions, {a.records:,} records)", "",
+        "| broker | CPU s per million records | ratio to sluice |", "|---|---|---|",
+    ]
+    base = record_cost["sluice"]
+    for name, v in record_cost.items():
+        lines.append(f"| {name} | {v:.3f} | {v / base:.2f} |")
+    lines.append("")
+    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost.md"
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

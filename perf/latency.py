@@ -1,0 +1,147 @@
+"""Latency against throughput, the way the OpenMessaging Benchmark reports it: one paced
+producer of 1 KiB records at fixed rates (1k, 5k, 20k, 50k, 100k, 200k records/s), acks=all
+and acks=1, linger.ms 0 and 5, with a consumer reading along. For each point: the rate
+achieved, produce-to-ack latency and end-to-end (send to receipt) latency, p50, p99 and p99.9,
+both measured from each record's intended send time (no coordinated omission). With
+--compare-to (a running broker) or --compare-binary (another Sluice build) every point runs
+against the other broker right after Sluice.
+
+Writes perf/results/<date>-<commit>-latency.md and a PNG of p99 against rate.
+
+Usage: perf/run --latency [--compare-to HOST:PORT | --compare-binary PATH] [--compare-name NAME]
+"""
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from matrix import ROOT, bench, delete_topic, start_sluice
+
+RATES = [1_000, 5_000, 20_000, 50_000, 100_000, 200_000]
+ACKS = ["all", "1"]
+LINGERS = [0, 5]
+PARTITIONS = 8
+
+
+def point(bootstrap, name, work, a, acks, linger, rate):
+    topic = f"lat-{acks}-{linger}-{rate}-{int(time.time() * 1000)}"
+    r = bench(bootstrap, topic, work / f"{name}.json", mode="e2e", duration=a.duration, warmup=a.warmup,
+              producers=1, consumers=1, partitions=PARTITIONS, message_size=1024, acks=acks,
+              linger_ms=linger, rate=rate)
+    delete_topic(bootstrap, topic)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compare-to")
+    ap.add_argument("--compare-binary")
+    ap.add_argument("--compare-name", default="other")
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--rates", default=",".join(str(r) for r in RATES))
+    ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
+    a = ap.parse_args()
+    rates = [int(r) for r in a.rates.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="sluice-latency-"))
+    proc, sluice = start_sluice(work / "data", work / "broker.log")
+    procs, targets = [proc], [("sluice", sluice)]
+    if a.compare_binary:
+        other, addr = start_sluice(work / "data-other", work / "other.log", binary=Path(a.compare_binary))
+        procs.append(other)
+        targets.append((a.compare_name, addr))
+    elif a.compare_to:
+        targets.append((a.compare_name, a.compare_to))
+    points = []
+    try:
+        for acks in ACKS:
+            for linger in LINGERS:
+                for rate in rates:
+                    row = {"acks": acks, "linger": linger, "rate": rate}
+                    for name, bootstrap in targets:
+                        row[name] = point(bootstrap, name, work, a, acks, linger, rate)
+                    points.append(row)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency"
+    write_markdown(stem.with_suffix(".md"), points, targets, a, commit)
+    plot(stem.with_suffix(".png"), points, targets)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {stem}.md and {stem}.png")
+
+
+def cells(r):
+    if r is None:
+        return ["failed"] * 7
+    ack, e2e = r.get("ack_latency_ms") or {}, r["latency_ms"]
+    return [f"{r['records_per_sec']:,.0f}"] + [f"{ack.get(k, 0):.2f}" for k in ("p50", "p99", "p99_9")] + \
+        [f"{e2e[k]:.2f}" for k in ("p50", "p99", "p99_9")]
+
+
+def write_markdown(path, points, targets, a, commit):
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    names = [n for n, _ in targets]
+    other = ""
+    if a.compare_binary:
+        other = f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}"
+    elif a.compare_to:
+        other = f" --compare-to {a.compare_to} --compare-name {a.compare_name}"
+    lines = [
+        f"# Latency against throughput, {datetime.date.today().isoformat()}, commit {commit}", "",
+        f"- Command: `perf/run --latency{other}` (each point: `sluice bench --mode e2e --rate R --duration {a.duration}"
+        f" --warmup {a.warmup} --producers 1 --consumers 1 --partitions {PARTITIONS} --message-size 1024"
+        " --acks A --linger-ms L`)",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; brokers and clients share it.",
+        "- Latency in ms from each record's intended send time: `ack` to its delivery report, `e2e` to its"
+        " receipt by the consumer. The rate column is what was achieved.", "",
+    ]
+    head = "| acks | linger | rate | " + " | ".join(
+        f"{n} rec/s | {n} ack p50 | {n} ack p99 | {n} ack p99.9 | {n} e2e p50 | {n} e2e p99 | {n} e2e p99.9"
+        for n in names)
+    lines += [head + " |", "|" + "---|" * (3 + 7 * len(names))]
+    for p in points:
+        row = [p["acks"], str(p["linger"]), f"{p['rate']:,}"]
+        for n in names:
+            row += cells(p[n])
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def plot(path, points, targets):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    for i, acks in enumerate(ACKS):
+        for j, linger in enumerate(LINGERS):
+            ax = axes[i][j]
+            mine = [p for p in points if p["acks"] == acks and p["linger"] == linger]
+            for n, _ in targets:
+                for key, style in (("ack_latency_ms", "-"), ("latency_ms", "--")):
+                    pts = [(p["rate"], (p[n] or {}).get(key)) for p in mine]
+                    pts = [(r, l["p99"]) for r, l in pts if l]
+                    if pts:
+                        label = f"{n} {'ack' if key == 'ack_latency_ms' else 'e2e'} p99"
+                        ax.plot([r for r, _ in pts], [l for _, l in pts], style, marker="o", label=label)
+            ax.set(xscale="log", yscale="log", title=f"acks={acks}, linger.ms={linger}",
+                   xlabel="records/s (1 KiB)", ylabel="p99 latency (ms)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
