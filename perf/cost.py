@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -90,30 +91,36 @@ def main():
     ap.add_argument("--compare-binary")
     ap.add_argument("--compare-name", default="other")
     ap.add_argument("--tansu", help="a tansu binary (in-memory storage) to compare cost per record with")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per broker (each figure: the median)")
     ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sluice-cost-"))
     limits = probe(work)
-    proc, bootstrap = start_sluice(work / "data", work / "broker.log")
-    try:
-        byte_cost = cost_per_byte(proc, bootstrap, work, a.records)
-        record_cost = {"sluice": cost_per_record(proc.pid, bootstrap, work, a.records)}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    others = []
+    byte_runs, record_runs = {}, {}
+    starters = [("sluice", lambda: start_sluice(work / "data-sluice", work / "sluice.log"))]
     if a.compare_binary:
-        others.append((a.compare_name, lambda: start_sluice(work / "data-other", work / "other.log",
-                                                            binary=Path(a.compare_binary))))
+        starters.append((a.compare_name, lambda: start_sluice(work / "data-other", work / "other.log",
+                                                              binary=Path(a.compare_binary))))
     if a.tansu:
-        others.append(("tansu", lambda: start_tansu(a.tansu, work)))
-    for name, start in others:
-        p, addr = start()
-        try:
-            record_cost[name] = cost_per_record(p.pid, addr, work, a.records)
-        finally:
-            p.terminate()
-            p.wait(timeout=30)
+        starters.append(("tansu", lambda: start_tansu(a.tansu, work)))
+    for round_ in range(a.rounds):
+        # Alternate the order, so that no broker always runs on a warmer or cooler machine.
+        order = starters if round_ % 2 == 0 else list(reversed(starters))
+        for name, start in order:
+            proc, bootstrap = start()
+            try:
+                if name != "tansu":
+                    byte_runs.setdefault(name, []).append(cost_per_byte(proc, bootstrap, work, a.records))
+                record_runs.setdefault(name, []).append(
+                    cost_per_record(proc.pid, bootstrap, work, a.records))
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+            shutil.rmtree(work / "data-sluice", ignore_errors=True)
+            shutil.rmtree(work / "data-other", ignore_errors=True)
+    record_cost = {name: sorted(v)[len(v) // 2] for name, v in record_runs.items()}
+    byte_cost = {name: {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
+                 for name, runs in byte_runs.items()}
     write(a, limits, byte_cost, record_cost)
 
 
@@ -128,20 +135,28 @@ def write(a, limits, byte_cost, record_cost):
         f"# Cost per byte and per record, {datetime.date.today().isoformat()}, commit {commit}", "",
         f"- Command: `perf/run --cost --records {a.records}"
         + (f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}" if a.compare_binary else "")
-        + (" --tansu PATH" if a.tansu else "") + "`",
+        + (" --tansu PATH" if a.tansu else "") + f" --rounds {a.rounds}`",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; broker and clients share it.",
         "- Broker CPU is utime+stime of the broker process (every thread), from /proc.", "",
         "## This machine's limits (sluice probe, same run)", "",
         "| memcpy | CRC32C | 4 KiB write+fdatasync p50 | p99 |", "|---|---|---|---|",
         f"| {memcpy:.2f} GiB/s | {crc:.2f} GiB/s | {limits['fdatasync_4k_p50_ms']:.3f} ms | "
         f"{limits['fdatasync_4k_p99_ms']:.3f} ms |", "",
-        "## Broker CPU per GiB (1 KiB records: produce acks=all, 2 producers, 8 partitions; then consumed)", "",
-        "| | broker CPU s/GiB | this machine's limit s/GiB | multiple of the limit |", "|---|---|---|---|",
-        f"| produce | {byte_cost['produce_s_per_gib']:.3f} | {produce_limit:.3f} (2 copies + 1 CRC32C) | "
-        f"{byte_cost['produce_s_per_gib'] / produce_limit:.2f}× |",
-        f"| fetch | {byte_cost['fetch_s_per_gib']:.3f} | {fetch_limit:.3f} (1 copy) | "
-        f"{byte_cost['fetch_s_per_gib'] / fetch_limit:.2f}× |", "",
-        f"## Broker CPU per million 100 B records (acks=1, 2 producers, 8 partitions, {a.records:,} records)", "",
+        f"## Broker CPU per GiB (1 KiB records: produce acks=all, 2 producers, 8 partitions; then consumed;"
+        f" median of {a.rounds} runs per broker)", "",
+        "| broker | | broker CPU s/GiB | this machine's limit s/GiB | multiple of the limit |",
+        "|---|---|---|---|---|",
+    ]
+    for name, c in byte_cost.items():
+        lines += [
+            f"| {name} | produce | {c['produce_s_per_gib']:.3f} | {produce_limit:.3f} (2 copies + 1 CRC32C) | "
+            f"{c['produce_s_per_gib'] / produce_limit:.2f}× |",
+            f"| {name} | fetch | {c['fetch_s_per_gib']:.3f} | {fetch_limit:.3f} (1 copy) | "
+            f"{c['fetch_s_per_gib'] / fetch_limit:.2f}× |",
+        ]
+    lines += ["",
+        f"## Broker CPU per million 100 B records (acks=1, 2 producers, 8 partitions, {a.records:,} records;"
+        f" median of {a.rounds} runs per broker, alternating)", "",
         "| broker | CPU s per million records | ratio to sluice |", "|---|---|---|",
     ]
     base = record_cost["sluice"]

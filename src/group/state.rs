@@ -1095,11 +1095,13 @@ impl Coordinator {
         if generation != group.generation {
             return Err(ResponseError::IllegalGeneration);
         }
+        // Kafka's rule (ClassicGroup.validateOffsetCommit): a member of the current generation
+        // may commit while the next rebalance is being prepared (a cooperative consumer commits
+        // what it is about to revoke); only while the assignment is being handed out
+        // (CompletingRebalance) is a commit REBALANCE_IN_PROGRESS.
         match group.state {
-            State::Stable => Ok(()),
-            State::CompletingRebalance | State::PreparingRebalance => {
-                Err(ResponseError::RebalanceInProgress)
-            }
+            State::Stable | State::PreparingRebalance => Ok(()),
+            State::CompletingRebalance => Err(ResponseError::RebalanceInProgress),
             State::Empty | State::Dead => Err(ResponseError::UnknownMemberId),
         }
     }

@@ -1,5 +1,6 @@
 //! FindCoordinator: every group is coordinated by this broker (on the shard that owns its
 //! `__consumer_offsets` partition, which the broker routes to internally). v4 batches keys.
+//! Transaction coordinators are refused until transactions exist.
 
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::OFFSETS_TOPIC;
@@ -16,8 +17,13 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let req: FindCoordinatorRequest = decode(body, version)?;
     let (host, port) = shard.config.advertised();
     let ready = shard.catalog().topics.contains_key(OFFSETS_TOPIC);
-    // Transaction coordinators are not served yet; groups need `__consumer_offsets`.
-    let error = if req.key_type != KEY_TYPE_GROUP || !ready {
+    // Transaction coordinators are not served yet: a transactional client is told so with an
+    // error it does not retry (COORDINATOR_NOT_AVAILABLE would have it wait out its timeout),
+    // the one InitProducerId answers transactional ids with. Groups need `__consumer_offsets`,
+    // created at first start; until then clients retry.
+    let error = if req.key_type != KEY_TYPE_GROUP {
+        ResponseError::TransactionalIdAuthorizationFailed.code()
+    } else if !ready {
         ResponseError::CoordinatorNotAvailable.code()
     } else {
         0

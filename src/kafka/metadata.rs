@@ -97,10 +97,15 @@ fn lookup(
     match found {
         Some(t) => topic_entry(t, node, version),
         None => {
-            let code = if name.is_none() {
-                ResponseError::UnknownTopicId
-            } else {
-                ResponseError::UnknownTopicOrPartition
+            // Kafka answers a name no topic can have INVALID_TOPIC_EXCEPTION, which clients
+            // treat as final; UNKNOWN_TOPIC_OR_PARTITION would have them retry until their
+            // messages time out.
+            let code = match name {
+                None => ResponseError::UnknownTopicId,
+                Some(n) if crate::storage::catalog::validate_topic_name(n).is_err() => {
+                    ResponseError::InvalidTopicException
+                }
+                Some(_) => ResponseError::UnknownTopicOrPartition,
             };
             let mut t = MetadataResponseTopic::default()
                 .with_error_code(code.code())

@@ -6,7 +6,8 @@
 //! appends are sent to their owners in arrival order, and the connection moves on to the next
 //! request while the owners append and, for acks=all, wait for the commit. So one fsync covers
 //! every request a connection has in flight, and a partition's appends keep the order their
-//! requests arrived in (the mesh delivers in order and an owner appends in arrival order).
+//! requests arrived in (the mesh delivers in order, and an owner takes each append's place in
+//! its partition's order as the request arrives: see `ProduceOnOwner`).
 
 use super::Reply;
 use crate::partition::TopicPartition;
@@ -47,9 +48,14 @@ impl ProduceOutcome {
     }
 }
 
-/// Appends to the partitions of one shard, in order, then waits for what `acks` asks: for -1
-/// (all), each append's commit until the deadline (monotonic ms). One outcome per item. None
-/// records: the request's records for that partition were not a record set.
+/// Appends to the partitions of one shard, then waits for what `acks` asks: for -1 (all), each
+/// append's commit until the deadline (monotonic ms). One outcome per item. None records: the
+/// request's records for that partition were not a record set.
+///
+/// `run` takes the request's place in every partition's append order before it returns (see
+/// `Partition::append`), and the owner calls `run` in arrival order, so a connection's
+/// requests land in the order it sent them even when one request's appends wait on another
+/// partition, a roll or the disk. The appends themselves then run concurrently.
 struct ProduceOnOwner {
     acks: i16,
     deadline_ms: u64,
@@ -59,41 +65,51 @@ struct ProduceOnOwner {
 impl Request for ProduceOnOwner {
     type Reply = Vec<ProduceOutcome>;
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<ProduceOutcome>> {
-        Box::pin(async move {
-            let mut appended = Vec::with_capacity(self.items.len());
-            for (tp, records) in self.items {
-                appended.push((tp, append_one(&shard, tp, records).await));
-            }
-            if self.acks != -1 {
-                return appended.into_iter().map(|(_, o)| o).collect();
-            }
-            let deadline_ms = self.deadline_ms;
-            let commits = appended.into_iter().map(|(tp, outcome)| {
+        let (acks, deadline_ms) = (self.acks, self.deadline_ms);
+        let appends: Vec<_> = self
+            .items
+            .into_iter()
+            .map(|(tp, records)| {
                 let shard = shard.clone();
-                async move { committed(&shard, tp, outcome, deadline_ms).await }
-            });
-            futures::future::join_all(commits).await
-        })
+                let append = append_one(&shard, tp, records);
+                async move {
+                    let outcome = append.await;
+                    if acks != -1 {
+                        return outcome;
+                    }
+                    committed(&shard, tp, outcome, deadline_ms).await
+                }
+            })
+            .collect();
+        Box::pin(futures::future::join_all(appends))
     }
 }
 
-async fn append_one(shard: &Shard, tp: TopicPartition, records: Option<Bytes>) -> ProduceOutcome {
+/// Starts one append: its place in the partition's order is taken now.
+fn append_one(
+    shard: &Shard,
+    tp: TopicPartition,
+    records: Option<Bytes>,
+) -> LocalBoxFuture<'static, ProduceOutcome> {
     let Some(partition) = shard.partition(tp) else {
-        return ProduceOutcome::failed(ResponseError::UnknownTopicOrPartition);
+        return Box::pin(async { ProduceOutcome::failed(ResponseError::UnknownTopicOrPartition) });
     };
     let Some(records) = records else {
-        return ProduceOutcome::failed(ResponseError::CorruptMessage);
+        return Box::pin(async { ProduceOutcome::failed(ResponseError::CorruptMessage) });
     };
-    match partition.append(records).await {
-        Ok(a) => ProduceOutcome {
-            error_code: 0,
-            base_offset: a.base_offset,
-            end_offset: a.end_offset,
-            log_append_time_ms: a.log_append_time_ms,
-            log_start_offset: partition.log_start_offset(),
-        },
-        Err(e) => ProduceOutcome::failed(e),
-    }
+    let append = partition.append(records);
+    Box::pin(async move {
+        match append.await {
+            Ok(a) => ProduceOutcome {
+                error_code: 0,
+                base_offset: a.base_offset,
+                end_offset: a.end_offset,
+                log_append_time_ms: a.log_append_time_ms,
+                log_start_offset: partition.log_start_offset(),
+            },
+            Err(e) => ProduceOutcome::failed(e),
+        }
+    })
 }
 
 /// An acks=all outcome: the append's, once its commit is in (or its timeout or storage error).

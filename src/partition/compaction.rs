@@ -151,10 +151,7 @@ impl Partition {
             let Some((meta, segment_done)) = compacted else {
                 continue; // nothing to remove in this one
             };
-            let Ok(_permit) = self.append_lock.acquire_permit(1).await else {
-                std::fs::remove_file(&cleaned)?;
-                return Ok(done); // the partition is closing
-            };
+            let _turn = self.append_lock.lock().await;
             if PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta).await? {
                 done.records_removed += segment_done.records_removed;
                 done.batches_removed += segment_done.batches_removed;

@@ -19,6 +19,7 @@
 pub mod commit;
 pub mod compaction;
 pub mod env;
+pub mod fifo_lock;
 pub mod monitor;
 pub mod retention;
 
@@ -32,7 +33,7 @@ use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
 use commit::CommitRule;
 use env::Environment;
-use glommio::sync::Semaphore;
+use fifo_lock::{FifoLock, Ticket};
 use kafka_protocol::ResponseError;
 use monitor::{OffsetMonitor, Registration, Waiter};
 use std::cell::{Cell, RefCell};
@@ -98,8 +99,8 @@ pub struct Partition {
     id: TopicPartition,
     log: RefCell<PartitionLog>,
     /// Serializes appends (and anything that changes segments) so that offsets, positions and
-    /// writes stay in order.
-    append_lock: Semaphore,
+    /// writes stay in order: in the order `append` was called (see `fifo_lock.rs`).
+    append_lock: FifoLock,
     monitor: Rc<OffsetMonitor>,
     commit_rule: Box<dyn CommitRule>,
     /// The topic's `max.message.bytes`: the largest batch an append takes.
@@ -155,7 +156,7 @@ impl Partition {
                 partition: index,
             },
             log: RefCell::new(log),
-            append_lock: Semaphore::new(1),
+            append_lock: FifoLock::default(),
             monitor: OffsetMonitor::new(),
             commit_rule,
             max_message_bytes: Cell::new(topic.config.max_message_bytes),
@@ -212,13 +213,26 @@ impl Partition {
     /// Appends a producer's batches. Validation errors leave the log untouched; a retried
     /// duplicate of an idempotent batch is answered with its original offsets and nothing is
     /// written. The caller waits for the commit it needs (`wait_for_offset`).
-    pub async fn append(self: &Rc<Self>, records: Bytes) -> Result<Appended, ResponseError> {
+    ///
+    /// The append's place in the partition's order is taken by this call, before the returned
+    /// future first runs: appends called one after another land in that order, whichever of
+    /// their futures the executor polls first.
+    pub fn append(
+        self: &Rc<Self>,
+        records: Bytes,
+    ) -> impl Future<Output = Result<Appended, ResponseError>> + 'static {
+        let turn = self.append_lock.lock();
+        let this = self.clone();
+        async move { this.append_in_turn(records, turn).await }
+    }
+
+    async fn append_in_turn(
+        self: &Rc<Self>,
+        records: Bytes,
+        turn: Ticket,
+    ) -> Result<Appended, ResponseError> {
         let headers = self.validate(&records)?;
-        let _permit = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| ResponseError::KafkaStorageError)?;
+        let _turn = turn.await;
         if self.is_failed() {
             return Err(ResponseError::KafkaStorageError);
         }
@@ -495,7 +509,7 @@ impl Partition {
     /// Syncs and closes the log, writing indexes and the clean-shutdown marker. Waits for the
     /// append in progress, if any.
     pub async fn close(&self) {
-        let _permit = self.append_lock.acquire_permit(1).await;
+        let _turn = self.append_lock.lock().await;
         if let Err(e) = PartitionLog::close(&self.log).await {
             log::error!("closing {}: {e}", self.name);
         }

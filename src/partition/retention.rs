@@ -13,9 +13,7 @@ impl Partition {
     /// Deletes the oldest segments that `policy` lets go. A storage error is logged (rate
     /// limited) and counted; the next pass tries again.
     pub async fn enforce_retention(&self, policy: Policy) {
-        let Ok(_permit) = self.append_lock.acquire_permit(1).await else {
-            return; // the partition is closing
-        };
+        let _turn = self.append_lock.lock().await;
         if self.is_failed() {
             return;
         }
@@ -42,9 +40,7 @@ impl Partition {
         if !deletes {
             return Err(ResponseError::PolicyViolation);
         }
-        let Ok(_permit) = self.append_lock.acquire_permit(1).await else {
-            return Err(ResponseError::KafkaStorageError);
-        };
+        let _turn = self.append_lock.lock().await;
         if self.is_failed() {
             return Err(ResponseError::KafkaStorageError);
         }

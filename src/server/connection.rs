@@ -17,7 +17,7 @@ use crate::shard::Shard;
 use bytes::{Bytes, BytesMut};
 use futures::future::Either;
 use futures::io::{ReadHalf, WriteHalf};
-use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
@@ -194,12 +194,74 @@ async fn read_frame_body(
     frame.extend_from_slice(&ahead.buffered()[..take]);
     ahead.consume(take);
     if take < size {
-        frame.resize(size, 0);
         let config = &conn.shard.config;
         let deadline_ms = conn.shard.clock().monotonic_ms() + config.request_read_timeout_ms;
-        read_before(conn, stream, &mut frame[take..], deadline_ms).await?;
+        fill(conn, stream, &mut frame, size, deadline_ms).await?;
     }
     Ok(frame.freeze())
+}
+
+/// Bytes read through glommio to wait for an empty socket to be readable.
+const WAIT_PIECE_BYTES: usize = 4096;
+
+/// Reads a frame's remaining bytes into its buffer's spare capacity with recv(2) on the
+/// non-blocking socket, so that no pass zeroes the buffer first (a produce request's records
+/// are copied once, from the socket). While the socket is empty, a small zeroed piece is read
+/// through glommio, which waits until the socket is readable.
+async fn fill(
+    conn: &Conn,
+    stream: &mut ReadHalf<TcpStream>,
+    frame: &mut BytesMut,
+    size: usize,
+    deadline_ms: u64,
+) -> Result<(), Stop> {
+    while frame.len() < size {
+        let want = size - frame.len();
+        let spare = frame.spare_capacity_mut();
+        assert!(
+            spare.len() >= want,
+            "the frame's buffer holds the whole frame"
+        );
+        // SAFETY: recv writes at most `want` bytes into the spare capacity, which is ours and
+        // at least that long; only the bytes it reports written are then counted as the
+        // buffer's.
+        let n = unsafe {
+            libc::recv(
+                conn.socket,
+                spare.as_mut_ptr().cast::<libc::c_void>(),
+                want,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            // SAFETY: recv initialized these `n` bytes.
+            unsafe { frame.set_len(frame.len() + n as usize) };
+            continue;
+        }
+        let err = std::io::Error::last_os_error();
+        match (n, err.kind()) {
+            (0, _) => {
+                log::warn!("{}: closing: client vanished mid-request", conn.peer);
+                return Err(Stop);
+            }
+            (_, std::io::ErrorKind::Interrupted) => continue,
+            (_, std::io::ErrorKind::WouldBlock) => {
+                let at = frame.len();
+                frame.resize(at + want.min(WAIT_PIECE_BYTES), 0);
+                let n = within_deadline(conn, stream.read(&mut frame[at..]), deadline_ms).await?;
+                frame.truncate(at + n);
+                if n == 0 {
+                    log::warn!("{}: closing: client vanished mid-request", conn.peer);
+                    return Err(Stop);
+                }
+            }
+            _ => {
+                log::warn!("{}: closing: reading a request failed: {err}", conn.peer);
+                return Err(Stop);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The request a frame holds, or None when the connection must close (logged).
@@ -341,19 +403,8 @@ fn busy(conn: &Conn) -> bool {
     conn.in_flight.available() + 1 < max
 }
 
-/// Fills `buf` before `deadline_ms`, or gives up on the connection: a client that trickles a
-/// request (slowloris) loses it, and one that vanishes mid-request is logged.
-async fn read_before(
-    conn: &Conn,
-    stream: &mut (impl AsyncRead + Unpin),
-    buf: &mut [u8],
-    deadline_ms: u64,
-) -> Result<(), Stop> {
-    within_deadline(conn, stream.read_exact(buf), deadline_ms).await
-}
-
-/// Runs a read of a request's bytes until `deadline_ms` (`request_read_timeout_ms`); past it,
-/// or on an error, the connection closes with a log line.
+/// Runs a read of a request's bytes until `deadline_ms` (`request_read_timeout_ms`): a client
+/// that trickles a request (slowloris) loses it, and one that vanishes mid-request is logged.
 async fn within_deadline<T>(
     conn: &Conn,
     read: impl std::future::Future<Output = std::io::Result<T>>,

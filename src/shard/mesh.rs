@@ -17,7 +17,9 @@ use std::rc::Rc;
 /// Something one shard asks another to do.
 pub trait Request: Send + 'static {
     type Reply: Send + 'static;
-    /// Runs on the target shard.
+    /// Runs on the target shard. The target calls `run` itself (not the future it returns) as
+    /// soon as the request arrives, in arrival order: what `run` does before returning, such
+    /// as taking a place in a queue, keeps the order the requests were sent in.
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply>;
 }
 
@@ -142,14 +144,15 @@ impl Shard {
         Started(StartedHow::Remote(rx))
     }
 
-    /// Handles one message from a peer shard: runs a request (in its own task, so a slow one
-    /// does not hold up the others) or completes a call.
+    /// Handles one message from a peer shard: runs a request (`run` now, in arrival order; its
+    /// future in its own task, so a slow one does not hold up the others) or completes a call.
     pub fn on_mesh_message(self: &Rc<Self>, msg: MeshMsg) {
         match msg.0 {
             Envelope::Request { from, id, request } => {
                 let shard = self.clone();
+                let reply = request.run(shard.clone());
                 glommio::spawn_local(async move {
-                    let reply = request.run(shard.clone()).await;
+                    let reply = reply.await;
                     let senders = shard.mesh.senders.as_ref().expect("mesh");
                     let msg = MeshMsg(Envelope::Reply { id, reply });
                     if senders.send_to(from, msg).await.is_err() {

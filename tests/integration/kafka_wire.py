@@ -55,8 +55,15 @@ def request(api_key: int, version: int, correlation_id: int, body: bytes, client
 
 
 def produce_v3(topic: str, partition: int, records: bytes, acks=-1, timeout_ms=5000) -> bytes:
+    return produce_v3_partitions(topic, [(partition, records)], acks, timeout_ms)
+
+
+def produce_v3_partitions(topic: str, partitions, acks=-1, timeout_ms=5000) -> bytes:
+    """One topic's [(partition, records)], in that order."""
     body = string(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + string(topic)
-    body += struct.pack(">i", 1) + struct.pack(">i", partition) + struct.pack(">i", len(records)) + records
+    body += struct.pack(">i", len(partitions))
+    for partition, records in partitions:
+        body += struct.pack(">i", partition) + struct.pack(">i", len(records)) + records
     return body
 
 
@@ -77,12 +84,22 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def produce_v3_error_code(response: bytes) -> tuple[int, int]:
     """(error_code, base_offset) of the single partition in a Produce v3 response."""
+    return produce_v3_results(response)[0][1:]
+
+
+def produce_v3_results(response: bytes) -> list[tuple[int, int, int]]:
+    """[(partition, error_code, base_offset)] of the single topic in a Produce v3 response."""
     pos = 4  # correlation id
     pos += 4  # topics array length
     name_len = struct.unpack(">h", response[pos:pos + 2])[0]
-    pos += 2 + name_len + 4  # name, partitions array length
-    _index, error, base = struct.unpack(">ihq", response[pos:pos + 14])
-    return error, base
+    pos += 2 + name_len
+    count = struct.unpack(">i", response[pos:pos + 4])[0]
+    pos += 4
+    out = []
+    for _ in range(count):  # index, error, base offset, log append time
+        out.append(struct.unpack(">ihq", response[pos:pos + 14]))
+        pos += 22
+    return out
 
 
 def closed_by_peer(sock: socket.socket, timeout_s=5.0) -> bool:

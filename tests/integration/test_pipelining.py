@@ -1,10 +1,12 @@
 """A connection's requests pipeline: a request waiting for durability (acks=all) or for data
 (a long poll) does not hold up the requests after it, while responses still go out in request
 order and a partition's appends keep the order their requests arrived in."""
+import random
 import socket
 import struct
 
 import ck
+import pytest
 import kafka_wire as kw
 from confluent_kafka import Producer
 
@@ -40,6 +42,44 @@ def test_pipelined_acks_all_produces_answer_in_order_with_dense_offsets(make_bro
     got = ck.consume(broker.bootstrap, "pipe", [0, 1], n)
     for p in (0, 1):
         assert [v for _, _, v, _, _ in got[p]] == [b"v%d" % i for i in range(p, n, 2)]
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_requests_spanning_partitions_keep_each_partitions_order(make_broker, shards):
+    """A request's appends to several partitions of one shard must not let a later request
+    overtake it on a partition while an earlier partition's append waits (a roll, the disk).
+    Small segments make rolls frequent; each request names a random subset of partitions in a
+    random order. On two shards, one request's appends also go to a peer over the mesh."""
+    broker = make_broker(shards=shards)
+    partitions = 4
+    ck.create_topic(broker.bootstrap, "span", partitions, {"segment.bytes": "16384"})
+    s = connect(broker)
+    rng = random.Random(7)
+    n = 1500
+    sent = {p: [] for p in range(partitions)}
+    counts = {}  # (request, partition): records
+    frames = []
+    for i in range(n):
+        chosen = rng.sample(range(partitions), rng.randint(1, partitions))
+        items = []
+        for p in chosen:
+            values = [b"r%d-p%d-%d-" % (i, p, k) + bytes(rng.randrange(300)) for k in range(rng.randint(1, 8))]
+            sent[p].extend(values)
+            counts[i, p] = len(values)
+            items.append((p, kw.record_batch(values)))
+        frames.append(kw.request(0, 3, i, kw.produce_v3_partitions("span", items, acks=-1)))
+    s.sendall(b"".join(frames))
+    next_offset = {p: 0 for p in range(partitions)}
+    for i in range(n):
+        r = kw.read_response(s)
+        assert corr(r) == i
+        for p, error, base in sorted(kw.produce_v3_results(r)):
+            assert error == 0
+            assert base == next_offset[p], f"request {i} overtaken on partition {p}"
+            next_offset[p] = base + counts[i, p]
+    got = ck.consume(broker.bootstrap, "span", list(range(partitions)), sum(map(len, sent.values())))
+    for p in range(partitions):
+        assert [v for _, _, v, _, _ in got[p]] == sent[p], f"partition {p} out of order"
 
 
 def test_a_parked_fetch_does_not_hold_up_the_produce_after_it(make_broker):

@@ -716,6 +716,17 @@ fn commits_are_checked_against_membership_and_generation() {
         h.c.check_commit("g", "x", 1, None),
         Err(ResponseError::UnknownMemberId)
     );
+    // A member of the current generation commits while the next rebalance is prepared (the
+    // commit-on-revoke of cooperative consumers), but not while it completes.
+    let b = h.enter("g");
+    assert_eq!(h.state("g"), State::PreparingRebalance);
+    assert_eq!(h.c.check_commit("g", &a, 1, None), Ok(()));
+    h.rejoin("g", &a);
+    assert_eq!(h.state("g"), State::CompletingRebalance);
+    assert_eq!(
+        h.c.check_commit("g", &b, 2, None),
+        Err(ResponseError::RebalanceInProgress)
+    );
 }
 
 #[test]
