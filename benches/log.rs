@@ -5,7 +5,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sluice::protocol::batch;
 use sluice::storage::log::{LogSettings, PartitionLog};
-use sluice::storage::read::{locate_batches, read_batches};
+use sluice::storage::read::{locate_batches, read_batches, Limit};
 use std::cell::RefCell;
 
 /// 16 records of 1 KiB: a typical librdkafka batch for 1 KiB messages.
@@ -97,7 +97,7 @@ fn append_and_read(c: &mut Criterion) {
                         log.borrow()
                             .batch_start_at_or_before(plan.segment_base, limit)
                     };
-                    let got = read_batches(&plan, offset, 1 << 20, boundary)
+                    let got = read_batches(&plan, offset, Limit::bytes(1 << 20), boundary)
                         .await
                         .unwrap();
                     let mut at = 0;
@@ -123,7 +123,7 @@ fn append_and_read(c: &mut Criterion) {
                         log.borrow()
                             .batch_start_at_or_before(plan.segment_base, limit)
                     };
-                    let span = locate_batches(&plan, offset, 1 << 20, boundary)
+                    let span = locate_batches(&plan, offset, Limit::bytes(1 << 20), boundary)
                         .await
                         .unwrap()
                         .unwrap();

@@ -61,6 +61,7 @@ async fn read_partition(partition: &Partition, latest: &mut Latest) {
                 max_bytes: REPLAY_READ_BYTES,
                 leader_epoch: -1,
                 zero_copy: false,
+                whole_first_batch: true,
             })
             .await;
         let data = match read.records {

@@ -1,6 +1,6 @@
 //! DescribeGroups: state, protocol and members of each group.
 
-use super::{decode, encode, str_bytes, Reply};
+use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::group::{ops, route};
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -23,6 +23,11 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .await
             {
                 Ok(d) => out
+                    .with_authorized_operations(if req.include_authorized_operations {
+                        authorized_operations::group()
+                    } else {
+                        authorized_operations::NOT_REQUESTED
+                    })
                     .with_group_state(str_bytes(d.state))
                     .with_protocol_type(str_bytes(&d.protocol_type))
                     .with_protocol_data(str_bytes(&d.protocol))

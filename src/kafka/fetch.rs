@@ -49,23 +49,59 @@ struct Entry {
     slot: Result<usize, ResponseError>,
 }
 
-/// Reads partitions of one shard; one result per item, in order.
-struct ReadOnOwner(Vec<(TopicPartition, ReadRequest)>);
+/// Reads partitions of one shard; one result per item, in order, within the response's
+/// `max_bytes` (KIP-74): after the first partition that returns records, each read gets what
+/// is left of the budget and no batch past it. Only that first partition's first batch may go
+/// over, so that a consumer always makes progress.
+struct ReadOnOwner {
+    items: Vec<(TopicPartition, ReadRequest)>,
+    max_bytes: usize,
+}
 
 impl Request for ReadOnOwner {
     type Reply = Vec<ReadResult>;
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<ReadResult>> {
         Box::pin(async move {
-            let mut out = Vec::with_capacity(self.0.len());
-            for (tp, read) in self.0 {
-                out.push(match shard.partition(tp) {
+            let mut out = Vec::with_capacity(self.items.len());
+            let mut left_bytes = self.max_bytes;
+            let mut filled = false;
+            for (tp, mut read) in self.items {
+                read.max_bytes = read.max_bytes.min(left_bytes);
+                read.whole_first_batch = !filled;
+                let result = match shard.partition(tp) {
                     Some(p) => p.read(read).await,
                     None => ReadResult::failed(ResponseError::UnknownTopicOrPartition, -1, -1),
-                });
+                };
+                let len = result.records.as_ref().map_or(0, Chunk::len);
+                if len > 0 {
+                    filled = true;
+                    left_bytes = left_bytes.saturating_sub(len);
+                }
+                out.push(result);
             }
             out
         })
     }
+}
+
+/// Holds the whole response to `max_bytes` across shards: each owner kept its own partitions
+/// within it, so in request order, a partition whose records would take the response past it
+/// is answered without records (its offsets and error still go out; it is read next time),
+/// unless nothing came before it. Returns the bytes kept.
+fn hold_to_max_bytes(outcomes: &mut [ReadResult], max_bytes: usize) -> usize {
+    let mut total_bytes = 0usize;
+    for o in outcomes.iter_mut() {
+        let len = o.records.as_ref().map_or(0, Chunk::len);
+        if len == 0 {
+            continue;
+        }
+        if total_bytes > 0 && total_bytes + len > max_bytes {
+            o.records = None;
+        } else {
+            total_bytes += len;
+        }
+    }
+    total_bytes
 }
 
 /// Parks until any listed partition of one shard has data past its offset (or fails), or the
@@ -122,11 +158,12 @@ async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Re
     } else {
         req.max_bytes as usize
     };
-    let (items, mut entries) = route(shard, &catalog, served.partitions, response_max_bytes);
+    let (items, mut entries) = route(shard, &catalog, served.partitions);
     entries.extend(unknown);
     let wait_ms = req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
-    let outcomes = read_or_wait(shard, &items, req.min_bytes.max(0) as usize, deadline_ms).await;
+    let min_bytes = req.min_bytes.max(0) as usize;
+    let outcomes = read_or_wait(shard, &items, min_bytes, response_max_bytes, deadline_ms).await;
     let (session_id, incremental) = (served.session_id, served.incremental);
     let topics = respond(shard, session_id, incremental, entries, outcomes);
     let resp = codec::FetchResponse {
@@ -248,7 +285,6 @@ fn route(
     shard: &Shard,
     catalog: &Catalog,
     partitions: Vec<(Key, Wanted)>,
-    response_max_bytes: usize,
 ) -> (Vec<Item>, Vec<Entry>) {
     let mut items = Vec::new();
     let entries = partitions
@@ -265,9 +301,10 @@ fn route(
                         },
                         read: ReadRequest {
                             offset: wanted.fetch_offset,
-                            max_bytes: (wanted.max_bytes.max(0) as usize).min(response_max_bytes),
+                            max_bytes: wanted.max_bytes.max(0) as usize,
                             leader_epoch: wanted.leader_epoch,
                             zero_copy: shard.config.fetch.zero_copy,
+                            whole_first_batch: true,
                         },
                     });
                     Ok(items.len() - 1)
@@ -292,15 +329,12 @@ async fn read_or_wait(
     shard: &Rc<Shard>,
     items: &[Item],
     min_bytes: usize,
+    max_bytes: usize,
     deadline_ms: u64,
 ) -> Vec<ReadResult> {
     loop {
-        let outcomes = read_all(shard, items).await;
-        let bytes: usize = outcomes
-            .iter()
-            .filter_map(|o| o.records.as_ref())
-            .map(Chunk::len)
-            .sum();
+        let mut outcomes = read_all(shard, items, max_bytes).await;
+        let bytes = hold_to_max_bytes(&mut outcomes, max_bytes);
         let any_error = outcomes.iter().any(|o| o.error_code != 0);
         let expired = shard.clock().monotonic_ms() >= deadline_ms;
         if bytes >= min_bytes.max(1) || any_error || items.is_empty() || expired {
@@ -401,10 +435,11 @@ fn session_error(e: ResponseError, version: i16) -> Vec<Chunk> {
     codec::encode(resp, version).0
 }
 
-async fn read_all(shard: &Rc<Shard>, items: &[Item]) -> Vec<ReadResult> {
+async fn read_all(shard: &Rc<Shard>, items: &[Item], max_bytes: usize) -> Vec<ReadResult> {
     let routed = items.iter().map(|i| (i.owner, (i.tp, i.read))).collect();
+    let request = |items| ReadOnOwner { items, max_bytes };
     shard
-        .scatter(routed, ReadOnOwner, || {
+        .scatter(routed, request, || {
             ReadResult::failed(ResponseError::NotLeaderOrFollower, -1, -1)
         })
         .await

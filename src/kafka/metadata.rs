@@ -2,7 +2,7 @@
 //! this broker: leader, replicas and ISR name `node_id`, and the controller is `node_id` too.
 //! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
 
-use super::{decode, encode, str_bytes, Reply};
+use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp, NewTopic};
 use crate::shard::Shard;
 use crate::storage::catalog::{Catalog, TopicMeta, SINGLE_NODE_LEADER_EPOCH};
@@ -56,7 +56,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     }
     let catalog = shard.catalog();
     let node = shard.config.node_id;
-    let topics = match requested {
+    let mut topics: Vec<MetadataResponseTopic> = match requested {
         None => catalog
             .topics
             .values()
@@ -67,6 +67,11 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .map(|(name, id)| lookup(&catalog, name.as_deref(), id, node, version))
             .collect(),
     };
+    if version >= 8 && req.include_topic_authorized_operations {
+        for t in topics.iter_mut().filter(|t| t.error_code == 0) {
+            t.topic_authorized_operations = authorized_operations::topic();
+        }
+    }
     let (host, port) = shard.config.advertised();
     let mut resp = MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
@@ -79,6 +84,9 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     }
     if version >= 2 {
         resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
+    }
+    if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+        resp.cluster_authorized_operations = authorized_operations::cluster();
     }
     encode(&resp, version)
 }

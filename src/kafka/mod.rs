@@ -3,11 +3,13 @@
 
 pub mod alter_configs;
 pub mod api_versions;
+pub mod authorized_operations;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
@@ -73,6 +75,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -112,6 +115,7 @@ pub async fn dispatch(
         ApiKey::CreateTopics => create_topics::handle(shard, v, body).await,
         ApiKey::DeleteTopics => delete_topics::handle(shard, v, body).await,
         ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
+        ApiKey::DescribeCluster => describe_cluster::handle(shard, v, body).await,
         ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
         ApiKey::FindCoordinator => find_coordinator::handle(shard, v, body).await,
         ApiKey::JoinGroup => join_group::handle(shard, v, body, client_id, peer_host).await,

@@ -10,19 +10,22 @@
 //! its partition's order as the request arrives: see `ProduceOnOwner`).
 
 use super::Reply;
+use crate::partition::ingest::Rejected;
 use crate::partition::TopicPartition;
 use crate::protocol::produce::{self, ProduceRequest};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 /// One partition's answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct ProduceOutcome {
     error_code: i16,
     base_offset: i64,
@@ -30,20 +33,27 @@ struct ProduceOutcome {
     end_offset: i64,
     log_append_time_ms: i64,
     log_start_offset: i64,
+    /// The records a record-level rule refused, and why (v8+); None for other outcomes.
+    rejected: Option<Box<Rejected>>,
 }
 
 impl ProduceOutcome {
     fn failed(e: ResponseError) -> ProduceOutcome {
-        ProduceOutcome::failed_code(e.code())
-    }
-
-    fn failed_code(error_code: i16) -> ProduceOutcome {
         ProduceOutcome {
-            error_code,
+            error_code: e.code(),
             base_offset: -1,
             end_offset: -1,
             log_append_time_ms: -1,
             log_start_offset: -1,
+            rejected: None,
+        }
+    }
+
+    fn rejected(r: Rejected) -> ProduceOutcome {
+        let detailed = !r.record_errors.is_empty() || r.message.is_some();
+        ProduceOutcome {
+            rejected: detailed.then(|| Box::new(r.clone())),
+            ..ProduceOutcome::failed(r.error)
         }
     }
 }
@@ -106,8 +116,9 @@ fn append_one(
                 end_offset: a.end_offset,
                 log_append_time_ms: a.log_append_time_ms,
                 log_start_offset: partition.log_start_offset(),
+                rejected: None,
             },
-            Err(e) => ProduceOutcome::failed(e),
+            Err(r) => ProduceOutcome::rejected(r),
         }
     })
 }
@@ -196,6 +207,29 @@ fn route(shard: &Shard, req: &ProduceRequest) -> (Routed, Slots) {
     (items, slots)
 }
 
+fn partition_response(index: i32, o: ProduceOutcome, version: i16) -> PartitionProduceResponse {
+    let mut r = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(o.error_code)
+        .with_base_offset(o.base_offset)
+        .with_log_append_time_ms(o.log_append_time_ms);
+    if version >= 5 {
+        r = r.with_log_start_offset(o.log_start_offset);
+    }
+    match o.rejected {
+        Some(rejected) if version >= 8 => {
+            let errors = rejected.record_errors.into_iter().map(|e| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(e.batch_index)
+                    .with_batch_index_error_message(Some(super::str_bytes(&e.message)))
+            });
+            r.with_record_errors(errors.collect())
+                .with_error_message(rejected.message.as_deref().map(super::str_bytes))
+        }
+        _ => r,
+    }
+}
+
 /// The response body: per request topic and partition, its outcome or the error found before
 /// routing.
 fn respond(
@@ -212,16 +246,8 @@ fn respond(
             let partitions = row
                 .into_iter()
                 .map(|(index, slot)| {
-                    let o = slot.map_or_else(ProduceOutcome::failed, |i| outcomes[i]);
-                    let mut r = PartitionProduceResponse::default()
-                        .with_index(index)
-                        .with_error_code(o.error_code)
-                        .with_base_offset(o.base_offset)
-                        .with_log_append_time_ms(o.log_append_time_ms);
-                    if version >= 5 {
-                        r = r.with_log_start_offset(o.log_start_offset);
-                    }
-                    r
+                    let o = slot.map_or_else(ProduceOutcome::failed, |i| outcomes[i].clone());
+                    partition_response(index, o, version)
                 })
                 .collect();
             TopicProduceResponse::default()

@@ -25,6 +25,12 @@ const CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 pub struct CleanPolicy {
     pub min_dirty_ratio: f64,
     pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: a segment younger than this is not cleaned yet (nor any after
+    /// it, so what is cleaned stays a prefix of the log).
+    pub min_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty segment older than this is cleaned whatever the
+    /// dirty ratio.
+    pub max_lag_ms: i64,
     /// Memory for the pass's key map (`log.cleaner_dedupe_buffer_bytes`).
     pub dedupe_buffer_bytes: usize,
 }
@@ -40,9 +46,9 @@ struct Closed {
 }
 
 impl Closed {
-    /// Whether the segment is older than `delete_retention_ms`, so its tombstones may go.
-    fn past(&self, delete_retention_ms: i64, now_ms: u64) -> bool {
-        segment::age_ms(self.max_timestamp, self.created_ms, now_ms) > delete_retention_ms
+    /// Whether the segment is older than `age_ms` (by its newest record, or its creation).
+    fn past(&self, age_ms: i64, now_ms: u64) -> bool {
+        segment::age_ms(self.max_timestamp, self.created_ms, now_ms) > age_ms
     }
 }
 
@@ -65,17 +71,21 @@ impl Partition {
     }
 
     async fn try_compact(&self, policy: CleanPolicy) -> std::io::Result<()> {
-        let Some(survey) = self.survey() else {
+        let now_ms = self.env.clock.wall_ms();
+        let Some(survey) = self.survey(policy.min_lag_ms, now_ms) else {
             return Ok(());
         };
         let total: u64 = survey.closed.iter().map(|c| c.size_bytes).sum();
-        let dirty: u64 = survey
-            .closed
-            .iter()
-            .filter(|c| c.base_offset >= survey.cleaned_to)
-            .map(|c| c.size_bytes)
-            .sum();
-        if dirty == 0 || (dirty as f64) < policy.min_dirty_ratio * total as f64 {
+        let dirty = || {
+            survey
+                .closed
+                .iter()
+                .filter(|c| c.base_offset >= survey.cleaned_to)
+        };
+        let dirty_bytes: u64 = dirty().map(|c| c.size_bytes).sum();
+        let overdue = dirty().any(|c| c.past(policy.max_lag_ms, now_ms));
+        let dirty_enough = dirty_bytes as f64 >= policy.min_dirty_ratio * total as f64;
+        if dirty_bytes == 0 || !(dirty_enough || overdue) {
             return Ok(());
         }
         let (map, covered) = learn_keys(&survey.closed, policy.dedupe_buffer_bytes).await?;
@@ -104,8 +114,9 @@ impl Partition {
         Ok(())
     }
 
-    /// The closed segments wholly below the high watermark; None when the log is offline.
-    fn survey(&self) -> Option<Survey> {
+    /// The closed segments wholly below the high watermark, up to the first younger than
+    /// `min_lag_ms`; None when the log is offline.
+    fn survey(&self, min_lag_ms: i64, now_ms: u64) -> Option<Survey> {
         let log = self.log.borrow();
         if log.failed {
             return None;
@@ -122,6 +133,7 @@ impl Partition {
                 max_timestamp: w[0].meta.max_timestamp,
                 file: w[0].file.clone(),
             })
+            .take_while(|c| min_lag_ms <= 0 || c.past(min_lag_ms - 1, now_ms))
             .collect();
         Some(Survey {
             closed,

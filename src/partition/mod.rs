@@ -20,6 +20,7 @@ pub mod commit;
 pub mod compaction;
 pub mod env;
 pub mod fifo_lock;
+pub mod ingest;
 pub mod monitor;
 pub mod retention;
 
@@ -34,6 +35,7 @@ use bytes::Bytes;
 use commit::CommitRule;
 use env::Environment;
 use fifo_lock::{FifoLock, Ticket};
+use ingest::Rejected;
 use kafka_protocol::ResponseError;
 use monitor::{OffsetMonitor, Registration, Waiter};
 use std::cell::{Cell, RefCell};
@@ -71,6 +73,9 @@ pub struct ReadRequest {
     pub leader_epoch: i32,
     /// Answer with a file range to sendfile, not bytes read into memory.
     pub zero_copy: bool,
+    /// Return the first batch even when it is larger than `max_bytes` (KIP-74): true for the
+    /// first partition of a fetch that returns records, false for those after it.
+    pub whole_first_batch: bool,
 }
 
 /// A partition's answer to a read: an error code (0: none), its offsets, and records (None:
@@ -105,6 +110,8 @@ pub struct Partition {
     commit_rule: Box<dyn CommitRule>,
     /// The topic's `max.message.bytes`: the largest batch an append takes.
     max_message_bytes: Cell<u32>,
+    /// The topic's record rules and codec (see `ingest.rs`).
+    rules: Cell<ingest::Rules>,
     /// Whether the partition sits in the flusher's queue.
     queued_for_sync: Cell<bool>,
     env: Rc<Environment>,
@@ -160,6 +167,7 @@ impl Partition {
             monitor: OffsetMonitor::new(),
             commit_rule,
             max_message_bytes: Cell::new(topic.config.max_message_bytes),
+            rules: Cell::new(ingest::Rules::of(&topic.config)),
             queued_for_sync: Cell::new(false),
             env,
         })
@@ -199,6 +207,7 @@ impl Partition {
     pub fn configure(&self, config: &TopicConfig) {
         self.log.borrow_mut().settings = log_settings(config);
         self.max_message_bytes.set(config.max_message_bytes);
+        self.rules.set(ingest::Rules::of(config));
     }
 
     /// Takes the partition out of service (its topic was deleted): every waiter wakes and finds
@@ -210,9 +219,10 @@ impl Partition {
 
     // ---- append ----------------------------------------------------------------------------
 
-    /// Appends a producer's batches. Validation errors leave the log untouched; a retried
-    /// duplicate of an idempotent batch is answered with its original offsets and nothing is
-    /// written. The caller waits for the commit it needs (`wait_for_offset`).
+    /// Appends a producer's batches. Validation errors and the topic's record rules
+    /// (`ingest.rs`) leave the log untouched; a retried duplicate of an idempotent batch is
+    /// answered with its original offsets and nothing is written. The caller waits for the
+    /// commit it needs (`wait_for_offset`).
     ///
     /// The append's place in the partition's order is taken by this call, before the returned
     /// future first runs: appends called one after another land in that order, whichever of
@@ -220,7 +230,7 @@ impl Partition {
     pub fn append(
         self: &Rc<Self>,
         records: Bytes,
-    ) -> impl Future<Output = Result<Appended, ResponseError>> + 'static {
+    ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
         let turn = self.append_lock.lock();
         let this = self.clone();
         async move { this.append_in_turn(records, turn).await }
@@ -230,16 +240,25 @@ impl Partition {
         self: &Rc<Self>,
         records: Bytes,
         turn: Ticket,
-    ) -> Result<Appended, ResponseError> {
+    ) -> Result<Appended, Rejected> {
         let headers = self.validate(&records)?;
         let _turn = turn.await;
         if self.is_failed() {
-            return Err(ResponseError::KafkaStorageError);
+            return Err(ResponseError::KafkaStorageError.into());
         }
         if let Some(duplicate) = self.check_sequence(&headers)? {
             return Ok(duplicate);
         }
         let now_ms = self.env.clock.wall_ms();
+        // Under the turn: one conversion per partition at a time bounds the memory it takes.
+        let (records, headers) = ingest::apply(
+            &self.name,
+            records,
+            headers,
+            &self.rules.get(),
+            now_ms as i64,
+        )?;
+        self.check_size(&headers)?;
         // A failed roll or write changes nothing the partition serves (see
         // PartitionLog::write), so the producer may retry once the disk has room again.
         let offsets: i64 = headers.iter().map(|h| h.last_offset_delta as i64 + 1).sum();
@@ -250,7 +269,7 @@ impl Partition {
         if must_roll {
             if let Err(e) = PartitionLog::roll(&self.log, now_ms).await {
                 self.env.storage_error(&self.name, "roll", &e);
-                return Err(ResponseError::KafkaStorageError);
+                return Err(ResponseError::KafkaStorageError.into());
             }
         }
         let plan = self
@@ -267,7 +286,7 @@ impl Partition {
             if self.is_failed() {
                 self.monitor.wake_all();
             }
-            return Err(ResponseError::KafkaStorageError);
+            return Err(ResponseError::KafkaStorageError.into());
         }
         self.queue_for_sync();
         Ok(appended)
@@ -282,11 +301,17 @@ impl Partition {
                 _ => ResponseError::CorruptMessage,
             }
         })?;
+        self.check_size(&headers)?;
+        Ok(headers)
+    }
+
+    /// The topic's `max.message.bytes`, checked as sent and again after a conversion.
+    fn check_size(&self, headers: &[BatchHeader]) -> Result<(), ResponseError> {
         let max = self.max_message_bytes.get() as usize;
         if headers.iter().any(|h| h.size_bytes > max) {
             return Err(ResponseError::MessageTooLarge);
         }
-        Ok(headers)
+        Ok(())
     }
 
     /// Idempotent batches are checked against the producer's sequence state under the append
@@ -440,11 +465,15 @@ impl Partition {
                 .borrow()
                 .batch_start_at_or_before(plan.segment_base, limit)
         };
+        let limit = read::Limit {
+            max_bytes: req.max_bytes,
+            whole_first_batch: req.whole_first_batch,
+        };
         if !req.zero_copy {
-            let bytes = read::read_batches(plan, req.offset, req.max_bytes, boundary).await?;
-            return Ok(Some(Chunk::Bytes(bytes)));
+            let bytes = read::read_batches(plan, req.offset, limit, boundary).await?;
+            return Ok((!bytes.is_empty()).then_some(Chunk::Bytes(bytes)));
         }
-        match read::locate_batches(plan, req.offset, req.max_bytes, boundary).await? {
+        match read::locate_batches(plan, req.offset, limit, boundary).await? {
             None => Ok(None),
             Some(span) if read::in_page_cache(plan, span) => Ok(Some(Chunk::File(FileSlice {
                 fd: plan.send_fd.clone(),

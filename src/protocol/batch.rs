@@ -17,7 +17,7 @@ pub const HEADER_BYTES: usize = 61;
 pub const LOG_OVERHEAD: usize = 12;
 const CRC_START: usize = 21;
 const ATTR_TIMESTAMP_TYPE: i16 = 1 << 3;
-const ATTR_COMPRESSION_MASK: i16 = 0x7;
+pub const ATTR_COMPRESSION_MASK: i16 = 0x7;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchError {
@@ -280,6 +280,7 @@ const MIN_RECORD_BYTES: usize = 7;
 /// One record of an uncompressed batch.
 pub struct Record<'a> {
     pub offset: i64,
+    pub timestamp: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     /// The whole record as stored, its length prefix included.
@@ -303,7 +304,7 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
         let (len, n) = get_varint(batch.get(at..end)?)?;
         let rec_end = (at + n).checked_add(usize::try_from(len).ok()?)?;
         let mut p = at + n + 1; // attributes
-        let (_, n) = get_varint(batch.get(p..rec_end)?)?; // timestamp delta
+        let (timestamp_delta, n) = get_varint(batch.get(p..rec_end)?)?;
         p += n;
         let (offset_delta, n) = get_varint(batch.get(p..rec_end)?)?;
         p += n;
@@ -340,6 +341,7 @@ pub fn records(batch: &[u8]) -> Option<Vec<Record<'_>>> {
         }
         out.push(Record {
             offset: h.base_offset.checked_add(offset_delta)?,
+            timestamp: h.base_timestamp.checked_add(timestamp_delta)?,
             key: fields[0],
             value: fields[1],
             bytes: batch.get(at..rec_end)?,

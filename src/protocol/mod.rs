@@ -2,6 +2,7 @@
 //! Control-plane messages use the `kafka-protocol` crate.
 pub mod batch;
 pub mod chunk;
+pub mod compression;
 pub mod fetch;
 pub mod frame;
 pub mod produce;

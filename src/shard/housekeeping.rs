@@ -50,6 +50,8 @@ impl Shard {
                     t.config.compacts().then_some(CleanPolicy {
                         min_dirty_ratio: t.config.min_cleanable_dirty_ratio,
                         delete_retention_ms: t.config.delete_retention_ms,
+                        min_lag_ms: t.config.min_compaction_lag_ms,
+                        max_lag_ms: t.config.max_compaction_lag_ms,
                         dedupe_buffer_bytes,
                     })
                 });

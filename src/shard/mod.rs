@@ -259,7 +259,7 @@ impl Shard {
         acks: i16,
         timeout_ms: i32,
     ) -> Result<Appended, ResponseError> {
-        let appended = partition.append(records).await?;
+        let appended = partition.append(records).await.map_err(|r| r.error)?;
         if acks == -1 {
             let deadline_ms = self.clock().monotonic_ms() + timeout_ms.max(0) as u64;
             self.wait_committed(partition, appended.end_offset, deadline_ms)

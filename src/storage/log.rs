@@ -870,6 +870,7 @@ pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::protocol::batch::{self, synthetic};
+    use crate::storage::read::{locate_batches, Limit};
     use std::cell::RefCell;
 
     fn settings(segment_bytes: u64) -> LogSettings {
@@ -916,9 +917,10 @@ mod tests {
                 log.borrow()
                     .batch_start_at_or_before(plan.segment_base, limit)
             };
-            let bytes = crate::storage::read::read_batches(&plan, next, 1 << 20, boundary)
-                .await
-                .unwrap();
+            let bytes =
+                crate::storage::read::read_batches(&plan, next, Limit::bytes(1 << 20), boundary)
+                    .await
+                    .unwrap();
             // A planned read that returns nothing would never end the loop.
             assert!(!bytes.is_empty(), "a read at {next} returned nothing");
             let mut at = 0;
@@ -1037,7 +1039,8 @@ mod tests {
         });
     }
 
-    /// The spans a fetch sends: whole batches, the first one whole even past max_bytes, and
+    /// The spans a fetch sends: whole batches, the first one whole even past max_bytes when the
+    /// limit allows it (else nothing), and
     /// the end found through the index the same as by walking every header.
     #[test]
     fn located_spans_end_at_batch_boundaries() {
@@ -1061,24 +1064,32 @@ mod tests {
             };
             let total: u64 = sizes.iter().sum();
             for max_bytes in [1, 100, 257, 600, 1000, 2500, total - 1, total, total + 5] {
-                let span =
-                    crate::storage::read::locate_batches(&plan, 0, max_bytes as usize, boundary)
-                        .await
-                        .unwrap()
-                        .unwrap();
-                // What a header-by-header walk takes: the first batch, then whole ones that fit.
-                let mut want = sizes[0];
-                for s in &sizes[1..] {
-                    if want + s > max_bytes {
-                        break;
+                for whole_first_batch in [true, false] {
+                    let limit = Limit {
+                        max_bytes: max_bytes as usize,
+                        whole_first_batch,
+                    };
+                    let span = locate_batches(&plan, 0, limit, boundary).await.unwrap();
+                    // What a header-by-header walk takes: the first batch (only if it fits or
+                    // the limit lets it go over), then whole ones that fit.
+                    if sizes[0] > max_bytes && !whole_first_batch {
+                        assert_eq!(span, None, "max_bytes {max_bytes}");
+                        continue;
                     }
-                    want += s;
+                    let mut want = sizes[0];
+                    for s in &sizes[1..] {
+                        if want + s > max_bytes {
+                            break;
+                        }
+                        want += s;
+                    }
+                    let span = span.unwrap();
+                    assert_eq!(
+                        (span.position, span.len),
+                        (0, want),
+                        "max_bytes {max_bytes}"
+                    );
                 }
-                assert_eq!(
-                    (span.position, span.len),
-                    (0, want),
-                    "max_bytes {max_bytes}"
-                );
             }
         });
     }

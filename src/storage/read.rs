@@ -12,9 +12,28 @@ pub struct Span {
     pub len: u64,
 }
 
+/// How much a read returns.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub max_bytes: usize,
+    /// Return the first batch whole even when larger than `max_bytes` (KIP-74: the first
+    /// partition of a fetch that has records, so that a consumer always makes progress).
+    pub whole_first_batch: bool,
+}
+
+impl Limit {
+    /// No bound but `max_bytes`, the first batch whole.
+    pub fn bytes(max_bytes: usize) -> Limit {
+        Limit {
+            max_bytes,
+            whole_first_batch: true,
+        }
+    }
+}
+
 /// Finds the whole batches a fetch returns, reading batch headers only: the batch that holds
-/// `offset`, then as many following batches as fit in `max_bytes`, except that the first batch
-/// is returned whole even when larger (KIP-74), so that a consumer always makes progress.
+/// `offset`, then as many following batches as fit in `max_bytes`. The first batch is returned
+/// whole even when larger if the limit says so; otherwise such a read returns nothing.
 ///
 /// `boundary(limit)` names a batch start at or before `limit` in the plan's segment (from the
 /// sparse offset index), so the end is found with a walk of at most one index interval of
@@ -22,11 +41,11 @@ pub struct Span {
 pub async fn locate_batches(
     plan: &ReadPlan,
     offset: i64,
-    max_bytes: usize,
+    limit: Limit,
     boundary: impl Fn(u64) -> u64,
 ) -> std::io::Result<Option<Span>> {
     let end = plan.position + plan.readable;
-    let max_bytes = max_bytes as u64;
+    let max_bytes = limit.max_bytes as u64;
     // The index entry before `offset` is at most one interval of batches away: skip them.
     let mut start = plan.position;
     let first_len = loop {
@@ -44,6 +63,9 @@ pub async fn locate_batches(
             position: start,
             len: end - start,
         }));
+    }
+    if first_len > max_bytes && !limit.whole_first_batch {
+        return Ok(None);
     }
     if first_len >= max_bytes {
         return Ok(Some(Span {
@@ -71,10 +93,10 @@ pub async fn locate_batches(
 pub async fn read_batches(
     plan: &ReadPlan,
     offset: i64,
-    max_bytes: usize,
+    limit: Limit,
     boundary: impl Fn(u64) -> u64,
 ) -> std::io::Result<Bytes> {
-    match locate_batches(plan, offset, max_bytes, boundary).await? {
+    match locate_batches(plan, offset, limit, boundary).await? {
         Some(span) => read_span(plan, span).await,
         None => Ok(Bytes::new()),
     }

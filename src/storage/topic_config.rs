@@ -51,6 +51,27 @@ pub struct TopicConfig {
     pub min_cleanable_dirty_ratio: f64,
     /// Compaction removes a tombstone once its segment is older than this.
     pub delete_retention_ms: i64,
+    /// `compression.type`: `producer` keeps each batch as sent; a codec name (or
+    /// `uncompressed`) converts batches in any other codec (see `partition/ingest.rs`).
+    pub compression_type: String,
+    /// Compaction leaves segments younger than this alone.
+    pub min_compaction_lag_ms: i64,
+    /// Compaction cleans a dirty segment older than this whatever the dirty ratio.
+    pub max_compaction_lag_ms: i64,
+    /// KIP-937: CreateTime records further before / after the broker's clock are refused.
+    pub timestamp_before_max_ms: i64,
+    pub timestamp_after_max_ms: i64,
+    /// Accepted and reported, and always met: the high watermark never passes a record that
+    /// is not on disk, so every record is flushed before any consumer sees it.
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    /// Accepted and reported, no effect (Kafka 3.x ignores it for the v2 format too).
+    pub message_format_version: String,
+    /// Accepted and reported, no effect: segments grow as they are written.
+    pub preallocate: bool,
+    /// Accepted and reported; no effect until partitions are replicated.
+    pub leader_replication_throttled_replicas: String,
+    pub follower_replication_throttled_replicas: String,
 }
 
 fn integer(key: &str, value: &str, lo: i64, hi: i64) -> Result<i64, String> {
@@ -73,6 +94,22 @@ fn one_of<'a>(key: &str, value: &'a str, allowed: &[&str]) -> Result<&'a str, St
 }
 
 const CLEANUP_POLICIES: &[&str] = &["delete", "compact", "compact,delete", "delete,compact"];
+
+/// A `Kind::Long` key stored in one i64 field, at least `lo`.
+macro_rules! long_key {
+    ($name:literal, $field:ident, $lo:expr) => {
+        Key {
+            name: $name,
+            kind: Kind::Long,
+            read_only: false,
+            apply: |c, v| {
+                c.$field = integer($name, v, $lo, i64::MAX)?;
+                Ok(())
+            },
+            read: |c| c.$field.to_string(),
+        }
+    };
+}
 
 /// Every topic config key Sluice serves.
 pub const KEYS: &[Key] = &[
@@ -176,17 +213,6 @@ pub const KEYS: &[Key] = &[
         read: |c| c.index_interval_bytes.to_string(),
     },
     Key {
-        name: "compression.type",
-        kind: Kind::String,
-        read_only: false,
-        // Batches are stored as the producer compressed them; no re-compression.
-        apply: |_, v| {
-            one_of("compression.type", v, &["producer"])?;
-            Ok(())
-        },
-        read: |_| "producer".to_string(),
-    },
-    Key {
         name: "min.cleanable.dirty.ratio",
         kind: Kind::Double,
         read_only: false,
@@ -211,7 +237,95 @@ pub const KEYS: &[Key] = &[
         },
         read: |c| c.delete_retention_ms.to_string(),
     },
+    Key {
+        name: "compression.type",
+        kind: Kind::String,
+        read_only: false,
+        apply: |c, v| {
+            c.compression_type = one_of("compression.type", v, COMPRESSION_TYPES)?.to_string();
+            Ok(())
+        },
+        read: |c| c.compression_type.clone(),
+    },
+    long_key!("min.compaction.lag.ms", min_compaction_lag_ms, 0),
+    long_key!("max.compaction.lag.ms", max_compaction_lag_ms, 1),
+    long_key!(
+        "message.timestamp.before.max.ms",
+        timestamp_before_max_ms,
+        0
+    ),
+    long_key!("message.timestamp.after.max.ms", timestamp_after_max_ms, 0),
+    long_key!("flush.messages", flush_messages, 1),
+    long_key!("flush.ms", flush_ms, 0),
+    Key {
+        name: "message.format.version",
+        kind: Kind::String,
+        read_only: false,
+        apply: |c, v| {
+            let version_like = v.starts_with(|ch: char| ch.is_ascii_digit())
+                && v.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '.' || ch == '-');
+            if !version_like {
+                return Err(format!(
+                    "invalid value {v:?} for message.format.version: expected a Kafka version such as 3.0-IV1"
+                ));
+            }
+            c.message_format_version = v.to_string();
+            Ok(())
+        },
+        read: |c| c.message_format_version.clone(),
+    },
+    Key {
+        name: "preallocate",
+        kind: Kind::Boolean,
+        read_only: false,
+        apply: |c, v| {
+            c.preallocate = one_of("preallocate", v, &["true", "false"])? == "true";
+            Ok(())
+        },
+        read: |c| c.preallocate.to_string(),
+    },
+    Key {
+        name: "leader.replication.throttled.replicas",
+        kind: Kind::List,
+        read_only: false,
+        apply: |c, v| {
+            c.leader_replication_throttled_replicas = throttled_replicas(v)?;
+            Ok(())
+        },
+        read: |c| c.leader_replication_throttled_replicas.clone(),
+    },
+    Key {
+        name: "follower.replication.throttled.replicas",
+        kind: Kind::List,
+        read_only: false,
+        apply: |c, v| {
+            c.follower_replication_throttled_replicas = throttled_replicas(v)?;
+            Ok(())
+        },
+        read: |c| c.follower_replication_throttled_replicas.clone(),
+    },
 ];
+
+/// `compression.type` values: Kafka's names.
+const COMPRESSION_TYPES: &[&str] = &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"];
+
+/// Kafka's throttled-replica lists: empty, `*`, or `partition:broker` pairs.
+fn throttled_replicas(v: &str) -> Result<String, String> {
+    let pair = |p: &str| {
+        let mut it = p.trim().split(':');
+        let ok = |s: Option<&str>| s.is_some_and(|s| s.parse::<u32>().is_ok());
+        ok(it.next()) && ok(it.next()) && it.next().is_none()
+    };
+    let v = v.trim();
+    if v.is_empty() || v == "*" || v.split(',').all(pair) {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "invalid value {v:?} for a throttled replicas list: expected *, or partition:broker pairs"
+        ))
+    }
+}
 
 /// The table entry for `name`.
 pub fn key(name: &str) -> Option<&'static Key> {
@@ -220,6 +334,8 @@ pub fn key(name: &str) -> Option<&'static Key> {
 
 /// Kafka's default for `delete.retention.ms`: one day.
 const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
+/// Kafka 3.x's default for `message.format.version`.
+const DEFAULT_MESSAGE_FORMAT_VERSION: &str = "3.0-IV1";
 /// Kafka's default for `min.cleanable.dirty.ratio`.
 const DEFAULT_MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
 
@@ -238,6 +354,17 @@ impl TopicConfig {
             index_interval_bytes: log.index_interval_bytes,
             min_cleanable_dirty_ratio: DEFAULT_MIN_CLEANABLE_DIRTY_RATIO,
             delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
+            compression_type: "producer".to_string(),
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: i64::MAX,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            message_format_version: DEFAULT_MESSAGE_FORMAT_VERSION.to_string(),
+            preallocate: false,
+            leader_replication_throttled_replicas: String::new(),
+            follower_replication_throttled_replicas: String::new(),
         }
     }
 
@@ -290,9 +417,19 @@ mod tests {
             ("message.timestamp.type", "LogAppendTime"),
             ("min.insync.replicas", "2"),
             ("index.interval.bytes", "10"),
-            ("compression.type", "producer"),
             ("min.cleanable.dirty.ratio", "0.25"),
             ("delete.retention.ms", "0"),
+            ("compression.type", "zstd"),
+            ("min.compaction.lag.ms", "100"),
+            ("max.compaction.lag.ms", "200"),
+            ("message.timestamp.before.max.ms", "300"),
+            ("message.timestamp.after.max.ms", "400"),
+            ("flush.messages", "1"),
+            ("flush.ms", "1000"),
+            ("message.format.version", "2.8-IV1"),
+            ("preallocate", "true"),
+            ("leader.replication.throttled.replicas", "0:1,1:2"),
+            ("follower.replication.throttled.replicas", "*"),
         ];
         assert_eq!(samples.len(), KEYS.len(), "a sample per key");
         for (name, value) in samples {
@@ -312,7 +449,9 @@ mod tests {
             .contains("retention.ms"));
         assert!(err("segment.bytes", "10").is_err());
         assert!(err("cleanup.policy", "keep").is_err());
-        assert!(err("compression.type", "gzip").is_err());
+        assert!(err("compression.type", "brotli").is_err());
+        assert!(err("message.format.version", "latest").is_err());
+        assert!(err("follower.replication.throttled.replicas", "0-1").is_err());
         assert!(err("min.cleanable.dirty.ratio", "2").is_err());
     }
 }

@@ -36,10 +36,14 @@ def varint(v: int) -> bytes:
     return varint_unsigned((v << 1) ^ (v >> 63))
 
 
-def record_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytes:
+def record_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                 keys=None) -> bytes:
+    """An uncompressed batch of these values; keys: one per value (None: keyless), or all keyless."""
     records = b""
     for i, v in enumerate(values):
-        body = b"\x00" + varint(0) + varint(i) + varint(-1) + varint(len(v)) + v + varint(0)
+        k = keys[i] if keys else None
+        key = varint(-1) if k is None else varint(len(k)) + k
+        body = b"\x00" + varint(0) + varint(i) + key + varint(len(v)) + v + varint(0)
         records += varint(len(body)) + body
     after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
                             base_sequence, len(values)) + records
@@ -102,6 +106,32 @@ def produce_v3_results(response: bytes) -> list[tuple[int, int, int]]:
     return out
 
 
+def nullable_string_at(response: bytes, pos: int) -> tuple[str | None, int]:
+    (n,) = struct.unpack_from(">h", response, pos)
+    if n < 0:
+        return None, pos + 2
+    return response[pos + 2:pos + 2 + n].decode(), pos + 2 + n
+
+
+def produce_v8_result(response: bytes) -> tuple[int, list[tuple[int, str]], str | None]:
+    """(error_code, [(batch_index, message)], error_message) of the single partition of a
+    Produce v8 response (the request body is produce_v3's: v3 to v8 share it)."""
+    pos = 4 + 4  # correlation id, topics array length
+    (name_len,) = struct.unpack_from(">h", response, pos)
+    pos += 2 + name_len + 4  # name, partitions array length
+    _index, error = struct.unpack_from(">ih", response, pos)
+    pos += 4 + 2 + 8 + 8 + 8  # index, error, base offset, log append time, log start offset
+    (count,) = struct.unpack_from(">i", response, pos)
+    pos += 4
+    record_errors = []
+    for _ in range(max(count, 0)):
+        (batch_index,) = struct.unpack_from(">i", response, pos)
+        message, pos = nullable_string_at(response, pos + 4)
+        record_errors.append((batch_index, message))
+    message, _ = nullable_string_at(response, pos)
+    return error, record_errors, message
+
+
 def closed_by_peer(sock: socket.socket, timeout_s=5.0) -> bool:
     sock.settimeout(timeout_s)
     try:
@@ -131,10 +161,12 @@ def fetch_v4_partition(response: bytes) -> tuple[int, int, int]:
     return error, hw, records
 
 
-def fetch_v7(session_id: int, epoch: int, partitions, forgotten=(), max_wait_ms=0, min_bytes=1) -> bytes:
+def fetch_v7(session_id: int, epoch: int, partitions, forgotten=(), max_wait_ms=0, min_bytes=1,
+             max_bytes=1 << 20) -> bytes:
     """A Fetch v7 body (fetch sessions, KIP-227). partitions: [(topic, partition, offset)], each
-    topic's partitions listed together; forgotten: [(topic, [partition])]."""
-    body = struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, 1 << 20, 0, session_id, epoch)
+    topic's partitions listed together, each read up to 1 MiB; forgotten: [(topic, [partition])];
+    max_bytes: the whole response's limit."""
+    body = struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, max_bytes, 0, session_id, epoch)
     topics = {}
     for topic, p, offset in partitions:
         topics.setdefault(topic, []).append((p, offset))

@@ -1,0 +1,42 @@
+//! DescribeCluster (KIP-700): the brokers, the controller and the cluster id, as Metadata
+//! names them, and the cluster's authorized operations when asked. No broker is ever fenced
+//! (v2), so `include_fenced_brokers` changes nothing.
+
+use super::{authorized_operations, decode, encode, str_bytes, Reply};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+/// DescribeCluster v1's endpoint type for brokers (2 is controllers, which KRaft clients may
+/// ask for; this broker is not a separate controller).
+const BROKERS_ENDPOINT: i8 = 1;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: DescribeClusterRequest = decode(body, version)?;
+    let mut resp = DescribeClusterResponse::default();
+    if version >= 1 {
+        resp = resp.with_endpoint_type(req.endpoint_type);
+        if req.endpoint_type != BROKERS_ENDPOINT {
+            let e = ResponseError::UnsupportedEndpointType;
+            return encode(&resp.with_error_code(e.code()), version);
+        }
+    }
+    let (host, port) = shard.config.advertised();
+    let node = shard.config.node_id;
+    resp = resp
+        .with_cluster_id(str_bytes(&shard.catalog().cluster_id))
+        .with_controller_id(BrokerId(node))
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(node))
+            .with_host(str_bytes(&host))
+            .with_port(port)]);
+    resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
+        authorized_operations::cluster()
+    } else {
+        authorized_operations::NOT_REQUESTED
+    };
+    encode(&resp, version)
+}
