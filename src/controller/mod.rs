@@ -7,6 +7,7 @@
 //! `submit` and `allocate_producer_id`, typed requests over the mesh.
 
 pub mod bounds;
+mod broker_configs;
 
 use crate::clock::Ids;
 use crate::shard::mesh::{Request, ShardGone};
@@ -42,6 +43,12 @@ pub enum ControllerOp {
     },
     AlterConfigs {
         topics: Vec<(String, ConfigChange)>,
+        validate_only: bool,
+    },
+    /// Dynamic broker configs of one scope: "" (the whole cluster) or a node id.
+    AlterBrokerConfigs {
+        broker: String,
+        change: ConfigChange,
         validate_only: bool,
     },
 }
@@ -144,6 +151,11 @@ pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             topics,
             validate_only,
         } => alter_configs(shard, &current, &mut record, topics, validate_only),
+        ControllerOp::AlterBrokerConfigs {
+            broker,
+            change,
+            validate_only,
+        } => broker_configs::alter(shard, &current, &mut record, &broker, change, validate_only),
     };
     if !changed {
         return results;
@@ -160,7 +172,7 @@ pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
 /// Persists `record` and installs it on every shard. Err: the outcome of every change in it.
 async fn commit(shard: &Rc<Shard>, record: &CatalogRecord) -> Result<(), Outcome> {
     let config = &shard.config;
-    let next = Catalog::from_record(record, &config.topic_defaults, &config.log).map_err(|e| {
+    let next = Catalog::from_record(record, config).map_err(|e| {
         log::error!("controller: new catalog is invalid: {e}");
         err(ResponseError::InvalidConfig, e)
     })?;
@@ -317,8 +329,7 @@ fn alter_configs(
                 catalog::edit_overrides(&t.configs, &meta.config, &edits)
             }
         };
-        let checked = overrides
-            .and_then(|o| TopicConfig::resolve(&config.topic_defaults, &config.log, &o).map(|_| o));
+        let checked = overrides.and_then(|o| current.resolve_topic(config, &o).map(|_| o));
         match checked {
             Ok(overrides) => {
                 if !validate_only && overrides != t.configs {
@@ -377,7 +388,7 @@ async fn next_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
             log::error!("controller: cannot persist a producer id block: {e}");
             return Err(ResponseError::KafkaStorageError.code());
         }
-        let next = Catalog::from_record(&record, &shard.config.topic_defaults, &shard.config.log)
+        let next = Catalog::from_record(&record, &shard.config)
             .map_err(|_| ResponseError::UnknownServerError.code())?;
         // Only the controller reads the block end; other shards keep their snapshot.
         shard.set_catalog(Arc::new(next));

@@ -1,5 +1,5 @@
-//! AlterConfigs: replaces a topic's config overrides with the given set; keys left out go back
-//! to their defaults. IncrementalAlterConfigs (`incremental_alter_configs.rs`) edits them key by
+//! AlterConfigs: replaces a topic's config overrides (or a broker scope's dynamic configs, see
+//! `storage/broker_config.rs`) with the given set; keys left out go back to their defaults. IncrementalAlterConfigs (`incremental_alter_configs.rs`) edits them key by
 //! key. Both are executed by the controller, which validates the result like CreateTopics does,
 //! persists it, and installs it on every shard; open partitions use the new settings from their
 //! next append or roll, and retention from its next pass.
@@ -32,8 +32,10 @@ macro_rules! resource_responses {
 }
 pub(super) use resource_responses;
 
-/// Kafka's resource type for a topic; the others (broker, broker logger) are not alterable here.
+/// Kafka's resource types: a topic, and a broker (named by its node id, or "" for the
+/// cluster-wide default). Broker loggers are not alterable here.
 const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
 
 /// One resource's outcome: an error code and message.
 pub(super) type Outcome = (i16, Option<String>);
@@ -46,8 +48,8 @@ pub(super) struct Resource {
     pub change: Result<ConfigChange, Outcome>,
 }
 
-/// Runs the topic changes on the controller. Resources other than topics are refused: broker
-/// settings come from the config file. One outcome per resource, in order.
+/// Runs the changes on the controller: topics' in one operation, each broker scope's in one
+/// of its own. One outcome per resource, in order.
 pub(super) async fn alter(
     shard: &Rc<Shard>,
     resources: Vec<Resource>,
@@ -55,20 +57,27 @@ pub(super) async fn alter(
 ) -> Vec<Outcome> {
     let mut decided = Vec::with_capacity(resources.len());
     let mut topics = Vec::new();
+    let node = shard.config.node_id.to_string();
     for r in resources {
-        match r.change {
-            _ if r.resource_type != TOPIC => decided.push(Some((
-                ResponseError::InvalidRequest.code(),
-                Some(
-                    "only topic configs can be altered: broker settings come from the config file"
-                        .into(),
-                ),
-            ))),
-            Ok(change) => {
+        let refused = |m: String| Some((ResponseError::InvalidRequest.code(), Some(m)));
+        match (r.resource_type, r.change) {
+            (_, Err(outcome)) => decided.push(Some(outcome)),
+            (TOPIC, Ok(change)) => {
                 decided.push(None);
                 topics.push((r.name, change));
             }
-            Err(outcome) => decided.push(Some(outcome)),
+            (BROKER, Ok(change)) if r.name.is_empty() || r.name == node => {
+                let op = ControllerOp::AlterBrokerConfigs {
+                    broker: r.name,
+                    change,
+                    validate_only,
+                };
+                decided.push(Some(submit_one(shard, op).await));
+            }
+            (BROKER, Ok(_)) => decided.push(refused(format!("no broker {} here", r.name))),
+            (other, Ok(_)) => {
+                decided.push(refused(format!("resource type {other} cannot be altered")))
+            }
         }
     }
     let n = topics.len();
@@ -89,6 +98,13 @@ pub(super) async fn alter(
         .into_iter()
         .map(|d| d.unwrap_or_else(|| outcomes.next().expect("one outcome per topic")))
         .collect()
+}
+
+async fn submit_one(shard: &Rc<Shard>, op: ControllerOp) -> Outcome {
+    match controller::submit(shard, op).await {
+        Ok(mut o) => o.pop().expect("one outcome for one scope"),
+        Err(_) => (ResponseError::NotController.code(), None),
+    }
 }
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {

@@ -1,14 +1,15 @@
 //! Connection admission: a bound on connections to the broker, in total and per client IP.
 //! Checked once per accepted connection (never on the data path), so one small lock shared by
-//! the shards is enough.
+//! the shards is enough. The bounds are passed in at each admission: they are dynamic broker
+//! configs (`max.connections`, `max.connections.per.ip`), read from the shard's catalog; a
+//! lowered bound refuses new connections and leaves open ones alone, as Kafka does.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
+/// The open connections, in total and per IP.
 pub struct ConnectionLimits {
-    max_total: usize,
-    max_per_ip: usize,
     counts: Mutex<(usize, HashMap<IpAddr, usize>)>,
 }
 
@@ -19,25 +20,27 @@ pub struct Admission {
 }
 
 impl ConnectionLimits {
-    pub fn new(max_total: usize, max_per_ip: usize) -> Arc<ConnectionLimits> {
+    pub fn new() -> Arc<ConnectionLimits> {
         Arc::new(ConnectionLimits {
-            max_total,
-            max_per_ip,
             counts: Mutex::new((0, HashMap::new())),
         })
     }
 
-    /// Admits a connection from `ip`, or says which limit it hit.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, String> {
+    /// Admits a connection from `ip` within these bounds, or says which one it hit.
+    pub fn admit(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        max_total: usize,
+        max_per_ip: usize,
+    ) -> Result<Admission, String> {
         let mut c = self.counts.lock().expect("connection counts lock");
-        if c.0 >= self.max_total {
-            return Err(format!("max_connections ({}) reached", self.max_total));
+        if c.0 >= max_total {
+            return Err(format!("max_connections ({max_total}) reached"));
         }
         let per_ip = c.1.get(&ip).copied().unwrap_or(0);
-        if per_ip >= self.max_per_ip {
+        if per_ip >= max_per_ip {
             return Err(format!(
-                "max_connections_per_ip ({}) reached for {ip}",
-                self.max_per_ip
+                "max_connections_per_ip ({max_per_ip}) reached for {ip}"
             ));
         }
         c.0 += 1;
@@ -68,15 +71,26 @@ mod tests {
 
     #[test]
     fn limits_and_release() {
-        let l = ConnectionLimits::new(3, 2);
+        let l = ConnectionLimits::new();
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let a1 = l.admit(a).unwrap();
-        let _a2 = l.admit(a).unwrap();
-        assert!(l.admit(a).err().unwrap().contains("per_ip"));
-        let _b1 = l.admit(b).unwrap();
-        assert!(l.admit(b).err().unwrap().contains("max_connections (3)"));
+        let a1 = l.admit(a, 3, 2).unwrap();
+        let _a2 = l.admit(a, 3, 2).unwrap();
+        assert!(l.admit(a, 3, 2).err().unwrap().contains("per_ip"));
+        let _b1 = l.admit(b, 3, 2).unwrap();
+        assert!(l
+            .admit(b, 3, 2)
+            .err()
+            .unwrap()
+            .contains("max_connections (3)"));
         drop(a1);
-        let _a3 = l.admit(a).unwrap();
+        let _a3 = l.admit(a, 3, 2).unwrap();
+        // A lowered bound refuses new connections; the open ones stay.
+        assert!(l
+            .admit(b, 2, 2)
+            .err()
+            .unwrap()
+            .contains("max_connections (2)"));
+        assert!(l.admit(b, 4, 1).err().unwrap().contains("per_ip (1)"));
     }
 }

@@ -65,8 +65,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         crate::metrics::serve(listener, metrics.clone(), crate::kafka::api_names())?;
         log::info!("metrics on http://{addr}/metrics");
     }
-    let limits =
-        limits::ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
+    let limits = limits::ConnectionLimits::new();
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
     let mut handles = Vec::with_capacity(shards);
     for id in 0..shards {
@@ -153,8 +152,7 @@ fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
         record.cluster_id,
         record.topics.len()
     );
-    let catalog = Catalog::from_record(&record, &config.topic_defaults, &config.log)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let catalog = Catalog::from_record(&record, config).map_err(|e| anyhow::anyhow!(e))?;
     Ok(Arc::new(catalog))
 }
 
@@ -365,8 +363,13 @@ async fn serve_clients(
         futures::pin_mut!(accept);
         match futures::future::select(accept, stopped).await {
             futures::future::Either::Left((Ok(stream), _)) => {
+                let bounds = shard.catalog().broker;
                 let admitted = match stream.peer_addr() {
-                    Ok(addr) => limits.admit(addr.ip()),
+                    Ok(addr) => limits.admit(
+                        addr.ip(),
+                        bounds.max_connections,
+                        bounds.max_connections_per_ip,
+                    ),
                     Err(e) => Err(format!("no peer address: {e}")),
                 };
                 match admitted {

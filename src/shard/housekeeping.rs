@@ -39,14 +39,17 @@ impl Shard {
         }
     }
 
-    /// Cleans the compacted partitions each `log.cleaner_interval_ms`.
+    /// Cleans the compacted partitions each `log.cleaner.backoff.ms` (the config file's
+    /// `log.cleaner_interval_ms` unless changed dynamically; both cleaner settings are read
+    /// again for every pass).
     pub async fn compact_logs(self: Rc<Self>) {
-        let period_ms = self.config.log.cleaner_interval_ms;
-        let dedupe_buffer_bytes = self.config.log.cleaner_dedupe_buffer_bytes;
         loop {
+            let period_ms = self.catalog().broker.cleaner_backoff_ms;
             self.housekeeping_sleep(period_ms).await;
+            let catalog = self.catalog();
+            let dedupe_buffer_bytes = catalog.broker.cleaner_dedupe_buffer_bytes;
             for p in self.partition_list() {
-                let policy = self.catalog().by_id.get(&p.id().topic_id).and_then(|t| {
+                let policy = catalog.by_id.get(&p.id().topic_id).and_then(|t| {
                     t.config.compacts().then_some(CleanPolicy {
                         min_dirty_ratio: t.config.min_cleanable_dirty_ratio,
                         delete_retention_ms: t.config.delete_retention_ms,

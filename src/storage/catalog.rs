@@ -1,12 +1,14 @@
-//! The topic catalog: names, ids, partition counts and per-topic config overrides.
+//! The topic catalog: names, ids, partition counts and per-topic config overrides, and the
+//! dynamic broker configs (`broker_config.rs`).
 //!
 //! Shard 0 owns the authoritative copy and persists it (rkyv) before a change is acknowledged;
 //! every shard holds an immutable `Arc<Catalog>` snapshot, replaced wholesale when shard 0
 //! broadcasts a change. Readers never take a lock.
 
+use super::broker_config::{self, BrokerSettings};
 use super::topic_config::{self, Kind, TopicConfig};
 use crate::clock::Ids;
-use crate::config::TopicDefaults;
+use crate::config::Config;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +19,7 @@ const FILE_NAME: &str = "catalog.rkyv";
 /// Files written before the header existed are read as version 0 and rewritten as the current
 /// version at the next change.
 const MAGIC: &[u8; 7] = b"SLUICAT";
-const FORMAT_VERSION: u8 = 1;
+const FORMAT_VERSION: u8 = 2;
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
@@ -37,12 +39,65 @@ pub struct TopicRecord {
     pub configs: Vec<(String, String)>,
 }
 
+/// Dynamic broker config overrides (see `broker_config.rs`) for one scope: the whole cluster
+/// ("") or one broker (its node id).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct BrokerConfigRecord {
+    pub broker: String,
+    pub configs: Vec<(String, String)>,
+}
+
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
 pub struct CatalogRecord {
     pub cluster_id: String,
     pub topics: Vec<TopicRecord>,
     /// Producer ids below this may have been handed out; allocation restarts here.
     pub producer_id_block_end: i64,
+    /// Dynamic broker configs, per scope (format version 2 on).
+    pub broker_configs: Vec<BrokerConfigRecord>,
+}
+
+/// The overrides stored for one scope ("" or a node id).
+pub fn scope_configs<'a>(scopes: &'a [BrokerConfigRecord], broker: &str) -> &'a [(String, String)] {
+    scopes
+        .iter()
+        .find(|b| b.broker == broker)
+        .map_or(&[], |b| &b.configs)
+}
+
+/// The catalog layout of format versions 0 and 1, before dynamic broker configs.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+struct CatalogRecordV1 {
+    cluster_id: String,
+    topics: Vec<TopicRecord>,
+    producer_id_block_end: i64,
+}
+
+impl CatalogRecord {
+    /// The dynamic broker overrides that apply to `node_id`: the cluster-wide ones, then the
+    /// broker's own (which win).
+    pub fn broker_overrides(&self, node_id: i32) -> Vec<(String, String)> {
+        let node = node_id.to_string();
+        let mut out = self.scope_configs("").to_vec();
+        out.extend_from_slice(self.scope_configs(&node));
+        out
+    }
+
+    /// The overrides stored for one scope.
+    pub fn scope_configs(&self, broker: &str) -> &[(String, String)] {
+        scope_configs(&self.broker_configs, broker)
+    }
+
+    /// Replaces one scope's overrides (none: the scope is dropped).
+    pub fn set_scope_configs(&mut self, broker: &str, configs: Vec<(String, String)>) {
+        self.broker_configs.retain(|b| b.broker != broker);
+        if !configs.is_empty() {
+            self.broker_configs.push(BrokerConfigRecord {
+                broker: broker.to_string(),
+                configs,
+            });
+        }
+    }
 }
 
 /// How IncrementalAlterConfigs changes one key (Kafka's `AlterConfigOp.OpType`, same numbers).
@@ -77,13 +132,27 @@ pub fn edit_overrides(
     effective: &TopicConfig,
     edits: &[(String, ConfigOp, Option<String>)],
 ) -> Result<Vec<(String, String)>, String> {
+    let lookup = |name: &str| {
+        let key =
+            topic_config::key(name).ok_or_else(|| format!("unknown topic config {name:?}"))?;
+        Ok((key.kind, (key.read)(effective)))
+    };
+    edit_keyed_overrides(current, edits, lookup)
+}
+
+/// `edit_overrides` over any key table: `lookup` gives a key's type and effective value (what
+/// a list operation on a key without an override starts from), or why the key is refused.
+pub fn edit_keyed_overrides(
+    current: &[(String, String)],
+    edits: &[(String, ConfigOp, Option<String>)],
+    lookup: impl Fn(&str) -> Result<(Kind, String), String>,
+) -> Result<Vec<(String, String)>, String> {
     let mut overrides: Vec<(String, String)> = current.to_vec();
     for (i, (name, op, value)) in edits.iter().enumerate() {
         if edits[..i].iter().any(|(k, _, _)| k == name) {
             return Err(format!("{name} is changed twice in one request"));
         }
-        let key =
-            topic_config::key(name).ok_or_else(|| format!("unknown topic config {name:?}"))?;
+        let (kind, effective_value) = lookup(name)?;
         let at = overrides.iter().position(|(k, _)| k == name);
         let new_value = match op {
             ConfigOp::Delete => None,
@@ -93,14 +162,14 @@ pub fn edit_overrides(
                     .ok_or_else(|| format!("{name}: SET needs a value"))?,
             ),
             ConfigOp::Append | ConfigOp::Subtract => {
-                if key.kind != Kind::List {
+                if kind != Kind::List {
                     return Err(format!(
                         "{name} is not a list: it cannot be appended to or subtracted from"
                     ));
                 }
                 let now = match at {
                     Some(j) => overrides[j].1.clone(),
-                    None => (key.read)(effective),
+                    None => effective_value,
                 };
                 Some(edit_list(&now, value.as_deref().unwrap_or_default(), *op))
             }
@@ -155,27 +224,44 @@ impl TopicMeta {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Catalog {
     pub cluster_id: String,
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
     pub by_id: HashMap<TopicId, Arc<TopicMeta>>,
     pub producer_id_block_end: i64,
+    /// Dynamic broker configs as stored, per scope.
+    pub broker_configs: Vec<BrokerConfigRecord>,
+    /// The broker settings in effect (the config file's, with dynamic overrides).
+    pub broker: BrokerSettings,
+    /// The topic config every topic starts from: the config file's defaults with the dynamic
+    /// topic defaults (`log.retention.ms`, ...) applied.
+    pub topic_defaults: TopicConfig,
+    /// Those dynamic topic defaults, as topic keys: topics resolve their overrides after them.
+    dynamic_topic_defaults: Vec<(String, String)>,
 }
 
 impl Catalog {
-    pub fn from_record(
-        record: &CatalogRecord,
-        defaults: &TopicDefaults,
-        log: &crate::config::LogConfig,
-    ) -> Result<Catalog, String> {
+    pub fn from_record(record: &CatalogRecord, config: &Config) -> Result<Catalog, String> {
+        let overrides = record.broker_overrides(config.node_id);
+        let dynamic = broker_config::resolve(config, &overrides)
+            .map_err(|e| format!("dynamic broker configs: {e}"))?;
+        let (defaults, log) = (&config.topic_defaults, &config.log);
+        let topic_defaults = TopicConfig::resolve(defaults, log, &dynamic.topic_defaults)
+            .map_err(|e| format!("dynamic broker configs: {e}"))?;
         let mut c = Catalog {
             cluster_id: record.cluster_id.clone(),
+            topics: BTreeMap::new(),
+            by_id: HashMap::new(),
             producer_id_block_end: record.producer_id_block_end,
-            ..Default::default()
+            broker_configs: record.broker_configs.clone(),
+            broker: dynamic.settings,
+            topic_defaults,
+            dynamic_topic_defaults: dynamic.topic_defaults,
         };
         for t in &record.topics {
-            let config = TopicConfig::resolve(defaults, log, &t.configs)
+            let config = c
+                .resolve_topic(config, &t.configs)
                 .map_err(|e| format!("topic {}: {e}", t.name))?;
             let meta = Arc::new(TopicMeta {
                 name: Arc::from(t.name.as_str()),
@@ -188,11 +274,28 @@ impl Catalog {
         Ok(c)
     }
 
+    /// A topic's config: the config file's defaults, then the dynamic topic defaults, then
+    /// the topic's own overrides.
+    pub fn resolve_topic(
+        &self,
+        config: &Config,
+        overrides: &[(String, String)],
+    ) -> Result<TopicConfig, String> {
+        let all: Vec<(String, String)> = self
+            .dynamic_topic_defaults
+            .iter()
+            .chain(overrides)
+            .cloned()
+            .collect();
+        TopicConfig::resolve(&config.topic_defaults, &config.log, &all)
+    }
+
     pub fn to_record(&self) -> CatalogRecord {
         CatalogRecord {
             cluster_id: self.cluster_id.clone(),
             topics: self.topics.values().map(|t| t.record.clone()).collect(),
             producer_id_block_end: self.producer_id_block_end,
+            broker_configs: self.broker_configs.clone(),
         }
     }
 
@@ -212,6 +315,7 @@ impl Catalog {
                     .to_string(),
                 topics: Vec::new(),
                 producer_id_block_end: 0,
+                broker_configs: Vec::new(),
             }),
             Err(e) => Err(anyhow::anyhow!(
                 "cannot read catalog {}: {e}",
@@ -245,8 +349,8 @@ fn encode_record(record: &CatalogRecord) -> std::io::Result<Vec<u8>> {
 
 /// Reads a catalog file of any version this Sluice knows.
 fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
-    let body = match raw.strip_prefix(MAGIC) {
-        Some([FORMAT_VERSION, body @ ..]) => body,
+    let (version, body) = match raw.strip_prefix(MAGIC) {
+        Some([version, body @ ..]) if *version <= FORMAT_VERSION => (*version, body),
         Some([version, ..]) => {
             return Err(format!(
                 "format version {version} is newer than this Sluice reads ({FORMAT_VERSION})"
@@ -254,12 +358,23 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
         }
         Some([]) => return Err("truncated header".into()),
         // Version 0: the record alone, as written before the header existed.
-        None => raw,
+        None => (0, raw),
     };
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(body);
-    rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned)
-        .map_err(|e| format!("corrupt: {e}"))
+    let corrupt = |e: rkyv::rancor::Error| format!("corrupt: {e}");
+    if version == FORMAT_VERSION {
+        return rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned).map_err(corrupt);
+    }
+    // Versions 0 and 1: no dynamic broker configs yet.
+    let old =
+        rkyv::from_bytes::<CatalogRecordV1, rkyv::rancor::Error>(&aligned).map_err(corrupt)?;
+    Ok(CatalogRecord {
+        cluster_id: old.cluster_id,
+        topics: old.topics,
+        producer_id_block_end: old.producer_id_block_end,
+        broker_configs: Vec::new(),
+    })
 }
 
 /// Kafka's topic name rule: 1..=249 characters of [a-zA-Z0-9._-], not "." or "..".
@@ -289,32 +404,49 @@ mod tests {
 
     #[test]
     fn record_round_trips_through_rkyv() {
+        let topics = vec![TopicRecord {
+            name: "t".into(),
+            id: [3; 16],
+            partitions: 8,
+            configs: vec![("retention.ms".into(), "5".into())],
+        }];
         let rec = CatalogRecord {
             cluster_id: "c".into(),
-            topics: vec![TopicRecord {
-                name: "t".into(),
-                id: [3; 16],
-                partitions: 8,
-                configs: vec![("retention.ms".into(), "5".into())],
-            }],
+            topics: topics.clone(),
             producer_id_block_end: 3000,
+            broker_configs: vec![BrokerConfigRecord {
+                broker: "".into(),
+                configs: vec![("log.retention.ms".into(), "7".into())],
+            }],
         };
         let bytes = encode_record(&rec).unwrap();
-        assert!(bytes.starts_with(b"SLUICAT\x01"));
+        assert!(bytes.starts_with(b"SLUICAT\x02"));
         assert_eq!(decode_record(&bytes), Ok(rec.clone()));
-        // A file from before the header existed still loads.
-        let unversioned = rkyv::to_bytes::<rkyv::rancor::Error>(&rec).unwrap();
-        assert_eq!(decode_record(&unversioned), Ok(rec));
+        // Files of versions 0 (no header) and 1 still load, with no broker configs.
+        let v1 = CatalogRecordV1 {
+            cluster_id: "c".into(),
+            topics,
+            producer_id_block_end: 3000,
+        };
+        let body = rkyv::to_bytes::<rkyv::rancor::Error>(&v1).unwrap();
+        let migrated = CatalogRecord {
+            broker_configs: Vec::new(),
+            ..rec.clone()
+        };
+        assert_eq!(decode_record(&body), Ok(migrated.clone()));
+        let mut v1_file = b"SLUICAT\x01".to_vec();
+        v1_file.extend_from_slice(&body);
+        assert_eq!(decode_record(&v1_file), Ok(migrated));
         // A newer format is refused by name, not misread.
         let mut newer = bytes.clone();
-        newer[7] = 2;
-        assert!(decode_record(&newer).unwrap_err().contains("version 2"));
+        newer[7] = 3;
+        assert!(decode_record(&newer).unwrap_err().contains("version 3"));
         assert!(decode_record(b"SLUICAT").is_err());
     }
 
     #[test]
     fn config_validation() {
-        let d = TopicDefaults::default();
+        let d = crate::config::TopicDefaults::default();
         let l = crate::config::LogConfig::default();
         assert!(TopicConfig::resolve(&d, &l, &[("nope".into(), "1".into())]).is_err());
         assert!(TopicConfig::resolve(&d, &l, &[("retention.ms".into(), "x".into())]).is_err());
@@ -332,7 +464,7 @@ mod tests {
 
     #[test]
     fn incremental_edits() {
-        let d = TopicDefaults::default();
+        let d = crate::config::TopicDefaults::default();
         let l = crate::config::LogConfig::default();
         let current = vec![("retention.ms".to_string(), "5".to_string())];
         let effective = TopicConfig::resolve(&d, &l, &current).unwrap();

@@ -1,4 +1,5 @@
 //! Durable storage: segmented partition logs, their indexes, recovery, and the topic catalog.
+pub mod broker_config;
 pub mod catalog;
 pub mod compaction;
 pub mod index;

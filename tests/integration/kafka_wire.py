@@ -309,3 +309,47 @@ def templates() -> list[bytes]:
         request(22, 1, 9, init_producer_id_v1()),
         request(21, 1, 10, delete_records_v1("storm", {0: 0})),
     ]
+
+
+def incremental_alter_configs_v0(resource_type: int, name: str, edits) -> bytes:
+    """IncrementalAlterConfigs v0 for one resource; edits: [(key, op, value)] (op 0 SET, 1 DELETE)."""
+    body = struct.pack(">i", 1) + struct.pack(">b", resource_type) + string(name) + struct.pack(">i", len(edits))
+    for key, op, value in edits:
+        body += string(key) + struct.pack(">b", op) + string(value)
+    return body + b"\x00"  # validate_only
+
+
+def alter_configs_v0_result(response: bytes) -> tuple[int, str | None]:
+    """(error_code, error_message) of the single resource of an (Incremental)AlterConfigs v0 response."""
+    (error,) = struct.unpack_from(">h", response, 4 + 4 + 4)
+    message, _ = nullable_string_at(response, 4 + 4 + 4 + 2)
+    return error, message
+
+
+def describe_configs_v1(resource_type: int, name: str) -> bytes:
+    return struct.pack(">i", 1) + struct.pack(">b", resource_type) + string(name) + struct.pack(">i", -1) + b"\x00"
+
+
+def describe_configs_v1_result(response: bytes) -> dict:
+    """{key: (value, source, read_only)} of the single resource of a DescribeConfigs v1 response."""
+    pos = 4 + 4 + 4  # correlation id, throttle, results array length
+    (error,) = struct.unpack_from(">h", response, pos)
+    assert error == 0, error
+    _message, pos = nullable_string_at(response, pos + 2)
+    _name, pos = nullable_string_at(response, pos + 1)
+    (count,) = struct.unpack_from(">i", response, pos)
+    pos += 4
+    out = {}
+    for _ in range(count):
+        key, pos = nullable_string_at(response, pos)
+        value, pos = nullable_string_at(response, pos)
+        read_only, source, _sensitive = struct.unpack_from(">?b?", response, pos)
+        pos += 3
+        (synonyms,) = struct.unpack_from(">i", response, pos)
+        pos += 4
+        for _ in range(max(synonyms, 0)):
+            _, pos = nullable_string_at(response, pos)
+            _, pos = nullable_string_at(response, pos)
+            pos += 1
+        out[key] = (value, source, read_only)
+    return out

@@ -66,9 +66,9 @@ def test_incremental_alter_configs(broker):
         KafkaError.INVALID_CONFIG
     assert error_of(lambda: incremental(admin, "nope", ("retention.ms", AlterConfigOpType.SET, "1"))) == \
         KafkaError.UNKNOWN_TOPIC_OR_PART
-    # Broker settings come from the config file, not from AlterConfigs.
+    # Static broker settings come from the config file (dynamic ones: test_conformance.py).
     res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
-        ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("log.dirs", "/elsewhere", incremental_operation=AlterConfigOpType.SET)])
     assert error_of(lambda: admin.incremental_alter_configs([res])[res].result(timeout=10)) == \
         KafkaError.INVALID_REQUEST
     # The change is in the catalog: it survives SIGKILL.

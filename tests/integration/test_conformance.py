@@ -8,7 +8,8 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
-from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (AclOperation, AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                  ConfigSource, NewTopic)
 
 import ck
 import kafka_wire as kw
@@ -228,3 +229,170 @@ def test_authorized_operations_are_reported(make_broker):
     consumer.close()
     group = admin.describe_consumer_groups(["described"], include_authorized_operations=True)["described"].result(10)
     assert set(group.authorized_operations) == {AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE}
+
+
+def broker_resource(name: str, *entries):
+    return ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=op) for k, op, v in entries])
+
+
+def describe_broker(admin, name: str) -> dict:
+    res = ConfigResource(ConfigResource.Type.BROKER, name)
+    return {k: (v.value, v.source, v.is_read_only) for k, v in admin.describe_configs([res])[res].result(10).items()}
+
+
+def wire(broker, api_key: int, version: int, body: bytes):
+    """One (Incremental)AlterConfigs request on its own connection: (error_code, message)."""
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(kw.request(api_key, version, 1, body))
+        return kw.alter_configs_v0_result(kw.read_response(s))
+
+
+def test_dynamic_broker_configs(make_broker):
+    """KIP-226: dynamic broker configs change live for the whole cluster ("") or this broker,
+    show in DescribeConfigs with their source, are topic defaults where Kafka has them, survive
+    a restart, and static ones are refused naming the key."""
+    broker = make_broker(shards=2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ck.create_topic(broker.bootstrap, "inherits", 1)
+    ck.create_topic(broker.bootstrap, "own", 1, config={"retention.ms": "5000"})
+    SET = AlterConfigOpType.SET
+    # The cluster-wide resource is named "", which librdkafka and kafka-python will not send:
+    # on the wire.
+    edits = [("compression.type", 0, "gzip"), ("log.retention.ms", 0, "7200000")]
+    assert wire(broker, 44, 0, kw.incremental_alter_configs_v0(4, "", edits)) == (0, None)
+    res = broker_resource("0", ("log.retention.ms", SET, "3600000"), ("log.cleaner.backoff.ms", SET, "2500"))
+    admin.incremental_alter_configs([res])[res].result(10)
+
+    def check():
+        own = describe_broker(admin, "0")
+        assert own["log.retention.ms"] == ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+        assert own["compression.type"] == ("gzip", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, False)
+        assert own["log.cleaner.backoff.ms"][0] == "2500"
+        assert own["log.dirs"][2] is True, "static keys are read-only"
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+            s.sendall(kw.request(32, 1, 1, kw.describe_configs_v1(4, "")))
+            cluster = kw.describe_configs_v1_result(kw.read_response(s))
+        assert cluster == {"compression.type": ("gzip", 3, False), "log.retention.ms": ("7200000", 3, False)}
+        # Topics without an override follow the broker's defaults; overrides win.
+        assert describe_topic(broker.bootstrap, "inherits")["retention.ms"] == "3600000"
+        assert describe_topic(broker.bootstrap, "own")["retention.ms"] == "5000"
+        assert describe_topic(broker.bootstrap, "inherits")["compression.type"] == "gzip"
+
+    check()
+    # Live: an uncompressed producer's batches are stored gzip on the topic that inherits it.
+    ck.produce(broker.bootstrap, "inherits", 5, 1, compression="none")
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(kw.request(1, 4, 1, kw.fetch_v4("inherits", 0, 0, max_wait_ms=0)))
+        assert {struct.unpack(">h", b[21:23])[0] & 7 for b in kw.fetch_v4_batches(kw.read_response(s))} == {1}
+    broker.stop()
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    check()
+    # Static keys are refused by name, and nothing of the request is applied.
+    res = broker_resource("0", ("log.dirs", SET, "/elsewhere"), ("log.retention.ms", SET, "1"))
+    with pytest.raises(KafkaException) as e:
+        admin.incremental_alter_configs([res])[res].result(10)
+    assert e.value.args[0].code() == KafkaError.INVALID_REQUEST and "log.dirs" in e.value.args[0].str()
+    assert describe_broker(admin, "0")["log.retention.ms"][0] == "3600000"
+    # A bad value names the key; DELETE goes back to the cluster-wide value.
+    res = broker_resource("0", ("log.retention.ms", SET, "soon"))
+    with pytest.raises(KafkaException) as e:
+        admin.incremental_alter_configs([res])[res].result(10)
+    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG and "log.retention.ms" in e.value.args[0].str()
+    res = broker_resource("0", ("log.retention.ms", AlterConfigOpType.DELETE, ""))
+    admin.incremental_alter_configs([res])[res].result(10)
+    assert describe_topic(broker.bootstrap, "inherits")["retention.ms"] == "7200000"
+
+
+def test_connection_limit_changes_live(make_broker):
+    """max.connections.per.ip lowered at runtime refuses new connections past it."""
+    broker = make_broker(shards=1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = broker_resource("0", ("max.connections.per.ip", AlterConfigOpType.SET, "3"))
+    admin.incremental_alter_configs([res])[res].result(10)
+    del admin
+    time.sleep(1)  # the admin client's connections close
+    socks = [socket.create_connection(("127.0.0.1", broker.port), timeout=10) for _ in range(4)]
+    try:
+        for s in socks[:3]:
+            s.sendall(kw.request(18, 0, 1, b""))
+            assert kw.read_response(s)[:4] == struct.pack(">i", 1)
+        assert kw.closed_by_peer(socks[3])
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.parametrize("strategy,revoked", [("cooperative-sticky", 2), ("range", 4)])
+def test_commit_on_revoke(make_broker, strategy, revoked):
+    """The usual commit-on-revoke pattern: a consumer commits in its revoke callback while a
+    second member joins (with the eager protocol, while the group prepares the rebalance).
+    Kafka stores commits from the current generation in Stable and PreparingRebalance alike."""
+    broker = make_broker(shards=2)
+    ck.create_topic(broker.bootstrap, "coop", 4)
+    ck.produce(broker.bootstrap, "coop", 40, 4)
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": "coop", "enable.auto.commit": False,
+            "partition.assignment.strategy": strategy, "auto.offset.reset": "earliest",
+            "heartbeat.interval.ms": 500}
+    committed, errors = [], []
+
+    def on_revoke(consumer, partitions):
+        offsets = [TopicPartition(p.topic, p.partition, 7) for p in partitions]
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+            committed.extend((p.partition, 7) for p in offsets)
+        except KafkaException as e:
+            errors.append(e.args[0])
+
+    a = Consumer(conf)
+    a.subscribe(["coop"], on_revoke=on_revoke)
+    b = None
+    try:
+        deadline = time.monotonic() + 60
+        while len(a.assignment()) < 4 and time.monotonic() < deadline:
+            a.poll(0.2)
+        assert len(a.assignment()) == 4
+        b = Consumer(conf)
+        b.subscribe(["coop"])
+        while (len(a.assignment()), len(b.assignment())) != (2, 2) and time.monotonic() < deadline:
+            a.poll(0.2)
+            b.poll(0.2)
+        assert (len(a.assignment()), len(b.assignment())) == (2, 2)
+        assert not errors, errors
+        assert len(committed) == revoked, "a committed the partitions it gave up"
+        stored = a.committed([TopicPartition("coop", p) for p, _ in committed], timeout=10)
+        assert [tp.offset for tp in stored] == [7] * revoked
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_produce_to_an_invalid_topic_name_fails_at_once(make_broker):
+    """INVALID_TOPIC_EXCEPTION is final for librdkafka: the record fails now, not when
+    message.timeout.ms runs out (UNKNOWN_TOPIC_OR_PARTITION would be retried)."""
+    broker = make_broker(shards=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 120_000})
+    errors = []
+    producer.produce("bad name!", value=b"v", on_delivery=lambda e, m: errors.append(e))
+    assert producer.flush(20) == 0
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_EXCEPTION]
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        body = struct.pack(">i", 1) + kw.string("bad name!")
+        s.sendall(kw.request(3, 1, 1, body))
+        resp = kw.read_response(s)
+        # v1: brokers, controller id, then topics: error code first.
+        assert struct.pack(">h", 17) + kw.string("bad name!") in resp
+
+
+def test_transactional_producer_fails_fast(make_broker):
+    """Until transactions exist, a transactional producer learns so at once with a
+    non-retriable error instead of retrying until its timeout."""
+    broker = make_broker(shards=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-1"})
+    with pytest.raises(KafkaException) as e:
+        producer.init_transactions(30)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

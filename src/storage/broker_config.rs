@@ -1,0 +1,313 @@
+//! Broker configs as AlterConfigs, IncrementalAlterConfigs and DescribeConfigs see them
+//! (KIP-226): the one table of broker keys.
+//!
+//! - Dynamic keys (`DYNAMIC`) may be changed at runtime, for the whole cluster (the resource
+//!   named "") or for one broker (its node id); a broker's own value wins. They are persisted
+//!   in the catalog, so they survive restarts, and installed on every shard with it. Each is
+//!   either a topic default (`log.retention.ms` is the default of `retention.ms`: topics
+//!   without an override of their own follow it) or a broker setting (connection limits, the
+//!   log cleaner).
+//! - Static keys (`STATIC`) come from the config file; they are described, read-only, and a
+//!   change is refused as Kafka refuses it: INVALID_REQUEST, "Cannot update these configs
+//!   dynamically", naming the keys.
+
+use crate::config::Config;
+use crate::storage::topic_config::{self, Kind, TopicConfig};
+
+/// The broker settings dynamic configs change (the rest of the broker's settings are static).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerSettings {
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    pub cleaner_backoff_ms: u64,
+    pub cleaner_dedupe_buffer_bytes: usize,
+}
+
+impl BrokerSettings {
+    /// The config file's values.
+    pub fn of(config: &Config) -> BrokerSettings {
+        BrokerSettings {
+            max_connections: config.max_connections,
+            max_connections_per_ip: config.max_connections_per_ip,
+            cleaner_backoff_ms: config.log.cleaner_interval_ms,
+            cleaner_dedupe_buffer_bytes: config.log.cleaner_dedupe_buffer_bytes,
+        }
+    }
+}
+
+/// What a dynamic key changes.
+enum Target {
+    /// The default of this topic key.
+    Topic(&'static str),
+    /// A broker setting: checks and applies a value (the config file bounds some), and reads it.
+    Broker {
+        kind: Kind,
+        apply: fn(&mut BrokerSettings, &str, &Config) -> Result<(), String>,
+        read: fn(&BrokerSettings) -> String,
+    },
+}
+
+pub struct DynamicKey {
+    pub name: &'static str,
+    target: Target,
+}
+
+fn number(key: &str, value: &str, lo: u64, hi: u64) -> Result<u64, String> {
+    match value.trim().parse::<u64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "invalid value {value:?} for {key}: expected an integer in {lo}..={hi}"
+        )),
+    }
+}
+
+const fn topic(name: &'static str, topic_key: &'static str) -> DynamicKey {
+    DynamicKey {
+        name,
+        target: Target::Topic(topic_key),
+    }
+}
+
+/// Every key that may change at runtime.
+pub const DYNAMIC: &[DynamicKey] = &[
+    topic("log.cleanup.policy", "cleanup.policy"),
+    topic("log.retention.ms", "retention.ms"),
+    topic("log.retention.bytes", "retention.bytes"),
+    topic("log.segment.bytes", "segment.bytes"),
+    topic("log.roll.ms", "segment.ms"),
+    topic("message.max.bytes", "max.message.bytes"),
+    topic("log.message.timestamp.type", "message.timestamp.type"),
+    topic("log.index.interval.bytes", "index.interval.bytes"),
+    topic("compression.type", "compression.type"),
+    topic("min.insync.replicas", "min.insync.replicas"),
+    topic(
+        "log.cleaner.min.cleanable.ratio",
+        "min.cleanable.dirty.ratio",
+    ),
+    topic("log.cleaner.delete.retention.ms", "delete.retention.ms"),
+    topic("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
+    topic("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+    topic(
+        "log.message.timestamp.before.max.ms",
+        "message.timestamp.before.max.ms",
+    ),
+    topic(
+        "log.message.timestamp.after.max.ms",
+        "message.timestamp.after.max.ms",
+    ),
+    topic("log.flush.interval.messages", "flush.messages"),
+    topic("log.flush.interval.ms", "flush.ms"),
+    topic("log.preallocate", "preallocate"),
+    DynamicKey {
+        name: "max.connections",
+        target: Target::Broker {
+            kind: Kind::Int,
+            // The descriptor budget is sized at start-up for the config file's value.
+            apply: |s, v, c| {
+                s.max_connections =
+                    number("max.connections", v, 1, c.max_connections as u64)? as usize;
+                Ok(())
+            },
+            read: |s| s.max_connections.to_string(),
+        },
+    },
+    DynamicKey {
+        name: "max.connections.per.ip",
+        target: Target::Broker {
+            kind: Kind::Int,
+            apply: |s, v, _| {
+                s.max_connections_per_ip =
+                    number("max.connections.per.ip", v, 0, i32::MAX as u64)? as usize;
+                Ok(())
+            },
+            read: |s| s.max_connections_per_ip.to_string(),
+        },
+    },
+    DynamicKey {
+        name: "log.cleaner.backoff.ms",
+        target: Target::Broker {
+            kind: Kind::Long,
+            apply: |s, v, _| {
+                s.cleaner_backoff_ms = number("log.cleaner.backoff.ms", v, 1, i64::MAX as u64)?;
+                Ok(())
+            },
+            read: |s| s.cleaner_backoff_ms.to_string(),
+        },
+    },
+    DynamicKey {
+        name: "log.cleaner.dedupe.buffer.size",
+        target: Target::Broker {
+            kind: Kind::Long,
+            apply: |s, v, _| {
+                let bytes = number("log.cleaner.dedupe.buffer.size", v, 1 << 20, 1 << 40)?;
+                s.cleaner_dedupe_buffer_bytes = bytes as usize;
+                Ok(())
+            },
+            read: |s| s.cleaner_dedupe_buffer_bytes.to_string(),
+        },
+    },
+];
+
+/// A read-only broker key: its type and its value from the config file.
+pub struct StaticKey {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub read: fn(&Config) -> String,
+}
+
+/// The static keys a client may ask about.
+pub const STATIC: &[StaticKey] = &[
+    StaticKey {
+        name: "node.id",
+        kind: Kind::Int,
+        read: |c| c.node_id.to_string(),
+    },
+    StaticKey {
+        name: "broker.id",
+        kind: Kind::Int,
+        read: |c| c.node_id.to_string(),
+    },
+    StaticKey {
+        name: "listeners",
+        kind: Kind::String,
+        read: |c| format!("PLAINTEXT://{}", c.listen),
+    },
+    StaticKey {
+        name: "log.dirs",
+        kind: Kind::String,
+        read: |c| c.data_dir.display().to_string(),
+    },
+    StaticKey {
+        name: "num.partitions",
+        kind: Kind::Int,
+        read: |c| c.topic_defaults.num_partitions.to_string(),
+    },
+    StaticKey {
+        name: "auto.create.topics.enable",
+        kind: Kind::Boolean,
+        read: |c| c.auto_create_topics.to_string(),
+    },
+    StaticKey {
+        name: "socket.request.max.bytes",
+        kind: Kind::Int,
+        read: |c| c.request_max_bytes.to_string(),
+    },
+    StaticKey {
+        name: "connections.max.idle.ms",
+        kind: Kind::Long,
+        read: |c| c.connections_max_idle_ms.to_string(),
+    },
+    StaticKey {
+        name: "offsets.topic.num.partitions",
+        kind: Kind::Int,
+        read: |c| c.offsets_topic_partitions.to_string(),
+    },
+];
+
+pub fn dynamic_key(name: &str) -> Option<&'static DynamicKey> {
+    DYNAMIC.iter().find(|k| k.name == name)
+}
+
+/// The broker key that sets the default of topic key `topic_key`, if any.
+pub fn default_of(topic_key: &str) -> Option<&'static DynamicKey> {
+    DYNAMIC
+        .iter()
+        .find(|k| matches!(k.target, Target::Topic(t) if t == topic_key))
+}
+
+impl DynamicKey {
+    pub fn kind(&self) -> Kind {
+        match &self.target {
+            Target::Topic(t) => topic_config::key(t).expect("mapped to a topic key").kind,
+            Target::Broker { kind, .. } => *kind,
+        }
+    }
+
+    /// The key's effective value: the topic default, or the broker setting.
+    pub fn read(&self, settings: &BrokerSettings, topic_defaults: &TopicConfig) -> String {
+        match &self.target {
+            Target::Topic(t) => (topic_config::key(t).expect("mapped").read)(topic_defaults),
+            Target::Broker { read, .. } => read(settings),
+        }
+    }
+}
+
+/// The dynamic overrides in effect, resolved: the broker settings, and the topic-key
+/// defaults that topics resolve their own overrides on top of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub settings: BrokerSettings,
+    pub topic_defaults: Vec<(String, String)>,
+}
+
+/// Applies `overrides` (Kafka key, value), in order, over the config file's values. Errors
+/// name the key: one that is not dynamic, or a value its check refuses.
+pub fn resolve(config: &Config, overrides: &[(String, String)]) -> Result<Resolved, String> {
+    let mut settings = BrokerSettings::of(config);
+    let mut topic_defaults = Vec::new();
+    for (name, value) in overrides {
+        let key = dynamic_key(name).ok_or_else(|| not_dynamic(&[name.as_str()]))?;
+        match &key.target {
+            Target::Topic(t) => {
+                let mut scratch = TopicConfig::defaults(&config.topic_defaults, &config.log);
+                let topic_key = topic_config::key(t).expect("mapped");
+                (topic_key.apply)(&mut scratch, value).map_err(|e| format!("{name}: {e}"))?;
+                topic_defaults.push((t.to_string(), value.clone()));
+            }
+            Target::Broker { apply, .. } => apply(&mut settings, value, config)?,
+        }
+    }
+    Ok(Resolved {
+        settings,
+        topic_defaults,
+    })
+}
+
+/// Kafka's message for keys that cannot change at runtime.
+pub fn not_dynamic(names: &[&str]) -> String {
+    format!(
+        "Cannot update these configs dynamically: [{}]",
+        names.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dynamic_key_resolves_and_reads_back() {
+        let config = Config::default();
+        let samples = [
+            ("log.retention.ms", "5000"),
+            ("compression.type", "lz4"),
+            ("log.cleanup.policy", "compact"),
+            ("max.connections", "10"),
+            ("max.connections.per.ip", "3"),
+            ("log.cleaner.backoff.ms", "250"),
+            ("log.cleaner.dedupe.buffer.size", "2097152"),
+        ];
+        for (name, value) in samples {
+            let r = resolve(&config, &[(name.into(), value.into())]).unwrap();
+            let settings = r.settings;
+            let topic =
+                TopicConfig::resolve(&config.topic_defaults, &config.log, &r.topic_defaults)
+                    .unwrap();
+            assert_eq!(dynamic_key(name).unwrap().read(&settings, &topic), value);
+        }
+        for k in DYNAMIC {
+            let _ = k.kind(); // every topic mapping names a real topic key
+        }
+    }
+
+    #[test]
+    fn static_keys_and_bad_values_are_refused_by_name() {
+        let config = Config::default();
+        let err = resolve(&config, &[("log.dirs".into(), "/x".into())]).unwrap_err();
+        assert!(err.contains("Cannot update these configs dynamically: [log.dirs]"));
+        let err = resolve(&config, &[("log.retention.ms".into(), "soon".into())]).unwrap_err();
+        assert!(err.contains("log.retention.ms"));
+        let above = (config.max_connections + 1).to_string();
+        assert!(resolve(&config, &[("max.connections".into(), above)]).is_err());
+    }
+}
