@@ -1,11 +1,14 @@
 //! Record batches as a producer sends them: split and validate, then read the records of each
-//! valid batch, then compact them as a segment (every batch left must still validate). The
-//! first byte chooses whether the CRC is fixed up first, so that the fuzzer also reaches the
-//! code behind the CRC check.
+//! valid batch, then compact them as a segment (every batch left must still validate), then
+//! apply a topic's append rules (keys, timestamps, conversion to a codec: every batch that
+//! comes out must validate). The first byte chooses whether the CRC is fixed up first, so
+//! that the fuzzer also reaches the code behind the CRC check, and which rules apply.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use sluice::partition::ingest::{self, Rules};
 use sluice::protocol::batch;
+use sluice::protocol::compression::Codec;
 use sluice::storage::compaction::{compact, KeyMap};
 
 fuzz_target!(|data: &[u8]| {
@@ -21,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = batch::parse_header(&buf);
     if let Ok(headers) = batch::validate_all(&buf) {
         let mut at = 0;
-        for h in headers {
+        for h in headers.iter() {
             assert!(
                 at + h.size_bytes <= buf.len(),
                 "validate_all returned a batch past the input"
@@ -41,6 +44,17 @@ fuzz_target!(|data: &[u8]| {
             let size = batch::peek_size(&out[at..]).expect("compaction writes whole batches");
             batch::validate(&out[at..at + size]).expect("a compacted batch is valid");
             at += size;
+        }
+        let rules = Rules {
+            compacted: mode & 4 != 0,
+            codec: Codec::from_id(((mode >> 3) & 7) as i16), // 5..=7: keep the producer's
+            log_append_time: false,
+            timestamp_before_max_ms: if mode & 0x40 != 0 { 1000 } else { i64::MAX },
+            timestamp_after_max_ms: if mode & 0x80 != 0 { 1000 } else { i64::MAX },
+        };
+        let now_ms = 1_700_000_000_000;
+        if let Ok((out, hs)) = ingest::apply("fuzz", buf.clone().into(), headers, &rules, now_ms) {
+            assert_eq!(batch::validate_all(&out).as_deref(), Ok(&hs[..]));
         }
     }
 });

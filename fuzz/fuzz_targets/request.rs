@@ -53,6 +53,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(body, v),
         ApiKey::AlterConfigs => decode::<AlterConfigsRequest>(body, v),
         ApiKey::IncrementalAlterConfigs => decode::<IncrementalAlterConfigsRequest>(body, v),
+        ApiKey::DescribeCluster => decode::<DescribeClusterRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

@@ -103,26 +103,26 @@ pub fn apply(
     for h in &headers {
         let raw = &records[at..at + h.size_bytes];
         at += h.size_bytes;
-        let plain = if rules.reads_records() {
-            let plain = decompressed(name, raw, h)?;
-            check_records(name, &plain, rules, now_ms)?;
-            Some(plain)
-        } else {
-            None
-        };
+        let converts = converts(h);
+        if !rules.reads_records() && !converts {
+            out.extend_from_slice(raw);
+            continue;
+        }
+        // Whatever the rule, the records inside are parsed: a compressed batch whose records
+        // do not parse is refused, not stored or converted.
+        let plain = decompressed(name, raw, h)?;
+        check_records(name, &plain, rules, now_ms)?;
         match rules.codec {
-            Some(to) if to as i16 != h.compression() => {
-                let (source, source_header) = match &plain {
-                    Some(p) => (&p[..], batch::parse_header(p).expect("converted above")),
-                    None => (raw, *h),
-                };
-                out.extend(convert(name, source, &source_header, to)?);
+            Some(to) if converts => {
+                let plain_header = batch::parse_header(&plain).expect("converted above");
+                out.extend(convert(name, &plain, &plain_header, to)?);
             }
             _ => out.extend_from_slice(raw),
         }
     }
     let out = Bytes::from(out);
-    let headers = batch::validate_all(&out).expect("converted batches are valid");
+    let headers =
+        batch::validate_all(&out).expect("batches whose records parse convert to valid batches");
     Ok((out, headers))
 }
 
@@ -149,7 +149,7 @@ fn convert(name: &str, raw: &[u8], h: &BatchHeader, to: Codec) -> Result<Vec<u8>
     })
 }
 
-/// Checks each record of an uncompressed batch against the record rules.
+/// Parses each record of an uncompressed batch and checks it against the record rules.
 fn check_records(name: &str, plain: &[u8], rules: &Rules, now_ms: i64) -> Result<(), Rejected> {
     let Some(records) = batch::records(plain) else {
         log::warn!("produce to {name}: a record does not parse");
@@ -278,6 +278,37 @@ mod tests {
             ..bounded
         };
         assert!(run(build(&[(None, Some(b"v"))], 0), stamped).is_ok());
+    }
+
+    /// A compressed batch whose records do not fill it (its count promises more) is refused
+    /// whatever the rules: found by fuzzing, it used to become an invalid stored batch.
+    #[test]
+    fn compressed_records_that_do_not_parse_are_refused() {
+        let raw = build(&[(None, Some(b"a")), (None, Some(b"b"))], NOW_MS);
+        let h = validate_all(&raw).unwrap()[0];
+        let mut zipped = compression::convert(&raw, &h, Codec::Gzip, 1 << 20).unwrap();
+        zipped[57..61].copy_from_slice(&3i32.to_be_bytes()); // one record more than inside
+        zipped[23..27].copy_from_slice(&2i32.to_be_bytes()); // lastOffsetDelta to match
+        batch::seal(&mut zipped);
+        for rules in [
+            Rules {
+                codec: Some(Codec::None),
+                ..rules()
+            },
+            Rules {
+                compacted: true,
+                ..rules()
+            },
+        ] {
+            assert_eq!(
+                run(zipped.clone(), rules).unwrap_err().error,
+                ResponseError::CorruptMessage
+            );
+        }
+        assert!(
+            run(zipped, rules()).is_ok(),
+            "no rule: stored as sent, as before"
+        );
     }
 
     #[test]

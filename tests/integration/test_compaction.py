@@ -146,3 +146,29 @@ def test_a_deleted_key_goes_entirely_after_delete_retention_ms(make_broker):
     left = below_active_segment()
     assert (b"kept", b"value") in left
     assert {k for k, _ in left} <= {b"kept"} | {b"filler-%d" % i for i in range(300)}
+
+
+def test_min_compaction_lag_holds_young_segments_back(make_broker):
+    """min.compaction.lag.ms: segments whose newest record is younger are not cleaned; once the
+    lag is lowered they are."""
+    config, metrics_addr = metrics_config(CONFIG)
+    broker = make_broker(config=config)
+    bootstrap = broker.bootstrap
+    ck.create_topic(bootstrap, "lag", 1, {"cleanup.policy": "compact", "segment.bytes": "16384",
+                                           "min.cleanable.dirty.ratio": "0", "min.compaction.lag.ms": "3600000"})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 4096, "linger.ms": 2})
+    for rnd in range(50):
+        for k in range(40):
+            producer.produce("lag", key=b"key-%d" % k, value=b"v-%d-%d" % (rnd, k) + b"x" * 100, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert len(segment_bases(broker, "lag", 0)) > 3
+    time.sleep(2)  # ten cleaner passes
+    assert total(metrics_addr, "sluice_compaction_records_removed_total") == 0
+    assert len(read_all(bootstrap, "lag", 0)) == 2000
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "lag", incremental_configs=[
+        ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=10)
+    wait_until(lambda: total(metrics_addr, "sluice_compaction_records_removed_total") > 0,
+               what="the segments to be cleaned once the lag allows it")

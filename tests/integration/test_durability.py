@@ -1,8 +1,12 @@
 """SIGKILL mid-load, torn tails, clean restarts: no acknowledged record is lost."""
+import tarfile
 import threading
 import time
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import ConfigResource
 
 import ck
 from records import check_partition, expected_by_partition, record
@@ -132,21 +136,34 @@ def test_topics_survive_restart(broker):
     assert md.topics["keep"].partitions[0].leader == 0
 
 
-def test_a_catalog_from_before_its_version_header_still_loads(broker):
-    """Data dirs written before the catalog had a format header (version 0: the rkyv record
-    alone) load, and are rewritten with the header at the next change."""
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_data_dir_from_an_older_catalog_format_still_loads(make_broker, tmp_path, version):
+    """Data dirs written by earlier Sluices load: catalog format 1 (before dynamic broker
+    configs; `fixtures/datadir-catalog-v1.tar.gz`, written by commit 6f91618: topic `old`, 2
+    partitions, retention.ms 86400000, one record in old[1]) and format 0 (the same record
+    without the header, as Sluice wrote before it had one). The next change rewrites the
+    catalog as the current format."""
     from confluent_kafka.admin import AdminClient
-    ck.create_topic(broker.bootstrap, "old", 2)
-    assert broker.stop() == 0
-    catalog = broker.data_dir / "__meta" / "catalog.rkyv"
+    data_dir = tmp_path / "data-0"  # where the first broker of make_broker keeps its data
+    data_dir.mkdir()
+    with tarfile.open(Path(__file__).parent / "fixtures" / "datadir-catalog-v1.tar.gz") as tar:
+        # Python versions with extraction filters get the safe one; the archive is ours anyway.
+        tar.extractall(data_dir, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    catalog = data_dir / "__meta" / "catalog.rkyv"
     raw = catalog.read_bytes()
     assert raw[:8] == b"SLUICAT\x01"
-    catalog.write_bytes(raw[8:])  # as an older Sluice wrote it
-    broker.start()
+    if version == 0:
+        catalog.write_bytes(raw[8:])
+    broker = make_broker(shards=1)
+    assert broker.data_dir == data_dir
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     assert len(admin.list_topics(timeout=10).topics["old"].partitions) == 2
+    got = ck.consume(broker.bootstrap, "old", [1], 1)
+    assert [(m[0], m[2]) for m in got[1]] == [(0, b"kept")]
     ck.create_topic(broker.bootstrap, "new", 1)
-    assert catalog.read_bytes()[:8] == b"SLUICAT\x01"
+    assert catalog.read_bytes()[:8] == b"SLUICAT\x02"
     broker.kill()
     broker.start()
     assert {"old", "new"} <= set(admin.list_topics(timeout=10).topics)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "old")
+    assert admin.describe_configs([res])[res].result(10)["retention.ms"].value == "86400000"
