@@ -416,6 +416,7 @@ fn session_filter(
             high_watermark: o.high_watermark,
             log_start_offset: o.log_start_offset,
             news: o.error_code != 0 || o.records.as_ref().is_some_and(|r| !r.is_empty()),
+            has_records: o.records.as_ref().is_some_and(|r| !r.is_empty()),
         })
         .collect();
     shard

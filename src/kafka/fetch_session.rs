@@ -9,7 +9,7 @@
 
 use indexmap::IndexMap;
 use kafka_protocol::ResponseError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub const INVALID_SESSION_ID: i32 = 0;
 /// A full request that opens a session.
@@ -32,7 +32,7 @@ pub struct Wanted {
     pub leader_epoch: i32,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Cached {
     wanted: Wanted,
     /// What the client was last told, so that unchanged partitions can be left out.
@@ -46,6 +46,22 @@ struct Session {
     next_epoch: i32,
     partitions: IndexMap<Key, Cached>,
     last_used_ms: u64,
+}
+
+/// Moves `served` to the end of the order, keeping the relative order of both parts.
+fn rotate(partitions: &mut IndexMap<Key, Cached>, served: &HashSet<&Key>) {
+    if served.is_empty() {
+        return;
+    }
+    let mut tail = Vec::with_capacity(served.len());
+    partitions.retain(|k, c| {
+        let keep = !served.contains(k);
+        if !keep {
+            tail.push((*k, c.clone()));
+        }
+        keep
+    });
+    partitions.extend(tail);
 }
 
 /// How to serve a fetch request, decided by `FetchSessions::begin`.
@@ -68,6 +84,8 @@ pub struct Answered<'a> {
     pub log_start_offset: i64,
     /// Records or an error: always sent.
     pub news: bool,
+    /// Records: the partition goes to the end of the session's order (see `finish`).
+    pub has_records: bool,
 }
 
 pub struct FetchSessions {
@@ -153,6 +171,10 @@ impl FetchSessions {
     /// Records what a response tells the client and returns, per answered partition, whether it
     /// goes in the response: all of them for a full request, for an incremental one those with
     /// records, an error, or a high watermark or log start offset the client has not seen.
+    ///
+    /// After an incremental answer, the partitions that returned records move to the end of
+    /// the session's order, as Kafka does: the response's `max_bytes` is filled in that order,
+    /// so the partitions behind a busy one get their turn at the next fetch.
     pub fn finish(
         &mut self,
         session_id: i32,
@@ -163,7 +185,7 @@ impl FetchSessions {
             // Sessionless, or the session was replaced meanwhile: answer everything.
             return vec![true; answered.len()];
         };
-        answered
+        let sent = answered
             .iter()
             .map(|a| match session.partitions.get_mut(a.key) {
                 Some(c) => {
@@ -179,7 +201,16 @@ impl FetchSessions {
                 }
                 None => true, // not in the session (an unknown topic id): its error goes out
             })
-            .collect()
+            .collect();
+        if incremental {
+            let served: HashSet<&Key> = answered
+                .iter()
+                .filter(|a| a.has_records)
+                .map(|a| a.key)
+                .collect();
+            rotate(&mut session.partitions, &served);
+        }
+        sent
     }
 
     /// A new session holding `requested`, or 0 when the cache is full of sessions in use.
@@ -266,6 +297,7 @@ mod tests {
             high_watermark: hw,
             log_start_offset: 0,
             news,
+            has_records: news,
         }
     }
 
@@ -334,6 +366,56 @@ mod tests {
             cache.finish(id, true, &[answered(&a, 5, false), answered(&b, 3, false)]),
             [false, false]
         );
+    }
+
+    /// Partitions that returned records go to the back of the session's order after an
+    /// incremental answer (not a full one), so that a response filled to `max_bytes` by the
+    /// first partitions does not starve the rest.
+    #[test]
+    fn partitions_with_records_move_to_the_end() {
+        let mut cache = FetchSessions::new(0, 1, 10);
+        let (a, b, c) = (key("t", 0), key("t", 1), key("t", 2));
+        let id = open(&mut cache, &[(a, w(0)), (b, w(0)), (c, w(0))]);
+        let order = |cache: &mut FetchSessions, epoch| match cache.begin(id, epoch, &[], &[], 1) {
+            Ok(Begin::Incremental { partitions, .. }) => {
+                partitions.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        };
+        cache.finish(
+            id,
+            false,
+            &[
+                answered(&a, 1, true),
+                answered(&b, 0, false),
+                answered(&c, 0, false),
+            ],
+        );
+        assert_eq!(
+            order(&mut cache, 1),
+            [a, b, c],
+            "a full answer keeps the order"
+        );
+        cache.finish(
+            id,
+            true,
+            &[
+                answered(&a, 2, true),
+                answered(&b, 0, false),
+                answered(&c, 1, true),
+            ],
+        );
+        assert_eq!(order(&mut cache, 2), [b, a, c]);
+        cache.finish(
+            id,
+            true,
+            &[
+                answered(&b, 1, true),
+                answered(&a, 2, false),
+                answered(&c, 1, false),
+            ],
+        );
+        assert_eq!(order(&mut cache, 3), [a, c, b]);
     }
 
     #[test]
