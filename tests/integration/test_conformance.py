@@ -48,6 +48,37 @@ def test_fetch_response_stays_within_max_bytes_for_librdkafka(make_broker):
         assert [m[0] for m in got[p]] == [0, 1, 2, 3]
 
 
+def test_fetch_max_bytes_with_a_session_client(make_broker):
+    """kafka-python fetches through incremental sessions (KIP-227): with a response limit that
+    holds one ~900 KB batch, every partition still gets its turn (partitions that returned
+    records go to the back of the session's order) and everything is read, in order."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    broker = make_broker(shards=2)
+    ck.create_topic(broker.bootstrap, "large", 3)
+    values = big_values(3, 4)
+    produce_big(broker.bootstrap, "large", values)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, fetch_max_bytes=1_000_000,
+                             max_partition_fetch_bytes=1 << 20, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=30_000)
+    try:
+        consumer.assign([KTP("large", p) for p in range(3)])
+        got = {p: [] for p in range(3)}
+        arrival = []
+        for m in consumer:
+            got[m.partition].append((m.offset, m.value))
+            arrival.append(m.partition)
+            if len(arrival) == 12:
+                break
+    finally:
+        consumer.close()
+    for p in range(3):
+        assert got[p] == list(enumerate(values[p])), f"large[{p}]"
+    # The full request that opens the session and the first incremental one both start at
+    # partition 0; from then on the partition just served goes to the back (as in Kafka).
+    assert set(arrival[:4]) == {0, 1, 2}, f"each partition in turn, not one drained first: {arrival}"
+
+
 def fetch_sizes(sock, max_bytes: int, offsets=(0, 0, 0)):
     sock.sendall(kw.request(1, 7, 1, kw.fetch_v7(0, -1, [("wire", p, o) for p, o in enumerate(offsets)],
                                                     max_bytes=max_bytes)))
