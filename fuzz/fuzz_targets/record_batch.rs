@@ -47,7 +47,8 @@ fuzz_target!(|data: &[u8]| {
         }
         let rules = Rules {
             compacted: mode & 4 != 0,
-            codec: Codec::from_id(((mode >> 3) & 7) as i16), // 5..=7: keep the producer's
+            // 5..=7: keep the producer's.
+            codec: Codec::from_id(((mode >> 3) & 7) as i16).map(Into::into),
             log_append_time: false,
             timestamp_before_max_ms: if mode & 0x40 != 0 { 1000 } else { i64::MAX },
             timestamp_after_max_ms: if mode & 0x80 != 0 { 1000 } else { i64::MAX },

@@ -12,7 +12,7 @@
 //! `MAX_DECOMPRESSED_BATCH_BYTES`.
 
 use crate::protocol::batch::{self, BatchHeader};
-use crate::protocol::compression::{self, Codec, CodecError};
+use crate::protocol::compression::{self, Codec, CodecError, Target};
 use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -30,7 +30,7 @@ const MAX_RECORD_ERRORS: usize = 100;
 pub struct Rules {
     pub compacted: bool,
     /// None: `compression.type=producer`, batches kept as sent.
-    pub codec: Option<Codec>,
+    pub codec: Option<Target>,
     /// Under LogAppendTime the broker's clock stamps the batch; producer timestamps are moot.
     pub log_append_time: bool,
     pub timestamp_before_max_ms: i64,
@@ -42,7 +42,14 @@ impl Rules {
     pub fn of(config: &TopicConfig) -> Rules {
         Rules {
             compacted: config.compacts(),
-            codec: Codec::from_topic_config(&config.compression_type),
+            codec: Codec::from_topic_config(&config.compression_type).map(|codec| Target {
+                codec,
+                level: match codec {
+                    Codec::Gzip if config.gzip_level > 0 => Some(config.gzip_level),
+                    Codec::Zstd => Some(config.zstd_level),
+                    _ => None,
+                },
+            }),
             log_append_time: config.log_append_time,
             timestamp_before_max_ms: config.timestamp_before_max_ms,
             timestamp_after_max_ms: config.timestamp_after_max_ms,
@@ -94,7 +101,11 @@ pub fn apply(
     rules: &Rules,
     now_ms: i64,
 ) -> Result<(Bytes, Vec<BatchHeader>), Rejected> {
-    let converts = |h: &BatchHeader| rules.codec.is_some_and(|c| c as i16 != h.compression());
+    let converts = |h: &BatchHeader| {
+        rules
+            .codec
+            .is_some_and(|t| t.codec as i16 != h.compression())
+    };
     if !rules.reads_records() && !headers.iter().any(converts) {
         return Ok((records, headers));
     }
@@ -131,7 +142,12 @@ fn decompressed(name: &str, raw: &[u8], h: &BatchHeader) -> Result<Vec<u8>, Reje
     convert(name, raw, h, Codec::None)
 }
 
-fn convert(name: &str, raw: &[u8], h: &BatchHeader, to: Codec) -> Result<Vec<u8>, Rejected> {
+fn convert(
+    name: &str,
+    raw: &[u8],
+    h: &BatchHeader,
+    to: impl Into<Target>,
+) -> Result<Vec<u8>, Rejected> {
     compression::convert(raw, h, to, MAX_DECOMPRESSED_BATCH_BYTES).map_err(|e| {
         log::warn!("produce to {name}: batch refused: {e:?}");
         match e {
@@ -292,7 +308,7 @@ mod tests {
         batch::seal(&mut zipped);
         for rules in [
             Rules {
-                codec: Some(Codec::None),
+                codec: Some(Codec::None.into()),
                 ..rules()
             },
             Rules {
@@ -320,13 +336,13 @@ mod tests {
         );
         for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
             let to_codec = Rules {
-                codec: Some(codec),
+                codec: Some(codec.into()),
                 ..rules()
             };
             let (out, headers) = run(raw.clone(), to_codec).unwrap();
             assert_eq!(headers[0].compression(), codec as i16);
             let back = Rules {
-                codec: Some(Codec::None),
+                codec: Some(Codec::None.into()),
                 ..rules()
             };
             let (plain, _) = run(out.to_vec(), back).unwrap();

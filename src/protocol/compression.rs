@@ -49,6 +49,20 @@ impl Codec {
     }
 }
 
+/// A codec to write and its level (KIP-390's `compression.gzip.level` and
+/// `compression.zstd.level`); None: the codec's default as Kafka sets it (gzip 6, zstd 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub codec: Codec,
+    pub level: Option<i32>,
+}
+
+impl From<Codec> for Target {
+    fn from(codec: Codec) -> Target {
+        Target { codec, level: None }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CodecError {
     /// The attributes name no codec Kafka defines.
@@ -65,13 +79,18 @@ const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01
 /// The uncompressed bytes per xerial block, as snappy-java writes them.
 const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
 
-/// Compresses `data` as one stream of `codec`.
-pub fn compress(codec: Codec, data: &[u8]) -> Vec<u8> {
+/// Compresses `data` as one stream of the target's codec, at its level. lz4_flex has one
+/// level only, so an lz4 level changes nothing.
+pub fn compress(to: impl Into<Target>, data: &[u8]) -> Vec<u8> {
+    let Target { codec, level } = to.into();
     match codec {
         Codec::None => data.to_vec(),
         Codec::Gzip => {
             use std::io::Write;
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let level = level.map_or(flate2::Compression::default(), |l| {
+                flate2::Compression::new(l.clamp(1, 9) as u32)
+            });
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
             e.write_all(data).expect("writing to a Vec");
             e.finish().expect("writing to a Vec")
         }
@@ -93,8 +112,8 @@ pub fn compress(codec: Codec, data: &[u8]) -> Vec<u8> {
             e.write_all(data).expect("writing to a Vec");
             e.finish().expect("writing to a Vec")
         }
-        Codec::Zstd => zstd::bulk::compress(data, zstd::DEFAULT_COMPRESSION_LEVEL)
-            .expect("zstd compresses any input"),
+        Codec::Zstd => zstd::bulk::compress(data, level.unwrap_or(zstd::DEFAULT_COMPRESSION_LEVEL))
+            .expect("zstd compresses any input at any level it takes"),
     }
 }
 
@@ -176,9 +195,10 @@ fn decompress_snappy(data: &[u8], max_bytes: usize) -> Result<Vec<u8>, CodecErro
 pub fn convert(
     raw: &[u8],
     h: &BatchHeader,
-    to: Codec,
+    to: impl Into<Target>,
     max_bytes: usize,
 ) -> Result<Vec<u8>, CodecError> {
+    let to = to.into();
     let from = Codec::from_id(h.compression()).ok_or(CodecError::UnknownCodec(h.compression()))?;
     let section = &raw[HEADER_BYTES..h.size_bytes];
     let records = decompress(from, section, max_bytes)?;
@@ -188,7 +208,7 @@ pub fn convert(
     out.extend_from_slice(&section);
     let batch_length = (out.len() - LOG_OVERHEAD) as i32;
     out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    let attributes = (h.attributes & !batch::ATTR_COMPRESSION_MASK) | to as i16;
+    let attributes = (h.attributes & !batch::ATTR_COMPRESSION_MASK) | to.codec as i16;
     out[21..23].copy_from_slice(&attributes.to_be_bytes());
     batch::seal(&mut out);
     Ok(out)
@@ -275,6 +295,32 @@ mod tests {
     }
 
     /// Raw snappy (no xerial framing), as some clients write it, is read too.
+    /// A level changes the bytes, not the records.
+    #[test]
+    fn levels_apply() {
+        let data = b"level test, level test, level test ".repeat(2000);
+        for (codec, low, high) in [(Codec::Gzip, 1, 9), (Codec::Zstd, 1, 19)] {
+            let fast = compress(
+                Target {
+                    codec,
+                    level: Some(low),
+                },
+                &data,
+            );
+            let small = compress(
+                Target {
+                    codec,
+                    level: Some(high),
+                },
+                &data,
+            );
+            assert_ne!(fast, small, "{codec:?}");
+            for packed in [fast, small] {
+                assert_eq!(decompress(codec, &packed, 1 << 20).unwrap(), data);
+            }
+        }
+    }
+
     #[test]
     fn raw_snappy_is_read() {
         let data = b"raw snappy block, raw snappy block".repeat(10);

@@ -54,6 +54,12 @@ pub struct TopicConfig {
     /// `compression.type`: `producer` keeps each batch as sent; a codec name (or
     /// `uncompressed`) converts batches in any other codec (see `partition/ingest.rs`).
     pub compression_type: String,
+    /// KIP-390: `compression.gzip.level` (-1: the codec's default, 6) and
+    /// `compression.zstd.level`, used when the broker compresses; `compression.lz4.level` is
+    /// accepted and reported, with no effect (lz4_flex has one level).
+    pub gzip_level: i32,
+    pub lz4_level: i32,
+    pub zstd_level: i32,
     /// Compaction leaves segments younger than this alone.
     pub min_compaction_lag_ms: i64,
     /// Compaction cleans a dirty segment older than this whatever the dirty ratio.
@@ -104,6 +110,22 @@ macro_rules! long_key {
             read_only: false,
             apply: |c, v| {
                 c.$field = integer($name, v, $lo, i64::MAX)?;
+                Ok(())
+            },
+            read: |c| c.$field.to_string(),
+        }
+    };
+}
+
+/// A `Kind::Int` key stored in one i32 field, within `lo..=hi`.
+macro_rules! int_key {
+    ($name:literal, $field:ident, $lo:expr, $hi:expr) => {
+        Key {
+            name: $name,
+            kind: Kind::Int,
+            read_only: false,
+            apply: |c, v| {
+                c.$field = integer($name, v, $lo, $hi)? as i32;
                 Ok(())
             },
             read: |c| c.$field.to_string(),
@@ -247,6 +269,25 @@ pub const KEYS: &[Key] = &[
         },
         read: |c| c.compression_type.clone(),
     },
+    Key {
+        name: "compression.gzip.level",
+        kind: Kind::Int,
+        read_only: false,
+        // Kafka's rule: 1..=9, or -1 for the codec's default.
+        apply: |c, v| {
+            let level = integer("compression.gzip.level", v, -1, 9)? as i32;
+            if level == 0 {
+                return Err(
+                    "invalid value \"0\" for compression.gzip.level: expected -1 or 1..=9".into(),
+                );
+            }
+            c.gzip_level = level;
+            Ok(())
+        },
+        read: |c| c.gzip_level.to_string(),
+    },
+    int_key!("compression.lz4.level", lz4_level, 1, 17),
+    int_key!("compression.zstd.level", zstd_level, -131072, 22),
     long_key!("min.compaction.lag.ms", min_compaction_lag_ms, 0),
     long_key!("max.compaction.lag.ms", max_compaction_lag_ms, 1),
     long_key!(
@@ -355,6 +396,9 @@ impl TopicConfig {
             min_cleanable_dirty_ratio: DEFAULT_MIN_CLEANABLE_DIRTY_RATIO,
             delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
             compression_type: "producer".to_string(),
+            gzip_level: -1,
+            lz4_level: 9,
+            zstd_level: 3,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             timestamp_before_max_ms: i64::MAX,
@@ -420,6 +464,9 @@ mod tests {
             ("min.cleanable.dirty.ratio", "0.25"),
             ("delete.retention.ms", "0"),
             ("compression.type", "zstd"),
+            ("compression.gzip.level", "1"),
+            ("compression.lz4.level", "12"),
+            ("compression.zstd.level", "-5"),
             ("min.compaction.lag.ms", "100"),
             ("max.compaction.lag.ms", "200"),
             ("message.timestamp.before.max.ms", "300"),
@@ -450,6 +497,8 @@ mod tests {
         assert!(err("segment.bytes", "10").is_err());
         assert!(err("cleanup.policy", "keep").is_err());
         assert!(err("compression.type", "brotli").is_err());
+        assert!(err("compression.gzip.level", "0").is_err());
+        assert!(err("compression.zstd.level", "23").is_err());
         assert!(err("message.format.version", "latest").is_err());
         assert!(err("follower.replication.throttled.replicas", "0-1").is_err());
         assert!(err("min.cleanable.dirty.ratio", "2").is_err());

@@ -189,6 +189,35 @@ def test_every_compression_type_round_trips_every_producer_codec(make_broker):
         assert codecs == ({stored} if stored is not None else set(PRODUCER_CODECS.values())), topic
 
 
+def stored_bytes(port: int, topic: str) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(kw.request(1, 4, 1, kw.fetch_v4(topic, 0, 0, max_wait_ms=0, max_bytes=64 << 20)))
+        return sum(len(b) for b in kw.fetch_v4_batches(kw.read_response(s)))
+
+
+def test_compression_levels(make_broker):
+    """KIP-390: the broker compresses at the topic's `compression.gzip.level` /
+    `compression.zstd.level`: a higher level stores the same records in fewer bytes."""
+    broker = make_broker(shards=1)
+    # One uncompressed batch of log-like lines, the same bytes to every topic.
+    values = [b"%d INFO service-%d served request %d in %d ms" % (1_700_000_000 + i, i % 7, i * 31, i % 97)
+              for i in range(500)]
+    batch = kw.record_batch(values)
+    sizes = {}
+    for codec, low, high in (("gzip", "1", "9"), ("zstd", "1", "19")):
+        for level in (low, high):
+            topic = f"{codec}-{level}"
+            ck.create_topic(broker.bootstrap, topic, 1, config={"compression.type": codec,
+                                                                 f"compression.{codec}.level": level})
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+                s.sendall(kw.request(0, 3, 1, kw.produce_v3(topic, 0, batch)))
+                assert kw.produce_v3_error_code(kw.read_response(s)) == (0, 0)
+            got = ck.consume(broker.bootstrap, topic, [0], len(values))[0]
+            assert [m[2] for m in got] == values, topic
+            sizes[topic] = stored_bytes(broker.port, topic)
+        assert sizes[f"{codec}-{high}"] < sizes[f"{codec}-{low}"], sizes
+
+
 def test_timestamps_outside_the_topic_bounds_are_refused(make_broker):
     """KIP-937: message.timestamp.before.max.ms / after.max.ms refuse CreateTime records too
     far from the broker's clock with INVALID_TIMESTAMP; records within them go in."""
@@ -221,7 +250,8 @@ def test_topic_configs_kafka_accepts(make_broker):
         "min.compaction.lag.ms": "60000", "max.compaction.lag.ms": "86400000",
         "message.timestamp.before.max.ms": "86400000", "message.timestamp.after.max.ms": "3600000",
         "follower.replication.throttled.replicas": "*", "leader.replication.throttled.replicas": "0:1",
-        "compression.type": "zstd",
+        "compression.type": "zstd", "compression.zstd.level": "10", "compression.gzip.level": "1",
+        "compression.lz4.level": "12",
     }
     ck.create_topic(broker.bootstrap, "configured", 1, config=configs)
     described = describe_topic(broker.bootstrap, "configured")
