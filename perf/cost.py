@@ -19,14 +19,11 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from matrix import BINARY, ROOT, bench, free_port, start_sluice
+from matrix import BINARY, ROOT, bench, free_port, listening, start_sluice
 
 GIB = 1 << 30
 
@@ -74,15 +71,7 @@ def start_tansu(path: str, work: Path):
     # Its default storage is in memory: it never writes to disk.
     proc = subprocess.Popen([path, "broker", "--listener-url", url, "--advertised-listener-url", url, "--silent"],
                             stdout=open(work / "tansu.log", "w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit("tansu did not start: see tansu.log")
+    return listening(proc, port, "tansu did not start: see tansu.log")
 
 
 def main():

@@ -34,6 +34,12 @@ def start_sluice(data_dir: Path, log_path: Path, config: Path | None = None, bin
     if config is not None:
         args += ["--config", str(config)]
     proc = subprocess.Popen(args, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    return listening(proc, port, f"sluice did not start: see {log_path}")
+
+
+def listening(proc, port: int, failure: str):
+    """(proc, bootstrap) once the broker started as `proc` accepts on `port`; exits with
+    `failure` if it does not within 20 s."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -42,7 +48,7 @@ def start_sluice(data_dir: Path, log_path: Path, config: Path | None = None, bin
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    sys.exit(f"sluice did not start: see {log_path}")
+    sys.exit(failure)
 
 
 def delete_topic(bootstrap, topic):

@@ -150,7 +150,7 @@ pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
         ControllerOp::AlterConfigs {
             topics,
             validate_only,
-        } => alter_configs(shard, &current, &mut record, topics, validate_only),
+        } => alter_configs(&current, &mut record, topics, validate_only),
         ControllerOp::AlterBrokerConfigs {
             broker,
             change,
@@ -207,7 +207,7 @@ fn create_topics(
     let mut results = Vec::with_capacity(topics.len());
     let mut changed = false;
     for t in topics {
-        if let Err(e) = check_new_topic(record, &t, config) {
+        if let Err(e) = check_new_topic(record, &shard.catalog(), &t) {
             results.push(e);
             continue;
         }
@@ -303,13 +303,11 @@ fn create_partitions(
 }
 
 fn alter_configs(
-    shard: &Shard,
     current: &Catalog,
     record: &mut CatalogRecord,
     topics: Vec<(String, ConfigChange)>,
     validate_only: bool,
 ) -> (Vec<Outcome>, bool) {
-    let config = &shard.config;
     let mut results = Vec::with_capacity(topics.len());
     let mut changed = false;
     for (name, change) in topics {
@@ -329,7 +327,7 @@ fn alter_configs(
                 catalog::edit_overrides(&t.configs, &meta.config, &edits)
             }
         };
-        let checked = overrides.and_then(|o| current.resolve_topic(config, &o).map(|_| o));
+        let checked = overrides.and_then(|o| current.resolve_topic(&o).map(|_| o));
         match checked {
             Ok(overrides) => {
                 if !validate_only && overrides != t.configs {
@@ -347,8 +345,8 @@ fn alter_configs(
 
 fn check_new_topic(
     record: &CatalogRecord,
+    current: &Catalog,
     t: &NewTopic,
-    config: &crate::config::Config,
 ) -> Result<TopicConfig, Outcome> {
     catalog::validate_topic_name(&t.name)
         .map_err(|m| err(ResponseError::InvalidTopicException, m))?;
@@ -370,7 +368,8 @@ fn check_new_topic(
             "this broker stores one replica: replication factor must be 1",
         ));
     }
-    TopicConfig::resolve(&config.topic_defaults, &config.log, &t.configs)
+    current
+        .resolve_topic(&t.configs)
         .map_err(|m| err(ResponseError::InvalidConfig, m))
 }
 

@@ -50,10 +50,11 @@ impl ProduceOutcome {
     }
 
     fn rejected(r: Rejected) -> ProduceOutcome {
+        let error = r.error;
         let detailed = !r.record_errors.is_empty() || r.message.is_some();
         ProduceOutcome {
-            rejected: detailed.then(|| Box::new(r.clone())),
-            ..ProduceOutcome::failed(r.error)
+            rejected: detailed.then(|| Box::new(r)),
+            ..ProduceOutcome::failed(error)
         }
     }
 }

@@ -12,7 +12,7 @@
 //!   dynamically", naming the keys.
 
 use crate::config::Config;
-use crate::storage::topic_config::{self, Kind, TopicConfig};
+use crate::storage::topic_config::{self, integer, Kind, TopicConfig};
 
 /// The broker settings dynamic configs change (the rest of the broker's settings are static).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,15 +50,6 @@ enum Target {
 pub struct DynamicKey {
     pub name: &'static str,
     target: Target,
-}
-
-fn number(key: &str, value: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    match value.trim().parse::<u64>() {
-        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "invalid value {value:?} for {key}: expected an integer in {lo}..={hi}"
-        )),
-    }
 }
 
 const fn topic(name: &'static str, topic_key: &'static str) -> DynamicKey {
@@ -105,7 +96,7 @@ pub const DYNAMIC: &[DynamicKey] = &[
             // The descriptor budget is sized at start-up for the config file's value.
             apply: |s, v, c| {
                 s.max_connections =
-                    number("max.connections", v, 1, c.max_connections as u64)? as usize;
+                    integer("max.connections", v, 1, c.max_connections as i64)? as usize;
                 Ok(())
             },
             read: |s| s.max_connections.to_string(),
@@ -117,7 +108,7 @@ pub const DYNAMIC: &[DynamicKey] = &[
             kind: Kind::Int,
             apply: |s, v, _| {
                 s.max_connections_per_ip =
-                    number("max.connections.per.ip", v, 0, i32::MAX as u64)? as usize;
+                    integer("max.connections.per.ip", v, 0, i32::MAX as i64)? as usize;
                 Ok(())
             },
             read: |s| s.max_connections_per_ip.to_string(),
@@ -128,7 +119,7 @@ pub const DYNAMIC: &[DynamicKey] = &[
         target: Target::Broker {
             kind: Kind::Long,
             apply: |s, v, _| {
-                s.cleaner_backoff_ms = number("log.cleaner.backoff.ms", v, 1, i64::MAX as u64)?;
+                s.cleaner_backoff_ms = integer("log.cleaner.backoff.ms", v, 1, i64::MAX)? as u64;
                 Ok(())
             },
             read: |s| s.cleaner_backoff_ms.to_string(),
@@ -139,7 +130,7 @@ pub const DYNAMIC: &[DynamicKey] = &[
         target: Target::Broker {
             kind: Kind::Long,
             apply: |s, v, _| {
-                let bytes = number("log.cleaner.dedupe.buffer.size", v, 1 << 20, 1 << 40)?;
+                let bytes = integer("log.cleaner.dedupe.buffer.size", v, 1 << 20, 1 << 40)?;
                 s.cleaner_dedupe_buffer_bytes = bytes as usize;
                 Ok(())
             },
@@ -232,27 +223,26 @@ impl DynamicKey {
     }
 }
 
-/// The dynamic overrides in effect, resolved: the broker settings, and the topic-key
-/// defaults that topics resolve their own overrides on top of.
+/// The dynamic overrides in effect, resolved: the broker settings, and the topic config every
+/// topic starts from (the config file's defaults with the dynamic topic defaults applied).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resolved {
     pub settings: BrokerSettings,
-    pub topic_defaults: Vec<(String, String)>,
+    pub topic_defaults: TopicConfig,
 }
 
 /// Applies `overrides` (Kafka key, value), in order, over the config file's values. Errors
 /// name the key: one that is not dynamic, or a value its check refuses.
 pub fn resolve(config: &Config, overrides: &[(String, String)]) -> Result<Resolved, String> {
     let mut settings = BrokerSettings::of(config);
-    let mut topic_defaults = Vec::new();
+    let mut topic_defaults = TopicConfig::defaults(&config.topic_defaults, &config.log);
     for (name, value) in overrides {
         let key = dynamic_key(name).ok_or_else(|| not_dynamic(&[name.as_str()]))?;
         match &key.target {
             Target::Topic(t) => {
-                let mut scratch = TopicConfig::defaults(&config.topic_defaults, &config.log);
                 let topic_key = topic_config::key(t).expect("mapped");
-                (topic_key.apply)(&mut scratch, value).map_err(|e| format!("{name}: {e}"))?;
-                topic_defaults.push((t.to_string(), value.clone()));
+                (topic_key.apply)(&mut topic_defaults, value)
+                    .map_err(|e| format!("{name}: {e}"))?;
             }
             Target::Broker { apply, .. } => apply(&mut settings, value, config)?,
         }
@@ -289,11 +279,12 @@ mod tests {
         ];
         for (name, value) in samples {
             let r = resolve(&config, &[(name.into(), value.into())]).unwrap();
-            let settings = r.settings;
-            let topic =
-                TopicConfig::resolve(&config.topic_defaults, &config.log, &r.topic_defaults)
-                    .unwrap();
-            assert_eq!(dynamic_key(name).unwrap().read(&settings, &topic), value);
+            assert_eq!(
+                dynamic_key(name)
+                    .unwrap()
+                    .read(&r.settings, &r.topic_defaults),
+                value
+            );
         }
         for k in DYNAMIC {
             let _ = k.kind(); // every topic mapping names a real topic key

@@ -237,17 +237,12 @@ pub struct Catalog {
     /// The topic config every topic starts from: the config file's defaults with the dynamic
     /// topic defaults (`log.retention.ms`, ...) applied.
     pub topic_defaults: TopicConfig,
-    /// Those dynamic topic defaults, as topic keys: topics resolve their overrides after them.
-    dynamic_topic_defaults: Vec<(String, String)>,
 }
 
 impl Catalog {
     pub fn from_record(record: &CatalogRecord, config: &Config) -> Result<Catalog, String> {
         let overrides = record.broker_overrides(config.node_id);
         let dynamic = broker_config::resolve(config, &overrides)
-            .map_err(|e| format!("dynamic broker configs: {e}"))?;
-        let (defaults, log) = (&config.topic_defaults, &config.log);
-        let topic_defaults = TopicConfig::resolve(defaults, log, &dynamic.topic_defaults)
             .map_err(|e| format!("dynamic broker configs: {e}"))?;
         let mut c = Catalog {
             cluster_id: record.cluster_id.clone(),
@@ -256,12 +251,11 @@ impl Catalog {
             producer_id_block_end: record.producer_id_block_end,
             broker_configs: record.broker_configs.clone(),
             broker: dynamic.settings,
-            topic_defaults,
-            dynamic_topic_defaults: dynamic.topic_defaults,
+            topic_defaults: dynamic.topic_defaults,
         };
         for t in &record.topics {
             let config = c
-                .resolve_topic(config, &t.configs)
+                .resolve_topic(&t.configs)
                 .map_err(|e| format!("topic {}: {e}", t.name))?;
             let meta = Arc::new(TopicMeta {
                 name: Arc::from(t.name.as_str()),
@@ -274,20 +268,10 @@ impl Catalog {
         Ok(c)
     }
 
-    /// A topic's config: the config file's defaults, then the dynamic topic defaults, then
-    /// the topic's own overrides.
-    pub fn resolve_topic(
-        &self,
-        config: &Config,
-        overrides: &[(String, String)],
-    ) -> Result<TopicConfig, String> {
-        let all: Vec<(String, String)> = self
-            .dynamic_topic_defaults
-            .iter()
-            .chain(overrides)
-            .cloned()
-            .collect();
-        TopicConfig::resolve(&config.topic_defaults, &config.log, &all)
+    /// A topic's config: its own overrides on top of the defaults in effect
+    /// (`topic_defaults`).
+    pub fn resolve_topic(&self, overrides: &[(String, String)]) -> Result<TopicConfig, String> {
+        self.topic_defaults.with_overrides(overrides)
     }
 
     pub fn to_record(&self) -> CatalogRecord {

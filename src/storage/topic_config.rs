@@ -80,7 +80,8 @@ pub struct TopicConfig {
     pub follower_replication_throttled_replicas: String,
 }
 
-fn integer(key: &str, value: &str, lo: i64, hi: i64) -> Result<i64, String> {
+/// An integer config value within `lo..=hi`, or an error naming the key and the range.
+pub fn integer(key: &str, value: &str, lo: i64, hi: i64) -> Result<i64, String> {
     match value.trim().parse::<i64>() {
         Ok(v) if (lo..=hi).contains(&v) => Ok(v),
         _ => Err(format!(
@@ -419,7 +420,13 @@ impl TopicConfig {
         log: &LogConfig,
         overrides: &[(String, String)],
     ) -> Result<TopicConfig, String> {
-        let mut c = TopicConfig::defaults(defaults, log);
+        TopicConfig::defaults(defaults, log).with_overrides(overrides)
+    }
+
+    /// This config with `overrides` applied in order (a topic's own overrides on top of the
+    /// defaults in effect); the first unknown key or bad value is the error.
+    pub fn with_overrides(&self, overrides: &[(String, String)]) -> Result<TopicConfig, String> {
+        let mut c = self.clone();
         for (name, value) in overrides {
             let k = key(name).ok_or_else(|| format!("unknown topic config {name:?}"))?;
             (k.apply)(&mut c, value)?;
