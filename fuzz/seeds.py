@@ -50,6 +50,31 @@ def main():
     write("recovery", b"\x03" + section(seg) + section(index) + section(times) + section(seg1))
     write("recovery", b"\x02" + section(seg) + section(index) + section(times) + section(b"")
           + section(b"") + section(b"") + section(b"\x00\x01" + b"\x00" * 20))
+    rpc_seeds()
+    metadata_log_seeds()
+
+
+def rpc_frame(kind: int, correlation: int, payload: bytes) -> bytes:
+    """An inter-node RPC frame (src/rpc/frame.rs)."""
+    head = struct.pack(">HBBQI", 0x534C, 1, kind, correlation, kw.crc32c(payload))
+    return struct.pack(">I", len(head) + len(payload)) + head + payload
+
+
+def rpc_seeds():
+    write("rpc_frame", b"\x00" + rpc_frame(1, 0, b"\x00" * 24))
+    write("rpc_frame", b"\x00" + rpc_frame(3, 9, bytes(range(64))))
+    write("rpc_frame", b"\x07" + bytes(range(48)))
+
+
+def raft_log_record(kind: int, body: bytes) -> bytes:
+    """A record of the controller's Raft log file (src/controller/raft_store.rs)."""
+    data = bytes([kind]) + body
+    return struct.pack(">II", len(data), kw.crc32c(data)) + data
+
+
+def metadata_log_seeds():
+    write("metadata_log", b"\x01" + bytes(range(1, 40)))
+    write("metadata_log", b"\x00" + raft_log_record(1, b"\x08\x01") + raft_log_record(2, b"\x08\x02"))
 
 
 if __name__ == "__main__":

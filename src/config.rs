@@ -81,6 +81,18 @@ pub struct Config {
     pub max_groups_per_shard: usize,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none when unset.
     pub metrics_listen: Option<String>,
+    /// Address of the inter-node RPC listener (Raft and controller traffic). Needed with
+    /// `voters`; a voter's must be the address its `voters` entry names.
+    pub rpc_listen: Option<String>,
+    /// The controller quorum, `"ID@HOST:PORT"` (each voter's RPC address). Empty: this node
+    /// runs alone, its own controller, as a single-node broker.
+    pub voters: Vec<String>,
+    /// This broker's rack: replicas of a partition go on distinct racks where racks are set.
+    pub rack: Option<String>,
+    /// Replicas of a topic created without a replication factor (Kafka's
+    /// default.replication.factor). `__consumer_offsets` gets min(3, live brokers).
+    pub default_replication_factor: i16,
+    pub cluster: ClusterConfig,
     pub log: LogConfig,
     pub fetch: FetchConfig,
     pub topic_defaults: TopicDefaults,
@@ -138,6 +150,45 @@ pub struct TopicDefaults {
     pub cleanup_policy: String,
 }
 
+/// Timing and bounds of the replicated controller (only used with `voters`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// One Raft tick. Elections start after 10 to 20 ticks without a leader's heartbeat
+    /// (raft-rs's randomized election timeout), heartbeats go out every 2 ticks.
+    pub raft_tick_ms: u64,
+    /// Kafka's broker.session.timeout.ms: a broker whose heartbeats stop for this long is
+    /// fenced and loses the leadership of its partitions.
+    pub broker_session_timeout_ms: u64,
+    /// Kafka's broker.heartbeat.interval.ms.
+    pub broker_heartbeat_interval_ms: u64,
+    /// Applied entries past the last snapshot after which a new snapshot is taken and the log
+    /// before it dropped (a far-behind node then catches up from the snapshot).
+    pub snapshot_after_entries: u64,
+    /// How long a metadata write (CreateTopics, ...) may wait for its commit before it is
+    /// answered REQUEST_TIMED_OUT (no quorum).
+    pub metadata_write_timeout_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            raft_tick_ms: 100,
+            broker_session_timeout_ms: 9_000,
+            broker_heartbeat_interval_ms: 1_000,
+            snapshot_after_entries: 10_000,
+            metadata_write_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// One voter of the controller quorum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub rpc: String,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShardingConfig {
@@ -169,6 +220,11 @@ impl Default for Config {
             max_parked_operations: 100_000,
             max_incremental_fetch_session_cache_slots: 1000,
             metrics_listen: None,
+            rpc_listen: None,
+            voters: Vec::new(),
+            rack: None,
+            default_replication_factor: 1,
+            cluster: ClusterConfig::default(),
             offsets_topic_partitions: 16,
             offsets_topic_segment_bytes: 100 * 1024 * 1024,
             group_initial_rebalance_delay_ms: 3000,
@@ -233,6 +289,10 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub shards: Option<usize>,
+    pub node_id: Option<i32>,
+    pub rpc_listen: Option<String>,
+    /// Comma-separated `ID@HOST:PORT` entries.
+    pub voters: Option<String>,
 }
 
 impl Config {
@@ -256,6 +316,19 @@ impl Config {
         if let Some(shards) = overrides.shards {
             config.shards = shards;
         }
+        if let Some(id) = overrides.node_id {
+            config.node_id = id;
+        }
+        if let Some(rpc) = overrides.rpc_listen {
+            config.rpc_listen = Some(rpc);
+        }
+        if let Some(voters) = overrides.voters {
+            config.voters = voters
+                .split(',')
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect();
+        }
         if config.shards == 0 {
             config.shards = std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -278,7 +351,113 @@ impl Config {
         self.validate_groups_and_bounds()?;
         self.validate_log()?;
         self.validate_topic_defaults()?;
-        self.validate_sharding()
+        self.validate_sharding()?;
+        self.validate_cluster()
+    }
+
+    /// The controller quorum, parsed (empty: a single node).
+    pub fn voter_list(&self) -> anyhow::Result<Vec<Voter>> {
+        let mut out: Vec<Voter> = Vec::with_capacity(self.voters.len());
+        for v in &self.voters {
+            let parsed = v.split_once('@').and_then(|(id, addr)| {
+                let id: i32 = id.parse().ok().filter(|id| *id >= 0)?;
+                addr.parse::<SocketAddr>().ok()?;
+                Some(Voter {
+                    id,
+                    rpc: addr.to_string(),
+                })
+            });
+            let Some(voter) = parsed else {
+                bad(
+                    "voters",
+                    format!("{v:?} is not ID@HOST:PORT with a numeric host"),
+                )?;
+                unreachable!("bad returns an error");
+            };
+            if out.iter().any(|o| o.id == voter.id) {
+                bad("voters", format!("node id {} is listed twice", voter.id))?;
+            }
+            out.push(voter);
+        }
+        Ok(out)
+    }
+
+    /// Whether this node is part of a cluster (a controller quorum is configured).
+    pub fn is_clustered(&self) -> bool {
+        !self.voters.is_empty()
+    }
+
+    fn validate_cluster(&self) -> anyhow::Result<()> {
+        const MAX_VOTERS: usize = 9;
+        let voters = self.voter_list()?;
+        if voters.len() > MAX_VOTERS {
+            return bad(
+                "voters",
+                format!("{} voters; at most {MAX_VOTERS}", voters.len()),
+            );
+        }
+        if let Some(rack) = &self.rack {
+            if rack.is_empty() || rack.len() > 255 {
+                return bad("rack", "must have 1..=255 characters".into());
+            }
+        }
+        in_range(
+            "default_replication_factor",
+            self.default_replication_factor,
+            1,
+            16,
+        )?;
+        let c = &self.cluster;
+        in_range("cluster.raft_tick_ms", c.raft_tick_ms, 10, 10_000)?;
+        in_range(
+            "cluster.broker_heartbeat_interval_ms",
+            c.broker_heartbeat_interval_ms,
+            10,
+            60_000,
+        )?;
+        in_range(
+            "cluster.broker_session_timeout_ms",
+            c.broker_session_timeout_ms,
+            2 * c.broker_heartbeat_interval_ms,
+            3_600_000,
+        )?;
+        in_range(
+            "cluster.snapshot_after_entries",
+            c.snapshot_after_entries,
+            2,
+            10_000_000,
+        )?;
+        in_range(
+            "cluster.metadata_write_timeout_ms",
+            c.metadata_write_timeout_ms,
+            100,
+            600_000,
+        )?;
+        if voters.is_empty() {
+            return Ok(());
+        }
+        let Some(rpc) = &self.rpc_listen else {
+            return bad(
+                "rpc_listen",
+                "a node of a cluster (voters set) needs one".into(),
+            );
+        };
+        if rpc.parse::<SocketAddr>().is_err() {
+            return bad(
+                "rpc_listen",
+                format!("{rpc:?} is not HOST:PORT with a numeric host"),
+            );
+        }
+        match voters.iter().find(|v| v.id == self.node_id) {
+            Some(v) if v.rpc != *rpc => bad(
+                "rpc_listen",
+                format!(
+                    "node {} is the voter at {} in `voters`, but listens for RPC on {rpc}",
+                    self.node_id, v.rpc
+                ),
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn validate_addresses(&self) -> anyhow::Result<()> {

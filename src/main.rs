@@ -28,6 +28,16 @@ enum Command {
         /// Number of shards; may exceed the core count (default: one per core).
         #[arg(long)]
         shards: Option<usize>,
+        /// This node's id in its cluster (default 0).
+        #[arg(long)]
+        node_id: Option<i32>,
+        /// Inter-node RPC address, HOST:PORT (needed with --voters).
+        #[arg(long)]
+        rpc_listen: Option<String>,
+        /// The controller quorum: ID@HOST:PORT,... (the voters' RPC addresses). Without it the
+        /// node runs alone.
+        #[arg(long)]
+        voters: Option<String>,
     },
     /// Load generator: drive any Kafka-compatible broker and report throughput and latency.
     #[cfg(feature = "bench")]
@@ -57,11 +67,17 @@ fn main() {
             listen,
             data_dir,
             shards,
+            node_id,
+            rpc_listen,
+            voters,
         } => {
             let overrides = sluice::config::Overrides {
                 listen,
                 data_dir,
                 shards,
+                node_id,
+                rpc_listen,
+                voters,
             };
             sluice::config::Config::load(config.as_deref(), overrides).and_then(sluice::server::run)
         }

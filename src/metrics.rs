@@ -137,8 +137,63 @@ pub static SEGMENT_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
 pub static OPEN_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
 pub static DESCRIPTOR_LIMIT: AtomicU64 = AtomicU64::new(0);
 
+/// The controller quorum's Raft state on this node (a voter of a cluster; zero otherwise),
+/// written by the controller shard.
+pub static RAFT_TERM: AtomicU64 = AtomicU64::new(0);
+/// 0 follower, 1 candidate (pre-vote included), 2 leader.
+pub static RAFT_ROLE: AtomicU64 = AtomicU64::new(0);
+/// The active controller's node id plus one (0: none known).
+pub static RAFT_LEADER: AtomicU64 = AtomicU64::new(0);
+pub static RAFT_COMMIT_INDEX: AtomicU64 = AtomicU64::new(0);
+pub static RAFT_APPLIED_INDEX: AtomicU64 = AtomicU64::new(0);
+pub static RAFT_SNAPSHOT_INDEX: AtomicU64 = AtomicU64::new(0);
+pub static RAFT_ELECTIONS: AtomicU64 = AtomicU64::new(0);
+pub static RAFT_DROPPED_MESSAGES: AtomicU64 = AtomicU64::new(0);
+/// On the leader: each follower's (node id, entries behind the leader's log end).
+pub static RAFT_FOLLOWER_LAG: std::sync::Mutex<Vec<(i32, u64)>> = std::sync::Mutex::new(Vec::new());
+
 /// Process-wide gauges: name, help, value.
 const PROCESS: &[(&str, &str, &AtomicU64)] = &[
+    (
+        "sluice_raft_term",
+        "The controller quorum's current Raft term.",
+        &RAFT_TERM,
+    ),
+    (
+        "sluice_raft_role",
+        "This node's Raft role in the controller quorum: 0 follower, 1 candidate, 2 leader.",
+        &RAFT_ROLE,
+    ),
+    (
+        "sluice_raft_leader_plus_one",
+        "The active controller's node id plus one (0: none known).",
+        &RAFT_LEADER,
+    ),
+    (
+        "sluice_raft_commit_index",
+        "The metadata log's commit index.",
+        &RAFT_COMMIT_INDEX,
+    ),
+    (
+        "sluice_raft_applied_index",
+        "The metadata log index this node has applied.",
+        &RAFT_APPLIED_INDEX,
+    ),
+    (
+        "sluice_raft_snapshot_index",
+        "The index of this node's latest metadata snapshot.",
+        &RAFT_SNAPSHOT_INDEX,
+    ),
+    (
+        "sluice_raft_elections_total",
+        "Elections held since this node started (each new Raft term it saw).",
+        &RAFT_ELECTIONS,
+    ),
+    (
+        "sluice_raft_dropped_messages_total",
+        "Raft messages dropped because an inbox or a peer's outbox was full.",
+        &RAFT_DROPPED_MESSAGES,
+    ),
     (
         "sluice_segment_descriptors",
         "File descriptors held by open log segments (all shards).",
@@ -367,6 +422,17 @@ pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}\n",
             value.load(Ordering::Relaxed)
         ));
+    }
+    let lag = "sluice_raft_follower_lag_entries";
+    out.push_str(&format!(
+        "# HELP {lag} On the active controller: entries each follower is behind.\n# TYPE {lag} gauge\n"
+    ));
+    for (node, behind) in RAFT_FOLLOWER_LAG
+        .lock()
+        .map(|v| v.clone())
+        .unwrap_or_default()
+    {
+        out.push_str(&format!("{lag}{{node=\"{node}\"}} {behind}\n"));
     }
     for &(name, help, kind, value) in PER_SHARD {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));

@@ -3,31 +3,35 @@
 //! key table and by resolving the whole catalog with them, then persisted and installed like
 //! any catalog change.
 
+use super::records::MetadataRecord;
 use super::{err, ConfigChange, Outcome};
 use crate::shard::Shard;
 use crate::storage::broker_config::{self, dynamic_key};
 use crate::storage::catalog::{self, Catalog, CatalogRecord};
 use kafka_protocol::ResponseError;
 
-/// One scope's change: its outcome, and whether the record changed.
+/// One scope's change: its outcome, and the record that makes it (None: nothing changes).
 pub(super) fn alter(
     shard: &Shard,
     current: &Catalog,
-    record: &mut CatalogRecord,
+    record: &CatalogRecord,
     broker: &str,
     change: ConfigChange,
     validate_only: bool,
-) -> (Vec<Outcome>, bool) {
+) -> (Vec<Outcome>, Option<MetadataRecord>) {
     match checked(shard, current, record, broker, change) {
-        Err(outcome) => (vec![outcome], false),
+        Err(outcome) => (vec![outcome], None),
         Ok(next) => {
-            let changed = !validate_only && next != record.scope_configs(broker);
-            if changed {
-                let scope = if broker.is_empty() { "cluster" } else { broker };
-                log::info!("dynamic broker configs ({scope}) now {next:?}");
-                record.set_scope_configs(broker, next);
+            if validate_only || next == record.scope_configs(broker) {
+                return (vec![(0, None)], None);
             }
-            (vec![(0, None)], changed)
+            let scope = if broker.is_empty() { "cluster" } else { broker };
+            log::info!("dynamic broker configs ({scope}) now {next:?}");
+            let change = MetadataRecord::SetBrokerConfigs {
+                scope: broker.to_string(),
+                configs: next,
+            };
+            (vec![(0, None)], Some(change))
         }
     }
 }

@@ -1,26 +1,44 @@
 //! The controller: topic changes and producer-id blocks, run on the controller shard (shard 0),
-//! one at a time. A change is validated, checked against the broker's bounds, persisted in the
-//! catalog, then installed on every shard before it is answered: a topic exists for clients
-//! only once every shard has opened its partitions.
+//! one at a time. A change is validated, checked against the broker's bounds, and expressed as
+//! metadata records (`records.rs`), which are applied to a working copy of the catalog so that
+//! the next item of the request sees them. Then they are made durable:
+//! - on a single node, the new catalog is persisted and installed on every shard;
+//! - in a cluster (`voters` set), the records are one entry of the Raft metadata log, proposed
+//!   by the active controller; an operation that reaches another node is forwarded to it
+//!   (`cluster.rs`). Every node applies committed entries to its catalog.
+//!
+//! Either way a change is answered once this node's shards have installed it: a topic exists
+//! for clients only once every shard has opened its partitions.
 //!
 //! A service: the server wires one `Controller` into shard 0; other shards reach it with
 //! `submit` and `allocate_producer_id`, typed requests over the mesh.
 
+pub mod applied;
 pub mod bounds;
 mod broker_configs;
+pub mod cluster;
+pub mod liveness;
+pub mod messages;
+pub mod placement;
+pub mod quorum;
+pub mod raft_store;
+pub mod records;
 
 use crate::clock::Ids;
 use crate::shard::mesh::{Request, ShardGone};
 use crate::shard::{InstallCatalog, Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::{self, Catalog, CatalogRecord, ConfigOp, TopicRecord};
 use crate::storage::topic_config::TopicConfig;
+use cluster::Cluster;
 use futures::future::LocalBoxFuture;
 use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
+use records::MetadataRecord;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub struct NewTopic {
     pub name: String,
     pub partitions: i32,
@@ -29,6 +47,7 @@ pub struct NewTopic {
 }
 
 /// Topic changes, executed by the controller.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub enum ControllerOp {
     CreateTopics {
         topics: Vec<NewTopic>,
@@ -54,6 +73,7 @@ pub enum ControllerOp {
 }
 
 /// A change to one topic's config overrides.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub enum ConfigChange {
     /// AlterConfigs: these overrides replace all of the topic's.
     Replace(Vec<(String, String)>),
@@ -68,26 +88,49 @@ fn err(e: ResponseError, msg: impl Into<String>) -> Outcome {
     (e.code(), Some(msg.into()))
 }
 
-/// Producer ids reserved per catalog write: a restart resumes after the reserved block, so
-/// ids stay unique across restarts with one catalog write per block.
+/// Producer ids reserved per catalog write (or metadata log entry): a restart resumes after
+/// the reserved block, so ids stay unique across restarts with one write per block.
 const PRODUCER_ID_BLOCK: i64 = 1000;
+
+impl ControllerOp {
+    /// How many outcomes the operation answers (one per item).
+    fn items(&self) -> usize {
+        match self {
+            ControllerOp::CreateTopics { topics, .. } => topics.len(),
+            ControllerOp::DeleteTopics { names } => names.len(),
+            ControllerOp::CreatePartitions { topics, .. } => topics.len(),
+            ControllerOp::AlterConfigs { topics, .. } => topics.len(),
+            ControllerOp::AlterBrokerConfigs { .. } => 1,
+        }
+    }
+}
 
 /// The controller's state on its shard.
 pub struct Controller {
     /// Serializes controller operations: each reads, changes and persists the whole catalog.
     lock: Semaphore,
-    /// The next producer id to hand out.
+    /// The next producer id to hand out, and the end of the block it comes from.
     next_producer_id: Cell<i64>,
+    producer_id_block_end: Cell<i64>,
     /// Where topic ids come from.
     ids: RefCell<Box<dyn Ids>>,
+    /// This node's part in a cluster; None on a single node.
+    pub cluster: Option<Rc<Cluster>>,
 }
 
 impl Controller {
-    pub fn new(catalog: &Catalog, ids: Box<dyn Ids>) -> Controller {
+    pub fn new(catalog: &Catalog, ids: Box<dyn Ids>, cluster: Option<Rc<Cluster>>) -> Controller {
+        // In a cluster a node starts with no block and asks the controller for one.
+        let (next, end) = match cluster {
+            None => (catalog.producer_id_block_end, catalog.producer_id_block_end),
+            Some(_) => (0, 0),
+        };
         Controller {
             lock: Semaphore::new(1),
-            next_producer_id: Cell::new(catalog.producer_id_block_end),
+            next_producer_id: Cell::new(next),
+            producer_id_block_end: Cell::new(end),
             ids: RefCell::new(ids),
+            cluster,
         }
     }
 
@@ -109,6 +152,46 @@ pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<Result<i64, i16>,
     shard.call(CONTROLLER_SHARD, AllocateProducerId).await
 }
 
+/// The controller quorum as its leader sees it (DescribeQuorum).
+#[derive(Debug, Clone)]
+pub struct QuorumView {
+    pub leader_id: i32,
+    pub term: u64,
+    pub commit: u64,
+    /// Each voter's (node id, last entry replicated to it).
+    pub voters: Vec<(i32, u64)>,
+}
+
+/// The quorum's state if this node is its leader (from any shard); None on a follower or a
+/// single node. Err: the controller shard is stopping.
+pub async fn quorum_view(shard: &Rc<Shard>) -> Result<Option<QuorumView>, ShardGone> {
+    shard.call(CONTROLLER_SHARD, DescribeQuorum).await
+}
+
+struct DescribeQuorum;
+
+impl Request for DescribeQuorum {
+    type Reply = Option<QuorumView>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Option<QuorumView>> {
+        let controller = shard.service::<Controller>();
+        let view = controller
+            .cluster
+            .as_ref()
+            .and_then(|c| c.quorum.clone())
+            .and_then(|q| {
+                let s = q.status();
+                let voters = q.voter_progress();
+                (s.leader && !voters.is_empty()).then_some(QuorumView {
+                    leader_id: s.leader_id,
+                    term: s.term,
+                    commit: s.commit,
+                    voters,
+                })
+            });
+        Box::pin(async move { view })
+    }
+}
+
 struct Submit(ControllerOp);
 
 impl Request for Submit {
@@ -127,40 +210,74 @@ impl Request for AllocateProducerId {
     }
 }
 
-/// Executes a topic change on the controller shard.
+/// Executes a topic change from the controller shard: here on a single node or when this node
+/// is the active controller, otherwise on the active controller.
 pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
     assert_eq!(
         shard.id, CONTROLLER_SHARD,
         "controller ops run on its shard"
     );
     let controller = shard.service::<Controller>();
+    let Some(cluster) = &controller.cluster else {
+        return execute_here(shard, op).await;
+    };
+    let items = op.items();
+    cluster::route_op(shard, cluster, op)
+        .await
+        .unwrap_or_else(|e| vec![e; items])
+}
+
+/// Executes a topic change on this node's controller.
+async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
+    let controller = shard.service::<Controller>();
     let _permit = controller.lock().await;
     let current = shard.catalog();
-    let mut record = current.to_record();
-    let (results, changed) = match op {
+    let mut record = match &controller.cluster {
+        Some(c) => c.applied.image(),
+        None => current.to_record(),
+    };
+    let mut out = Vec::new();
+    let results = match op {
         ControllerOp::CreateTopics {
             topics,
             validate_only,
-        } => create_topics(shard, &controller, &mut record, topics, validate_only),
-        ControllerOp::DeleteTopics { names } => delete_topics(&mut record, names),
+        } => create_topics(
+            shard,
+            &controller,
+            &mut record,
+            &mut out,
+            topics,
+            validate_only,
+        ),
+        ControllerOp::DeleteTopics { names } => delete_topics(&mut record, &mut out, names),
         ControllerOp::CreatePartitions {
             topics,
             validate_only,
-        } => create_partitions(shard, &mut record, topics, validate_only),
+        } => create_partitions(shard, &mut record, &mut out, topics, validate_only),
         ControllerOp::AlterConfigs {
             topics,
             validate_only,
-        } => alter_configs(&current, &mut record, topics, validate_only),
+        } => alter_configs(&current, &mut record, &mut out, topics, validate_only),
         ControllerOp::AlterBrokerConfigs {
             broker,
             change,
             validate_only,
-        } => broker_configs::alter(shard, &current, &mut record, &broker, change, validate_only),
+        } => {
+            let r = broker_configs::alter(shard, &current, &record, &broker, change, validate_only);
+            if let Some(change) = r.1 {
+                push(&mut record, &mut out, change);
+            }
+            r.0
+        }
     };
-    if !changed {
+    if out.is_empty() {
         return results;
     }
-    match commit(shard, &record).await {
+    let committed = match &controller.cluster {
+        Some(c) => c.commit(out).await,
+        None => commit(shard, &record).await,
+    };
+    match committed {
         Ok(()) => results,
         Err(e) => results
             .into_iter()
@@ -169,7 +286,16 @@ pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
     }
 }
 
-/// Persists `record` and installs it on every shard. Err: the outcome of every change in it.
+/// Applies a change to the working record (so the request's next items see it) and keeps it
+/// for the log.
+fn push(record: &mut CatalogRecord, out: &mut Vec<MetadataRecord>, change: MetadataRecord) {
+    records::apply(record, std::slice::from_ref(&change))
+        .expect("the controller's own checks passed");
+    out.push(change);
+}
+
+/// Persists `record` and installs it on every shard (a single node). Err: the outcome of every
+/// change in it.
 async fn commit(shard: &Rc<Shard>, record: &CatalogRecord) -> Result<(), Outcome> {
     let config = &shard.config;
     let next = Catalog::from_record(record, config).map_err(|e| {
@@ -200,12 +326,12 @@ fn create_topics(
     shard: &Shard,
     controller: &Controller,
     record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
     topics: Vec<NewTopic>,
     validate_only: bool,
-) -> (Vec<Outcome>, bool) {
+) -> Vec<Outcome> {
     let config = &shard.config;
     let mut results = Vec::with_capacity(topics.len());
-    let mut changed = false;
     for t in topics {
         if let Err(e) = check_new_topic(record, &shard.catalog(), &t) {
             results.push(e);
@@ -220,60 +346,120 @@ fn create_topics(
             results.push(e);
             continue;
         }
+        let assignment = match place(shard, record, &t.name, t.replication_factor, partitions) {
+            Ok(a) => a,
+            Err(e) => {
+                results.push(e);
+                continue;
+            }
+        };
         if !validate_only {
-            record.topics.push(TopicRecord {
+            let topic = TopicRecord {
                 name: t.name.clone(),
                 id: controller.ids.borrow_mut().uuid(),
                 partitions: partitions as u32,
                 configs: t.configs,
-            });
-            changed = true;
+                assignment,
+            };
+            push(record, out, MetadataRecord::CreateTopic(topic));
             log::info!("creating topic {} with {partitions} partitions", t.name);
         }
         results.push((0, None));
     }
-    (results, changed)
+    results
 }
 
-fn delete_topics(record: &mut CatalogRecord, names: Vec<String>) -> (Vec<Outcome>, bool) {
-    let mut changed = false;
-    let results = names
-        .into_iter()
-        .map(
-            |name| match record.topics.iter().position(|t| t.name == name) {
-                Some(i) => {
-                    record.topics.remove(i);
-                    changed = true;
-                    log::info!("deleting topic {name}");
-                    (0, None)
-                }
-                None => err(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("topic {name} does not exist"),
-                ),
-            },
-        )
+/// Replicas for `count` new partitions of `topic`: none on a single node (it holds them all);
+/// in a cluster, placed over the live brokers (`placement.rs`). The replication factor -1 is
+/// the default: `default_replication_factor`, or for `__consumer_offsets` min(3, live
+/// brokers).
+fn place(
+    shard: &Shard,
+    record: &CatalogRecord,
+    topic: &str,
+    replication_factor: i16,
+    count: i32,
+) -> Result<Vec<catalog::PartitionAssignment>, Outcome> {
+    let config = &shard.config;
+    if !config.is_clustered() {
+        if replication_factor != -1 && replication_factor != 1 {
+            return Err(err(
+                ResponseError::InvalidReplicationFactor,
+                "this broker runs alone and stores one replica: replication factor must be 1",
+            ));
+        }
+        return Ok(Vec::new());
+    }
+    let mut leaders: std::collections::HashMap<i32, usize> = Default::default();
+    for a in record.topics.iter().flat_map(|t| t.assignment.iter()) {
+        *leaders.entry(a.leader).or_default() += 1;
+    }
+    let live: Vec<placement::Candidate> = record
+        .brokers
+        .iter()
+        .filter(|b| !b.fenced)
+        .map(|b| placement::Candidate {
+            node_id: b.node_id,
+            rack: b.rack.clone(),
+            leaders: leaders.get(&b.node_id).copied().unwrap_or(0),
+        })
         .collect();
-    (results, changed)
+    let factor = match replication_factor {
+        -1 if topic == crate::storage::catalog::OFFSETS_TOPIC => live.len().clamp(1, 3),
+        -1 => config.default_replication_factor as usize,
+        n if n < 1 => {
+            return Err(err(
+                ResponseError::InvalidReplicationFactor,
+                format!("replication factor {n} must be at least 1"),
+            ))
+        }
+        n => n as usize,
+    };
+    placement::assign(&live, count as usize, factor)
+        .map_err(|m| err(ResponseError::InvalidReplicationFactor, m))
+}
+
+fn delete_topics(
+    record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
+    names: Vec<String>,
+) -> Vec<Outcome> {
+    names
+        .into_iter()
+        .map(|name| match record.topics.iter().find(|t| t.name == name) {
+            Some(t) => {
+                let id = t.id;
+                push(record, out, MetadataRecord::DeleteTopic { id });
+                log::info!("deleting topic {name}");
+                (0, None)
+            }
+            None => err(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {name} does not exist"),
+            ),
+        })
+        .collect()
 }
 
 fn create_partitions(
     shard: &Shard,
     record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
     topics: Vec<(String, i32)>,
     validate_only: bool,
-) -> (Vec<Outcome>, bool) {
+) -> Vec<Outcome> {
     let mut results = Vec::with_capacity(topics.len());
-    let mut changed = false;
     for (name, count) in topics {
-        let Some(i) = record.topics.iter().position(|t| t.name == name) else {
+        let Some(t) = record.topics.iter().find(|t| t.name == name) else {
             results.push(err(
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic {name} does not exist"),
             ));
             continue;
         };
-        let current = record.topics[i].partitions as i32;
+        let (id, current) = (t.id, t.partitions as i32);
+        // New partitions get as many replicas as the topic's first one has.
+        let factor = t.assignment.first().map_or(-1, |a| a.replicas.len() as i16);
         let checked = if count <= current {
             Err(err(
                 ResponseError::InvalidPartitions,
@@ -286,33 +472,38 @@ fn create_partitions(
             ))
         } else {
             bounds::check_new_partitions(shard, record, &name, current, count, false)
+                .and_then(|()| place(shard, record, &name, factor, count - current))
         };
         match checked {
             Err(e) => results.push(e),
-            Ok(()) => {
+            Ok(added) => {
                 if !validate_only {
-                    record.topics[i].partitions = count as u32;
-                    changed = true;
+                    let change = MetadataRecord::CreatePartitions {
+                        id,
+                        count: count as u32,
+                        added,
+                    };
+                    push(record, out, change);
                     log::info!("topic {name} now has {count} partitions");
                 }
                 results.push((0, None));
             }
         }
     }
-    (results, changed)
+    results
 }
 
 fn alter_configs(
     current: &Catalog,
     record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
     topics: Vec<(String, ConfigChange)>,
     validate_only: bool,
-) -> (Vec<Outcome>, bool) {
+) -> Vec<Outcome> {
     let mut results = Vec::with_capacity(topics.len());
-    let mut changed = false;
     for (name, change) in topics {
         let (Some(t), Some(meta)) = (
-            record.topics.iter_mut().find(|t| t.name == name),
+            record.topics.iter().find(|t| t.name == name),
             current.topics.get(&name),
         ) else {
             results.push(err(
@@ -332,15 +523,18 @@ fn alter_configs(
             Ok(overrides) => {
                 if !validate_only && overrides != t.configs {
                     log::info!("topic {name}: configs now {overrides:?}");
-                    t.configs = overrides;
-                    changed = true;
+                    let change = MetadataRecord::SetTopicConfigs {
+                        id: t.id,
+                        configs: overrides,
+                    };
+                    push(record, out, change);
                 }
                 results.push((0, None));
             }
             Err(m) => results.push(err(ResponseError::InvalidConfig, m)),
         }
     }
-    (results, changed)
+    results
 }
 
 fn check_new_topic(
@@ -362,36 +556,72 @@ fn check_new_topic(
             format!("partitions must be in 1..={}", catalog::MAX_PARTITIONS),
         ));
     }
-    if t.replication_factor != -1 && t.replication_factor != 1 {
-        return Err(err(
-            ResponseError::InvalidReplicationFactor,
-            "this broker stores one replica: replication factor must be 1",
-        ));
-    }
     current
         .resolve_topic(&t.configs)
         .map_err(|m| err(ResponseError::InvalidConfig, m))
 }
 
-/// Hands out the next producer id (InitProducerId), persisting a new reserved block when the
-/// current one is used up.
+/// Hands out the next producer id (InitProducerId) from this node's block, reserving a new
+/// block when it is used up: on a single node by persisting the block's end, in a cluster from
+/// the active controller (a metadata log entry).
 async fn next_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
     let controller = shard.service::<Controller>();
-    let _permit = controller.lock().await;
-    let current = shard.catalog();
     let id = controller.next_producer_id.get();
-    if id >= current.producer_id_block_end {
-        let mut record = current.to_record();
-        record.producer_id_block_end = id + PRODUCER_ID_BLOCK;
-        if let Err(e) = Catalog::persist(&shard.config.data_dir, &record).await {
-            log::error!("controller: cannot persist a producer id block: {e}");
-            return Err(ResponseError::KafkaStorageError.code());
+    if id >= controller.producer_id_block_end.get() {
+        let block = match &controller.cluster {
+            None => reserve_producer_ids(shard).await,
+            Some(c) => match c.await_controller(shard.clock()).await {
+                Ok(true) => reserve_producer_ids(shard).await,
+                Ok(false) => c
+                    .call_controller(messages::PRODUCER_IDS, &[])
+                    .await
+                    .and_then(|b| {
+                        messages::decode(&b).map_err(|m| err(ResponseError::UnknownServerError, m))
+                    }),
+                Err(e) => Err(e),
+            },
         }
-        let next = Catalog::from_record(&record, &shard.config)
-            .map_err(|_| ResponseError::UnknownServerError.code())?;
-        // Only the controller reads the block end; other shards keep their snapshot.
-        shard.set_catalog(Arc::new(next));
+        .map_err(|(code, m)| {
+            log::warn!("controller: no producer id block: {code} {m:?}");
+            code
+        })?;
+        // Another caller may have taken a block meanwhile; the newer block wins, ids stay
+        // unique either way.
+        controller.next_producer_id.set(block.first);
+        controller.producer_id_block_end.set(block.end);
     }
+    let id = controller.next_producer_id.get();
     controller.next_producer_id.set(id + 1);
     Ok(id)
+}
+
+/// Reserves the next block of producer ids on this node's controller (the single node's, or
+/// the active one's).
+async fn reserve_producer_ids(shard: &Rc<Shard>) -> Result<messages::ProducerIdBlock, Outcome> {
+    let controller = shard.service::<Controller>();
+    let _permit = controller.lock().await;
+    let first = match &controller.cluster {
+        Some(c) => c.applied.image().producer_id_block_end,
+        None => shard.catalog().producer_id_block_end,
+    };
+    let end = first + PRODUCER_ID_BLOCK;
+    let block = messages::ProducerIdBlock { first, end };
+    if let Some(c) = &controller.cluster {
+        c.commit(vec![MetadataRecord::ProducerIdBlock { end }])
+            .await?;
+        return Ok(block);
+    }
+    let mut record = shard.catalog().to_record();
+    record.producer_id_block_end = end;
+    Catalog::persist(&shard.config.data_dir, &record)
+        .await
+        .map_err(|e| {
+            log::error!("controller: cannot persist a producer id block: {e}");
+            err(ResponseError::KafkaStorageError, e.to_string())
+        })?;
+    let next = Catalog::from_record(&record, &shard.config)
+        .map_err(|m| err(ResponseError::UnknownServerError, m))?;
+    // Only the controller reads the block end; other shards keep their snapshot.
+    shard.set_catalog(Arc::new(next));
+    Ok(block)
 }

@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::storage::catalog::OFFSETS_TOPIC;
 /// Kafka's offset.metadata.max.bytes.
 pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 /// How long a group record append waits for its commit (acks=all).
@@ -97,16 +97,15 @@ impl<R: GroupRequest> Request for OnCoordinator<R> {
 /// served yet (no `__consumer_offsets`) or the shard is stopping.
 pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::Reply, i16> {
     let not_available = ResponseError::CoordinatorNotAvailable.code();
-    let partitions = shard
-        .catalog()
-        .topics
-        .get(OFFSETS_TOPIC)
-        .map(|t| t.record.partitions)
-        .ok_or(not_available)?;
-    let owner = shard.owner(
-        OFFSETS_TOPIC,
-        offsets_partition(request.group(), partitions),
-    );
+    let catalog = shard.catalog();
+    let topic = catalog.topics.get(OFFSETS_TOPIC).ok_or(not_available)?;
+    let partition = offsets_partition(request.group(), topic.record.partitions);
+    // In a cluster the group's partition may be led by another node: the client asks
+    // FindCoordinator again.
+    if catalog.leader_of(topic, partition) != catalog.node_id {
+        return Err(ResponseError::NotCoordinator.code());
+    }
+    let owner = shard.owner(OFFSETS_TOPIC, partition);
     shard
         .call(owner, OnCoordinator(request))
         .await

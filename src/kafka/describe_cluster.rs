@@ -1,6 +1,6 @@
 //! DescribeCluster (KIP-700): the brokers, the controller and the cluster id, as Metadata
-//! names them, and the cluster's authorized operations when asked. No broker is ever fenced
-//! (v2), so `include_fenced_brokers` changes nothing.
+//! names them, and the cluster's authorized operations when asked. v2's
+//! `include_fenced_brokers` adds the fenced brokers of a cluster, marked.
 
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::shard::Shard;
@@ -24,15 +24,31 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             return encode(&resp.with_error_code(e.code()), version);
         }
     }
-    let (host, port) = shard.config.advertised();
-    let node = shard.config.node_id;
+    let catalog = shard.catalog();
+    let mut brokers: Vec<DescribeClusterBroker> = super::metadata::brokers(shard, &catalog)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(id))
+                .with_host(str_bytes(&host))
+                .with_port(port)
+                .with_rack(rack.as_deref().map(str_bytes))
+        })
+        .collect();
+    if version >= 2 && req.include_fenced_brokers {
+        brokers.extend(catalog.brokers.iter().filter(|b| b.fenced).map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.node_id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.as_deref().map(str_bytes))
+                .with_is_fenced(true)
+        }));
+    }
     resp = resp
-        .with_cluster_id(str_bytes(&shard.catalog().cluster_id))
-        .with_controller_id(BrokerId(node))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(node))
-            .with_host(str_bytes(&host))
-            .with_port(port)]);
+        .with_cluster_id(str_bytes(&catalog.cluster_id))
+        .with_controller_id(BrokerId(catalog.controller_id))
+        .with_brokers(brokers);
     resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
         authorized_operations::cluster()
     } else {

@@ -292,6 +292,10 @@ fn route(
         .map(|((topic_id, partition), wanted)| {
             let meta = catalog.by_id.get(&topic_id).cloned();
             let slot = match &meta {
+                // A follower does not serve consumers (no fetch from followers, KIP-392).
+                Some(t) if t.has_partition(partition) && !catalog.leads(t, partition) => {
+                    Err(ResponseError::NotLeaderOrFollower)
+                }
                 Some(t) if t.has_partition(partition) => {
                     items.push(Item {
                         owner: shard.owner(&t.name, partition),

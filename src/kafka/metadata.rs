@@ -1,5 +1,6 @@
-//! Metadata: brokers (this one, as `node_id`), and topics with their partitions, all led by
-//! this broker: leader, replicas and ISR name `node_id`, and the controller is `node_id` too.
+//! Metadata: the brokers, the active controller, and topics with each partition's leader,
+//! replicas and ISR. On a single node, this broker is all of them. In a cluster, all from this
+//! node's applied metadata: the live (unfenced) brokers and the assignments the controller made.
 //! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
 
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
@@ -55,16 +56,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         }
     }
     let catalog = shard.catalog();
-    let node = shard.config.node_id;
     let mut topics: Vec<MetadataResponseTopic> = match requested {
         None => catalog
             .topics
             .values()
-            .map(|t| topic_entry(t, node, version))
+            .map(|t| topic_entry(&catalog, t, version))
             .collect(),
         Some(list) => list
             .iter()
-            .map(|(name, id)| lookup(&catalog, name.as_deref(), id, node, version))
+            .map(|(name, id)| lookup(&catalog, name.as_deref(), id, version))
             .collect(),
     };
     if version >= 8 && req.include_topic_authorized_operations {
@@ -72,15 +72,24 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             t.topic_authorized_operations = authorized_operations::topic();
         }
     }
-    let (host, port) = shard.config.advertised();
+    let brokers = brokers(shard, &catalog)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            let mut b = MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(&host))
+                .with_port(port);
+            if version >= 1 {
+                b = b.with_rack(rack.as_deref().map(str_bytes));
+            }
+            b
+        })
+        .collect();
     let mut resp = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(shard.config.node_id))
-            .with_host(str_bytes(&host))
-            .with_port(port)])
+        .with_brokers(brokers)
         .with_topics(topics);
     if version >= 1 {
-        resp = resp.with_controller_id(BrokerId(shard.config.node_id));
+        resp = resp.with_controller_id(BrokerId(catalog.controller_id));
     }
     if version >= 2 {
         resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
@@ -91,11 +100,23 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     encode(&resp, version)
 }
 
+/// The brokers clients are told about: (node id, host, port, rack). This one alone on a single
+/// node; the live registered brokers in a cluster.
+pub fn brokers(shard: &Shard, catalog: &Catalog) -> Vec<(i32, String, i32, Option<String>)> {
+    if !catalog.is_clustered() {
+        let (host, port) = shard.config.advertised();
+        return vec![(shard.config.node_id, host, port, shard.config.rack.clone())];
+    }
+    catalog
+        .live_brokers()
+        .map(|b| (b.node_id, b.host.clone(), b.port, b.rack.clone()))
+        .collect()
+}
+
 fn lookup(
     catalog: &Catalog,
     name: Option<&str>,
     id: &uuid::Uuid,
-    node: i32,
     version: i16,
 ) -> MetadataResponseTopic {
     let found = match name {
@@ -103,7 +124,7 @@ fn lookup(
         None => catalog.by_id.get(id.as_bytes()),
     };
     match found {
-        Some(t) => topic_entry(t, node, version),
+        Some(t) => topic_entry(catalog, t, version),
         None => {
             // Kafka answers a name no topic can have INVALID_TOPIC_EXCEPTION, which clients
             // treat as final; UNKNOWN_TOPIC_OR_PARTITION would have them retry until their
@@ -126,17 +147,27 @@ fn lookup(
     }
 }
 
-/// A topic's entry: every partition led by this broker, its only replica.
-fn topic_entry(t: &TopicMeta, node: i32, version: i16) -> MetadataResponseTopic {
+/// A topic's entry: each partition's leader, replicas and ISR (on a single node, this broker
+/// alone). A partition without a leader is LEADER_NOT_AVAILABLE, which clients retry.
+fn topic_entry(catalog: &Catalog, t: &TopicMeta, version: i16) -> MetadataResponseTopic {
+    let node = catalog.node_id;
     let partitions = (0..t.record.partitions as i32)
         .map(|p| {
+            let (leader, epoch, replicas, isr) = match t.assignment(p) {
+                Some(a) => (a.leader, a.leader_epoch, a.replicas.clone(), a.isr.clone()),
+                None => (node, SINGLE_NODE_LEADER_EPOCH, vec![node], vec![node]),
+            };
+            let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect();
             let mut e = MetadataResponsePartition::default()
                 .with_partition_index(p)
-                .with_leader_id(BrokerId(node))
-                .with_replica_nodes(vec![BrokerId(node)])
-                .with_isr_nodes(vec![BrokerId(node)]);
+                .with_leader_id(BrokerId(leader))
+                .with_replica_nodes(ids(replicas))
+                .with_isr_nodes(ids(isr));
+            if leader < 0 {
+                e = e.with_error_code(ResponseError::LeaderNotAvailable.code());
+            }
             if version >= 7 {
-                e = e.with_leader_epoch(SINGLE_NODE_LEADER_EPOCH);
+                e = e.with_leader_epoch(epoch);
             }
             e
         })

@@ -12,6 +12,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_quorum;
 pub mod fetch;
 pub mod fetch_session;
 pub mod find_coordinator;
@@ -76,6 +77,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeQuorum, 0, 1),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -116,6 +118,7 @@ pub async fn dispatch(
         ApiKey::DeleteTopics => delete_topics::handle(shard, v, body).await,
         ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
         ApiKey::DescribeCluster => describe_cluster::handle(shard, v, body).await,
+        ApiKey::DescribeQuorum => describe_quorum::handle(shard, v, body).await,
         ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
         ApiKey::FindCoordinator => find_coordinator::handle(shard, v, body).await,
         ApiKey::JoinGroup => join_group::handle(shard, v, body, client_id, peer_host).await,
@@ -148,8 +151,9 @@ pub fn api_names() -> crate::metrics::ApiNames {
 /// request order, each partition's index and outcome. `make(partition, p)` builds the item an
 /// owner executes, `request` wraps a shard's items (its reply: one answer per item, in order).
 /// Unknown topics and partitions are answered `failed(UNKNOWN_TOPIC_OR_PARTITION)` without
-/// leaving this shard; partitions of a shard that has stopped (shutdown),
-/// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients retry elsewhere.
+/// leaving this shard, and partitions another node leads (in a cluster)
+/// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients refresh their metadata; so are partitions
+/// of a shard that has stopped (shutdown), so that clients retry elsewhere.
 pub async fn per_partition<'a, P: 'a, T, R: Copy + 'static, Q>(
     shard: &Rc<Shard>,
     topics: impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
@@ -174,6 +178,11 @@ where
                 .map(|p| {
                     let i = index(p);
                     let slot = match known {
+                        Some(t)
+                            if t.has_partition(i) && catalog.leader_of(t, i) != catalog.node_id =>
+                        {
+                            Err(ResponseError::NotLeaderOrFollower)
+                        }
                         Some(t) if t.has_partition(i) => {
                             let tp = TopicPartition {
                                 topic_id: t.record.id,

@@ -191,6 +191,9 @@ fn route(shard: &Shard, req: &ProduceRequest) -> (Routed, Slots) {
         for p in &topic.partitions {
             let slot = match known {
                 _ if !acks_valid => Err(ResponseError::InvalidRequiredAcks),
+                Some(t) if t.has_partition(p.index) && !catalog.leads(t, p.index) => {
+                    Err(ResponseError::NotLeaderOrFollower)
+                }
                 Some(t) if t.has_partition(p.index) => {
                     let tp = TopicPartition {
                         topic_id: t.record.id,

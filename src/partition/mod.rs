@@ -150,7 +150,11 @@ impl Partition {
         }
         let fresh = !id_file.exists();
         let settings = log_settings(&topic.config);
-        let epoch = crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH;
+        let epoch = topic
+            .assignment(index)
+            .map_or(crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH, |a| {
+                a.leader_epoch
+            });
         let log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
         if fresh {
             crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;
@@ -208,6 +212,13 @@ impl Partition {
         self.log.borrow_mut().settings = log_settings(config);
         self.max_message_bytes.set(config.max_message_bytes);
         self.rules.set(ingest::Rules::of(config));
+    }
+
+    /// The leader epoch the controller assigned (a cluster); batches appended from now on are
+    /// stamped with it, and fetches that name an older one are fenced.
+    pub fn set_leader_epoch(&self, epoch: i32) {
+        let mut log = self.log.borrow_mut();
+        log.leader_epoch = log.leader_epoch.max(epoch);
     }
 
     /// Takes the partition out of service (its topic was deleted): every waiter wakes and finds

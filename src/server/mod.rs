@@ -8,6 +8,9 @@ pub mod sendfile;
 
 use crate::clock::{Clock, RandomIds, SystemClock};
 use crate::config::Config;
+use crate::controller::applied::{self, Applied};
+use crate::controller::cluster::{self, Cluster};
+use crate::controller::quorum::{self, Quorum, QuorumInbox};
 use crate::controller::{self, Controller, ControllerOp, NewTopic};
 use crate::group::GroupService;
 use crate::kafka::fetch::SessionCache;
@@ -38,11 +41,19 @@ static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
 pub fn run(mut config: Config) -> anyhow::Result<()> {
     keep_freed_memory();
+    stop_on_panic();
     let lock = lock_data_dir(&mut config)?;
     ensure_port_free(&config.listen)?;
     let descriptor_limit = fd_budget::apply(&mut config)?;
     crate::metrics::DESCRIPTOR_LIMIT.store(descriptor_limit, Ordering::Relaxed);
     let catalog = load_catalog(&config)?;
+    let mut rpc_listener = match (&config.rpc_listen, config.is_clustered()) {
+        (Some(addr), true) => Some(
+            crate::rpc::bind(addr)
+                .map_err(|e| anyhow::anyhow!("cannot listen for RPC on {addr}: {e}"))?,
+        ),
+        _ => None,
+    };
     let config = Arc::new(config);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let router = Arc::new(Router::new(&config));
@@ -78,6 +89,11 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             clock: clock.clone(),
             limits: limits.clone(),
             descriptor_limit,
+            rpc_listener: if id == CONTROLLER_SHARD {
+                rpc_listener.take()
+            } else {
+                None
+            },
         };
         let mesh = mesh.clone();
         let cpu = cpus[id % cpus.len()];
@@ -94,6 +110,19 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     log::info!("shut down cleanly");
     Ok(())
+}
+
+/// A panic is a broken invariant (ours or a library's, raft-rs's among them): the whole process
+/// stops, after the panic's message and backtrace are printed. Left to itself, a panic would
+/// end one shard's thread while the others kept serving, a half-alive broker whose partitions
+/// and controller on that shard no longer answer.
+fn stop_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!("sluice: stopping after a panic");
+        std::process::abort();
+    }));
 }
 
 /// Largest allocation glibc serves from its heaps rather than a fresh mmap (its upper limit).
@@ -143,17 +172,43 @@ fn lock_data_dir(config: &mut Config) -> anyhow::Result<std::fs::File> {
 }
 
 fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
-    if !Catalog::path(&config.data_dir).exists() {
-        log::info!("new data dir {}", config.data_dir.display());
-    }
-    let record = Catalog::load(&config.data_dir, &mut RandomIds)?;
+    let record = if config.is_clustered() {
+        cluster_catalog(config)?
+    } else {
+        if !Catalog::path(&config.data_dir).exists() {
+            log::info!("new data dir {}", config.data_dir.display());
+        }
+        Catalog::load(&config.data_dir, &mut RandomIds)?
+    };
     log::info!(
         "cluster id {}, {} topics",
-        record.cluster_id,
+        if record.cluster_id.is_empty() {
+            "not known yet"
+        } else {
+            &record.cluster_id
+        },
         record.topics.len()
     );
     let catalog = Catalog::from_record(&record, config).map_err(|e| anyhow::anyhow!(e))?;
     Ok(Arc::new(catalog))
+}
+
+/// A clustered node's catalog as of its last run: a voter's from its Raft log, a broker's from
+/// its copy of the controller's. A single node's data dir is refused: its topics are not in any
+/// metadata log, and would vanish.
+fn cluster_catalog(config: &Config) -> anyhow::Result<crate::storage::catalog::CatalogRecord> {
+    let voter = config.voter_list()?.iter().any(|v| v.id == config.node_id);
+    if Catalog::path(&config.data_dir).exists() {
+        anyhow::bail!(
+            "data dir {} belongs to a single-node broker; a node of a cluster starts from a new data dir",
+            config.data_dir.display()
+        );
+    }
+    if voter {
+        return crate::controller::quorum::recover(config);
+    }
+    let copy = Catalog::controller_copy_path(&config.data_dir);
+    Ok(Catalog::read_at(&copy)?.unwrap_or_default())
 }
 
 /// SIGTERM and SIGINT set the flag every shard polls.
@@ -204,7 +259,8 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
     let topic = NewTopic {
         name: OFFSETS_TOPIC.to_string(),
         partitions: shard.config.offsets_topic_partitions,
-        replication_factor: 1,
+        // The default: one replica alone, min(3, live brokers) in a cluster.
+        replication_factor: -1,
         configs: vec![
             ("cleanup.policy".to_string(), "compact".to_string()),
             (
@@ -251,10 +307,12 @@ struct ShardStart {
     clock: Arc<dyn Clock>,
     limits: Arc<limits::ConnectionLimits>,
     descriptor_limit: u64,
+    /// The inter-node RPC listener (the controller shard of a clustered node).
+    rpc_listener: Option<std::net::TcpListener>,
 }
 
 async fn run_shard(
-    start: ShardStart,
+    mut start: ShardStart,
     mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
 ) -> anyhow::Result<()> {
     let id = start.id;
@@ -271,11 +329,16 @@ async fn run_shard(
         start.clock.clone(),
         start.metrics.clone(),
     ));
-    wire_services(&shard, &start);
+    let cluster = match (id, start.config.is_clustered()) {
+        (CONTROLLER_SHARD, true) => Some(open_cluster(&start)?),
+        _ => None,
+    };
+    wire_services(&shard, &start, cluster.as_ref().map(|c| c.0.clone()));
     let clock = start.clock.clone();
     glommio::spawn_local(shard.timers.clone().drive(move || clock.monotonic_ms())).detach();
     let config = &start.config;
-    if id == CONTROLLER_SHARD && !Catalog::path(&config.data_dir).exists() {
+    if id == CONTROLLER_SHARD && !config.is_clustered() && !Catalog::path(&config.data_dir).exists()
+    {
         Catalog::persist(&config.data_dir, &start.catalog.to_record()).await?;
     }
     shard.install_catalog(start.catalog.clone()).await;
@@ -290,7 +353,16 @@ async fn run_shard(
         .detach();
     }
     if id == CONTROLLER_SHARD {
-        ensure_offsets_topic(&shard).await;
+        match cluster {
+            None => ensure_offsets_topic(&shard).await,
+            Some((cluster, inbox)) => {
+                let listener = start
+                    .rpc_listener
+                    .take()
+                    .expect("a clustered node binds RPC");
+                run_cluster(&shard, cluster, inbox, listener);
+            }
+        }
         glommio::spawn_local(watch_descriptors(shard.clone(), start.descriptor_limit)).detach();
     }
     crate::group::replay::replay(&shard).await;
@@ -307,9 +379,78 @@ async fn run_shard(
     Ok(())
 }
 
+/// The controller shard's part in a cluster: its applied metadata, and on a voter the Raft
+/// quorum (with the inbox its driver reads).
+fn open_cluster(start: &ShardStart) -> anyhow::Result<(Rc<Cluster>, Option<QuorumInbox>)> {
+    let config = start.config.clone();
+    let applied = Rc::new(Applied::new(config.clone(), start.catalog.to_record()));
+    let voter = config.voter_list()?.iter().any(|v| v.id == config.node_id);
+    let (quorum, inbox) = if voter {
+        let (q, inbox) = Quorum::open(config.clone(), applied.clone())?;
+        (Some(q), Some(inbox))
+    } else {
+        (None, None)
+    };
+    Ok((Rc::new(Cluster::new(config, applied, quorum)?), inbox))
+}
+
+/// Starts a clustered node's tasks on the controller shard: the Raft driver, the installer of
+/// applied metadata, heartbeats, the controller's duties, and the RPC server.
+fn run_cluster(
+    shard: &Rc<Shard>,
+    cluster: Rc<Cluster>,
+    inbox: Option<QuorumInbox>,
+    listener: std::net::TcpListener,
+) {
+    if let (Some(quorum), Some(inbox)) = (cluster.quorum.clone(), inbox) {
+        let clock = shard.env.clock.clone();
+        glommio::spawn_local(quorum::drive(quorum, inbox, clock)).detach();
+    }
+    let applied = cluster.applied.clone();
+    glommio::spawn_local(applied::install_changes(shard.clone(), applied)).detach();
+    let handler = cluster.handler(shard);
+    glommio::spawn_local(crate::rpc::serve(listener, handler)).detach();
+    glommio::spawn_local(cluster::heartbeat_loop(cluster.clone(), shard.clone())).detach();
+    glommio::spawn_local(cluster::controller_duties(cluster, shard.clone())).detach();
+    glommio::spawn_local(ensure_offsets_topic_in_cluster(shard.clone())).detach();
+    log::info!(
+        "node {}: inter-node RPC on {}",
+        shard.config.node_id,
+        shard.config.rpc_listen.as_deref().unwrap_or("?")
+    );
+}
+
+/// How often a clustered node checks whether `__consumer_offsets` should be created.
+const OFFSETS_TOPIC_CHECK_MS: u64 = 1_000;
+/// How long the controller waits for enough brokers before it creates `__consumer_offsets`
+/// with fewer replicas.
+const OFFSETS_TOPIC_WAIT_MS: u64 = 30_000;
+
+/// In a cluster, the active controller creates `__consumer_offsets` once min(3, voters)
+/// brokers are live (or after `OFFSETS_TOPIC_WAIT_MS`), so it gets its replicas.
+async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
+    use crate::group::OFFSETS_TOPIC;
+    let controller = shard.service::<Controller>();
+    let cluster = controller.cluster.clone().expect("a clustered node");
+    let voters = shard.config.voters.len();
+    let started_ms = shard.clock().monotonic_ms();
+    loop {
+        glommio::timer::sleep(Duration::from_millis(OFFSETS_TOPIC_CHECK_MS)).await;
+        let catalog = shard.catalog();
+        if catalog.topics.contains_key(OFFSETS_TOPIC) {
+            return;
+        }
+        let waited_ms = shard.clock().monotonic_ms() - started_ms;
+        let enough = catalog.live_brokers().count() >= voters.min(3);
+        if cluster.is_active() && (enough || waited_ms >= OFFSETS_TOPIC_WAIT_MS) {
+            ensure_offsets_topic(&shard).await;
+        }
+    }
+}
+
 /// Wires the services into a shard: its group coordinator and fetch sessions, and on the
 /// controller shard the controller.
-fn wire_services(shard: &Rc<Shard>, start: &ShardStart) {
+fn wire_services(shard: &Rc<Shard>, start: &ShardStart, cluster: Option<Rc<Cluster>>) {
     let config = &start.config;
     let now_ms = start.clock.monotonic_ms();
     shard.provide(Rc::new(GroupService::new(
@@ -326,6 +467,7 @@ fn wire_services(shard: &Rc<Shard>, start: &ShardStart) {
         shard.provide(Rc::new(Controller::new(
             &start.catalog,
             Box::new(RandomIds),
+            cluster,
         )));
     }
 }

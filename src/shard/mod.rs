@@ -198,24 +198,29 @@ impl Shard {
             }
         }
         for topic in catalog.topics.values() {
-            self.open_owned(topic).await;
+            self.open_owned(&catalog, topic).await;
         }
         for p in self.partitions.borrow().values() {
             if let Some(topic) = catalog.by_id.get(&p.id().topic_id) {
                 p.configure(&topic.config);
+                if let Some(a) = topic.assignment(p.id().partition) {
+                    p.set_leader_epoch(a.leader_epoch);
+                }
             }
         }
         *self.catalog.borrow_mut() = catalog;
     }
 
-    /// Opens the partitions of `topic` that this shard owns and has not opened yet.
-    async fn open_owned(&self, topic: &TopicMeta) {
+    /// Opens the partitions of `topic` that this shard owns, this node holds a replica of, and
+    /// are not open yet.
+    async fn open_owned(&self, catalog: &Catalog, topic: &TopicMeta) {
         for p in 0..topic.record.partitions as i32 {
             let tp = TopicPartition {
                 topic_id: topic.record.id,
                 partition: p,
             };
-            if self.owner(&topic.name, p) != self.id || self.partition(tp).is_some() {
+            let mine = self.owner(&topic.name, p) == self.id && catalog.holds(topic, p);
+            if !mine || self.partition(tp).is_some() {
                 continue;
             }
             let env = self.env.clone();

@@ -19,7 +19,9 @@ const FILE_NAME: &str = "catalog.rkyv";
 /// Files written before the header existed are read as version 0 and rewritten as the current
 /// version at the next change.
 const MAGIC: &[u8; 7] = b"SLUICAT";
-const FORMAT_VERSION: u8 = 2;
+const FORMAT_VERSION: u8 = 3;
+/// The topic that holds consumer groups' offsets and metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
@@ -37,6 +39,36 @@ pub struct TopicRecord {
     pub id: [u8; 16],
     pub partitions: u32,
     pub configs: Vec<(String, String)>,
+    /// Each partition's replicas, leader and ISR, in partition order (format version 3 on).
+    /// Empty on a single node, which leads every partition itself.
+    pub assignment: Vec<PartitionAssignment>,
+}
+
+/// Where one partition lives in a cluster.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct PartitionAssignment {
+    /// Node ids, the preferred leader first.
+    pub replicas: Vec<i32>,
+    /// -1: no leader (every in-sync replica is fenced).
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// In-sync replicas. Until partitions replicate (issue 16), only the leader holds the
+    /// data, so only the leader is in sync.
+    pub isr: Vec<i32>,
+}
+
+/// A broker of the cluster, as it registered with the controller.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRecord {
+    pub node_id: i32,
+    /// Drawn at each start: a new incarnation is a restart, the same one a heartbeat.
+    pub incarnation: u64,
+    /// The advertised Kafka listener.
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    /// Fenced: its heartbeats stopped; it leads nothing and is not listed to clients.
+    pub fenced: bool,
 }
 
 /// Dynamic broker config overrides (see `broker_config.rs`) for one scope: the whole cluster
@@ -47,7 +79,7 @@ pub struct BrokerConfigRecord {
     pub configs: Vec<(String, String)>,
 }
 
-#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct CatalogRecord {
     pub cluster_id: String,
     pub topics: Vec<TopicRecord>,
@@ -55,6 +87,8 @@ pub struct CatalogRecord {
     pub producer_id_block_end: i64,
     /// Dynamic broker configs, per scope (format version 2 on).
     pub broker_configs: Vec<BrokerConfigRecord>,
+    /// The cluster's registered brokers (format version 3 on; empty on a single node).
+    pub brokers: Vec<BrokerRecord>,
 }
 
 /// The overrides stored for one scope ("" or a node id).
@@ -65,12 +99,42 @@ pub fn scope_configs<'a>(scopes: &'a [BrokerConfigRecord], broker: &str) -> &'a 
         .map_or(&[], |b| &b.configs)
 }
 
+/// A topic in format versions 0 to 2, before replica assignments.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+struct TopicRecordV2 {
+    name: String,
+    id: [u8; 16],
+    partitions: u32,
+    configs: Vec<(String, String)>,
+}
+
 /// The catalog layout of format versions 0 and 1, before dynamic broker configs.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
 struct CatalogRecordV1 {
     cluster_id: String,
-    topics: Vec<TopicRecord>,
+    topics: Vec<TopicRecordV2>,
     producer_id_block_end: i64,
+}
+
+/// The catalog layout of format version 2, before brokers and replica assignments.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+struct CatalogRecordV2 {
+    cluster_id: String,
+    topics: Vec<TopicRecordV2>,
+    producer_id_block_end: i64,
+    broker_configs: Vec<BrokerConfigRecord>,
+}
+
+impl From<TopicRecordV2> for TopicRecord {
+    fn from(t: TopicRecordV2) -> TopicRecord {
+        TopicRecord {
+            name: t.name,
+            id: t.id,
+            partitions: t.partitions,
+            configs: t.configs,
+            assignment: Vec::new(),
+        }
+    }
 }
 
 impl CatalogRecord {
@@ -101,7 +165,7 @@ impl CatalogRecord {
 }
 
 /// How IncrementalAlterConfigs changes one key (Kafka's `AlterConfigOp.OpType`, same numbers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum ConfigOp {
     Set = 0,
     Delete = 1,
@@ -222,6 +286,11 @@ impl TopicMeta {
     pub fn has_partition(&self, partition: i32) -> bool {
         (0..self.record.partitions as i32).contains(&partition)
     }
+
+    /// Partition `p`'s assignment; None on a single node (it holds and leads everything).
+    pub fn assignment(&self, p: i32) -> Option<&PartitionAssignment> {
+        self.record.assignment.get(usize::try_from(p).ok()?)
+    }
 }
 
 #[derive(Debug)]
@@ -237,6 +306,13 @@ pub struct Catalog {
     /// The topic config every topic starts from: the config file's defaults with the dynamic
     /// topic defaults (`log.retention.ms`, ...) applied.
     pub topic_defaults: TopicConfig,
+    /// The cluster's brokers as registered (empty on a single node).
+    pub brokers: Vec<BrokerRecord>,
+    /// This node's id: on a single node, the leader of every partition.
+    pub node_id: i32,
+    /// The active controller's node id, -1 while there is none; on a single node, `node_id`.
+    pub controller_id: i32,
+    clustered: bool,
 }
 
 impl Catalog {
@@ -252,6 +328,10 @@ impl Catalog {
             broker_configs: record.broker_configs.clone(),
             broker: dynamic.settings,
             topic_defaults: dynamic.topic_defaults,
+            brokers: record.brokers.clone(),
+            node_id: config.node_id,
+            controller_id: config.node_id,
+            clustered: config.is_clustered(),
         };
         for t in &record.topics {
             let config = c
@@ -268,6 +348,41 @@ impl Catalog {
         Ok(c)
     }
 
+    /// Partition `p` of `topic`'s leader: its assignment's, or this node on a single node.
+    pub fn leader_of(&self, topic: &TopicMeta, p: i32) -> i32 {
+        topic.assignment(p).map_or(self.node_id, |a| a.leader)
+    }
+
+    /// Whether this node leads partition `p` of `topic` (and so takes its produce and fetch).
+    pub fn leads(&self, topic: &TopicMeta, p: i32) -> bool {
+        self.leader_of(topic, p) == self.node_id
+    }
+
+    /// Whether this node holds a replica of partition `p` of `topic` (and so opens its log).
+    pub fn holds(&self, topic: &TopicMeta, p: i32) -> bool {
+        topic
+            .assignment(p)
+            .is_none_or(|a| a.replicas.contains(&self.node_id))
+    }
+
+    /// The brokers clients are told about: registered and not fenced. None while this node
+    /// runs alone (it is the only broker).
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRecord> {
+        self.brokers.iter().filter(|b| !b.fenced)
+    }
+
+    /// Whether this node runs in a cluster (its catalog comes from the metadata log).
+    pub fn is_clustered(&self) -> bool {
+        self.clustered
+    }
+
+    /// (host, port) of broker `node_id`'s Kafka listener, if it is registered and live.
+    pub fn broker_address(&self, node_id: i32) -> Option<(&str, i32)> {
+        self.live_brokers()
+            .find(|b| b.node_id == node_id)
+            .map(|b| (b.host.as_str(), b.port))
+    }
+
     /// A topic's config: its own overrides on top of the defaults in effect
     /// (`topic_defaults`).
     pub fn resolve_topic(&self, overrides: &[(String, String)]) -> Result<TopicConfig, String> {
@@ -280,6 +395,7 @@ impl Catalog {
             topics: self.topics.values().map(|t| t.record.clone()).collect(),
             producer_id_block_end: self.producer_id_block_end,
             broker_configs: self.broker_configs.clone(),
+            brokers: self.brokers.clone(),
         }
     }
 
@@ -300,6 +416,7 @@ impl Catalog {
                 topics: Vec::new(),
                 producer_id_block_end: 0,
                 broker_configs: Vec::new(),
+                brokers: Vec::new(),
             }),
             Err(e) => Err(anyhow::anyhow!(
                 "cannot read catalog {}: {e}",
@@ -311,13 +428,36 @@ impl Catalog {
     /// Persists a catalog: write a temporary file, sync it, rename it over the old one, sync the
     /// directory. A crash leaves either the old or the new catalog, never a torn one.
     pub async fn persist(data_dir: &Path, record: &CatalogRecord) -> std::io::Result<()> {
-        let path = Self::path(data_dir);
+        Self::persist_at(&Self::path(data_dir), record).await
+    }
+
+    /// Where a broker that is not a voter keeps the controller's catalog between runs.
+    pub fn controller_copy_path(data_dir: &Path) -> PathBuf {
+        data_dir.join("__meta").join("controller-catalog.rkyv")
+    }
+
+    /// `persist` to any path.
+    pub async fn persist_at(path: &Path, record: &CatalogRecord) -> std::io::Result<()> {
         let dir = path.parent().expect("catalog has a parent dir");
         std::fs::create_dir_all(dir)?;
         let tmp = path.with_extension("tmp");
         crate::storage::log::write_file(&tmp, encode_record(record)?).await?;
-        std::fs::rename(&tmp, &path)?;
+        std::fs::rename(&tmp, path)?;
         crate::storage::log::sync_dir(dir).await
+    }
+
+    /// A catalog file at `path`; None when there is none.
+    pub fn read_at(path: &Path) -> anyhow::Result<Option<CatalogRecord>> {
+        match std::fs::read(path) {
+            Ok(raw) => decode_record(&raw)
+                .map(Some)
+                .map_err(|e| anyhow::anyhow!("catalog {}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(anyhow::anyhow!(
+                "cannot read catalog {}: {e}",
+                path.display()
+            )),
+        }
     }
 }
 
@@ -350,15 +490,37 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
     if version == FORMAT_VERSION {
         return rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned).map_err(corrupt);
     }
-    // Versions 0 and 1: no dynamic broker configs yet.
-    let old =
-        rkyv::from_bytes::<CatalogRecordV1, rkyv::rancor::Error>(&aligned).map_err(corrupt)?;
+    // Version 2: no brokers or replica assignments yet (a single node's catalog).
+    let old = if version == 2 {
+        rkyv::from_bytes::<CatalogRecordV2, rkyv::rancor::Error>(&aligned).map_err(corrupt)?
+    } else {
+        // Versions 0 and 1: no dynamic broker configs either.
+        let v1 =
+            rkyv::from_bytes::<CatalogRecordV1, rkyv::rancor::Error>(&aligned).map_err(corrupt)?;
+        CatalogRecordV2 {
+            cluster_id: v1.cluster_id,
+            topics: v1.topics,
+            producer_id_block_end: v1.producer_id_block_end,
+            broker_configs: Vec::new(),
+        }
+    };
     Ok(CatalogRecord {
         cluster_id: old.cluster_id,
-        topics: old.topics,
+        topics: old.topics.into_iter().map(TopicRecord::from).collect(),
         producer_id_block_end: old.producer_id_block_end,
-        broker_configs: Vec::new(),
+        broker_configs: old.broker_configs,
+        brokers: Vec::new(),
     })
+}
+
+/// A catalog record's bytes as stored (header, then rkyv): also the controller's snapshots.
+pub fn encode(record: &CatalogRecord) -> std::io::Result<Vec<u8>> {
+    encode_record(record)
+}
+
+/// Reads bytes written by `encode`, of any format version this Sluice knows.
+pub fn decode(raw: &[u8]) -> Result<CatalogRecord, String> {
+    decode_record(raw)
 }
 
 /// Kafka's topic name rule: 1..=249 characters of [a-zA-Z0-9._-], not "." or "..".
@@ -388,34 +550,65 @@ mod tests {
 
     #[test]
     fn record_round_trips_through_rkyv() {
-        let topics = vec![TopicRecord {
+        let v2_topic = TopicRecordV2 {
             name: "t".into(),
             id: [3; 16],
             partitions: 8,
             configs: vec![("retention.ms".into(), "5".into())],
+        };
+        let scopes = vec![BrokerConfigRecord {
+            broker: "".into(),
+            configs: vec![("log.retention.ms".into(), "7".into())],
+        }];
+        let mut topic = TopicRecord::from(v2_topic.clone());
+        topic.assignment = vec![PartitionAssignment {
+            replicas: vec![1, 2],
+            leader: 1,
+            leader_epoch: 4,
+            isr: vec![1],
         }];
         let rec = CatalogRecord {
             cluster_id: "c".into(),
-            topics: topics.clone(),
+            topics: vec![topic],
             producer_id_block_end: 3000,
-            broker_configs: vec![BrokerConfigRecord {
-                broker: "".into(),
-                configs: vec![("log.retention.ms".into(), "7".into())],
+            broker_configs: scopes.clone(),
+            brokers: vec![BrokerRecord {
+                node_id: 1,
+                incarnation: 9,
+                host: "h".into(),
+                port: 1,
+                rack: Some("r".into()),
+                fenced: false,
             }],
         };
         let bytes = encode_record(&rec).unwrap();
-        assert!(bytes.starts_with(b"SLUICAT\x02"));
+        assert!(bytes.starts_with(b"SLUICAT\x03"));
         assert_eq!(decode_record(&bytes), Ok(rec.clone()));
+        // Version 2 files load with no brokers and no assignments.
+        let v2 = CatalogRecordV2 {
+            cluster_id: "c".into(),
+            topics: vec![v2_topic.clone()],
+            producer_id_block_end: 3000,
+            broker_configs: scopes,
+        };
+        let mut v2_file = b"SLUICAT\x02".to_vec();
+        v2_file.extend_from_slice(&rkyv::to_bytes::<rkyv::rancor::Error>(&v2).unwrap());
+        let single = CatalogRecord {
+            topics: vec![TopicRecord::from(v2_topic.clone())],
+            brokers: Vec::new(),
+            ..rec.clone()
+        };
+        assert_eq!(decode_record(&v2_file), Ok(single.clone()));
         // Files of versions 0 (no header) and 1 still load, with no broker configs.
         let v1 = CatalogRecordV1 {
             cluster_id: "c".into(),
-            topics,
+            topics: vec![v2_topic],
             producer_id_block_end: 3000,
         };
         let body = rkyv::to_bytes::<rkyv::rancor::Error>(&v1).unwrap();
         let migrated = CatalogRecord {
             broker_configs: Vec::new(),
-            ..rec.clone()
+            ..single
         };
         assert_eq!(decode_record(&body), Ok(migrated.clone()));
         let mut v1_file = b"SLUICAT\x01".to_vec();
@@ -423,8 +616,8 @@ mod tests {
         assert_eq!(decode_record(&v1_file), Ok(migrated));
         // A newer format is refused by name, not misread.
         let mut newer = bytes.clone();
-        newer[7] = 3;
-        assert!(decode_record(&newer).unwrap_err().contains("version 3"));
+        newer[7] = 4;
+        assert!(decode_record(&newer).unwrap_err().contains("version 4"));
         assert!(decode_record(b"SLUICAT").is_err());
     }
 

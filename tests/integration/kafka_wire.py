@@ -71,6 +71,22 @@ def produce_v3_partitions(topic: str, partitions, acks=-1, timeout_ms=5000) -> b
     return body
 
 
+def create_topics_v2(name: str, partitions: int, replicas: int, timeout_ms=10_000) -> bytes:
+    """A CreateTopics v2 request frame for one topic."""
+    body = struct.pack(">i", 1) + string(name) + struct.pack(">ihi", partitions, replicas, 0)
+    body += struct.pack(">i", 0) + struct.pack(">i", timeout_ms) + b"\x00"
+    return request(19, 2, 1, body)
+
+
+def create_topics_v2_result(response: bytes) -> tuple[int, str | None]:
+    """(error code, error message) of the single topic in a CreateTopics v2 response."""
+    pos = 4 + 4 + 4  # correlation id, throttle, topics array length
+    pos += 2 + struct.unpack(">h", response[pos:pos + 2])[0]
+    code = struct.unpack(">h", response[pos:pos + 2])[0]
+    message, _ = nullable_string_at(response, pos + 2)
+    return code, message
+
+
 def read_response(sock: socket.socket) -> bytes:
     size = struct.unpack(">i", recv_exact(sock, 4))[0]
     return recv_exact(sock, size)

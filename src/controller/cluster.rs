@@ -1,0 +1,579 @@
+//! A node of a cluster, on the controller shard: its part in the controller quorum (voters),
+//! its broker registration and heartbeats, the inter-node RPC it answers, and forwarding
+//! metadata writes to the active controller.
+//!
+//! - Voters run the Raft quorum (`quorum.rs`) and apply the metadata log themselves; a broker
+//!   that is not a voter is sent the catalog in its heartbeat replies whenever it is behind.
+//! - Every node heartbeats the active controller every `broker_heartbeat_interval_ms`. The
+//!   controller registers new incarnations (a log record), renews sessions, and fences brokers
+//!   whose session expired (`liveness.rs`).
+//! - A node refuses, and stops with a message naming why, when the controller says its node
+//!   id is held by another live process or its cluster id differs, or when the quorum's
+//!   leader speaks for another cluster than the one its data dir belongs to.
+
+use super::applied::Applied;
+use super::liveness::{Decision, Sessions};
+use super::messages::{self, BrokerHeartbeat, Failure, Forward, HeartbeatReply, Outcomes};
+use super::quorum::Quorum;
+use super::records::{self, MetadataRecord};
+use super::{ControllerOp, Outcome};
+use crate::clock::Clock;
+use crate::config::{Config, Voter};
+use crate::rpc::{self, Peer};
+use crate::shard::Shard;
+use crate::storage::catalog::BrokerRecord;
+use futures::future::LocalBoxFuture;
+use kafka_protocol::ResponseError;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the active controller looks for expired broker sessions.
+const FENCE_CHECK_MS: u64 = 250;
+/// How often a waiting metadata write checks for a controller again.
+const CONTROLLER_POLL_MS: u64 = 50;
+/// The file in `data_dir/__meta` that remembers the incarnation this node last registered.
+const INCARNATION_FILE: &str = "incarnation";
+
+pub struct Cluster {
+    pub config: Arc<Config>,
+    pub applied: Rc<Applied>,
+    pub quorum: Option<Rc<Quorum>>,
+    incarnation: u64,
+    previous_incarnation: u64,
+    voters: Vec<Voter>,
+    peers: HashMap<i32, Rc<Peer>>,
+    sessions: RefCell<Sessions>,
+    /// Registrations this controller is writing (one at a time per node id).
+    registering: RefCell<HashSet<i32>>,
+    /// The active controller as the last heartbeat reply named it (brokers that are not
+    /// voters have no other way to know).
+    controller_hint: Cell<i32>,
+    registered: Cell<bool>,
+    /// The term in which this node last took over as controller.
+    led_term: Cell<u64>,
+}
+
+impl Cluster {
+    pub fn new(
+        config: Arc<Config>,
+        applied: Rc<Applied>,
+        quorum: Option<Rc<Quorum>>,
+    ) -> anyhow::Result<Cluster> {
+        let voters = config.voter_list()?;
+        let peers = voters
+            .iter()
+            .map(|v| (v.id, Rc::new(Peer::new(v.rpc.clone()))))
+            .collect();
+        let previous_incarnation = read_incarnation(&config);
+        let incarnation = loop {
+            let id = u64::from_be_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into()?);
+            if id != 0 && id != previous_incarnation {
+                break id;
+            }
+        };
+        Ok(Cluster {
+            config,
+            applied,
+            quorum,
+            incarnation,
+            previous_incarnation,
+            voters,
+            peers,
+            sessions: RefCell::new(Sessions::default()),
+            registering: RefCell::new(HashSet::new()),
+            controller_hint: Cell::new(-1),
+            registered: Cell::new(false),
+            led_term: Cell::new(0),
+        })
+    }
+
+    /// The active controller's node id, -1 when unknown.
+    pub fn controller_id(&self) -> i32 {
+        match &self.quorum {
+            Some(q) => q.status().leader_id,
+            None => self.controller_hint.get(),
+        }
+    }
+
+    /// Whether this node is the active controller with a current catalog.
+    pub fn is_active(&self) -> bool {
+        self.quorum.as_ref().is_some_and(|q| q.status().ready)
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.cluster.metadata_write_timeout_ms)
+    }
+
+    fn failure(&self, code: ResponseError, message: impl Into<String>) -> (u8, Vec<u8>) {
+        let f = Failure {
+            code: code.code(),
+            message: message.into(),
+            controller_id: self.controller_id(),
+        };
+        (messages::FAILURE, messages::encode(&f))
+    }
+
+    /// Proposes records and waits until they are applied and installed here. Err: the error
+    /// code every item of the request gets.
+    pub async fn commit(&self, recs: Vec<MetadataRecord>) -> Result<(), Outcome> {
+        let quorum = self.quorum.as_ref().ok_or_else(|| not_controller(-1))?;
+        let propose = quorum.propose(records::encode(&recs));
+        let generation = match rpc::within(self.timeout(), propose).await {
+            None => {
+                return Err((
+                    ResponseError::RequestTimedOut.code(),
+                    Some("the change did not commit in time (is a quorum of voters up?)".into()),
+                ))
+            }
+            Some(Err(why)) => return Err((ResponseError::NotController.code(), Some(why))),
+            Some(Ok(g)) => g,
+        };
+        // Answered once this node serves the change; others learn it within a heartbeat.
+        self.applied
+            .wait_installed(generation, self.timeout())
+            .await;
+        Ok(())
+    }
+
+    /// Waits (bounded by the write timeout, on `clock`) for an active controller: Ok(true)
+    /// when it is this node, Ok(false) when it is another one (its id in `controller_id()`).
+    pub async fn await_controller(&self, clock: &dyn Clock) -> Result<bool, Outcome> {
+        let deadline_ms = clock.monotonic_ms() + self.config.cluster.metadata_write_timeout_ms;
+        loop {
+            if self.is_active() {
+                return Ok(true);
+            }
+            let id = self.controller_id();
+            let leading_unready = self.quorum.as_ref().is_some_and(|q| q.status().leader);
+            if id >= 0 && id != self.config.node_id && !leading_unready {
+                return Ok(false);
+            }
+            if clock.monotonic_ms() >= deadline_ms {
+                return Err((
+                    ResponseError::RequestTimedOut.code(),
+                    Some("no active controller (is a quorum of voters up?)".into()),
+                ));
+            }
+            glommio::timer::sleep(Duration::from_millis(CONTROLLER_POLL_MS)).await;
+        }
+    }
+
+    /// Sends a call to the active controller (another node); Err(outcome) when it fails.
+    pub async fn call_controller(&self, kind: u8, payload: &[u8]) -> Result<Vec<u8>, Outcome> {
+        let id = self.controller_id();
+        let peer = self.peer_of(id).ok_or_else(|| not_controller(id))?;
+        match peer.call(kind, payload, self.timeout()).await {
+            Ok((messages::REPLY, body)) => Ok(body),
+            Ok((messages::FAILURE, body)) => {
+                let f: Failure = messages::decode(&body).map_err(|m| (unknown(), Some(m)))?;
+                if !self.is_voter() && f.controller_id >= 0 {
+                    self.controller_hint.set(f.controller_id);
+                }
+                Err((f.code, Some(f.message)))
+            }
+            Ok((kind, _)) => Err((unknown(), Some(format!("unexpected reply kind {kind}")))),
+            Err(e) => {
+                if !self.is_voter() {
+                    self.controller_hint.set(-1);
+                }
+                Err((
+                    ResponseError::RequestTimedOut.code(),
+                    Some(format!("controller {id} at {}: {e}", peer.addr)),
+                ))
+            }
+        }
+    }
+
+    fn is_voter(&self) -> bool {
+        self.quorum.is_some()
+    }
+
+    /// The RPC peer of node `id` (voters only: the controller is always one).
+    fn peer_of(&self, id: i32) -> Option<Rc<Peer>> {
+        self.peers.get(&id).cloned()
+    }
+
+    /// The handler the RPC server calls for every incoming frame.
+    pub fn handler(self: &Rc<Self>, shard: &Rc<Shard>) -> rpc::Handler {
+        let (cluster, shard) = (self.clone(), shard.clone());
+        Rc::new(move |kind, payload| cluster.clone().on_frame(shard.clone(), kind, payload))
+    }
+
+    fn on_frame(
+        self: Rc<Self>,
+        shard: Rc<Shard>,
+        kind: u8,
+        payload: Vec<u8>,
+    ) -> Option<LocalBoxFuture<'static, (u8, Vec<u8>)>> {
+        if kind == messages::RAFT {
+            self.on_raft(&payload);
+            return None;
+        }
+        Some(Box::pin(async move {
+            if !self.is_active() {
+                return self.failure(ResponseError::NotController, "not the active controller");
+            }
+            match kind {
+                messages::FORWARD => match messages::decode::<Forward>(&payload) {
+                    Ok(f) => {
+                        let outcomes = super::execute(&shard, f.op).await;
+                        (messages::REPLY, messages::encode(&Outcomes(outcomes)))
+                    }
+                    Err(m) => self.failure(ResponseError::InvalidRequest, m),
+                },
+                messages::HEARTBEAT => match messages::decode::<BrokerHeartbeat>(&payload) {
+                    Ok(hb) => self.on_heartbeat(&shard, hb).await,
+                    Err(m) => self.failure(ResponseError::InvalidRequest, m),
+                },
+                messages::PRODUCER_IDS => match super::reserve_producer_ids(&shard).await {
+                    Ok(block) => (messages::REPLY, messages::encode(&block)),
+                    Err((code, m)) => {
+                        let f = Failure {
+                            code,
+                            message: m.unwrap_or_default(),
+                            controller_id: self.controller_id(),
+                        };
+                        (messages::FAILURE, messages::encode(&f))
+                    }
+                },
+                other => self.failure(
+                    ResponseError::InvalidRequest,
+                    format!("unknown kind {other}"),
+                ),
+            }
+        }))
+    }
+
+    fn on_raft(&self, payload: &[u8]) {
+        let Some(quorum) = &self.quorum else {
+            return;
+        };
+        let envelope = match messages::decode::<messages::RaftEnvelope>(payload) {
+            Ok(e) => e,
+            Err(m) => {
+                log::warn!("controller: dropped a Raft message: {m}");
+                return;
+            }
+        };
+        let mine = self.applied.cluster_id();
+        if !mine.is_empty() && !envelope.cluster_id.is_empty() && envelope.cluster_id != mine {
+            if envelope.from_leader {
+                fatal(&format!(
+                    "this node's data dir ({}) belongs to cluster {mine}, but the controller quorum's leader is of cluster {}; refusing to join it",
+                    self.config.data_dir.display(),
+                    envelope.cluster_id
+                ));
+            }
+            log::warn!(
+                "controller: dropped a Raft message from a node of cluster {} (this is cluster {mine})",
+                envelope.cluster_id
+            );
+            return;
+        }
+        quorum.receive(envelope);
+    }
+
+    async fn on_heartbeat(&self, shard: &Rc<Shard>, hb: BrokerHeartbeat) -> (u8, Vec<u8>) {
+        let image = self.applied.image();
+        if !hb.cluster_id.is_empty() && hb.cluster_id != image.cluster_id {
+            return self.failure(
+                ResponseError::InconsistentClusterId,
+                format!(
+                    "node {} belongs to cluster {}, this is cluster {}",
+                    hb.node_id, hb.cluster_id, image.cluster_id
+                ),
+            );
+        }
+        let existing = image.brokers.iter().find(|b| b.node_id == hb.node_id);
+        let now_ms = shard.clock().monotonic_ms();
+        let timeout_ms = self.config.cluster.broker_session_timeout_ms;
+        let decision = self.sessions.borrow_mut().heartbeat(
+            existing,
+            hb.node_id,
+            hb.incarnation,
+            hb.previous_incarnation,
+            now_ms,
+            timeout_ms,
+        );
+        match decision {
+            Decision::Duplicate(m) => {
+                return self.failure(ResponseError::DuplicateBrokerRegistration, m)
+            }
+            Decision::Register => {
+                if let Err((code, m)) = self.register(&hb).await {
+                    let f = Failure {
+                        code,
+                        message: m.unwrap_or_default(),
+                        controller_id: self.controller_id(),
+                    };
+                    return (messages::FAILURE, messages::encode(&f));
+                }
+            }
+            Decision::Renew => {}
+        }
+        let version = self.quorum.as_ref().map_or(0, |q| q.status().applied);
+        let catalog = if !hb.voter && hb.metadata_version < version {
+            crate::storage::catalog::encode(&self.applied.image())
+                .ok()
+                .map(|bytes| (version, bytes))
+        } else {
+            None
+        };
+        let reply = HeartbeatReply {
+            controller_id: self.config.node_id,
+            catalog,
+        };
+        (messages::REPLY, messages::encode(&reply))
+    }
+
+    async fn register(&self, hb: &BrokerHeartbeat) -> Result<(), Outcome> {
+        if !self.registering.borrow_mut().insert(hb.node_id) {
+            return Ok(());
+        }
+        log::info!(
+            "controller: registering broker {} at {}:{} (incarnation {:x})",
+            hb.node_id,
+            hb.host,
+            hb.port,
+            hb.incarnation
+        );
+        let record = MetadataRecord::RegisterBroker(BrokerRecord {
+            node_id: hb.node_id,
+            incarnation: hb.incarnation,
+            host: hb.host.clone(),
+            port: hb.port,
+            rack: hb.rack.clone(),
+            fenced: false,
+        });
+        let result = self.commit(vec![record]).await;
+        self.registering.borrow_mut().remove(&hb.node_id);
+        result
+    }
+
+    fn heartbeat(&self) -> BrokerHeartbeat {
+        let (host, port) = self.config.advertised();
+        BrokerHeartbeat {
+            cluster_id: self.applied.cluster_id(),
+            node_id: self.config.node_id,
+            incarnation: self.incarnation,
+            previous_incarnation: self.previous_incarnation,
+            host,
+            port,
+            rack: self.config.rack.clone(),
+            metadata_version: self.applied.version(),
+            voter: self.is_voter(),
+        }
+    }
+
+    /// Sends one heartbeat to the active controller (or, not knowing it, to a voter in turn).
+    async fn send_heartbeat(self: &Rc<Self>, shard: &Rc<Shard>, turn: usize) {
+        let hb = self.heartbeat();
+        let mut target = self.controller_id();
+        if target < 0 {
+            target = self.voters[turn % self.voters.len()].id;
+        }
+        let reply = if target == self.config.node_id {
+            if !self.is_active() {
+                return;
+            }
+            self.on_heartbeat(shard, hb).await
+        } else {
+            let Some(peer) = self.peer_of(target) else {
+                return;
+            };
+            let limit = Duration::from_millis(self.config.cluster.broker_heartbeat_interval_ms * 2);
+            match peer
+                .call(messages::HEARTBEAT, &messages::encode(&hb), limit)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    log::debug!("heartbeat to node {target}: {e}");
+                    if !self.is_voter() {
+                        self.controller_hint.set(-1);
+                    }
+                    return;
+                }
+            }
+        };
+        self.on_heartbeat_reply(target, reply).await;
+    }
+
+    async fn on_heartbeat_reply(&self, target: i32, (kind, body): (u8, Vec<u8>)) {
+        if kind == messages::FAILURE {
+            let Ok(f) = messages::decode::<Failure>(&body) else {
+                return;
+            };
+            if f.code == ResponseError::DuplicateBrokerRegistration.code()
+                || f.code == ResponseError::InconsistentClusterId.code()
+            {
+                fatal(&format!(
+                    "the controller (node {target}) refused this node: {}",
+                    f.message
+                ));
+            }
+            if !self.is_voter() {
+                self.controller_hint.set(f.controller_id);
+            }
+            return;
+        }
+        let Ok(reply) = messages::decode::<HeartbeatReply>(&body) else {
+            return;
+        };
+        if !self.is_voter() {
+            self.controller_hint.set(reply.controller_id);
+            self.applied.set_controller(reply.controller_id);
+        }
+        if !self.registered.replace(true) {
+            log::info!(
+                "registered with the controller (node {}) as broker {}",
+                reply.controller_id,
+                self.config.node_id
+            );
+            write_incarnation(&self.config, self.incarnation);
+        }
+        if let Some((version, bytes)) = reply.catalog {
+            self.install_from_controller(version, &bytes).await;
+        }
+    }
+
+    /// A broker that is not a voter takes the controller's catalog, and keeps a copy for its
+    /// next start.
+    async fn install_from_controller(&self, version: u64, bytes: &[u8]) {
+        let image = match crate::storage::catalog::decode(bytes) {
+            Ok(i) => i,
+            Err(e) => {
+                log::warn!("the controller's catalog is unreadable: {e}");
+                return;
+            }
+        };
+        let mine = self.applied.cluster_id();
+        if !mine.is_empty() && mine != image.cluster_id {
+            fatal(&format!(
+                "this node's data dir belongs to cluster {mine}, the controller's is {}",
+                image.cluster_id
+            ));
+        }
+        let path = crate::storage::catalog::Catalog::controller_copy_path(&self.config.data_dir);
+        if let Err(e) = crate::storage::catalog::Catalog::persist_at(&path, &image).await {
+            log::error!("cannot persist the controller's catalog: {e}");
+            return;
+        }
+        self.applied.set_version(version);
+        self.applied.replace(image);
+    }
+}
+
+fn unknown() -> i16 {
+    ResponseError::UnknownServerError.code()
+}
+
+fn not_controller(id: i32) -> Outcome {
+    (
+        ResponseError::NotController.code(),
+        Some(format!("no route to the active controller ({id})")),
+    )
+}
+
+/// Stops the process with `why`: a node that must not join the cluster.
+fn fatal(why: &str) -> ! {
+    log::error!("{why}");
+    eprintln!("sluice: {why}");
+    std::process::exit(1);
+}
+
+fn read_incarnation(config: &Config) -> u64 {
+    let path = config.data_dir.join("__meta").join(INCARNATION_FILE);
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+fn write_incarnation(config: &Config, incarnation: u64) {
+    let dir = config.data_dir.join("__meta");
+    let write = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(dir.join(INCARNATION_FILE), format!("{incarnation:x}\n")));
+    if let Err(e) = write {
+        log::warn!("cannot record this node's incarnation: {e}");
+    }
+}
+
+/// Heartbeats the active controller for as long as the node runs.
+pub async fn heartbeat_loop(cluster: Rc<Cluster>, shard: Rc<Shard>) {
+    let every = Duration::from_millis(cluster.config.cluster.broker_heartbeat_interval_ms);
+    let mut turn = 0usize;
+    loop {
+        cluster.send_heartbeat(&shard, turn).await;
+        turn += 1;
+        glommio::timer::sleep(every).await;
+    }
+}
+
+/// On the active controller: fences brokers whose sessions expired, and proposes the cluster
+/// id when the log has none (the cluster's first start).
+pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
+    let Some(quorum) = cluster.quorum.clone() else {
+        return;
+    };
+    loop {
+        glommio::timer::sleep(Duration::from_millis(FENCE_CHECK_MS)).await;
+        let status = quorum.status();
+        if !status.ready {
+            continue;
+        }
+        let now_ms = shard.clock().monotonic_ms();
+        let image = cluster.applied.image();
+        if cluster.led_term.replace(status.term) != status.term {
+            cluster
+                .sessions
+                .borrow_mut()
+                .take_over(&image.brokers, now_ms);
+        }
+        if image.cluster_id.is_empty() {
+            let id = uuid::Uuid::new_v4().simple().to_string()[..22].to_string();
+            log::info!("controller: forming cluster {id}");
+            let _ = cluster.commit(vec![MetadataRecord::ClusterId(id)]).await;
+            continue;
+        }
+        let timeout_ms = cluster.config.cluster.broker_session_timeout_ms;
+        let expired = cluster
+            .sessions
+            .borrow()
+            .expired(&image.brokers, now_ms, timeout_ms);
+        if expired.is_empty() {
+            continue;
+        }
+        let fences = expired
+            .into_iter()
+            .map(|(node_id, incarnation)| {
+                log::warn!("controller: broker {node_id}'s session expired; fencing it");
+                MetadataRecord::FenceBroker {
+                    node_id,
+                    incarnation,
+                }
+            })
+            .collect();
+        let _ = cluster.commit(fences).await;
+    }
+}
+
+/// Runs an operation on the active controller from any node: here when this node is it,
+/// otherwise forwarded over RPC. Err: the code for every item.
+pub async fn route_op(
+    shard: &Rc<Shard>,
+    cluster: &Cluster,
+    op: ControllerOp,
+) -> Result<Vec<Outcome>, Outcome> {
+    if cluster.await_controller(shard.clock()).await? {
+        return Ok(super::execute_here(shard, op).await);
+    }
+    let body = cluster
+        .call_controller(messages::FORWARD, &messages::encode(&Forward { op }))
+        .await?;
+    let Outcomes(outcomes) = messages::decode(&body).map_err(|m| (unknown(), Some(m)))?;
+    Ok(outcomes)
+}

@@ -1,0 +1,312 @@
+//! The metadata log's records: what the controller's Raft log holds, and how a node applies a
+//! committed entry to its catalog (pure: no I/O, no clock). Every node applies the same entries
+//! in the same order, so every node holds the same catalog.
+//!
+//! An entry is a batch of records applied all or nothing: one controller request (say, a
+//! CreateTopics of three topics) is one entry. Entries are versioned rkyv; a node refuses an
+//! entry of a newer version by name rather than misreading it.
+
+use crate::storage::catalog::{BrokerRecord, CatalogRecord, PartitionAssignment, TopicRecord};
+
+/// The entry format this Sluice writes, and the newest it reads.
+const FORMAT_VERSION: u8 = 1;
+/// Bound on the records of one entry (a request's topics are bounded far below this).
+pub const MAX_RECORDS_PER_ENTRY: usize = 100_000;
+
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum MetadataRecord {
+    /// The cluster's id, proposed once by the first controller (the log's first record).
+    ClusterId(String),
+    /// A broker (re)registered: replaces its previous registration, unfenced. Partitions left
+    /// without a leader that it holds in sync get it back as leader.
+    RegisterBroker(BrokerRecord),
+    /// A broker's session expired: it leads nothing until it registers again.
+    FenceBroker {
+        node_id: i32,
+        incarnation: u64,
+    },
+    /// A new topic, with its assignment.
+    CreateTopic(TopicRecord),
+    DeleteTopic {
+        id: [u8; 16],
+    },
+    /// The topic now has `count` partitions; `added` assigns the new ones (empty on a single
+    /// node).
+    CreatePartitions {
+        id: [u8; 16],
+        count: u32,
+        added: Vec<PartitionAssignment>,
+    },
+    SetTopicConfigs {
+        id: [u8; 16],
+        configs: Vec<(String, String)>,
+    },
+    /// Dynamic broker configs of one scope ("" or a node id); empty drops the scope.
+    SetBrokerConfigs {
+        scope: String,
+        configs: Vec<(String, String)>,
+    },
+    /// Producer ids below `end` may have been handed out.
+    ProducerIdBlock {
+        end: i64,
+    },
+}
+
+/// One log entry's bytes: the version, then the records in rkyv.
+pub fn encode(records: &[MetadataRecord]) -> Vec<u8> {
+    assert!(records.len() <= MAX_RECORDS_PER_ENTRY, "entry too large");
+    let body = rkyv::to_bytes::<rkyv::rancor::Error>(&records.to_vec())
+        .expect("metadata records always serialize");
+    let mut out = Vec::with_capacity(1 + body.len());
+    out.push(FORMAT_VERSION);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// An entry's records; Err for bytes that are not an entry this Sluice can read.
+pub fn decode(raw: &[u8]) -> Result<Vec<MetadataRecord>, String> {
+    let (version, body) = raw.split_first().ok_or("empty entry")?;
+    if *version != FORMAT_VERSION {
+        return Err(format!(
+            "entry format version {version}; this Sluice reads {FORMAT_VERSION}"
+        ));
+    }
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(body);
+    let records = rkyv::from_bytes::<Vec<MetadataRecord>, rkyv::rancor::Error>(&aligned)
+        .map_err(|e| format!("corrupt entry: {e}"))?;
+    if records.len() > MAX_RECORDS_PER_ENTRY {
+        return Err(format!("{} records in one entry", records.len()));
+    }
+    Ok(records)
+}
+
+/// Applies an entry's records to `catalog`, all or nothing. Err: a record that contradicts the
+/// catalog (a bug or a corrupt log); the catalog is then unchanged.
+pub fn apply(catalog: &mut CatalogRecord, records: &[MetadataRecord]) -> Result<(), String> {
+    let mut next = catalog.clone();
+    for r in records {
+        apply_one(&mut next, r)?;
+    }
+    *catalog = next;
+    Ok(())
+}
+
+fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), String> {
+    match record {
+        MetadataRecord::ClusterId(id) => c.cluster_id = id.clone(),
+        MetadataRecord::RegisterBroker(b) => register(c, b),
+        MetadataRecord::FenceBroker {
+            node_id,
+            incarnation,
+        } => fence(c, *node_id, *incarnation),
+        MetadataRecord::CreateTopic(t) => {
+            if c.topics.iter().any(|x| x.name == t.name || x.id == t.id) {
+                return Err(format!("topic {} exists", t.name));
+            }
+            c.topics.push(t.clone());
+        }
+        MetadataRecord::DeleteTopic { id } => {
+            let before = c.topics.len();
+            c.topics.retain(|t| t.id != *id);
+            if c.topics.len() == before {
+                return Err("deleting a topic that does not exist".into());
+            }
+        }
+        MetadataRecord::CreatePartitions { id, count, added } => {
+            let t = topic_mut(c, id)?;
+            if *count <= t.partitions {
+                return Err(format!("topic {} already has {count} partitions", t.name));
+            }
+            t.partitions = *count;
+            t.assignment.extend(added.iter().cloned());
+        }
+        MetadataRecord::SetTopicConfigs { id, configs } => {
+            topic_mut(c, id)?.configs = configs.clone();
+        }
+        MetadataRecord::SetBrokerConfigs { scope, configs } => {
+            c.set_scope_configs(scope, configs.clone());
+        }
+        MetadataRecord::ProducerIdBlock { end } => {
+            c.producer_id_block_end = c.producer_id_block_end.max(*end);
+        }
+    }
+    Ok(())
+}
+
+fn topic_mut<'a>(c: &'a mut CatalogRecord, id: &[u8; 16]) -> Result<&'a mut TopicRecord, String> {
+    c.topics
+        .iter_mut()
+        .find(|t| t.id == *id)
+        .ok_or_else(|| "no topic with that id".to_string())
+}
+
+/// A broker (re)registers: its record replaced, unfenced, and leaderless partitions it holds in
+/// sync led by it again (a new leader epoch).
+fn register(c: &mut CatalogRecord, b: &BrokerRecord) {
+    let mut b = b.clone();
+    b.fenced = false;
+    match c.brokers.iter_mut().find(|x| x.node_id == b.node_id) {
+        Some(x) => *x = b.clone(),
+        None => {
+            c.brokers.push(b.clone());
+            c.brokers.sort_by_key(|x| x.node_id);
+        }
+    }
+    for a in c.topics.iter_mut().flat_map(|t| t.assignment.iter_mut()) {
+        if a.leader == -1 && a.isr.contains(&b.node_id) {
+            a.leader = b.node_id;
+            a.leader_epoch += 1;
+        }
+    }
+}
+
+/// A broker is fenced: each partition it leads moves to another live in-sync replica, or has
+/// no leader (a new epoch either way). The ISR keeps its last member, so the partition's data
+/// is not declared lost.
+fn fence(c: &mut CatalogRecord, node_id: i32, incarnation: u64) {
+    let Some(b) = c.brokers.iter_mut().find(|b| b.node_id == node_id) else {
+        return;
+    };
+    if b.incarnation != incarnation {
+        // An older incarnation's session ended after the broker restarted: nothing to do.
+        return;
+    }
+    b.fenced = true;
+    let live: Vec<i32> = c
+        .brokers
+        .iter()
+        .filter(|b| !b.fenced)
+        .map(|b| b.node_id)
+        .collect();
+    for a in c.topics.iter_mut().flat_map(|t| t.assignment.iter_mut()) {
+        if a.isr.len() > 1 {
+            a.isr.retain(|n| *n != node_id);
+        }
+        if a.leader == node_id {
+            a.leader = a
+                .isr
+                .iter()
+                .copied()
+                .find(|n| live.contains(n))
+                .unwrap_or(-1);
+            a.leader_epoch += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(id: i32, incarnation: u64) -> BrokerRecord {
+        BrokerRecord {
+            node_id: id,
+            incarnation,
+            host: "127.0.0.1".into(),
+            port: 9000 + id,
+            rack: None,
+            fenced: false,
+        }
+    }
+
+    fn topic(name: &str, id: u8, leaders: &[i32]) -> TopicRecord {
+        TopicRecord {
+            name: name.into(),
+            id: [id; 16],
+            partitions: leaders.len() as u32,
+            configs: Vec::new(),
+            assignment: leaders
+                .iter()
+                .map(|&l| PartitionAssignment {
+                    replicas: vec![l, l % 3 + 1],
+                    leader: l,
+                    leader_epoch: 0,
+                    isr: vec![l],
+                })
+                .collect(),
+        }
+    }
+
+    fn empty() -> CatalogRecord {
+        CatalogRecord {
+            cluster_id: String::new(),
+            topics: Vec::new(),
+            producer_id_block_end: 0,
+            broker_configs: Vec::new(),
+            brokers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_and_bad_bytes_are_refused() {
+        let records = vec![
+            MetadataRecord::ClusterId("abc".into()),
+            MetadataRecord::RegisterBroker(broker(1, 7)),
+            MetadataRecord::CreateTopic(topic("t", 1, &[1, 2])),
+            MetadataRecord::ProducerIdBlock { end: 1000 },
+        ];
+        let bytes = encode(&records);
+        assert_eq!(decode(&bytes), Ok(records));
+        assert!(decode(&[]).is_err());
+        assert!(decode(&[2, 0, 0]).unwrap_err().contains("version 2"));
+        assert!(decode(&bytes[..bytes.len() - 3]).is_err());
+    }
+
+    #[test]
+    fn fencing_moves_leadership_and_registering_restores_it() {
+        let mut c = empty();
+        let setup = [
+            MetadataRecord::RegisterBroker(broker(1, 1)),
+            MetadataRecord::RegisterBroker(broker(2, 1)),
+            MetadataRecord::CreateTopic(topic("t", 1, &[1, 2])),
+        ];
+        apply(&mut c, &setup).unwrap();
+        // An old incarnation's expiry does nothing.
+        apply(
+            &mut c,
+            &[MetadataRecord::FenceBroker {
+                node_id: 1,
+                incarnation: 0,
+            }],
+        )
+        .unwrap();
+        assert!(!c.brokers[0].fenced);
+        let fence = MetadataRecord::FenceBroker {
+            node_id: 1,
+            incarnation: 1,
+        };
+        apply(&mut c, &[fence]).unwrap();
+        assert!(c.brokers[0].fenced);
+        let p0 = &c.topics[0].assignment[0];
+        assert_eq!((p0.leader, p0.leader_epoch, &p0.isr[..]), (-1, 1, &[1][..]));
+        assert_eq!(c.topics[0].assignment[1].leader, 2, "other leaders stay");
+        apply(&mut c, &[MetadataRecord::RegisterBroker(broker(1, 2))]).unwrap();
+        let p0 = &c.topics[0].assignment[0];
+        assert_eq!((p0.leader, p0.leader_epoch), (1, 2));
+        assert!(!c.brokers[0].fenced);
+        assert_eq!(c.brokers[0].incarnation, 2);
+    }
+
+    #[test]
+    fn a_failing_record_leaves_the_catalog_unchanged() {
+        let mut c = empty();
+        apply(&mut c, &[MetadataRecord::CreateTopic(topic("t", 1, &[1]))]).unwrap();
+        let before = c.clone();
+        let bad = [
+            MetadataRecord::ProducerIdBlock { end: 5 },
+            MetadataRecord::CreateTopic(topic("t", 2, &[1])),
+        ];
+        assert!(apply(&mut c, &bad).is_err());
+        assert_eq!(c, before);
+        let grow = MetadataRecord::CreatePartitions {
+            id: [1; 16],
+            count: 1,
+            added: Vec::new(),
+        };
+        assert!(apply(&mut c, &[grow]).is_err());
+        assert!(apply(&mut c, &[MetadataRecord::DeleteTopic { id: [9; 16] }]).is_err());
+        apply(&mut c, &[MetadataRecord::DeleteTopic { id: [1; 16] }]).unwrap();
+        assert!(c.topics.is_empty());
+    }
+}

@@ -1,0 +1,279 @@
+//! Inter-node RPC over TCP: framed, versioned, checksummed messages (`frame.rs`), a server that
+//! hands each frame to the layer above, and `Peer`, an outgoing connection that carries
+//! one-way messages and calls (a request and its reply, paired by correlation id).
+//!
+//! Bounds, as on the Kafka listener: a frame size limit, a deadline on a frame's bytes once its
+//! first arrived, a bound on connections and on calls in flight per connection, and garbage
+//! closes the connection with a log line (never a panic).
+
+pub mod frame;
+
+use frame::{FrameError, Header, HEADER_BYTES};
+use futures::channel::oneshot;
+use futures::future::{Either, LocalBoxFuture};
+use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::sync::Semaphore;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// What the layer above does with an incoming frame (kind, payload): nothing more for a
+/// one-way message (None), or a future of the reply (kind, payload) to send back.
+pub type Handler = Rc<dyn Fn(u8, Vec<u8>) -> Option<LocalBoxFuture<'static, (u8, Vec<u8>)>>>;
+
+/// Bound on RPC connections one node accepts (peers and brokers of one cluster).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Bound on calls a connection has in progress; past it the server stops reading it.
+pub const MAX_CALLS_PER_CONNECTION: usize = 256;
+/// Time allowed from a frame's first byte to its last.
+const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection attempt to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Runs `f` until `limit`; None if the time ran out first.
+pub async fn within<T>(limit: Duration, f: impl std::future::Future<Output = T>) -> Option<T> {
+    let sleep = glommio::timer::sleep(limit);
+    futures::pin_mut!(f, sleep);
+    match futures::future::select(f, sleep).await {
+        Either::Left((v, _)) => Some(v),
+        Either::Right(_) => None,
+    }
+}
+
+/// Binds `addr` for RPC (on any thread; `serve` takes it on the executor that serves it).
+/// Bound without SO_REUSEPORT, so a port another process holds is an error here rather than
+/// traffic silently split between two processes.
+pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Accepts connections for as long as the executor runs, serving each with `handler`.
+pub async fn serve(listener: std::net::TcpListener, handler: Handler) {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    // SAFETY: the descriptor is a listening socket handed over whole.
+    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
+    let open = Rc::new(Cell::new(0usize));
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("rpc: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if open.get() >= MAX_CONNECTIONS {
+            log::warn!("rpc: {MAX_CONNECTIONS} connections open (the limit); closing a new one");
+            continue;
+        }
+        open.set(open.get() + 1);
+        let (open, handler) = (open.clone(), handler.clone());
+        glommio::spawn_local(async move {
+            let peer = stream
+                .peer_addr()
+                .map_or_else(|_| "?".to_string(), |a| a.to_string());
+            if let Err(e) = serve_connection(stream, handler).await {
+                log::warn!("rpc: connection from {peer} closed: {e}");
+            }
+            open.set(open.get() - 1);
+        })
+        .detach();
+    }
+}
+
+async fn serve_connection(stream: TcpStream, handler: Handler) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.split();
+    let writer = Rc::new(Writer::new(writer));
+    let calls = Rc::new(Semaphore::new(MAX_CALLS_PER_CONNECTION as u64));
+    loop {
+        let Some((header, payload)) = read_frame(&mut reader).await? else {
+            return Ok(());
+        };
+        let Some(reply) = handler(header.kind, payload) else {
+            continue;
+        };
+        let permit = calls.clone().acquire_static_permit(1).await;
+        let writer = writer.clone();
+        glommio::spawn_local(async move {
+            let (kind, payload) = reply.await;
+            let _ = writer.write(kind, header.correlation, &payload).await;
+            drop(permit);
+        })
+        .detach();
+    }
+}
+
+/// Reads one whole frame; None at a clean end of stream (between frames).
+async fn read_frame(
+    reader: &mut ReadHalf<TcpStream>,
+) -> std::io::Result<Option<(Header, Vec<u8>)>> {
+    let mut head = [0u8; HEADER_BYTES];
+    let n = reader.read(&mut head[..1]).await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let rest = async {
+        reader.read_exact(&mut head[1..]).await?;
+        let header = frame::decode_header(&head).map_err(invalid)?;
+        let mut payload = vec![0u8; header.payload_bytes];
+        reader.read_exact(&mut payload).await?;
+        frame::check_payload(&header, &payload).map_err(invalid)?;
+        Ok::<_, std::io::Error>((header, payload))
+    };
+    match within(FRAME_READ_TIMEOUT, rest).await {
+        Some(r) => r.map(Some),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "a frame's bytes did not arrive in time",
+        )),
+    }
+}
+
+fn invalid(e: FrameError) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// A connection's sending side: whole frames, one at a time.
+struct Writer {
+    half: RefCell<Option<WriteHalf<TcpStream>>>,
+    lock: Semaphore,
+}
+
+impl Writer {
+    fn new(half: WriteHalf<TcpStream>) -> Writer {
+        Writer {
+            half: RefCell::new(Some(half)),
+            lock: Semaphore::new(1),
+        }
+    }
+
+    async fn write(&self, kind: u8, correlation: u64, payload: &[u8]) -> std::io::Result<()> {
+        let bytes = frame::encode(kind, correlation, payload);
+        let _turn = self
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        // Taken out while writing (the lock makes this the only writer), so no borrow is held
+        // across the await.
+        let mut half = self.half.borrow_mut().take().ok_or_else(closed)?;
+        let result = half.write_all(&bytes).await;
+        if result.is_ok() {
+            *self.half.borrow_mut() = Some(half);
+        }
+        result
+    }
+}
+
+fn closed() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::NotConnected, "connection closed")
+}
+
+/// An outgoing connection to one peer, opened on first use and again after a failure.
+pub struct Peer {
+    pub addr: String,
+    conn: RefCell<Option<Rc<Conn>>>,
+    next_correlation: Cell<u64>,
+}
+
+/// A reply: (kind, payload).
+type Frame = (u8, Vec<u8>);
+
+struct Conn {
+    writer: Writer,
+    waiters: RefCell<HashMap<u64, oneshot::Sender<Frame>>>,
+    broken: Cell<bool>,
+}
+
+impl Peer {
+    pub fn new(addr: String) -> Peer {
+        Peer {
+            addr,
+            conn: RefCell::new(None),
+            next_correlation: Cell::new(1),
+        }
+    }
+
+    /// Sends a one-way message.
+    pub async fn send(&self, kind: u8, payload: &[u8]) -> std::io::Result<()> {
+        let conn = self.connection().await?;
+        let sent = conn.writer.write(kind, 0, payload).await;
+        self.drop_if_failed(&conn, &sent);
+        sent
+    }
+
+    /// Sends a request and waits for its reply, at most `limit`.
+    pub async fn call(
+        &self,
+        kind: u8,
+        payload: &[u8],
+        limit: Duration,
+    ) -> std::io::Result<(u8, Vec<u8>)> {
+        let conn = self.connection().await?;
+        let correlation = self.next_correlation.get();
+        self.next_correlation.set(correlation + 1);
+        let (tx, rx) = oneshot::channel();
+        conn.waiters.borrow_mut().insert(correlation, tx);
+        let sent = conn.writer.write(kind, correlation, payload).await;
+        self.drop_if_failed(&conn, &sent);
+        if let Err(e) = sent {
+            conn.waiters.borrow_mut().remove(&correlation);
+            return Err(e);
+        }
+        let reply = within(limit, rx).await;
+        conn.waiters.borrow_mut().remove(&correlation);
+        match reply {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(_)) => Err(closed()),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no reply from {} in {limit:?}", self.addr),
+            )),
+        }
+    }
+
+    fn drop_if_failed(&self, conn: &Rc<Conn>, result: &std::io::Result<()>) {
+        if result.is_err() {
+            conn.broken.set(true);
+            self.conn.borrow_mut().take();
+        }
+    }
+
+    async fn connection(&self) -> std::io::Result<Rc<Conn>> {
+        let current = self.conn.borrow().clone();
+        if let Some(c) = current.filter(|c| !c.broken.get()) {
+            return Ok(c);
+        }
+        let stream = within(CONNECT_TIMEOUT, TcpStream::connect(self.addr.as_str()))
+            .await
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.split();
+        let conn = Rc::new(Conn {
+            writer: Writer::new(writer),
+            waiters: RefCell::new(HashMap::new()),
+            broken: Cell::new(false),
+        });
+        glommio::spawn_local(read_replies(reader, conn.clone())).detach();
+        *self.conn.borrow_mut() = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+/// Hands each reply on an outgoing connection to its caller; a broken stream fails them all.
+async fn read_replies(mut reader: ReadHalf<TcpStream>, conn: Rc<Conn>) {
+    while let Ok(Some((header, payload))) = read_frame(&mut reader).await {
+        let waiter = conn.waiters.borrow_mut().remove(&header.correlation);
+        if let Some(tx) = waiter {
+            let _ = tx.send((header.kind, payload));
+        }
+    }
+    conn.broken.set(true);
+    conn.waiters.borrow_mut().clear();
+}

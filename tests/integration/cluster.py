@@ -1,0 +1,147 @@
+"""A cluster of `sluice serve` processes on 127.0.0.1: each node a Broker with its own Kafka
+port, RPC port and data dir, the voters given by `--voters` (the CLI contract of issue 15)."""
+import socket
+import struct
+import time
+from pathlib import Path
+
+import kafka_wire as kw
+
+from broker import Broker, free_port
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# Faster than production timing, so fencing and elections fit a test's bounds.
+FAST = """
+[cluster]
+broker_heartbeat_interval_ms = 300
+broker_session_timeout_ms = 3000
+metadata_write_timeout_ms = 5000
+"""
+
+
+class Metadata:
+    """A Metadata v1 answer from one node: brokers {id: (host, port, rack)}, the controller,
+    and per topic [(partition, error, leader, replicas, isr)]."""
+
+    def __init__(self, brokers, controller_id, topics):
+        self.brokers, self.controller_id, self.topics = brokers, controller_id, topics
+
+
+def metadata_v1(port: int, timeout_s: float = 5) -> Metadata:
+    """Asks exactly the node on `port` (a client library would pick any broker it knows)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(kw.request(3, 1, 1, struct.pack(">i", -1)))
+        r = kw.read_response(s)
+    pos = 4
+
+    def i32():
+        nonlocal pos
+        pos += 4
+        return struct.unpack(">i", r[pos - 4:pos])[0]
+
+    def i16():
+        nonlocal pos
+        pos += 2
+        return struct.unpack(">h", r[pos - 2:pos])[0]
+
+    def string():
+        nonlocal pos
+        n = i16()
+        if n < 0:
+            return None
+        pos += n
+        return r[pos - n:pos].decode()
+
+    brokers = {}
+    for _ in range(i32()):
+        node, host, port_, rack = i32(), string(), i32(), string()
+        brokers[node] = (host, port_, rack)
+    controller = i32()
+    topics = {}
+    for _ in range(i32()):
+        _error, name = i16(), string()
+        pos += 1  # is_internal
+        parts = []
+        for _ in range(i32()):
+            error, index, leader = i16(), i32(), i32()
+            replicas = [i32() for _ in range(i32())]
+            isr = [i32() for _ in range(i32())]
+            parts.append((index, error, leader, replicas, isr))
+        topics[name] = sorted(parts)
+    return Metadata(brokers, controller, topics)
+
+
+class Node(Broker):
+    def __init__(self, root: Path, node_id: int, voters: str | None, rpc_port: int, config: str):
+        root.mkdir(parents=True, exist_ok=True)
+        super().__init__(root / f"node-{node_id}", shards=2, config=config)
+        self.node_id = node_id
+        self.rpc_port = rpc_port
+        self.voters = voters
+        self.set_args()
+
+    def set_args(self, data_dir: Path | None = None):
+        if data_dir is not None:
+            self.data_dir = Path(data_dir)
+        self.extra_args = ["--node-id", str(self.node_id), "--rpc-listen", f"127.0.0.1:{self.rpc_port}",
+                           "--voters", self.voters]
+
+
+class Cluster:
+    def __init__(self, root: Path, voters: int, brokers: int = 0, config: str = FAST):
+        root.mkdir(parents=True, exist_ok=True)
+        ids = list(range(1, voters + brokers + 1))
+        rpc = {i: free_port() for i in ids}
+        self.voters = ",".join(f"{i}@127.0.0.1:{rpc[i]}" for i in ids[:voters])
+        self.nodes = {i: Node(root, i, self.voters, rpc[i], config) for i in ids}
+
+    def start(self):
+        for n in self.nodes.values():
+            n.start()
+        return self
+
+    def stop(self):
+        for n in self.nodes.values():
+            n.kill()
+            n.assert_no_panic()
+
+    def live(self):
+        return [n for n in self.nodes.values() if n.alive()]
+
+    def admin(self, node: int) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.nodes[node].bootstrap})
+
+    def metadata(self, node: int, timeout_s: float = 5) -> Metadata:
+        """Node `node`'s own Metadata answer."""
+        return metadata_v1(self.nodes[node].port, timeout_s)
+
+    def wait_for_brokers(self, expected: set[int], nodes=None, timeout_s: float = 30):
+        """Waits until every node in `nodes` lists exactly `expected` and one controller."""
+        nodes = nodes or [n.node_id for n in self.live()]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                seen = [self.metadata(i) for i in nodes]
+                if all(set(m.brokers) == expected for m in seen) and \
+                        len({m.controller_id for m in seen}) == 1 and seen[0].controller_id in expected:
+                    return seen[0].controller_id
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                state = {i: (sorted(self.metadata(i).brokers), self.metadata(i).controller_id) for i in nodes}
+                raise AssertionError(f"brokers never agreed on {expected}: {state}")
+            time.sleep(0.2)
+
+    def create_topic(self, via: int, name: str, partitions: int, replicas: int, timeout_s: float = 30):
+        """Creates a topic through node `via`, retrying while no controller answers."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            # The client must outlive its futures, or they never complete.
+            admin = self.admin(via)
+            try:
+                admin.create_topics([NewTopic(name, partitions, replicas)], request_timeout=10)[name].result(15)
+                return
+            except Exception as e:
+                if "already exists" in str(e).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

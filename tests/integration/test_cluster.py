@@ -1,0 +1,333 @@
+"""Issue 15: several nodes form one cluster whose metadata survives the loss of any minority.
+
+Real `sluice serve` processes on 127.0.0.1 (`cluster.py`), driven with confluent-kafka's admin
+client and producer/consumer, and with raw Kafka requests where a client would hide the error."""
+import socket
+import struct
+import subprocess
+import time
+
+import ck
+import kafka_wire as kw
+import pytest
+from broker import free_port
+from cluster import FAST, Cluster, Node
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from metrics import metrics_config, scrape
+from records import check_partition, expected_by_partition
+from waiting import wait_until
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    made = []
+
+    def make(voters: int, brokers: int = 0, config: str = FAST) -> Cluster:
+        c = Cluster(tmp_path / f"cluster-{len(made)}", voters, brokers, config)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+def topic_ids(cluster: Cluster, node: int) -> dict:
+    """Node `node`'s view: per topic, [(partition, leader, replicas)]."""
+    return {name: [(p[0], p[2], p[3]) for p in parts] for name, parts in cluster.metadata(node).topics.items()}
+
+
+def round_trip(produce_via: str, consume_via: str, topic: str, count: int, partitions: int):
+    """Produces through one node and consumes through another: byte-equal, offsets exact."""
+    acked = ck.produce(produce_via, topic, count, partitions)
+    assert len(acked) == count
+    got = ck.consume(consume_via, topic, range(partitions), count)
+    want = expected_by_partition(count, partitions)
+    for p in range(partitions):
+        check_partition(got[p], want[p], f"{topic}[{p}]")
+
+
+def wait_for_topic(cluster: Cluster, node: int, name: str, timeout_s=15):
+    wait_until(lambda: name in cluster.metadata(node).topics, timeout_s, f"{name} on node {node}")
+
+
+def test_three_nodes_agree_and_place_replicas_on_distinct_brokers(make_cluster):
+    c = make_cluster(3)
+    controller = c.wait_for_brokers({1, 2, 3})
+    for via, name in [(1, "via-one"), (2, "via-two"), (3, "via-three")]:
+        c.create_topic(via, name, 6, 3)
+    for node in (1, 2, 3):
+        for name in ("via-one", "via-two", "via-three"):
+            wait_for_topic(c, node, name)
+    views = [topic_ids(c, n) for n in (1, 2, 3)]
+    assert views[0] == views[1] == views[2], "every node serves the same metadata"
+    assert {c.metadata(n).controller_id for n in (1, 2, 3)} == {controller}
+    for name in ("via-one", "via-two", "via-three"):
+        leaders = {}
+        for _, error, leader, replicas, isr in c.metadata(1).topics[name]:
+            assert error == 0 and sorted(replicas) == [1, 2, 3], "three replicas on distinct brokers"
+            assert leader == replicas[0] and isr == [leader]
+            leaders[leader] = leaders.get(leader, 0) + 1
+        assert leaders == {1: 2, 2: 2, 3: 2}, f"leaders spread evenly: {leaders}"
+    # Too many replicas for the live brokers: Kafka's error code, through any node.
+    admin = c.admin(2)
+    fut = admin.create_topics([NewTopic("too-wide", 1, 4)], request_timeout=10)["too-wide"]
+    with pytest.raises(Exception, match="INVALID_REPLICATION_FACTOR"):
+        fut.result(15)
+    # Records go to each partition's leader and come back byte-equal from any bootstrap node.
+    round_trip(c.nodes[1].bootstrap, c.nodes[3].bootstrap, "via-two", 600, 6)
+
+
+def test_a_partition_request_to_a_node_that_does_not_lead_it_is_refused(make_cluster):
+    c = make_cluster(3)
+    c.wait_for_brokers({1, 2, 3})
+    c.create_topic(1, "led", 3, 2)
+    wait_until(lambda: all("led" in c.metadata(n).topics for n in (1, 2, 3)), 15, "topic everywhere")
+    for index, _, leader, _, _ in c.metadata(1).topics["led"]:
+        for node in (1, 2, 3):
+            with socket.create_connection(("127.0.0.1", c.nodes[node].port), timeout=10) as s:
+                s.sendall(kw.request(0, 3, 7, kw.produce_v3("led", index, kw.record_batch([b"x"]))))
+                code, _ = kw.produce_v3_error_code(kw.read_response(s))
+                s.sendall(kw.request(1, 4, 8, kw.fetch_v4("led", index, 0, 0)))
+                fetch_code = kw.fetch_v4_partition(kw.read_response(s))[0]
+            # NOT_LEADER_OR_FOLLOWER (6) sends clients back to Metadata.
+            want = 0 if node == leader else 6
+            assert (code, fetch_code) == (want, want), (index, leader, node, code, fetch_code)
+
+
+def test_controller_death_elects_a_new_one_and_the_old_one_catches_up(make_cluster):
+    c = make_cluster(3)
+    old = c.wait_for_brokers({1, 2, 3})
+    c.create_topic(old, "before", 3, 3)  # each node leads one partition
+    c.nodes[old].kill()
+    survivors = [n for n in (1, 2, 3) if n != old]
+    # The survivors elect a new controller (how fast is measured in perf/cluster.py).
+    c.create_topic(survivors[0], "after", 2, 2)
+    new = c.metadata(survivors[0]).controller_id
+    assert new in survivors
+    # The killed broker is fenced after its session and left out of Metadata; its partitions
+    # have no leader until it returns (its replica is the only one in sync).
+    c.wait_for_brokers(set(survivors), nodes=survivors)
+    before = c.metadata(survivors[0]).topics["before"]
+    leaderless = [p for p in before if p[2] == -1]
+    # LEADER_NOT_AVAILABLE (5), the old leader still the one replica in sync.
+    assert leaderless and all(p[1] == 5 and p[4] == [old] for p in leaderless), before
+    # Restarted, it catches up on the change it missed, from the log.
+    c.nodes[old].start()
+    c.wait_for_brokers({1, 2, 3})
+    wait_for_topic(c, old, "after")
+    assert topic_ids(c, old) == topic_ids(c, survivors[0])
+    assert all(p[2] != -1 for p in c.metadata(old).topics["before"])
+
+
+def test_a_far_behind_node_catches_up_by_snapshot(make_cluster):
+    c = make_cluster(3, config=FAST + "snapshot_after_entries = 4\n")
+    c.wait_for_brokers({1, 2, 3})
+    c.nodes[3].kill()
+    for i in range(12):
+        c.create_topic(1, f"missed-{i}", 1, 1)
+    leader = c.metadata(1).controller_id
+    assert "snapshot at index" in c.nodes[leader].log()
+    c.nodes[3].start()
+    wait_until(lambda: "missed-11" in c.metadata(3).topics, 20, "node 3 to catch up")
+    assert "installed the leader's snapshot" in c.nodes[3].log()
+    assert topic_ids(c, 3) == topic_ids(c, 1)
+    # Its own restart now starts from the snapshot it installed.
+    c.nodes[3].restart()
+    c.wait_for_brokers({1, 2, 3})
+    assert topic_ids(c, 3) == topic_ids(c, 1)
+
+
+def test_a_node_of_another_cluster_or_a_duplicate_node_id_is_refused(make_cluster, tmp_path):
+    c = make_cluster(3, brokers=1)
+    c.wait_for_brokers({1, 2, 3, 4})
+    # A second process claiming node id 4 (its own data dir and ports) is refused by name.
+    dup = Node(tmp_path / "dup", 4, c.voters, free_port(), FAST)
+    try:
+        dup.start(timeout_s=20)
+    except RuntimeError:
+        pass  # it may stop before it serves
+    wait_until(lambda: not dup.alive(), 15, "the duplicate to stop")
+    assert "node id 4 is held by a live broker" in dup.log(), dup.log()[-2000:]
+    assert c.nodes[4].alive()
+    # A one-node cluster B, then node 3 of cluster A started on B's data dir: refused.
+    other = Cluster(tmp_path / "other", 1)
+    other.nodes[1].node_id = 3
+    b = other.nodes[1]
+    b.voters = f"3@127.0.0.1:{b.rpc_port}"
+    b.set_args()
+    b.start()
+    b_admin = AdminClient({"bootstrap.servers": b.bootstrap})
+
+    def b_cluster_id():
+        try:
+            return b_admin.list_topics(timeout=5).cluster_id
+        except KafkaException:
+            return None  # no broker registered yet
+
+    wait_until(b_cluster_id, 15, "cluster B to commit its id")
+    b.stop()
+    node3 = c.nodes[3]
+    node3.kill()
+    good_dir = node3.data_dir
+    node3.set_args(b.data_dir)
+    try:
+        node3.start(timeout_s=20)
+    except RuntimeError:
+        pass
+    wait_until(lambda: not node3.alive(), 20, "node 3 on cluster B's data dir to stop")
+    assert "refusing to join" in node3.log() or "refused this node" in node3.log(), node3.log()[-2000:]
+    # Cluster A is unharmed, and node 3 rejoins with its own data dir.
+    node3.set_args(good_dir)
+    node3.start()
+    c.create_topic(1, "still-fine", 1, 3)
+    c.wait_for_brokers({1, 2, 3, 4})
+
+
+def test_a_broker_that_is_not_a_voter_learns_the_metadata_and_serves(make_cluster):
+    c = make_cluster(3, brokers=1)
+    c.wait_for_brokers({1, 2, 3, 4})
+    c.create_topic(4, "wide", 8, 1)
+    wait_until(lambda: "wide" in c.metadata(4).topics, 15, "node 4 to learn the topic")
+    leaders = {p[2] for p in c.metadata(4).topics["wide"]}
+    assert 4 in leaders, "the broker-only node leads partitions too"
+    round_trip(c.nodes[4].bootstrap, c.nodes[2].bootstrap, "wide", 400, 8)
+
+
+def test_five_nodes_commit_with_two_down_and_refuse_with_three_down(make_cluster):
+    c = make_cluster(5)
+    c.wait_for_brokers({1, 2, 3, 4, 5})
+    c.create_topic(1, "five", 5, 3)
+    controller = c.metadata(1).controller_id
+    down = [controller] + [n for n in (1, 2, 3, 4, 5) if n != controller][:1]
+    for n in down:
+        c.nodes[n].kill()
+    up = [n for n in (1, 2, 3, 4, 5) if n not in down]
+    c.create_topic(up[0], "two-down", 2, 3)
+    # A third node down: no quorum. The write fails with an error, in bounded time.
+    c.nodes[up[0]].kill()
+    down.append(up.pop(0))
+    # The node answers itself, within metadata_write_timeout_ms (5 s here): REQUEST_TIMED_OUT (7)
+    # when no controller answers, or NOT_CONTROLLER (41) when it was the controller and resigned
+    # (check-quorum: it hears from no quorum) with the write pending. Clients retry both.
+    with socket.create_connection(("127.0.0.1", c.nodes[up[0]].port), timeout=30) as s:
+        s.sendall(kw.create_topics_v2("no-quorum", 1, 1))
+        code, message = kw.create_topics_v2_result(kw.read_response(s))
+    assert code in (7, 41), (code, message)
+    # A client gives up too (it finds no controller to send to).
+    admin = c.admin(up[1])
+    fut = admin.create_topics([NewTopic("no-quorum", 1, 1)], request_timeout=10)["no-quorum"]
+    with pytest.raises(Exception, match="(?i)timed.out"):
+        fut.result(40)
+    # The nodes return: one controller again, and every node agrees on the topics.
+    for n in down:
+        c.nodes[n].start()
+    c.wait_for_brokers({1, 2, 3, 4, 5}, timeout_s=60)
+    c.create_topic(down[0], "after-return", 1, 5)
+    for n in (1, 2, 3, 4, 5):
+        wait_for_topic(c, n, "after-return")
+    views = [topic_ids(c, n) for n in (1, 2, 3, 4, 5)]
+    assert all(v == views[0] for v in views), views
+    assert {"five", "two-down", "after-return"} <= set(views[0])
+
+
+def test_single_node_data_dir_is_not_taken_into_a_cluster(make_broker, tmp_path):
+    single = make_broker()
+    single.stop()
+    node = Node(tmp_path / "c", 1, None, free_port(), FAST)
+    node.voters = f"1@127.0.0.1:{node.rpc_port}"
+    node.set_args(single.data_dir)
+    args = [str(node.binary), "serve", "--listen", node.bootstrap, "--data-dir", str(single.data_dir),
+            *node.extra_args]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert "belongs to a single-node broker" in out.stderr
+
+
+def describe_quorum_v0(port: int):
+    """DescribeQuorum v0 for __cluster_metadata-0: (error, leader, epoch, high watermark,
+    [(voter, log end)], [observers])."""
+    body = b"\x02" + kw.compact_string("__cluster_metadata") + b"\x02" + struct.pack(">i", 0) + b"\x00\x00\x00"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(kw.flexible_request(55, 0, body))
+        r = kw.read_response(s)
+    pos = 4 + 1 + 2 + 1  # correlation id, header tags, error code, topics (one)
+    pos += r[pos]  # topic name: its one-byte compact length (len + 1), then len bytes
+    pos += 1  # partitions (one)
+    _index, error, leader, epoch, hw = struct.unpack(">ihiiq", r[pos:pos + 22])
+    pos += 22
+
+    def replicas():
+        nonlocal pos
+        n = r[pos] - 1
+        pos += 1
+        out = []
+        for _ in range(n):
+            out.append(struct.unpack(">iq", r[pos:pos + 12]))
+            pos += 13  # and its empty tags
+        return out
+
+    return error, leader, epoch, hw, replicas(), replicas()
+
+
+def test_describe_quorum_names_the_leader_and_each_voters_progress(make_cluster):
+    c = make_cluster(3, brokers=1)
+    controller = c.wait_for_brokers({1, 2, 3, 4})
+    c.create_topic(1, "q", 1, 1)
+    error, leader, epoch, hw, voters, observers = describe_quorum_v0(c.nodes[controller].port)
+    assert (error, leader) == (0, controller) and epoch >= 1 and hw > 0
+    assert [v[0] for v in voters] == [1, 2, 3] and [o[0] for o in observers] == [4]
+    wait_until(lambda: all(v[1] >= hw for v in describe_quorum_v0(c.nodes[controller].port)[4]), 10,
+               "every voter to replicate the log")
+    other = next(n for n in (1, 2, 3) if n != controller)
+    assert describe_quorum_v0(c.nodes[other].port)[0] == 6  # NOT_LEADER_OR_FOLLOWER
+
+
+def test_garbage_on_the_rpc_port_closes_that_connection_only(make_cluster):
+    c = make_cluster(3)
+    c.wait_for_brokers({1, 2, 3})
+    rpc = c.nodes[2].rpc_port
+    # A Kafka client that dialled the wrong port, random bytes, an oversized frame, a frame with
+    # a bad checksum, and a half-open connection: each closed by node 2, which stays healthy.
+    garbage = [
+        kw.request(18, 0, 1, b""),
+        bytes(range(256)) * 4,
+        struct.pack(">IHBBQI", 0x7FFFFFF0, 0x534C, 1, 2, 0, 0),
+        struct.pack(">IHBBQI", 20, 0x534C, 1, 2, 5, 12345) + b"\x00" * 4,
+    ]
+    for g in garbage:
+        with socket.create_connection(("127.0.0.1", rpc), timeout=10) as s:
+            s.sendall(g)
+            assert kw.closed_by_peer(s, timeout_s=15), g[:16]
+    half_open = socket.create_connection(("127.0.0.1", rpc), timeout=10)
+    half_open.sendall(b"\x00\x00")
+    c.create_topic(2, "unharmed", 3, 3)
+    wait_for_topic(c, 2, "unharmed")
+    half_open.close()
+    assert "rpc: connection from" in c.nodes[2].log()
+
+
+def test_the_raft_state_is_on_metrics(tmp_path):
+    c = Cluster(tmp_path / "metrics", 3)
+    addrs = {}
+    for i, node in c.nodes.items():
+        node.config, addrs[i] = metrics_config(FAST)
+    try:
+        c.start()
+        controller = c.wait_for_brokers({1, 2, 3})
+        c.create_topic(1, "m", 1, 3)
+        leader = scrape(addrs[controller])
+        assert leader[("sluice_raft_role", "")] == 2
+        assert leader[("sluice_raft_leader_plus_one", "")] == controller + 1
+        assert leader[("sluice_raft_term", "")] >= 1 and leader[("sluice_raft_elections_total", "")] >= 1
+        assert leader[("sluice_raft_commit_index", "")] >= 3  # cluster id, registrations, topics
+        lags = {labels for (name, labels) in leader if name == "sluice_raft_follower_lag_entries"}
+        assert lags == {f'node="{n}"' for n in (1, 2, 3) if n != controller}
+        follower = next(n for n in (1, 2, 3) if n != controller)
+        wait_until(lambda: scrape(addrs[follower])[("sluice_raft_applied_index", "")]
+                   >= leader[("sluice_raft_commit_index", "")], 10, "the follower to apply")
+        f = scrape(addrs[follower])
+        assert (f[("sluice_raft_role", "")], f[("sluice_raft_leader_plus_one", "")]) == (0, controller + 1)
+    finally:
+        c.stop()
