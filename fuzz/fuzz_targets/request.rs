@@ -54,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::AlterConfigs => decode::<AlterConfigsRequest>(body, v),
         ApiKey::IncrementalAlterConfigs => decode::<IncrementalAlterConfigsRequest>(body, v),
         ApiKey::DescribeCluster => decode::<DescribeClusterRequest>(body, v),
+        ApiKey::DescribeQuorum => decode::<DescribeQuorumRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });
