@@ -25,11 +25,19 @@ def make_cluster(tmp_path):
     made = []
 
     def make(voters: int, brokers: int = 0, config: str = FAST) -> Cluster:
-        c = Cluster(tmp_path / f"cluster-{len(made)}", voters, brokers, config)
+        return track(Cluster(tmp_path / f"cluster-{len(made)}", voters, brokers, config)).start()
+
+    def track(c: Cluster) -> Cluster:
+        """Stops `c` with the test's clusters, even when the test fails."""
         made.append(c)
-        return c.start()
+        return c
+
+    make.track = track
 
     yield make
+    for c in made:
+        for n in c.nodes.values():
+            n.kill()
     for c in made:
         c.stop()
 
@@ -155,7 +163,7 @@ def test_a_node_of_another_cluster_or_a_duplicate_node_id_is_refused(make_cluste
     assert "node id 4 is held by a live broker" in dup.log(), dup.log()[-2000:]
     assert c.nodes[4].alive()
     # A one-node cluster B, then node 3 of cluster A started on B's data dir: refused.
-    other = Cluster(tmp_path / "other", 1)
+    other = make_cluster.track(Cluster(tmp_path / "other", 1))
     other.nodes[1].node_id = 3
     b = other.nodes[1]
     b.voters = f"3@127.0.0.1:{b.rpc_port}"
