@@ -382,6 +382,13 @@ impl Config {
         Ok(out)
     }
 
+    /// Whether this node is one of the controller quorum's voters (else, in a cluster, a
+    /// broker only).
+    pub fn is_voter(&self) -> bool {
+        self.voter_list()
+            .is_ok_and(|voters| voters.iter().any(|v| v.id == self.node_id))
+    }
+
     /// Whether this node is part of a cluster (a controller quorum is configured).
     pub fn is_clustered(&self) -> bool {
         !self.voters.is_empty()

@@ -42,12 +42,19 @@ impl Applied {
         }
     }
 
+    /// A copy of the state (the controller's working copy for a change).
     pub fn image(&self) -> CatalogRecord {
         self.image.borrow().clone()
     }
 
+    /// Reads the state in place: the catalog holds every topic, so a periodic reader (a
+    /// heartbeat, the fencing check) borrows it rather than copying it.
+    pub fn read<R>(&self, f: impl FnOnce(&CatalogRecord) -> R) -> R {
+        f(&self.image.borrow())
+    }
+
     pub fn cluster_id(&self) -> String {
-        self.image.borrow().cluster_id.clone()
+        self.read(|i| i.cluster_id.clone())
     }
 
     pub fn generation(&self) -> u64 {

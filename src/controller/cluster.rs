@@ -108,9 +108,14 @@ impl Cluster {
     }
 
     fn failure(&self, code: ResponseError, message: impl Into<String>) -> (u8, Vec<u8>) {
+        self.failed((code.code(), Some(message.into())))
+    }
+
+    /// A call's failure reply from an operation's outcome, naming the active controller.
+    fn failed(&self, (code, message): Outcome) -> (u8, Vec<u8>) {
         let f = Failure {
-            code: code.code(),
-            message: message.into(),
+            code,
+            message: message.unwrap_or_default(),
             controller_id: self.controller_id(),
         };
         (messages::FAILURE, messages::encode(&f))
@@ -230,14 +235,7 @@ impl Cluster {
                 },
                 messages::PRODUCER_IDS => match super::reserve_producer_ids(&shard).await {
                     Ok(block) => (messages::REPLY, messages::encode(&block)),
-                    Err((code, m)) => {
-                        let f = Failure {
-                            code,
-                            message: m.unwrap_or_default(),
-                            controller_id: self.controller_id(),
-                        };
-                        (messages::FAILURE, messages::encode(&f))
-                    }
+                    Err(outcome) => self.failed(outcome),
                 },
                 other => self.failure(
                     ResponseError::InvalidRequest,
@@ -277,21 +275,23 @@ impl Cluster {
     }
 
     async fn on_heartbeat(&self, shard: &Rc<Shard>, hb: BrokerHeartbeat) -> (u8, Vec<u8>) {
-        let image = self.applied.image();
-        if !hb.cluster_id.is_empty() && hb.cluster_id != image.cluster_id {
+        let cluster_id = self.applied.cluster_id();
+        if !hb.cluster_id.is_empty() && hb.cluster_id != cluster_id {
             return self.failure(
                 ResponseError::InconsistentClusterId,
                 format!(
-                    "node {} belongs to cluster {}, this is cluster {}",
-                    hb.node_id, hb.cluster_id, image.cluster_id
+                    "node {} belongs to cluster {}, this is cluster {cluster_id}",
+                    hb.node_id, hb.cluster_id
                 ),
             );
         }
-        let existing = image.brokers.iter().find(|b| b.node_id == hb.node_id);
+        let existing = self
+            .applied
+            .read(|i| i.brokers.iter().find(|b| b.node_id == hb.node_id).cloned());
         let now_ms = shard.clock().monotonic_ms();
         let timeout_ms = self.config.cluster.broker_session_timeout_ms;
         let decision = self.sessions.borrow_mut().heartbeat(
-            existing,
+            existing.as_ref(),
             hb.node_id,
             hb.incarnation,
             hb.previous_incarnation,
@@ -303,20 +303,16 @@ impl Cluster {
                 return self.failure(ResponseError::DuplicateBrokerRegistration, m)
             }
             Decision::Register => {
-                if let Err((code, m)) = self.register(&hb).await {
-                    let f = Failure {
-                        code,
-                        message: m.unwrap_or_default(),
-                        controller_id: self.controller_id(),
-                    };
-                    return (messages::FAILURE, messages::encode(&f));
+                if let Err(outcome) = self.register(&hb).await {
+                    return self.failed(outcome);
                 }
             }
             Decision::Renew => {}
         }
         let version = self.quorum.as_ref().map_or(0, |q| q.status().applied);
         let catalog = if !hb.voter && hb.metadata_version < version {
-            crate::storage::catalog::encode(&self.applied.image())
+            self.applied
+                .read(crate::storage::catalog::encode)
                 .ok()
                 .map(|bytes| (version, bytes))
         } else {
@@ -526,24 +522,25 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
             continue;
         }
         let now_ms = shard.clock().monotonic_ms();
-        let image = cluster.applied.image();
         if cluster.led_term.replace(status.term) != status.term {
+            let mut sessions = cluster.sessions.borrow_mut();
             cluster
-                .sessions
-                .borrow_mut()
-                .take_over(&image.brokers, now_ms);
+                .applied
+                .read(|i| sessions.take_over(&i.brokers, now_ms));
         }
-        if image.cluster_id.is_empty() {
+        if cluster.applied.cluster_id().is_empty() {
             let id = uuid::Uuid::new_v4().simple().to_string()[..22].to_string();
             log::info!("controller: forming cluster {id}");
             let _ = cluster.commit(vec![MetadataRecord::ClusterId(id)]).await;
             continue;
         }
         let timeout_ms = cluster.config.cluster.broker_session_timeout_ms;
-        let expired = cluster
-            .sessions
-            .borrow()
-            .expired(&image.brokers, now_ms, timeout_ms);
+        let expired = {
+            let sessions = cluster.sessions.borrow();
+            cluster
+                .applied
+                .read(|i| sessions.expired(&i.brokers, now_ms, timeout_ms))
+        };
         if expired.is_empty() {
             continue;
         }

@@ -601,7 +601,7 @@ async fn reserve_producer_ids(shard: &Rc<Shard>) -> Result<messages::ProducerIdB
     let controller = shard.service::<Controller>();
     let _permit = controller.lock().await;
     let first = match &controller.cluster {
-        Some(c) => c.applied.image().producer_id_block_end,
+        Some(c) => c.applied.read(|i| i.producer_id_block_end),
         None => shard.catalog().producer_id_block_end,
     };
     let end = first + PRODUCER_ID_BLOCK;

@@ -77,7 +77,7 @@ pub struct Quorum {
     pending: RefCell<HashMap<u64, oneshot::Sender<Result<u64, String>>>>,
     next_proposal: Cell<u64>,
     outboxes: HashMap<u64, LocalSender<Vec<u8>>>,
-    /// Followers' match index, for the lag metric (leader only).
+    /// Raft messages dropped because the inbox or a peer's outbox was full.
     pub dropped_messages: Cell<u64>,
 }
 
@@ -89,10 +89,10 @@ impl Quorum {
         applied: Rc<Applied>,
     ) -> anyhow::Result<(Rc<Quorum>, QuorumInbox)> {
         let voters = config.voter_list()?;
-        let ids: Vec<u64> = voters.iter().map(|v| raft_id(v.id)).collect();
-        let store = RaftStore::open(&config.data_dir, ids)?;
+        let store = open_store(&config)?;
         let snap_index = store.snapshot().get_metadata().index;
-        let commit = raft::Storage::initial_state(&store)?.hard_state.commit;
+        let hard_state = raft::Storage::initial_state(&store)?.hard_state;
+        let commit = hard_state.commit;
         let cfg = raft::Config {
             id: raft_id(config.node_id),
             election_tick: 10,
@@ -123,7 +123,7 @@ impl Quorum {
             commit
         );
         let status = Status {
-            term: raft::Storage::initial_state(&store)?.hard_state.term,
+            term: hard_state.term,
             leader_id: -1,
             commit,
             applied: commit.max(snap_index),
@@ -379,7 +379,7 @@ impl Quorum {
         meta.index = s.applied;
         meta.term = term;
         meta.set_conf_state(self.raw.borrow().raft.prs().conf().to_conf_state());
-        match crate::storage::catalog::encode(&self.applied.image()) {
+        match self.applied.read(crate::storage::catalog::encode) {
             Ok(data) => snap.data = data.into(),
             Err(e) => {
                 log::error!("controller: cannot encode a snapshot: {e}");
@@ -439,14 +439,19 @@ fn publish_metrics(raw: &RawNode<RaftStore>, s: &Status, dropped: u64) {
     }
 }
 
+/// This voter's Raft state, with the quorum the config names.
+fn open_store(config: &Config) -> anyhow::Result<RaftStore> {
+    let voters = config.voter_list()?;
+    RaftStore::open(
+        &config.data_dir,
+        voters.iter().map(|v| raft_id(v.id)).collect(),
+    )
+}
+
 /// A voter's catalog as of its last run: its latest snapshot, then every entry it knows
 /// committed after it. Read before the shards start, so they serve it from the first request.
 pub fn recover(config: &Config) -> anyhow::Result<CatalogRecord> {
-    let voters = config.voter_list()?;
-    let store = RaftStore::open(
-        &config.data_dir,
-        voters.iter().map(|v| raft_id(v.id)).collect(),
-    )?;
+    let store = open_store(config)?;
     let snapshot = store.snapshot();
     let snap_index = snapshot.get_metadata().index;
     let mut image = if snap_index > 0 {

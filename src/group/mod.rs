@@ -102,7 +102,7 @@ pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::
     let partition = offsets_partition(request.group(), topic.record.partitions);
     // In a cluster the group's partition may be led by another node: the client asks
     // FindCoordinator again.
-    if catalog.leader_of(topic, partition) != catalog.node_id {
+    if !catalog.leads(topic, partition) {
         return Err(ResponseError::NotCoordinator.code());
     }
     let owner = shard.owner(OFFSETS_TOPIC, partition);

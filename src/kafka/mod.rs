@@ -178,9 +178,7 @@ where
                 .map(|p| {
                     let i = index(p);
                     let slot = match known {
-                        Some(t)
-                            if t.has_partition(i) && catalog.leader_of(t, i) != catalog.node_id =>
-                        {
+                        Some(t) if t.has_partition(i) && !catalog.leads(t, i) => {
                             Err(ResponseError::NotLeaderOrFollower)
                         }
                         Some(t) if t.has_partition(i) => {

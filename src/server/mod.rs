@@ -197,14 +197,13 @@ fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
 /// its copy of the controller's. A single node's data dir is refused: its topics are not in any
 /// metadata log, and would vanish.
 fn cluster_catalog(config: &Config) -> anyhow::Result<crate::storage::catalog::CatalogRecord> {
-    let voter = config.voter_list()?.iter().any(|v| v.id == config.node_id);
     if Catalog::path(&config.data_dir).exists() {
         anyhow::bail!(
             "data dir {} belongs to a single-node broker; a node of a cluster starts from a new data dir",
             config.data_dir.display()
         );
     }
-    if voter {
+    if config.is_voter() {
         return crate::controller::quorum::recover(config);
     }
     let copy = Catalog::controller_copy_path(&config.data_dir);
@@ -384,8 +383,7 @@ async fn run_shard(
 fn open_cluster(start: &ShardStart) -> anyhow::Result<(Rc<Cluster>, Option<QuorumInbox>)> {
     let config = start.config.clone();
     let applied = Rc::new(Applied::new(config.clone(), start.catalog.to_record()));
-    let voter = config.voter_list()?.iter().any(|v| v.id == config.node_id);
-    let (quorum, inbox) = if voter {
+    let (quorum, inbox) = if config.is_voter() {
         let (q, inbox) = Quorum::open(config.clone(), applied.clone())?;
         (Some(q), Some(inbox))
     } else {
