@@ -58,7 +58,9 @@ def test_parked_fetch_woken_from_another_shard(make_broker):
         s.sendall(kw.request(1, 4, i, kw.fetch_v4("far", i % 4, 0, 20000)))
         socks.append(s)
     time.sleep(1.0)
-    ck.produce(broker.bootstrap, "far", 40, 4)
+    # A long linger puts each partition's ten records in one batch (flush sends them at
+    # once), so the one append that wakes a fetch carries the whole high watermark.
+    ck.produce(broker.bootstrap, "far", 40, 4, extra={"linger.ms": 2000})
     start = time.monotonic()
     for s in socks:
         error, hw, records = kw.fetch_v4_partition(kw.read_response(s))
