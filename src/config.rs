@@ -168,6 +168,9 @@ pub struct ClusterConfig {
     /// How long a metadata write (CreateTopics, ...) may wait for its commit before it is
     /// answered REQUEST_TIMED_OUT (no quorum).
     pub metadata_write_timeout_ms: u64,
+    /// Kafka's replica.lag.time.max.ms: an in-sync follower that has not caught up with its
+    /// leader for this long leaves the in-sync set (the leader asks the controller).
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl Default for ClusterConfig {
@@ -178,6 +181,7 @@ impl Default for ClusterConfig {
             broker_heartbeat_interval_ms: 1_000,
             snapshot_after_entries: 10_000,
             metadata_write_timeout_ms: 10_000,
+            replica_lag_time_max_ms: 30_000,
         }
     }
 }
@@ -439,6 +443,12 @@ impl Config {
             c.metadata_write_timeout_ms,
             100,
             600_000,
+        )?;
+        in_range(
+            "cluster.replica_lag_time_max_ms",
+            c.replica_lag_time_max_ms,
+            100,
+            3_600_000,
         )?;
         if voters.is_empty() {
             return Ok(());

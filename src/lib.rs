@@ -9,6 +9,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod partition;
 pub mod protocol;
+pub mod replication;
 pub mod rpc;
 pub mod server;
 pub mod shard;

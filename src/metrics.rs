@@ -59,6 +59,14 @@ pub struct ShardMetrics {
     /// New groups or members the coordinator refused for want of room (`max_groups_per_shard`
     /// groups, or its member bound): answered COORDINATOR_NOT_AVAILABLE.
     pub groups_refused: AtomicU64,
+    /// Replication: partitions this shard leads with fewer in-sync replicas than replicas;
+    /// in-sync set shrinks and expands this shard's leaders asked for; times this shard's
+    /// partitions became leader here; record bytes followers appended from their leaders.
+    pub under_replicated_partitions: AtomicU64,
+    pub isr_shrinks: AtomicU64,
+    pub isr_expands: AtomicU64,
+    pub leader_elections: AtomicU64,
+    pub replicated_bytes: AtomicU64,
 }
 
 impl Default for ShardMetrics {
@@ -82,6 +90,11 @@ impl Default for ShardMetrics {
             compaction_records_removed: AtomicU64::new(0),
             group_records_undecodable: AtomicU64::new(0),
             groups_refused: AtomicU64::new(0),
+            under_replicated_partitions: AtomicU64::new(0),
+            isr_shrinks: AtomicU64::new(0),
+            isr_expands: AtomicU64::new(0),
+            leader_elections: AtomicU64::new(0),
+            replicated_bytes: AtomicU64::new(0),
             flush_duration: LatencyHistogram::default(),
             fsyncs: AtomicU64::new(0),
         }
@@ -393,6 +406,36 @@ const PER_SHARD: &[PerShard] = &[
         "New consumer groups or members refused for want of room (max_groups_per_shard, or the member bound).",
         "counter",
         |m| &m.groups_refused,
+    ),
+    (
+        "sluice_under_replicated_partitions",
+        "Partitions led here with fewer in-sync replicas than replicas.",
+        "gauge",
+        |m| &m.under_replicated_partitions,
+    ),
+    (
+        "sluice_isr_shrinks_total",
+        "In-sync set shrinks leaders here asked the controller for (a follower fell behind).",
+        "counter",
+        |m| &m.isr_shrinks,
+    ),
+    (
+        "sluice_isr_expands_total",
+        "In-sync set expansions leaders here asked the controller for (a follower caught up).",
+        "counter",
+        |m| &m.isr_expands,
+    ),
+    (
+        "sluice_leader_elections_total",
+        "Times a partition on this shard became leader here.",
+        "counter",
+        |m| &m.leader_elections,
+    ),
+    (
+        "sluice_replicated_bytes_total",
+        "Record bytes followers here appended from their leaders.",
+        "counter",
+        |m| &m.replicated_bytes,
     ),
 ];
 

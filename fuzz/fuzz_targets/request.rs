@@ -55,6 +55,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::IncrementalAlterConfigs => decode::<IncrementalAlterConfigsRequest>(body, v),
         ApiKey::DescribeCluster => decode::<DescribeClusterRequest>(body, v),
         ApiKey::DescribeQuorum => decode::<DescribeQuorumRequest>(body, v),
+        ApiKey::OffsetForLeaderEpoch => decode::<OffsetForLeaderEpochRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

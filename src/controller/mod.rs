@@ -70,6 +70,18 @@ pub enum ControllerOp {
         change: ConfigChange,
         validate_only: bool,
     },
+    /// A partition's leader asks for a new in-sync set (AlterPartition, KIP-497).
+    AlterPartition(IsrChange),
+}
+
+/// A leader's request to change its partition's in-sync replicas.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct IsrChange {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
 }
 
 /// A change to one topic's config overrides.
@@ -101,6 +113,7 @@ impl ControllerOp {
             ControllerOp::CreatePartitions { topics, .. } => topics.len(),
             ControllerOp::AlterConfigs { topics, .. } => topics.len(),
             ControllerOp::AlterBrokerConfigs { .. } => 1,
+            ControllerOp::AlterPartition(_) => 1,
         }
     }
 }
@@ -269,6 +282,9 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             }
             r.0
         }
+        ControllerOp::AlterPartition(change) => {
+            vec![alter_partition(&mut record, &mut out, &change)]
+        }
     };
     if out.is_empty() {
         return results;
@@ -284,6 +300,61 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             .map(|r| if r.0 == 0 { e.clone() } else { r })
             .collect(),
     }
+}
+
+/// Checks a leader's in-sync set change against the applied catalog: only the partition's
+/// current leader in its current epoch may change it (a deposed leader is fenced), the set
+/// keeps the leader, stays within the replicas, and adds only live brokers.
+fn alter_partition(
+    record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
+    change: &IsrChange,
+) -> Outcome {
+    let Some(topic) = record.topics.iter().find(|t| t.id == change.topic_id) else {
+        return err(ResponseError::UnknownTopicOrPartition, "no such topic");
+    };
+    let Some(a) = usize::try_from(change.partition)
+        .ok()
+        .and_then(|p| topic.assignment.get(p))
+    else {
+        return err(ResponseError::UnknownTopicOrPartition, "no such partition");
+    };
+    if a.leader != change.leader || a.leader_epoch != change.leader_epoch {
+        return err(
+            ResponseError::FencedLeaderEpoch,
+            format!("leader {} epoch {} is current", a.leader, a.leader_epoch),
+        );
+    }
+    let live = |n: &i32| record.brokers.iter().any(|b| b.node_id == *n && !b.fenced);
+    let valid = change.isr.contains(&change.leader)
+        && change.isr.iter().all(|n| a.replicas.contains(n))
+        && change.isr.iter().all(|n| a.isr.contains(n) || live(n));
+    if !valid {
+        return err(
+            ResponseError::InvalidRequest,
+            format!("in-sync set {:?} for replicas {:?}", change.isr, a.replicas),
+        );
+    }
+    if a.isr == change.isr {
+        return (0, None);
+    }
+    log::info!(
+        "controller: {}-{} in sync {:?} → {:?}",
+        topic.name,
+        change.partition,
+        a.isr,
+        change.isr
+    );
+    push(
+        record,
+        out,
+        MetadataRecord::ChangeIsr {
+            id: change.topic_id,
+            partition: change.partition,
+            isr: change.isr.clone(),
+        },
+    );
+    (0, None)
 }
 
 /// Applies a change to the working record (so the request's next items see it) and keeps it

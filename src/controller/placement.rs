@@ -47,12 +47,12 @@ pub fn assign(
             // leader spread over several brokers.
             let shift = 1 + (p / n) % (n - 1).max(1);
             let replicas = pick_replicas(&order, first, shift, replication_factor, racks);
-            let leader = replicas[0];
+            // Every replica of a new partition is in sync: they all hold its (empty) log.
             PartitionAssignment {
-                replicas,
-                leader,
+                leader: replicas[0],
                 leader_epoch: 0,
-                isr: vec![leader],
+                isr: replicas.clone(),
+                replicas,
             }
         })
         .collect();
@@ -147,7 +147,7 @@ mod tests {
             r.sort_unstable();
             r.dedup();
             assert_eq!(r.len(), 3, "{p:?}");
-            assert_eq!(p.isr, vec![p.leader]);
+            assert_eq!(p.isr, p.replicas);
         }
         let mut count = [0; 4];
         for l in leaders_of(&a) {

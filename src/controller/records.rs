@@ -50,6 +50,12 @@ pub enum MetadataRecord {
     ProducerIdBlock {
         end: i64,
     },
+    /// A partition's in-sync replicas changed (its leader asked: AlterPartition, KIP-497).
+    ChangeIsr {
+        id: [u8; 16],
+        partition: i32,
+        isr: Vec<i32>,
+    },
 }
 
 /// One log entry's bytes: the version, then the records in rkyv.
@@ -129,6 +135,20 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
         }
         MetadataRecord::ProducerIdBlock { end } => {
             c.producer_id_block_end = c.producer_id_block_end.max(*end);
+        }
+        MetadataRecord::ChangeIsr { id, partition, isr } => {
+            let t = topic_mut(c, id)?;
+            let a = usize::try_from(*partition)
+                .ok()
+                .and_then(|p| t.assignment.get_mut(p))
+                .ok_or_else(|| format!("topic {} has no partition {partition}", t.name))?;
+            if isr.is_empty() || isr.iter().any(|n| !a.replicas.contains(n)) {
+                return Err(format!(
+                    "in-sync set {isr:?} outside replicas {:?}",
+                    a.replicas
+                ));
+            }
+            a.isr = isr.clone();
         }
     }
     Ok(())

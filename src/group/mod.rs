@@ -52,6 +52,10 @@ pub struct GroupService {
     /// Wakes the timer driver when the coordinator's next deadline may have moved.
     changed: Event,
     refusals_logged: LogLimiter,
+    /// The `__consumer_offsets` partitions whose groups are loaded (`replay.rs`), with the
+    /// leader generation they were loaded in. A group of another partition this node leads is
+    /// answered COORDINATOR_LOAD_IN_PROGRESS.
+    loaded: RefCell<HashMap<i32, u64>>,
 }
 
 /// A committed offset as requests carry it: (topic, partition, offset, leader epoch, metadata).
@@ -71,6 +75,7 @@ impl GroupService {
             syncs: RefCell::new(HashMap::new()),
             changed: Event::new(),
             refusals_logged: LogLimiter::new(REFUSAL_LOG_INTERVAL_MS),
+            loaded: RefCell::new(HashMap::new()),
         }
     }
 }
@@ -93,6 +98,29 @@ impl<R: GroupRequest> Request for OnCoordinator<R> {
     }
 }
 
+/// Runs a group request on its coordinator once the group's partition is loaded there.
+struct OnLoadedCoordinator<R> {
+    request: R,
+    partition: i32,
+}
+
+impl<R: GroupRequest> Request for OnLoadedCoordinator<R> {
+    type Reply = Result<R::Reply, i16>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        let loaded = shard
+            .service::<GroupService>()
+            .loaded
+            .borrow()
+            .contains_key(&self.partition);
+        if !loaded {
+            let code = ResponseError::CoordinatorLoadInProgress.code();
+            return Box::pin(async move { Err(code) });
+        }
+        let run = self.request.run(shard);
+        Box::pin(async move { Ok(run.await) })
+    }
+}
+
 /// Sends a group request to the shard that owns its group; Err(code) when groups cannot be
 /// served yet (no `__consumer_offsets`) or the shard is stopping.
 pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::Reply, i16> {
@@ -107,9 +135,9 @@ pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::
     }
     let owner = shard.owner(OFFSETS_TOPIC, partition);
     shard
-        .call(owner, OnCoordinator(request))
+        .call(owner, OnLoadedCoordinator { request, partition })
         .await
-        .map_err(|_| not_available)
+        .map_err(|_| not_available)?
 }
 
 /// Every shard's groups: (group, protocol type, state). Shards that are stopping are skipped.

@@ -1,5 +1,7 @@
-//! Start-up: rebuilds a shard's groups and committed offsets from the `__consumer_offsets`
-//! partitions it owns. The latest value of each key wins; a null value deletes. A record whose
+//! Loading: rebuilds a shard's groups and committed offsets from each `__consumer_offsets`
+//! partition it owns when this node starts leading it (at start-up, and in a cluster whenever
+//! leadership moves here; the groups of a partition whose leadership moves away are
+//! forgotten). The latest value of each key wins; a null value deletes. A record whose
 //! key or value cannot be decoded is skipped, counted (`sluice_group_records_undecodable_total`)
 //! and reported: the first with its offset, then a total at the end of the replay.
 
@@ -27,28 +29,88 @@ struct Latest {
     undecodable: u64,
 }
 
-pub async fn replay(shard: &Rc<Shard>) {
+/// How often a shard looks for `__consumer_offsets` partitions whose leadership changed.
+const LEADERSHIP_CHECK_MS: u64 = 100;
+/// How long a new leader waits for its epoch's start to be committed before it loads anyway.
+const LOAD_WAIT_MS: u64 = 30_000;
+
+/// Keeps the shard's coordinator in step with leadership of its `__consumer_offsets`
+/// partitions: loads each one this node starts leading, forgets the groups of each it stops
+/// leading. Runs for as long as the shard does.
+pub async fn follow_leadership(shard: Rc<Shard>) {
+    while !shard.is_shutting_down() {
+        load_led(&shard).await;
+        shard.housekeeping_sleep(LEADERSHIP_CHECK_MS).await;
+    }
+}
+
+/// One pass of `follow_leadership` (also the start-up load, before clients are served).
+pub async fn load_led(shard: &Rc<Shard>) {
     let Some(topic) = shard.catalog().topics.get(OFFSETS_TOPIC).cloned() else {
         return;
     };
-    let mut latest = Latest::default();
+    let service = shard.service::<GroupService>();
     for p in shard.partition_list() {
-        if p.id().topic_id == topic.record.id {
-            read_partition(&p, &mut latest).await;
+        if p.id().topic_id != topic.record.id {
+            continue;
+        }
+        let index = p.id().partition;
+        let loaded = service.loaded.borrow().get(&index).copied();
+        match (p.leadership(), loaded) {
+            (Some((generation, _)), Some(l)) if generation == l => {}
+            (Some((generation, epoch_start)), _) => {
+                unload(shard, &service, index, topic.record.partitions);
+                load(shard, &p, epoch_start).await;
+                if p.leadership().is_some_and(|(g, _)| g == generation) {
+                    service.loaded.borrow_mut().insert(index, generation);
+                }
+            }
+            (None, Some(_)) => unload(shard, &service, index, topic.record.partitions),
+            (None, None) => {}
         }
     }
+}
+
+/// Forgets the groups of `__consumer_offsets` partition `index`.
+fn unload(shard: &Shard, service: &GroupService, index: i32, partitions: u32) {
+    service.loaded.borrow_mut().remove(&index);
+    let gone = service
+        .coordinator
+        .borrow_mut()
+        .unload(|g| super::offsets_partition(g, partitions) == index);
+    if gone > 0 {
+        log::info!(
+            "shard {}: {OFFSETS_TOPIC}-{index} no longer led here; {gone} groups unloaded",
+            shard.id
+        );
+    }
+}
+
+/// Loads one partition's groups and offsets: once everything earlier leaders wrote is
+/// committed (the high watermark at this leader's epoch start), up to the high watermark.
+async fn load(shard: &Rc<Shard>, p: &Partition, epoch_start: i64) {
+    let deadline = shard.housekeeping_sleep(LOAD_WAIT_MS);
+    if !p.wait_for_offset(epoch_start, deadline).await {
+        log::warn!(
+            "{}: epoch start {epoch_start} not committed in {LOAD_WAIT_MS} ms; loading to the high watermark {}",
+            p.name(),
+            p.high_watermark()
+        );
+    }
+    let mut latest = Latest::default();
+    read_partition(p, &mut latest).await;
     if latest.undecodable > 0 {
         add(
             &shard.metrics().group_records_undecodable,
             latest.undecodable,
         );
         log::warn!(
-            "shard {}: skipped {} undecodable {OFFSETS_TOPIC} records during replay",
-            shard.id,
+            "{}: skipped {} undecodable records during replay",
+            p.name(),
             latest.undecodable
         );
     }
-    restore(shard, latest);
+    restore(shard, p.name(), latest);
 }
 
 /// Reads one partition from its start to its high watermark into `latest`.
@@ -62,6 +124,7 @@ async fn read_partition(partition: &Partition, latest: &mut Latest) {
                 leader_epoch: -1,
                 zero_copy: false,
                 whole_first_batch: true,
+                replica: -1,
             })
             .await;
         let data = match read.records {
@@ -136,7 +199,7 @@ fn learn(key: Option<&[u8]>, value: Option<&[u8]>, latest: &mut Latest) -> bool 
 }
 
 /// Hands what the replay found to the coordinator.
-fn restore(shard: &Shard, latest: Latest) {
+fn restore(shard: &Shard, partition: &str, latest: Latest) {
     let service = shard.service::<GroupService>();
     let now_ms = shard.clock().monotonic_ms();
     let mut c = service.coordinator.borrow_mut();
@@ -152,7 +215,7 @@ fn restore(shard: &Shard, latest: Latest) {
     }
     if latest.records > 0 {
         log::info!(
-            "shard {}: replayed {} group records, {} groups",
+            "shard {}: replayed {} group records of {partition}, {} groups",
             shard.id,
             latest.records,
             c.groups.len()

@@ -1106,6 +1106,21 @@ impl Coordinator {
         }
     }
 
+    /// Forgets the groups `which` names, with their members' timers: this node stopped
+    /// coordinating them (it no longer leads their `__consumer_offsets` partition), or is about
+    /// to load them again from that partition. Returns how many went.
+    pub fn unload(&mut self, which: impl Fn(&str) -> bool) -> usize {
+        let gone: Vec<String> = self.groups.keys().filter(|g| which(g)).cloned().collect();
+        for id in &gone {
+            let g = self.groups.remove(id).expect("listed");
+            let timers = g.members.values().filter_map(|m| m.heartbeat_timer);
+            for t in timers.chain(g.rebalance_timer) {
+                self.wheel.cancel(t);
+            }
+        }
+        gone.len()
+    }
+
     /// Deletes a group that has no members; its offsets go with it.
     pub fn delete(&mut self, group_id: &str) -> Result<(), ResponseError> {
         match self.groups.get(group_id) {

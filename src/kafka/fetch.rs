@@ -108,6 +108,8 @@ fn hold_to_max_bytes(outcomes: &mut [ReadResult], max_bytes: usize) -> usize {
 /// deadline (monotonic ms). Answers whether the shard could park (false: its bound was hit).
 struct WaitOnOwner {
     items: Vec<(TopicPartition, i64)>,
+    /// A follower's fetch: new data is a written end past the offset, not a high watermark.
+    replica: bool,
     deadline_ms: u64,
 }
 
@@ -123,7 +125,10 @@ impl Request for WaitOnOwner {
                     None => return true, // gone: the re-read reports the error
                 }
             }
-            shard.wait_for_any(&watched, self.deadline_ms).await != Wait::Refused
+            shard
+                .wait_for_any(&watched, self.replica, self.deadline_ms)
+                .await
+                != Wait::Refused
         })
     }
 }
@@ -158,7 +163,8 @@ async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Re
     } else {
         req.max_bytes as usize
     };
-    let (items, mut entries) = route(shard, &catalog, served.partitions);
+    let replica = replica_of(&catalog, version, &req);
+    let (items, mut entries) = route(shard, &catalog, served.partitions, replica);
     entries.extend(unknown);
     let wait_ms = req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
@@ -172,6 +178,25 @@ async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Re
         topics,
     };
     Ok(codec::encode(resp, version).0)
+}
+
+/// The node id of a follower fetching to replicate, -1 for a consumer. A replica id from a
+/// node that is not another broker of this cluster is a consumer's (Kafka treats ids below 0
+/// as consumers; a single node has no followers).
+fn replica_of(catalog: &Catalog, version: i16, req: &FetchRequest) -> i32 {
+    let id = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let known = catalog.is_clustered()
+        && id != catalog.node_id
+        && catalog.brokers.iter().any(|b| b.node_id == id);
+    if known {
+        id
+    } else {
+        -1
+    }
 }
 
 /// The topic a request names: by name before v13, by id from v13.
@@ -285,6 +310,7 @@ fn route(
     shard: &Shard,
     catalog: &Catalog,
     partitions: Vec<(Key, Wanted)>,
+    replica: i32,
 ) -> (Vec<Item>, Vec<Entry>) {
     let mut items = Vec::new();
     let entries = partitions
@@ -309,6 +335,7 @@ fn route(
                             leader_epoch: wanted.leader_epoch,
                             zero_copy: shard.config.fetch.zero_copy,
                             whole_first_batch: true,
+                            replica,
                         },
                     });
                     Ok(items.len() - 1)
@@ -457,11 +484,19 @@ async fn park(shard: &Rc<Shard>, items: &[Item], deadline_ms: u64) -> bool {
     for i in items {
         by_shard[i.owner].push((i.tp, i.read.offset));
     }
+    let replica = items.first().is_some_and(|i| i.read.replica >= 0);
     let waits: Vec<_> = by_shard
         .into_iter()
         .enumerate()
         .filter(|(_, v)| !v.is_empty())
-        .map(|(s, items)| Box::pin(shard.call(s, WaitOnOwner { items, deadline_ms })))
+        .map(|(s, items)| {
+            let wait = WaitOnOwner {
+                items,
+                replica,
+                deadline_ms,
+            };
+            Box::pin(shard.call(s, wait))
+        })
         .collect();
     // Which shard woke first does not matter: the caller re-reads them all.
     let (first, _, _) = futures::future::select_all(waits).await;

@@ -27,6 +27,7 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
 
@@ -78,6 +79,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DescribeQuorum, 0, 1),
+    (ApiKey::OffsetForLeaderEpoch, 0, 4),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -112,6 +114,7 @@ pub async fn dispatch(
         ApiKey::Produce => produce::handle(shard, v, body).await,
         ApiKey::Fetch => fetch::handle(shard, v, body).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, v, body).await,
+        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(shard, v, body).await,
         ApiKey::Metadata => metadata::handle(shard, v, body).await,
         ApiKey::ApiVersions => api_versions::handle(v),
         ApiKey::CreateTopics => create_topics::handle(shard, v, body).await,

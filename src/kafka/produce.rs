@@ -82,7 +82,7 @@ impl Request for ProduceOnOwner {
             .into_iter()
             .map(|(tp, records)| {
                 let shard = shard.clone();
-                let append = append_one(&shard, tp, records);
+                let append = append_one(&shard, tp, records, acks);
                 async move {
                     let outcome = append.await;
                     if acks != -1 {
@@ -101,6 +101,7 @@ fn append_one(
     shard: &Shard,
     tp: TopicPartition,
     records: Option<Bytes>,
+    acks: i16,
 ) -> LocalBoxFuture<'static, ProduceOutcome> {
     let Some(partition) = shard.partition(tp) else {
         return Box::pin(async { ProduceOutcome::failed(ResponseError::UnknownTopicOrPartition) });
@@ -108,6 +109,9 @@ fn append_one(
     let Some(records) = records else {
         return Box::pin(async { ProduceOutcome::failed(ResponseError::CorruptMessage) });
     };
+    if let Err(e) = partition.check_insync(acks) {
+        return Box::pin(async move { ProduceOutcome::failed(e) });
+    }
     let append = partition.append(records);
     Box::pin(async move {
         match append.await {

@@ -1,32 +1,243 @@
-//! What makes an offset committed: the one rule that moves a partition's high watermark.
+//! What makes an offset committed: the one rule that moves a partition's high watermark, and
+//! the replica bookkeeping it needs (pure: times come in as arguments).
 //!
 //! Consumers read only below the high watermark and acks=all producers are answered only once
-//! it passes their records, so this rule is the broker's durability promise. Today a single
-//! node commits what it has fsynced (`LocalSync`); with replication the rule becomes "fsynced
-//! on every in-sync replica, and on at least min.insync.replicas of them", computed from the
-//! followers' synced offsets. Either way the rule never commits past the local synced end: a
-//! leader never acknowledges what it has not made durable itself.
+//! it passes their records, so this rule is the broker's durability promise:
+//! - a leader commits what is fsynced on itself and on every other in-sync replica. A follower
+//!   reports an offset only once it has fsynced everything below it (it fetches the next
+//!   offset only after its sync), so its fetch offset is its synced end;
+//! - a follower commits what its leader says is committed, as far as it has synced it;
+//! - a lone copy (a single node, or a replication factor of 1) commits what it has fsynced.
+//!
+//! Never past the local synced end: no node calls committed what it has not made durable.
+//! The in-sync set is the controller's (the catalog); a change the leader asked for counts
+//! only once the controller has committed it, so a shrink never commits less safely than the
+//! set the controller would elect a leader from.
 
-use crate::storage::log::LogPosition;
+use std::collections::BTreeMap;
 
-pub trait CommitRule {
-    /// How far the partition is committed, given how far its local log is synced. The result
-    /// is at most `synced` and never moves back (the caller asserts both).
-    fn committed(&self, synced: LogPosition) -> LogPosition;
-    /// A short name for logs and metrics.
-    fn name(&self) -> &'static str;
+/// A follower as its leader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Follower {
+    /// The offset of its last fetch: everything below is fsynced on it.
+    pub offset: i64,
+    /// When it last had everything the leader had (Kafka's lastCaughtUpTimeMs).
+    pub caught_up_ms: u64,
+    /// When its last fetch came, and the leader's written end then.
+    last_fetch_ms: u64,
+    last_fetch_leader_end: i64,
 }
 
-/// A single copy: committed once fsynced locally.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct LocalSync;
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// This node leads: `followers` are the other replicas' positions.
+    Leader {
+        followers: BTreeMap<i32, Follower>,
+        /// When this node became leader (followers not heard from count as caught up then).
+        since_ms: u64,
+    },
+    /// This node follows `leader`, whose high watermark it last learned is `leader_hw`.
+    Follower { leader: i32, leader_hw: i64 },
+}
 
-impl CommitRule for LocalSync {
-    fn committed(&self, synced: LogPosition) -> LogPosition {
-        synced
+/// A partition's replicas as the controller assigned them, and this node's part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replicas {
+    /// This node (-1: a single node).
+    pub local: i32,
+    pub epoch: i32,
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas, as the controller committed them.
+    pub isr: Vec<i32>,
+    pub role: Role,
+}
+
+impl Replicas {
+    /// A lone copy: leader of itself.
+    pub fn alone() -> Replicas {
+        Replicas {
+            local: -1,
+            epoch: 0,
+            replicas: vec![-1],
+            isr: vec![-1],
+            role: Role::Leader {
+                followers: BTreeMap::new(),
+                since_ms: 0,
+            },
+        }
     }
 
-    fn name(&self) -> &'static str {
-        "local-sync"
+    pub fn is_leader(&self) -> bool {
+        matches!(self.role, Role::Leader { .. })
+    }
+
+    /// How far the partition is committed, given its local synced end (see the module doc).
+    pub fn committed(&self, synced: i64) -> i64 {
+        match &self.role {
+            Role::Follower { leader_hw, .. } => synced.min(*leader_hw),
+            Role::Leader { followers, .. } => self
+                .isr
+                .iter()
+                .filter(|n| **n != self.local)
+                .map(|n| followers.get(n).map_or(i64::MIN, |f| f.offset))
+                .fold(synced, i64::min),
+        }
+    }
+
+    /// A follower fetched at `offset` (a leader's view; `leader_end` is the written end now).
+    /// Returns false when `node` is not a replica this node leads.
+    pub fn note_fetch(&mut self, node: i32, offset: i64, leader_end: i64, now_ms: u64) -> bool {
+        if !self.replicas.contains(&node) || node == self.local {
+            return false;
+        }
+        let Role::Leader {
+            followers,
+            since_ms,
+        } = &mut self.role
+        else {
+            return false;
+        };
+        let f = followers.entry(node).or_insert(Follower {
+            offset,
+            caught_up_ms: *since_ms,
+            last_fetch_ms: now_ms,
+            last_fetch_leader_end: leader_end,
+        });
+        // Caught up now, or at the previous fetch if this one reaches what the leader had then.
+        if offset >= leader_end {
+            f.caught_up_ms = now_ms;
+        } else if offset >= f.last_fetch_leader_end {
+            f.caught_up_ms = f.caught_up_ms.max(f.last_fetch_ms);
+        }
+        f.offset = offset;
+        f.last_fetch_ms = now_ms;
+        f.last_fetch_leader_end = leader_end;
+        true
+    }
+
+    /// The in-sync set this leader should ask the controller for, if it differs from the
+    /// committed one: members not caught up within `lag_max_ms` leave; replicas whose synced
+    /// end reached the high watermark (and the start of this leader's epoch) join.
+    pub fn wanted_isr(
+        &self,
+        now_ms: u64,
+        lag_max_ms: u64,
+        high_watermark: i64,
+        epoch_start: i64,
+    ) -> Option<Vec<i32>> {
+        let Role::Leader {
+            followers,
+            since_ms,
+        } = &self.role
+        else {
+            return None;
+        };
+        let caught_up = |n: &i32| followers.get(n).map_or(*since_ms, |f| f.caught_up_ms);
+        let reached = |n: &i32| {
+            followers
+                .get(n)
+                .is_some_and(|f| f.offset >= high_watermark && f.offset >= epoch_start)
+        };
+        let wanted: Vec<i32> = self
+            .replicas
+            .iter()
+            .copied()
+            .filter(|n| {
+                *n == self.local
+                    || if self.isr.contains(n) {
+                        now_ms.saturating_sub(caught_up(n)) <= lag_max_ms
+                    } else {
+                        reached(n)
+                    }
+            })
+            .collect();
+        let mut current = self.isr.clone();
+        current.sort_unstable();
+        let mut sorted = wanted.clone();
+        sorted.sort_unstable();
+        (sorted != current).then_some(wanted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(isr: &[i32]) -> Replicas {
+        Replicas {
+            local: 1,
+            epoch: 3,
+            replicas: vec![1, 2, 3],
+            isr: isr.to_vec(),
+            role: Role::Leader {
+                followers: BTreeMap::new(),
+                since_ms: 1000,
+            },
+        }
+    }
+
+    #[test]
+    fn a_leader_commits_the_smallest_synced_end_of_its_isr() {
+        let mut r = leader(&[1, 2, 3]);
+        assert_eq!(
+            r.committed(50),
+            i64::MIN,
+            "followers not heard from hold it"
+        );
+        assert!(r.note_fetch(2, 40, 50, 1100));
+        assert!(r.note_fetch(3, 30, 50, 1100));
+        assert_eq!(r.committed(50), 30);
+        assert_eq!(r.committed(20), 20, "never past the local synced end");
+        r.isr = vec![1, 2];
+        assert_eq!(
+            r.committed(50),
+            40,
+            "a replica out of the ISR does not hold it"
+        );
+        assert!(!r.note_fetch(9, 10, 50, 1100), "not a replica");
+        assert_eq!(Replicas::alone().committed(77), 77);
+    }
+
+    #[test]
+    fn a_follower_commits_what_its_leader_did_as_far_as_it_synced() {
+        let mut r = leader(&[1, 2]);
+        r.role = Role::Follower {
+            leader: 2,
+            leader_hw: 60,
+        };
+        assert_eq!(r.committed(50), 50);
+        assert_eq!(r.committed(70), 60);
+        assert!(!r.note_fetch(3, 1, 1, 1));
+    }
+
+    #[test]
+    fn lagging_members_leave_and_caught_up_replicas_join() {
+        let mut r = leader(&[1, 2, 3]);
+        // Both fetch at the end at t=1100; 3 then stops.
+        r.note_fetch(2, 50, 50, 1100);
+        r.note_fetch(3, 50, 50, 1100);
+        assert_eq!(r.wanted_isr(1500, 1000, 50, 0), None);
+        // 2 keeps fetching what the leader had at its previous fetch: still caught up.
+        r.note_fetch(2, 50, 80, 2000);
+        r.note_fetch(2, 80, 90, 2500);
+        assert_eq!(r.wanted_isr(2500, 1000, 50, 0), Some(vec![1, 2]));
+        r.isr = vec![1, 2];
+        // 3 comes back below the high watermark: not yet; at it: joins.
+        r.note_fetch(3, 60, 90, 2600);
+        assert_eq!(r.wanted_isr(2600, 1000, 80, 0), None);
+        assert_eq!(
+            r.wanted_isr(2600, 1000, 80, 70),
+            None,
+            "before the epoch start"
+        );
+        r.note_fetch(3, 90, 90, 2700);
+        assert_eq!(r.wanted_isr(2700, 1000, 80, 70), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_new_leader_gives_silent_members_the_lag_bound_from_its_start() {
+        let r = leader(&[1, 2, 3]);
+        assert_eq!(r.wanted_isr(1900, 1000, 0, 0), None);
+        assert_eq!(r.wanted_isr(2100, 1000, 0, 0), Some(vec![1]));
     }
 }

@@ -9,9 +9,16 @@
 //! - `wait_for_offset`: parks until the high watermark reaches an offset, on the partition's
 //!   own offset monitor (no other partition's appends wake it).
 //!
-//! What makes an offset committed is the partition's `CommitRule` alone: the flusher reports
-//! completed syncs (`complete_sync`), the rule says how far that commits, and the high
-//! watermark moves there (never back, never past what is synced locally).
+//! What makes an offset committed is the partition's commit rule alone (`commit.rs`): the
+//! flusher reports completed syncs (`complete_sync`), followers report what they synced (their
+//! fetch offsets, `read`), a follower learns its leader's high watermark; the rule says how far
+//! that commits, and the high watermark moves there (never back, never past what is synced
+//! locally).
+//!
+//! Replication (a cluster): the controller's assignment makes the partition a leader or a
+//! follower (`assign`). A follower's log takes the leader's batches as they are
+//! (`append_replica`) and cuts a divergent tail when it starts following a new leader
+//! (`truncate_diverged`).
 //!
 //! Single-threaded: a partition lives in `Rc`s on its shard; other shards reach it by message.
 //! No `RefCell` borrow is held across an await.
@@ -22,6 +29,7 @@ pub mod env;
 pub mod fifo_lock;
 pub mod ingest;
 pub mod monitor;
+pub mod replica;
 pub mod retention;
 
 use crate::protocol::batch::{self, BatchError, BatchHeader};
@@ -32,7 +40,7 @@ use crate::storage::producer_state::Verdict;
 use crate::storage::read;
 use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
-use commit::CommitRule;
+use commit::Replicas;
 use env::Environment;
 use fifo_lock::{FifoLock, Ticket};
 use ingest::Rejected;
@@ -76,6 +84,9 @@ pub struct ReadRequest {
     /// Return the first batch even when it is larger than `max_bytes` (KIP-74): true for the
     /// first partition of a fetch that returns records, false for those after it.
     pub whole_first_batch: bool,
+    /// The node id of a follower fetching to replicate (-1: a consumer). A follower reads up
+    /// to the written end, and its fetch offset reports what it has synced.
+    pub replica: i32,
 }
 
 /// A partition's answer to a read: an error code (0: none), its offsets, and records (None:
@@ -107,7 +118,22 @@ pub struct Partition {
     /// writes stay in order: in the order `append` was called (see `fifo_lock.rs`).
     append_lock: FifoLock,
     monitor: Rc<OffsetMonitor>,
-    commit_rule: Box<dyn CommitRule>,
+    /// Waiters for the written end (followers' long polls on a leader).
+    written_monitor: Rc<OffsetMonitor>,
+    /// Waiters for the synced end (a follower's fetcher before it reports what it synced).
+    synced_monitor: Rc<OffsetMonitor>,
+    /// The replicas, this node's role, and the commit rule over them.
+    replicas: RefCell<Replicas>,
+    /// Set when this node starts following a new leader epoch: the fetcher cuts the log's
+    /// divergent tail (OffsetsForLeaderEpoch) before it fetches.
+    needs_truncation: Cell<bool>,
+    /// The topic's `min.insync.replicas`.
+    min_insync_replicas: Cell<i32>,
+    /// Where this node's current leader epoch began in the log (a leader's view).
+    epoch_start: Cell<i64>,
+    /// Bumped each time this node becomes the partition's leader, so that state built from
+    /// the log while leading (the group coordinator's) knows when to load it again.
+    leader_generation: Cell<u64>,
     /// The topic's `max.message.bytes`: the largest batch an append takes.
     max_message_bytes: Cell<u32>,
     /// The topic's record rules and codec (see `ingest.rs`).
@@ -135,7 +161,6 @@ impl Partition {
         data_dir: &Path,
         topic: &TopicMeta,
         index: i32,
-        commit_rule: Box<dyn CommitRule>,
         env: Rc<Environment>,
     ) -> std::io::Result<Partition> {
         let name = format!("{}-{index}", topic.record.name);
@@ -169,7 +194,13 @@ impl Partition {
             log: RefCell::new(log),
             append_lock: FifoLock::default(),
             monitor: OffsetMonitor::new(),
-            commit_rule,
+            written_monitor: OffsetMonitor::new(),
+            synced_monitor: OffsetMonitor::new(),
+            replicas: RefCell::new(Replicas::alone()),
+            needs_truncation: Cell::new(false),
+            min_insync_replicas: Cell::new(topic.config.min_insync_replicas),
+            epoch_start: Cell::new(0),
+            leader_generation: Cell::new(0),
             max_message_bytes: Cell::new(topic.config.max_message_bytes),
             rules: Cell::new(ingest::Rules::of(&topic.config)),
             queued_for_sync: Cell::new(false),
@@ -212,13 +243,7 @@ impl Partition {
         self.log.borrow_mut().settings = log_settings(config);
         self.max_message_bytes.set(config.max_message_bytes);
         self.rules.set(ingest::Rules::of(config));
-    }
-
-    /// The leader epoch the controller assigned (a cluster); batches appended from now on are
-    /// stamped with it, and fetches that name an older one are fenced.
-    pub fn set_leader_epoch(&self, epoch: i32) {
-        let mut log = self.log.borrow_mut();
-        log.leader_epoch = log.leader_epoch.max(epoch);
+        self.min_insync_replicas.set(config.min_insync_replicas);
     }
 
     /// Takes the partition out of service (its topic was deleted): every waiter wakes and finds
@@ -226,6 +251,8 @@ impl Partition {
     pub fn retire(&self) {
         self.log.borrow_mut().failed = true;
         self.monitor.wake_all();
+        self.written_monitor.wake_all();
+        self.synced_monitor.wake_all();
     }
 
     // ---- append ----------------------------------------------------------------------------
@@ -256,6 +283,9 @@ impl Partition {
         let _turn = turn.await;
         if self.is_failed() {
             return Err(ResponseError::KafkaStorageError.into());
+        }
+        if !self.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower.into());
         }
         if let Some(duplicate) = self.check_sequence(&headers)? {
             return Ok(duplicate);
@@ -300,6 +330,7 @@ impl Partition {
             return Err(ResponseError::KafkaStorageError.into());
         }
         self.queue_for_sync();
+        self.written_monitor.advance(appended.end_offset);
         Ok(appended)
     }
 
@@ -382,23 +413,29 @@ impl Partition {
             self.retire();
             return;
         }
-        let high_watermark = {
+        let synced = {
             let mut log = self.log.borrow_mut();
             log.complete_sync(target);
-            let committed = self.commit_rule.committed(log.synced());
-            if committed.offset <= log.high_watermark() {
-                return;
-            }
-            log.advance_high_watermark(committed);
-            committed.offset
+            log.synced().offset
         };
-        self.monitor.advance(high_watermark);
+        self.synced_monitor.advance(synced);
+        self.advance_commit();
     }
 
-    /// Registers `waiter` to wake once the high watermark reaches `offset`; None when it has
-    /// already (or the partition failed), so there is nothing to wait for.
-    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>) -> Option<Registration> {
-        if self.high_watermark() >= offset || self.is_failed() {
+    /// Registers `waiter` to wake once the high watermark (for a follower's fetch, `replica`:
+    /// the written end) reaches `offset`; None when it has already (or the partition failed,
+    /// or a follower's wait on a node that no longer leads), so there is nothing to wait for.
+    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>, replica: bool) -> Option<Registration> {
+        if self.is_failed() {
+            return None;
+        }
+        if replica {
+            if self.log.borrow().written().offset >= offset || !self.is_leader() {
+                return None;
+            }
+            return Some(self.written_monitor.register(offset, waiter));
+        }
+        if self.high_watermark() >= offset {
             return None;
         }
         Some(self.monitor.register(offset, waiter))
@@ -408,7 +445,7 @@ impl Partition {
     /// (false). A failed partition ends the wait too (true): the caller checks `is_failed`.
     pub async fn wait_for_offset(&self, offset: i64, deadline: impl Future<Output = ()>) -> bool {
         let waiter = Waiter::new();
-        let Some(_registration) = self.watch(offset, &waiter) else {
+        let Some(_registration) = self.watch(offset, &waiter, false) else {
             return true;
         };
         let woken = waiter.woken();
@@ -421,24 +458,23 @@ impl Partition {
 
     // ---- read ------------------------------------------------------------------------------
 
-    /// Whole batches from `req.offset`, below the high watermark: the first batch whole even
-    /// past `max_bytes` (KIP-74).
+    /// Whole batches from `req.offset`, below the high watermark (a follower's fetch: below
+    /// the written end, and it reports the follower's position first): the first batch whole
+    /// even past `max_bytes` (KIP-74).
     pub async fn read(&self, req: ReadRequest) -> ReadResult {
+        if let Err(e) = self.check_read(&req) {
+            let log = self.log.borrow();
+            return ReadResult::failed(e, log.high_watermark(), log.log_start_offset);
+        }
         let (plan, hw, lso) = {
             let log = self.log.borrow();
             let (hw, lso) = (log.high_watermark(), log.log_start_offset);
-            if log.failed {
-                return ReadResult::failed(ResponseError::KafkaStorageError, hw, lso);
-            }
-            if req.leader_epoch >= 0 && req.leader_epoch != log.leader_epoch {
-                let e = if req.leader_epoch > log.leader_epoch {
-                    ResponseError::UnknownLeaderEpoch
-                } else {
-                    ResponseError::FencedLeaderEpoch
-                };
-                return ReadResult::failed(e, hw, lso);
-            }
-            match log.plan_read(req.offset) {
+            let bound = if req.replica >= 0 {
+                log.written()
+            } else {
+                log.hw_position()
+            };
+            match log.plan_read_below(req.offset, bound) {
                 Err(ReadError::OffsetOutOfRange) => {
                     return ReadResult::failed(ResponseError::OffsetOutOfRange, hw, lso)
                 }
@@ -461,6 +497,29 @@ impl Partition {
                 ReadResult::failed(ResponseError::KafkaStorageError, hw, lso)
             }
         }
+    }
+
+    /// Whether a read may be served: the partition works, this node leads it, the epoch the
+    /// reader names is current; a follower's position is noted.
+    fn check_read(&self, req: &ReadRequest) -> Result<(), ResponseError> {
+        if self.is_failed() {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        let epoch = self.leader_epoch();
+        if req.leader_epoch >= 0 && req.leader_epoch != epoch {
+            return Err(if req.leader_epoch > epoch {
+                ResponseError::UnknownLeaderEpoch
+            } else {
+                ResponseError::FencedLeaderEpoch
+            });
+        }
+        if !self.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        if req.replica >= 0 {
+            self.note_replica_fetch(req.replica, req.offset)?;
+        }
+        Ok(())
     }
 
     /// Reads what `plan` covers: a file range to send when it is all in the page cache

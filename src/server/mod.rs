@@ -364,11 +364,15 @@ async fn run_shard(
         }
         glommio::spawn_local(watch_descriptors(shard.clone(), start.descriptor_limit)).detach();
     }
-    crate::group::replay::replay(&shard).await;
+    crate::group::replay::load_led(&shard).await;
+    glommio::spawn_local(crate::group::replay::follow_leadership(shard.clone())).detach();
     glommio::spawn_local(crate::group::drive(shard.clone())).detach();
     glommio::spawn_local(shard.clone().expire_producers()).detach();
     glommio::spawn_local(shard.clone().enforce_retention()).detach();
     glommio::spawn_local(shard.clone().compact_logs()).detach();
+    if config.is_clustered() {
+        glommio::spawn_local(crate::replication::run(shard.clone())).detach();
+    }
     serve_clients(&shard, start.limits).await?;
     drain(&shard).await;
     flusher.await;

@@ -68,10 +68,18 @@ impl Shard {
     /// Sleeps `period_ms` on the timing wheel, outside the bound on parked client operations;
     /// on a plain timer if the wheel refuses (a deadline past its range).
     pub async fn housekeeping_sleep(&self, period_ms: u64) {
-        let deadline_ms = self.clock().monotonic_ms() + period_ms;
+        self.housekeeping_sleep_until(self.clock().monotonic_ms() + period_ms)
+            .await
+    }
+
+    /// The same until `deadline_ms` (monotonic).
+    pub async fn housekeeping_sleep_until(&self, deadline_ms: u64) {
         match self.timers.sleep_until_internal(deadline_ms) {
             Ok(sleep) => sleep.await,
-            Err(_) => glommio::timer::sleep(std::time::Duration::from_millis(period_ms)).await,
+            Err(_) => {
+                let left_ms = deadline_ms.saturating_sub(self.clock().monotonic_ms());
+                glommio::timer::sleep(std::time::Duration::from_millis(left_ms)).await
+            }
         }
     }
 }

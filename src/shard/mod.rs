@@ -16,7 +16,6 @@ pub mod router;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::ShardMetrics;
-use crate::partition::commit::LocalSync;
 use crate::partition::env::Environment;
 use crate::partition::monitor::Waiter;
 use crate::partition::{Appended, Partition, TopicPartition};
@@ -200,11 +199,12 @@ impl Shard {
         for topic in catalog.topics.values() {
             self.open_owned(&catalog, topic).await;
         }
+        let now_ms = self.clock().monotonic_ms();
         for p in self.partitions.borrow().values() {
             if let Some(topic) = catalog.by_id.get(&p.id().topic_id) {
                 p.configure(&topic.config);
                 if let Some(a) = topic.assignment(p.id().partition) {
-                    p.set_leader_epoch(a.leader_epoch);
+                    p.assign(catalog.node_id, a, now_ms);
                 }
             }
         }
@@ -224,8 +224,7 @@ impl Shard {
                 continue;
             }
             let env = self.env.clone();
-            let opened =
-                Partition::open(&self.config.data_dir, topic, p, Box::new(LocalSync), env).await;
+            let opened = Partition::open(&self.config.data_dir, topic, p, env).await;
             match opened {
                 Ok(partition) => {
                     log::info!(
@@ -264,6 +263,7 @@ impl Shard {
         acks: i16,
         timeout_ms: i32,
     ) -> Result<Appended, ResponseError> {
+        partition.check_insync(acks)?;
         let appended = partition.append(records).await.map_err(|r| r.error)?;
         if acks == -1 {
             let deadline_ms = self.clock().monotonic_ms() + timeout_ms.max(0) as u64;
@@ -297,8 +297,15 @@ impl Shard {
         if partition.is_failed() {
             return Err(ResponseError::KafkaStorageError);
         }
+        if partition.high_watermark() < end_offset && !partition.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
         if wait == Wait::Deadline {
             return Err(ResponseError::RequestTimedOut);
+        }
+        // Committed, but the in-sync set shrank below what the topic asks meanwhile.
+        if partition.check_insync(-1).is_err() {
+            return Err(ResponseError::NotEnoughReplicasAfterAppend);
         }
         Ok(())
     }
@@ -325,12 +332,18 @@ impl Shard {
     }
 
     /// Waits until any of `watched` (partition, offset) reaches its offset (or fails), or
-    /// `deadline_ms`: one waiter registered in each partition's offset monitor.
-    pub async fn wait_for_any(&self, watched: &[(Rc<Partition>, i64)], deadline_ms: u64) -> Wait {
+    /// `deadline_ms`: one waiter registered in each partition's offset monitor (for a
+    /// follower's fetch, `replica`: the written end's monitor).
+    pub async fn wait_for_any(
+        &self,
+        watched: &[(Rc<Partition>, i64)],
+        replica: bool,
+        deadline_ms: u64,
+    ) -> Wait {
         let waiter = Waiter::new();
         let mut registrations = Vec::with_capacity(watched.len());
         for (partition, offset) in watched {
-            match partition.watch(*offset, &waiter) {
+            match partition.watch(*offset, &waiter, replica) {
                 Some(r) => registrations.push(r),
                 None => return Wait::Done,
             }

@@ -16,6 +16,7 @@
 //! Methods are synchronous planners around the async file I/O done by the caller, so that no
 //! `RefCell` borrow is held across an await.
 
+use super::epochs::LeaderEpochs;
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
@@ -23,6 +24,7 @@ use crate::metrics::SEGMENT_DESCRIPTORS;
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -116,7 +118,17 @@ pub struct PartitionLog {
     /// Compaction has cleaned the segments below this offset (in memory: after a restart the
     /// whole log counts as dirty once).
     pub cleaned_to: i64,
+    /// Where each leader epoch's records begin (replication's truncation; `epochs.rs`).
+    pub epochs: LeaderEpochs,
+    /// The end of each batch appended above the high watermark, oldest first, so that an
+    /// offset a replica reports (always a batch end) maps to its place in the log when the
+    /// commit rule moves the high watermark there. Bounded by `MAX_TRACKED_ENDS`.
+    ends: VecDeque<LogPosition>,
 }
+
+/// Bound on the batch ends a log tracks above its high watermark. Past it, ends are not
+/// noted: the high watermark then moves only to ends that were, which is later, never wrong.
+const MAX_TRACKED_ENDS: usize = 65_536;
 
 /// An append planned by `prepare_append`: the caller writes `data` at `position` of `file`.
 pub struct AppendPlan {
@@ -132,6 +144,13 @@ pub struct AppendPlan {
     pub log_append_time_ms: i64,
     /// Where the log ends once the batches are written.
     pub end: LogPosition,
+}
+
+/// The broker-owned header fields a leader's append writes into each batch.
+#[derive(Clone, Copy)]
+struct Stamp {
+    leader_epoch: i32,
+    append_time: Option<i64>,
 }
 
 /// Work for the flusher: sync these files, then call `complete_sync(target)`.
@@ -286,6 +305,7 @@ impl PartitionLog {
             .clamp(segments[0].meta.base_offset, high_watermark.offset);
         let producers =
             rebuild_producers(&dir, high_watermark.offset, recovered.idempotent, now_ms);
+        let epochs = LeaderEpochs::load(&dir, high_watermark.offset);
         Ok(PartitionLog {
             dir,
             settings,
@@ -300,6 +320,8 @@ impl PartitionLog {
             failed: false,
             producers,
             cleaned_to: log_start_offset,
+            epochs,
+            ends: VecDeque::new(),
         })
     }
 
@@ -311,9 +333,31 @@ impl PartitionLog {
         self.high_watermark.offset
     }
 
+    /// The high watermark with its place in the log: the bound of consumers' reads.
+    pub fn hw_position(&self) -> LogPosition {
+        self.high_watermark
+    }
+
     /// Where the last completed fdatasync left the log: the most a commit rule may commit.
     pub fn synced(&self) -> LogPosition {
         self.synced
+    }
+
+    /// The end of the bytes whose write has completed: what followers may fetch.
+    pub fn written(&self) -> LogPosition {
+        self.written
+    }
+
+    /// The furthest known batch end at or below `offset` and above the high watermark, no
+    /// further than `synced`: where a commit rule that computed `offset` may move the high
+    /// watermark. None when there is none.
+    pub fn committable_at(&self, offset: i64) -> Option<LogPosition> {
+        let offset = offset.min(self.synced.offset);
+        if offset == self.synced.offset {
+            return Some(self.synced);
+        }
+        let i = self.ends.partition_point(|e| e.offset <= offset);
+        (i > 0).then(|| self.ends[i - 1])
     }
 
     fn active(&self) -> &Segment {
@@ -383,11 +427,43 @@ impl PartitionLog {
         } else {
             None
         };
+        let stamp = Stamp {
+            leader_epoch: self.leader_epoch,
+            append_time,
+        };
+        self.plan_batches(records, headers, Some(stamp), now_ms)
+    }
+
+    /// Plans the write of batches a follower fetched from its leader: kept exactly as the
+    /// leader wrote them (offsets, epochs, CRCs). The caller checked that they begin at the
+    /// log end and are dense.
+    pub fn prepare_replica_append(
+        &mut self,
+        records: &Bytes,
+        headers: &[BatchHeader],
+        now_ms: u64,
+    ) -> AppendPlan {
+        assert_eq!(
+            headers.first().map(|h| h.base_offset),
+            Some(self.log_end_offset()),
+            "replicated batches begin at the log end"
+        );
+        self.plan_batches(records, headers, None, now_ms)
+    }
+
+    /// Plans a write of `headers`' batches at the log end; with a stamp, each gets the next
+    /// offsets, the leader epoch and (LogAppendTime) the time in its header copy.
+    fn plan_batches(
+        &mut self,
+        records: &Bytes,
+        headers: &[BatchHeader],
+        stamp: Option<Stamp>,
+        now_ms: u64,
+    ) -> AppendPlan {
         let interval = self.settings.index_interval_bytes;
-        let epoch = self.leader_epoch;
         let base_offset = self.log_end_offset();
         let segment = self.segments.last_mut().expect("active segment");
-        let position = segment.meta.size_bytes;
+        let (segment_base, position) = (segment.meta.base_offset, segment.meta.size_bytes);
         let mut at = 0usize;
         let mut next = base_offset;
         let mut heads = Vec::with_capacity(headers.len());
@@ -395,20 +471,30 @@ impl PartitionLog {
             let mut head: [u8; batch::HEADER_BYTES] = records[at..at + batch::HEADER_BYTES]
                 .try_into()
                 .expect("validated batches hold a whole header");
-            let body = &records[at + batch::HEADER_BYTES..at + h.size_bytes];
-            batch::assign_header(&mut head, body, next, epoch, append_time);
-            heads.push(head);
             let mut assigned = *h;
-            assigned.base_offset = next;
-            if let Some(ts) = append_time {
-                assigned.max_timestamp = ts;
+            if let Some(stamp) = stamp {
+                let body = &records[at + batch::HEADER_BYTES..at + h.size_bytes];
+                batch::assign_header(&mut head, body, next, stamp.leader_epoch, stamp.append_time);
+                assigned.base_offset = next;
+                if let Some(ts) = stamp.append_time {
+                    assigned.max_timestamp = ts;
+                }
             }
+            assert_eq!(assigned.base_offset, next, "batches are dense");
+            heads.push(head);
             segment
                 .meta
                 .note_batch(&assigned, position + at as u64, interval);
             self.producers.record(&assigned, now_ms as i64);
             next = assigned.next_offset();
             at += h.size_bytes;
+            if self.ends.len() < MAX_TRACKED_ENDS {
+                self.ends.push_back(LogPosition {
+                    offset: next,
+                    segment_base,
+                    file_position: position + at as u64,
+                });
+            }
         }
         assert_eq!(at, records.len(), "the headers cover the records exactly");
         assert!(
@@ -417,7 +503,7 @@ impl PartitionLog {
         );
         let end = LogPosition {
             offset: next,
-            segment_base: segment.meta.base_offset,
+            segment_base,
             file_position: segment.meta.size_bytes,
         };
         AppendPlan {
@@ -427,7 +513,7 @@ impl PartitionLog {
             heads,
             base_offset,
             end_offset: next,
-            log_append_time_ms: append_time.unwrap_or(-1),
+            log_append_time_ms: stamp.and_then(|s| s.append_time).unwrap_or(-1),
             end,
         }
     }
@@ -510,12 +596,24 @@ impl PartitionLog {
             to.offset
         );
         self.high_watermark = to;
+        while self.ends.front().is_some_and(|e| e.offset <= to.offset) {
+            self.ends.pop_front();
+        }
     }
 
     /// Plans a read of whole batches holding `offset`, bounded by the high watermark.
     /// Ok(None) means the offset is at the high watermark: nothing to read yet.
     pub fn plan_read(&self, offset: i64) -> Result<Option<ReadPlan>, ReadError> {
-        let hw = self.high_watermark;
+        self.plan_read_below(offset, self.high_watermark)
+    }
+
+    /// Plans a read of whole batches holding `offset`, bounded by `hw`: the high watermark for
+    /// consumers, the written end for followers.
+    pub fn plan_read_below(
+        &self,
+        offset: i64,
+        hw: LogPosition,
+    ) -> Result<Option<ReadPlan>, ReadError> {
         if offset < self.log_start_offset || offset > hw.offset {
             return Err(ReadError::OffsetOutOfRange);
         }
@@ -728,6 +826,12 @@ impl PartitionLog {
                 *position = end;
             }
         }
+        while l.ends.back().is_some_and(|e| e.offset > end.offset) {
+            l.ends.pop_back();
+        }
+        if l.epochs.truncate_from(end.offset) {
+            l.epochs.save(&dir)?;
+        }
         Ok(())
     }
 
@@ -902,7 +1006,7 @@ mod tests {
         }
         let mut l = log.borrow_mut();
         l.complete_sync(work.target);
-        // A lone copy commits what it synced (the partition's LocalSync rule).
+        // A lone copy commits what it synced (the commit rule of `partition/commit.rs`).
         let synced = l.synced();
         l.advance_high_watermark(synced);
     }

@@ -2,6 +2,7 @@
 pub mod broker_config;
 pub mod catalog;
 pub mod compaction;
+pub mod epochs;
 pub mod index;
 pub mod log;
 pub mod producer_state;

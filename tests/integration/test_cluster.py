@@ -76,7 +76,8 @@ def test_three_nodes_agree_and_place_replicas_on_distinct_brokers(make_cluster):
         leaders = {}
         for _, error, leader, replicas, isr in c.metadata(1).topics[name]:
             assert error == 0 and sorted(replicas) == [1, 2, 3], "three replicas on distinct brokers"
-            assert leader == replicas[0] and isr == [leader]
+            # A new partition's replicas are all in sync (issue 16: they hold its empty log).
+            assert leader == replicas[0] and sorted(isr) == [1, 2, 3]
             leaders[leader] = leaders.get(leader, 0) + 1
         assert leaders == {1: 2, 2: 2, 3: 2}, f"leaders spread evenly: {leaders}"
     # Too many replicas for the live brokers: Kafka's error code, through any node.
@@ -115,13 +116,11 @@ def test_controller_death_elects_a_new_one_and_the_old_one_catches_up(make_clust
     c.create_topic(survivors[0], "after", 2, 2)
     new = c.metadata(survivors[0]).controller_id
     assert new in survivors
-    # The killed broker is fenced after its session and left out of Metadata; its partitions
-    # have no leader until it returns (its replica is the only one in sync).
+    # The killed broker is fenced after its session and left out of Metadata and out of every
+    # in-sync set; the partition it led moves to an in-sync survivor, in a new leader epoch.
     c.wait_for_brokers(set(survivors), nodes=survivors)
     before = c.metadata(survivors[0]).topics["before"]
-    leaderless = [p for p in before if p[2] == -1]
-    # LEADER_NOT_AVAILABLE (5), the old leader still the one replica in sync.
-    assert leaderless and all(p[1] == 5 and p[4] == [old] for p in leaderless), before
+    assert all(p[1] == 0 and p[2] in survivors and sorted(p[4]) == survivors for p in before), before
     # Restarted, it catches up on the change it missed, from the log.
     c.nodes[old].start()
     c.wait_for_brokers({1, 2, 3})

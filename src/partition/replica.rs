@@ -1,0 +1,370 @@
+//! A partition's part in replication: the role the controller's assignment gives it, the
+//! follower positions a leader learns from fetches, a follower's appends of its leader's
+//! batches, and the truncation of a divergent tail (see `commit.rs` for the rule these feed).
+
+use super::commit::Role;
+use super::Partition;
+use crate::protocol::batch;
+use crate::storage::catalog::PartitionAssignment;
+use crate::storage::log::PartitionLog;
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::rc::Rc;
+
+/// What a follower's fetcher needs to fetch a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerView {
+    pub leader: i32,
+    pub epoch: i32,
+    /// The log end: the next offset to fetch, and (after its sync) what this node reports.
+    pub log_end_offset: i64,
+    /// The newest epoch the log holds (-1: none), for OffsetsForLeaderEpoch.
+    pub latest_epoch: i32,
+    pub needs_truncation: bool,
+}
+
+impl Partition {
+    /// Applies the controller's assignment of this partition (a cluster): the leader epoch,
+    /// the replicas, the in-sync set and this node's role. A stale assignment (an older epoch)
+    /// is ignored. Becoming leader starts a new epoch in the epoch cache at the log end;
+    /// becoming a follower marks the log for truncation and wakes every waiter, so that
+    /// acks=all producers learn that this node no longer leads.
+    pub fn assign(&self, local: i32, a: &PartitionAssignment, now_ms: u64) {
+        let lead = a.leader == local;
+        let changed = {
+            let mut r = self.replicas.borrow_mut();
+            if a.leader_epoch < r.epoch {
+                return;
+            }
+            let same_role = r.local == local
+                && match r.role {
+                    Role::Leader { .. } => lead,
+                    Role::Follower { leader, .. } => !lead && leader == a.leader,
+                };
+            let changed = a.leader_epoch > r.epoch || !same_role;
+            r.local = local;
+            r.epoch = a.leader_epoch;
+            r.replicas = a.replicas.clone();
+            r.isr = a.isr.clone();
+            if changed {
+                r.role = if lead {
+                    Role::Leader {
+                        followers: BTreeMap::new(),
+                        since_ms: now_ms,
+                    }
+                } else {
+                    Role::Follower {
+                        leader: a.leader,
+                        leader_hw: self.high_watermark(),
+                    }
+                };
+            }
+            changed
+        };
+        self.log.borrow_mut().leader_epoch = a.leader_epoch;
+        if changed && lead {
+            self.leader_generation.set(self.leader_generation.get() + 1);
+            crate::metrics::bump(&self.env.metrics.leader_elections);
+            self.begin_epoch(a.leader_epoch);
+        } else if changed {
+            self.needs_truncation.set(true);
+            self.monitor.wake_all();
+            self.written_monitor.wake_all();
+        }
+        if changed {
+            log::info!(
+                "partition {}: {} at leader epoch {} (replicas {:?}, in sync {:?})",
+                self.name,
+                if lead { "leader" } else { "follower" },
+                a.leader_epoch,
+                a.replicas,
+                a.isr
+            );
+        }
+        self.advance_commit();
+    }
+
+    /// Notes in the epoch cache that `epoch` begins at the log end (this node now leads).
+    fn begin_epoch(&self, epoch: i32) {
+        let mut log = self.log.borrow_mut();
+        let end = log.log_end_offset();
+        self.epoch_start.set(end);
+        if log.epochs.assign(epoch, end) {
+            if let Err(e) = log.epochs.save(&log.dir) {
+                drop(log);
+                self.env
+                    .storage_error(&self.name, "saving the leader epoch cache", &e);
+                self.retire();
+            }
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.replicas.borrow().is_leader()
+    }
+
+    /// While this node leads: which time it became leader (see `leader_generation`), and the
+    /// offset its epoch began at (everything below was written by earlier leaders and is
+    /// committed once the high watermark reaches it).
+    pub fn leadership(&self) -> Option<(u64, i64)> {
+        (self.is_leader() && !self.is_failed())
+            .then(|| (self.leader_generation.get(), self.epoch_start.get()))
+    }
+
+    /// The in-sync replicas' count, and the topic's `min.insync.replicas`.
+    pub fn insync(&self) -> (usize, usize) {
+        let isr = self.replicas.borrow().isr.len();
+        (isr, self.min_insync_replicas.get().max(1) as usize)
+    }
+
+    /// An acks=all append needs at least `min.insync.replicas` in sync (Kafka's rule; other
+    /// acks do not wait for replicas): NOT_ENOUGH_REPLICAS otherwise.
+    pub fn check_insync(&self, acks: i16) -> Result<(), ResponseError> {
+        let (isr, min) = self.insync();
+        if acks == -1 && isr < min {
+            return Err(ResponseError::NotEnoughReplicas);
+        }
+        Ok(())
+    }
+
+    /// Whether this node leads the partition with fewer in-sync replicas than replicas.
+    pub fn under_replicated(&self) -> bool {
+        let r = self.replicas.borrow();
+        r.is_leader() && r.isr.len() < r.replicas.len()
+    }
+
+    /// A follower's fetch at `offset` reached this leader: notes its position and moves the
+    /// high watermark if that commits more. Err when this node does not lead the partition
+    /// for that replica, or the offset is past what this leader has.
+    pub(super) fn note_replica_fetch(&self, node: i32, offset: i64) -> Result<(), ResponseError> {
+        let end = self.log.borrow().written().offset;
+        if offset > end {
+            return Err(ResponseError::OffsetOutOfRange);
+        }
+        let now_ms = self.env.clock.monotonic_ms();
+        if !self
+            .replicas
+            .borrow_mut()
+            .note_fetch(node, offset, end, now_ms)
+        {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        self.advance_commit();
+        Ok(())
+    }
+
+    /// The in-sync set this leader should ask the controller for, with the epoch it leads in;
+    /// None when the committed one is right (or this node does not lead).
+    pub fn wanted_isr(&self, lag_max_ms: u64) -> Option<(i32, Vec<i32>)> {
+        let now_ms = self.env.clock.monotonic_ms();
+        let hw = self.high_watermark();
+        let r = self.replicas.borrow();
+        let wanted = r.wanted_isr(now_ms, lag_max_ms, hw, self.epoch_start.get())?;
+        Some((r.epoch, wanted))
+    }
+
+    /// Moves the high watermark as far as the commit rule allows now.
+    pub(super) fn advance_commit(&self) {
+        let high_watermark = {
+            let mut log = self.log.borrow_mut();
+            let committed = self.replicas.borrow().committed(log.synced().offset);
+            if committed <= log.high_watermark() {
+                return;
+            }
+            let Some(to) = log.committable_at(committed) else {
+                return;
+            };
+            if to.offset <= log.high_watermark() {
+                return;
+            }
+            log.advance_high_watermark(to);
+            to.offset
+        };
+        self.monitor.advance(high_watermark);
+    }
+
+    // ---- follower side ---------------------------------------------------------------------
+
+    /// What the fetcher needs; None when this node leads the partition or it failed.
+    pub fn follower_view(&self) -> Option<FollowerView> {
+        if self.is_failed() {
+            return None;
+        }
+        let r = self.replicas.borrow();
+        let Role::Follower { leader, .. } = r.role else {
+            return None;
+        };
+        let log = self.log.borrow();
+        Some(FollowerView {
+            leader,
+            epoch: r.epoch,
+            log_end_offset: log.log_end_offset(),
+            latest_epoch: log.epochs.latest().unwrap_or(-1),
+            needs_truncation: self.needs_truncation.get(),
+        })
+    }
+
+    /// Where `epoch` ends in this log (OffsetForLeaderEpoch; see `epochs.rs`). A log without
+    /// an epoch cache (a single node's, whose one epoch never changes) holds only its current
+    /// epoch, from its start.
+    pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
+        let log = self.log.borrow();
+        if log.epochs.latest().is_none() {
+            let mut only = crate::storage::epochs::LeaderEpochs::default();
+            only.assign(log.leader_epoch, log.log_start_offset);
+            return only.end_offset_for(epoch, log.log_end_offset());
+        }
+        log.epochs.end_offset_for(epoch, log.log_end_offset())
+    }
+
+    /// The leader's high watermark, from a fetch response: this follower commits up to it as
+    /// far as it has synced.
+    pub fn learn_leader_high_watermark(&self, leader_hw: i64) {
+        if let Role::Follower { leader_hw: hw, .. } = &mut self.replicas.borrow_mut().role {
+            *hw = (*hw).max(leader_hw);
+        }
+        self.advance_commit();
+    }
+
+    /// Cuts the log at `offset` (the leader's answer to OffsetsForLeaderEpoch), under the
+    /// append lock; then the fetcher may fetch from the log end.
+    pub async fn truncate_diverged(&self, offset: i64) -> Result<(), ResponseError> {
+        let _turn = self.append_lock.lock().await;
+        let end = self.log_end_offset();
+        if offset == end {
+            // Epochs this node began as leader without appending hold no records.
+            let mut log = self.log.borrow_mut();
+            if log.epochs.truncate_from(end) {
+                if let Err(e) = log.epochs.save(&log.dir) {
+                    log::error!("partition {}: saving the epoch cache: {e}", self.name);
+                }
+            }
+        }
+        if offset < end {
+            log::warn!(
+                "partition {}: truncating the divergent tail {offset}..{end}",
+                self.name
+            );
+            if let Err(e) = PartitionLog::truncate_to(&self.log, offset).await {
+                self.env.storage_error(&self.name, "truncate", &e);
+                self.retire();
+                return Err(ResponseError::KafkaStorageError);
+            }
+        }
+        self.needs_truncation.set(false);
+        Ok(())
+    }
+
+    /// Appends batches fetched from the leader as they are (offsets, epochs, CRCs kept), and
+    /// queues them for the flusher. Returns the new log end. The batches must be whole, valid,
+    /// dense and begin at the log end.
+    pub fn append_replica(
+        self: &Rc<Self>,
+        records: Bytes,
+    ) -> impl Future<Output = Result<i64, ResponseError>> + 'static {
+        let turn = self.append_lock.lock();
+        let this = self.clone();
+        async move {
+            let headers = batch::validate_all(&records).map_err(|e| {
+                log::warn!("replica of {}: bad batch from the leader: {e:?}", this.name);
+                ResponseError::CorruptMessage
+            })?;
+            let _turn = turn.await;
+            if this.is_failed() {
+                return Err(ResponseError::KafkaStorageError);
+            }
+            if this.is_leader() {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+            this.check_dense(&headers)?;
+            this.note_epochs(&headers)?;
+            this.write_replica(records, &headers).await
+        }
+    }
+
+    /// Replicated batches must continue the log exactly.
+    fn check_dense(&self, headers: &[batch::BatchHeader]) -> Result<(), ResponseError> {
+        let mut next = self.log_end_offset();
+        for h in headers {
+            if h.base_offset != next || h.last_offset_delta < 0 {
+                log::warn!(
+                    "replica of {}: batch at {} where {next} was due",
+                    self.name,
+                    h.base_offset
+                );
+                return Err(ResponseError::OffsetOutOfRange);
+            }
+            next = h.next_offset();
+        }
+        Ok(())
+    }
+
+    /// Notes the epochs the batches begin (the cache is saved before the batches are written).
+    fn note_epochs(&self, headers: &[batch::BatchHeader]) -> Result<(), ResponseError> {
+        let mut log = self.log.borrow_mut();
+        let mut changed = false;
+        for h in headers {
+            changed |= log.epochs.assign(h.partition_leader_epoch, h.base_offset);
+        }
+        if changed {
+            if let Err(e) = log.epochs.save(&log.dir) {
+                drop(log);
+                self.env
+                    .storage_error(&self.name, "saving the leader epoch cache", &e);
+                return Err(ResponseError::KafkaStorageError);
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_replica(
+        self: &Rc<Self>,
+        records: Bytes,
+        headers: &[batch::BatchHeader],
+    ) -> Result<i64, ResponseError> {
+        let now_ms = self.env.clock.wall_ms();
+        let offsets = headers.last().expect("validated").next_offset() - self.log_end_offset();
+        let must_roll = self
+            .log
+            .borrow()
+            .needs_roll(records.len() as u64, offsets, now_ms);
+        if must_roll {
+            if let Err(e) = PartitionLog::roll(&self.log, now_ms).await {
+                self.env.storage_error(&self.name, "roll", &e);
+                return Err(ResponseError::KafkaStorageError);
+            }
+        }
+        let plan = self
+            .log
+            .borrow_mut()
+            .prepare_replica_append(&records, headers, now_ms);
+        let end = plan.end_offset;
+        if let Err(e) = PartitionLog::write(&self.log, plan).await {
+            self.env.storage_error(&self.name, "write", &e);
+            return Err(ResponseError::KafkaStorageError);
+        }
+        self.queue_for_sync();
+        self.written_monitor.advance(end);
+        crate::metrics::add(&self.env.metrics.replicated_bytes, records.len() as u64);
+        Ok(end)
+    }
+
+    /// Waits until this node has synced everything below `offset`, or `deadline` completes
+    /// (false). A failed partition ends the wait (true): the caller checks `is_failed`.
+    pub async fn wait_synced(&self, offset: i64, deadline: impl Future<Output = ()>) -> bool {
+        let synced = || self.log.borrow().synced().offset >= offset;
+        let waiter = super::monitor::Waiter::new();
+        if synced() || self.is_failed() {
+            return true;
+        }
+        let _registration = self.synced_monitor.register(offset, &waiter);
+        let woken = waiter.woken();
+        futures::pin_mut!(woken, deadline);
+        matches!(
+            futures::future::select(woken, deadline).await,
+            futures::future::Either::Left(_)
+        ) || synced()
+    }
+}

@@ -1,0 +1,304 @@
+//! The follower fetch loop: on each shard, one task per leader this shard's partitions follow,
+//! over one connection to that leader's Kafka listener (so per shard pair: the kernel hands
+//! the connection to one of the leader's shards, which routes each partition to its owner over
+//! the mesh, as for any fetch).
+//!
+//! A round: cut the divergent tail of partitions that started following a new epoch
+//! (OffsetForLeaderEpoch, KIP-101/279), then one Fetch (with this node's replica id) of every
+//! followed partition from its log end, append what came, wait for this node's fsync of it,
+//! and only then fetch again: the next fetch's offsets tell the leader what is synced here,
+//! which is what its commit rule counts (`partition/commit.rs`).
+
+use super::client::LeaderClient;
+use crate::partition::replica::FollowerView;
+use crate::partition::Partition;
+use crate::shard::Shard;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Fetch version the follower speaks: topics by name, replica id in the request.
+const FETCH_VERSION: i16 = 12;
+const EPOCH_VERSION: i16 = 3;
+/// How long a follower's fetch parks on the leader when there is nothing new.
+const MAX_WAIT_MS: i32 = 500;
+/// Bounds on one fetch's bytes (Kafka's replica.fetch.max.bytes and
+/// replica.fetch.response.max.bytes).
+const PARTITION_MAX_BYTES: i32 = 1 << 20;
+const RESPONSE_MAX_BYTES: i32 = 10 << 20;
+/// How long a response (after the long poll) or this node's sync may take before the round
+/// is abandoned and retried.
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+const SYNC_LIMIT_MS: u64 = 30_000;
+/// Pause after a failed round (leader unreachable, stale metadata).
+const BACKOFF_MS: u64 = 200;
+
+/// A followed partition in one round.
+struct Followed {
+    partition: Rc<Partition>,
+    topic: Rc<str>,
+    index: i32,
+    view: FollowerView,
+}
+
+/// Follows `leader` for this shard's partitions until none follows it any more.
+pub async fn follow(shard: Rc<Shard>, leader: i32) {
+    let mut client: Option<LeaderClient> = None;
+    let mut failures = 0u64;
+    while !shard.is_shutting_down() {
+        let followed = followed_from(&shard, leader);
+        if followed.is_empty() {
+            return;
+        }
+        let Some(addr) = shard
+            .catalog()
+            .broker_address(leader)
+            .map(|(host, port)| format!("{host}:{port}"))
+        else {
+            shard.housekeeping_sleep(BACKOFF_MS).await;
+            continue;
+        };
+        if client.as_ref().is_none_or(|c| c.addr != addr) {
+            client = Some(LeaderClient::new(addr));
+        }
+        let c = client.as_mut().expect("just made");
+        match round(&shard, c, followed).await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(50) {
+                    log::warn!(
+                        "shard {}: replicating from node {leader} ({}): {e} ({failures} failed rounds)",
+                        shard.id,
+                        c.addr
+                    );
+                }
+                shard.housekeeping_sleep(BACKOFF_MS).await;
+            }
+        }
+    }
+}
+
+/// This shard's partitions that follow `leader` now.
+pub fn followed_from(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, FollowerView)> {
+    shard
+        .partition_list()
+        .into_iter()
+        .filter_map(|p| {
+            let view = p.follower_view()?;
+            (view.leader == leader).then_some((p, view))
+        })
+        .collect()
+}
+
+async fn round(
+    shard: &Rc<Shard>,
+    client: &mut LeaderClient,
+    followed: Vec<(Rc<Partition>, FollowerView)>,
+) -> std::io::Result<()> {
+    let catalog = shard.catalog();
+    let followed: Vec<Followed> = followed
+        .into_iter()
+        .filter_map(|(partition, view)| {
+            let topic = catalog.by_id.get(&partition.id().topic_id)?;
+            Some(Followed {
+                topic: Rc::from(&*topic.name),
+                index: partition.id().partition,
+                partition,
+                view,
+            })
+        })
+        .collect();
+    let (diverged, ready): (Vec<Followed>, Vec<Followed>) =
+        followed.into_iter().partition(|f| f.view.needs_truncation);
+    if !diverged.is_empty() {
+        truncate(shard, client, &diverged).await?;
+    }
+    if ready.is_empty() {
+        return Ok(());
+    }
+    fetch(shard, client, &ready).await
+}
+
+/// Asks the leader where each partition's newest epoch ends and cuts the log there.
+async fn truncate(
+    shard: &Shard,
+    client: &mut LeaderClient,
+    diverged: &[Followed],
+) -> std::io::Result<()> {
+    let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
+    for f in diverged {
+        let p = OffsetForLeaderPartition::default()
+            .with_partition(f.index)
+            .with_current_leader_epoch(f.view.epoch)
+            .with_leader_epoch(f.view.latest_epoch);
+        match topics.last_mut() {
+            Some(t) if *t.topic.0 == *f.topic => t.partitions.push(p),
+            _ => topics.push(
+                OffsetForLeaderTopic::default()
+                    .with_topic(topic_name(&f.topic))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(shard.catalog().node_id))
+        .with_topics(topics);
+    let resp = client.call(EPOCH_VERSION, &req, CALL_LIMIT).await?;
+    let mut answers = HashMap::new();
+    for t in &resp.topics {
+        for p in &t.partitions {
+            answers.insert((t.topic.0.to_string(), p.partition), p.clone());
+        }
+    }
+    for f in diverged {
+        let Some(a) = answers.get(&(f.topic.to_string(), f.index)) else {
+            continue;
+        };
+        if a.error_code != 0 {
+            continue; // stale metadata on one side: the next round asks again
+        }
+        let end = cut_point(&f.partition, &f.view, a.leader_epoch, a.end_offset);
+        if let Err(e) = f.partition.truncate_diverged(end).await {
+            log::error!(
+                "replica of {}: truncation failed: {e:?}",
+                f.partition.name()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Where a follower cuts its log, given the leader's answer (epoch found, its end) for the
+/// follower's newest epoch (KIP-279): the leader's end of that epoch, or the follower's own end
+/// of the older epoch the leader named, whichever is lower. A leader that knows no epoch that
+/// old: cut to what this node knows was committed.
+fn cut_point(p: &Partition, view: &FollowerView, leader_epoch: i32, end_offset: i64) -> i64 {
+    if view.latest_epoch < 0 {
+        return view.log_end_offset; // an empty log, or one from before epochs were kept
+    }
+    if leader_epoch < 0 || end_offset < 0 {
+        return p.high_watermark();
+    }
+    let own_end = if leader_epoch == view.latest_epoch {
+        view.log_end_offset
+    } else {
+        p.epoch_end(leader_epoch).1
+    };
+    end_offset.min(own_end).min(view.log_end_offset)
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// One Fetch of every ready partition from its log end; appends what came, waits for its
+/// fsync here, then takes the leader's high watermarks.
+async fn fetch(
+    shard: &Shard,
+    client: &mut LeaderClient,
+    ready: &[Followed],
+) -> std::io::Result<()> {
+    let req = fetch_request(shard.catalog().node_id, ready);
+    let resp: FetchResponse = client.call(FETCH_VERSION, &req, CALL_LIMIT).await?;
+    let by_key: HashMap<(&str, i32), &Followed> =
+        ready.iter().map(|f| ((&*f.topic, f.index), f)).collect();
+    let mut appended: Vec<(&Followed, i64, i64)> = Vec::new();
+    let mut stale = false;
+    for t in &resp.responses {
+        for p in &t.partitions {
+            let Some(f) = by_key.get(&(t.topic.0.as_str(), p.partition_index)) else {
+                continue;
+            };
+            match ResponseError::try_from_code(p.error_code) {
+                None => {}
+                Some(ResponseError::OffsetOutOfRange) => {
+                    out_of_range(f, p.high_watermark, p.log_start_offset).await;
+                    continue;
+                }
+                Some(_) => {
+                    stale = true; // not the leader any more, or a newer epoch there
+                    continue;
+                }
+            }
+            let records = p.records.clone().filter(|r| !r.is_empty());
+            let end = match records {
+                Some(r) => match f.partition.append_replica(r).await {
+                    Ok(end) => end,
+                    Err(e) => {
+                        log::warn!("replica of {}: append failed: {e:?}", f.partition.name());
+                        stale = true;
+                        continue;
+                    }
+                },
+                None => f.view.log_end_offset,
+            };
+            appended.push((f, end, p.high_watermark));
+        }
+    }
+    let deadline_ms = shard.clock().monotonic_ms() + SYNC_LIMIT_MS;
+    for (f, end, leader_hw) in appended {
+        let deadline = shard.housekeeping_sleep_until(deadline_ms);
+        f.partition.wait_synced(end, deadline).await;
+        f.partition.learn_leader_high_watermark(leader_hw);
+    }
+    if stale {
+        shard.housekeeping_sleep(BACKOFF_MS).await;
+    }
+    Ok(())
+}
+
+/// The leader has no records at the fetched offset: past its end (a tail it never had; cut to
+/// its high watermark and fetch again), or below its log start (not handled yet: logged).
+async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
+    if f.view.log_end_offset < leader_log_start {
+        log::error!(
+            "replica of {}: log end {} is below the leader's log start {leader_log_start}; \
+             this replica cannot catch up",
+            f.partition.name(),
+            f.view.log_end_offset
+        );
+        return;
+    }
+    if let Err(e) = f.partition.truncate_diverged(leader_hw).await {
+        log::error!(
+            "replica of {}: truncation failed: {e:?}",
+            f.partition.name()
+        );
+    }
+}
+
+fn fetch_request(node_id: i32, ready: &[Followed]) -> FetchRequest {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for f in ready {
+        let p = FetchPartition::default()
+            .with_partition(f.index)
+            .with_current_leader_epoch(f.view.epoch)
+            .with_fetch_offset(f.view.log_end_offset)
+            .with_partition_max_bytes(PARTITION_MAX_BYTES);
+        match topics.last_mut() {
+            Some(t) if *t.topic.0 == *f.topic => t.partitions.push(p),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic(topic_name(&f.topic))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    FetchRequest::default()
+        .with_replica_id(BrokerId(node_id))
+        .with_max_wait_ms(MAX_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(RESPONSE_MAX_BYTES)
+        .with_session_epoch(-1)
+        .with_topics(topics)
+}

@@ -1,0 +1,149 @@
+//! The leader epoch cache of one partition (KIP-101): at which offset each leader epoch's
+//! records begin. A follower that starts following a new leader asks it where the follower's
+//! latest epoch ends (OffsetsForLeaderEpoch) and truncates its log there, so a tail written
+//! under an old leader that the new leader never had is removed before it fetches.
+//!
+//! Kept in memory and in `leader-epoch-checkpoint` next to the segments, rewritten (write,
+//! sync, rename) when an epoch begins: once per leadership change, never per append. The file
+//! is written before the first batch of the new epoch, so the log never holds an epoch the file
+//! lacks; entries past the log end after a crash are dropped on open.
+
+use std::path::Path;
+
+const FILE: &str = "leader-epoch-checkpoint";
+/// Bound on the entries kept: one per leadership change that appended records; the oldest go
+/// first (a follower that far behind truncates to its high watermark instead).
+const MAX_ENTRIES: usize = 4096;
+
+/// What OffsetsForLeaderEpoch answers when the log knows no epoch at or below the one asked.
+pub const UNDEFINED: (i32, i64) = (-1, -1);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaderEpochs {
+    /// (epoch, start offset), both strictly increasing.
+    entries: Vec<(i32, i64)>,
+}
+
+impl LeaderEpochs {
+    /// The cache of the log in `dir`, less entries that begin past `log_end` (written before a
+    /// crash that lost their records). A missing or unreadable file is an empty cache.
+    pub fn load(dir: &Path, log_end: i64) -> LeaderEpochs {
+        let text = std::fs::read_to_string(dir.join(FILE)).unwrap_or_default();
+        let mut cache = LeaderEpochs::default();
+        for line in text.lines() {
+            let mut parts = line.split_whitespace().map(str::parse::<i64>);
+            if let (Some(Ok(epoch)), Some(Ok(start))) = (parts.next(), parts.next()) {
+                if epoch >= 0 && epoch <= i32::MAX as i64 {
+                    cache.assign(epoch as i32, start);
+                }
+            }
+        }
+        cache.truncate_from(log_end + 1);
+        cache
+    }
+
+    /// Writes the cache next to the log (write, sync, rename, sync the directory).
+    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let tmp = dir.join(format!("{FILE}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        for (epoch, start) in &self.entries {
+            writeln!(f, "{epoch} {start}")?;
+        }
+        f.sync_data()?;
+        std::fs::rename(&tmp, dir.join(FILE))?;
+        std::fs::File::open(dir)?.sync_all()
+    }
+
+    /// The newest epoch, if any.
+    pub fn latest(&self) -> Option<i32> {
+        self.entries.last().map(|e| e.0)
+    }
+
+    /// Notes that `epoch` begins at `start`. True when that changed the cache (the caller
+    /// saves it). An epoch older than the newest is ignored; a newer one beginning below the
+    /// newest's start first drops the entries it overlaps.
+    pub fn assign(&mut self, epoch: i32, start: i64) -> bool {
+        if self.latest().is_some_and(|l| l >= epoch) {
+            return false;
+        }
+        self.truncate_from(start);
+        self.entries.push((epoch, start));
+        if self.entries.len() > MAX_ENTRIES {
+            self.entries.remove(0);
+        }
+        true
+    }
+
+    /// Drops the epochs that begin at or after `offset` (the log was truncated there). True
+    /// when that changed the cache.
+    pub fn truncate_from(&mut self, offset: i64) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.1 < offset);
+        self.entries.len() != before
+    }
+
+    /// Where `epoch` ends in this log whose end is `log_end`: the largest epoch at or below it
+    /// that the log knows, and the start of the epoch after that one (the log end for the
+    /// newest). `UNDEFINED` when the log knows no epoch at or below it.
+    pub fn end_offset_for(&self, epoch: i32, log_end: i64) -> (i32, i64) {
+        let i = self.entries.partition_point(|e| e.0 <= epoch);
+        if i == 0 {
+            return UNDEFINED;
+        }
+        let found = self.entries[i - 1].0;
+        let end = self.entries.get(i).map_or(log_end, |next| next.1);
+        (found, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_offsets_follow_kafka_rules() {
+        let mut c = LeaderEpochs::default();
+        assert_eq!(c.end_offset_for(0, 10), UNDEFINED);
+        assert!(c.assign(1, 0));
+        assert!(c.assign(3, 40));
+        assert!(!c.assign(2, 50), "older epochs are ignored");
+        assert_eq!(c.end_offset_for(0, 70), UNDEFINED);
+        assert_eq!(c.end_offset_for(1, 70), (1, 40));
+        assert_eq!(
+            c.end_offset_for(2, 70),
+            (1, 40),
+            "an unknown epoch maps below"
+        );
+        assert_eq!(c.end_offset_for(3, 70), (3, 70));
+        assert_eq!(c.end_offset_for(9, 70), (3, 70));
+    }
+
+    #[test]
+    fn truncation_drops_later_epochs_and_overlaps() {
+        let mut c = LeaderEpochs::default();
+        c.assign(1, 0);
+        c.assign(2, 10);
+        c.assign(4, 20);
+        assert!(c.truncate_from(15));
+        assert_eq!(c.latest(), Some(2));
+        // A newer epoch starting below the newest's start replaces it.
+        c.assign(5, 5);
+        assert_eq!(c.entries, vec![(1, 0), (5, 5)]);
+    }
+
+    #[test]
+    fn saved_caches_load_less_entries_past_the_log_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochs::default();
+        c.assign(0, 0);
+        c.assign(2, 100);
+        c.assign(3, 200);
+        c.save(dir.path()).unwrap();
+        assert_eq!(LeaderEpochs::load(dir.path(), 500), c);
+        let cut = LeaderEpochs::load(dir.path(), 150);
+        assert_eq!(cut.entries, vec![(0, 0), (2, 100)]);
+        std::fs::write(dir.path().join(FILE), "garbage\n1 x\n").unwrap();
+        assert_eq!(LeaderEpochs::load(dir.path(), 10), LeaderEpochs::default());
+    }
+}
