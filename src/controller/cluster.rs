@@ -54,6 +54,8 @@ pub struct Cluster {
     registered: Cell<bool>,
     /// The term in which this node last took over as controller.
     led_term: Cell<u64>,
+    /// Set by a controlled shutdown: heartbeats stop, so the fenced registration stays fenced.
+    releasing: Cell<bool>,
 }
 
 impl Cluster {
@@ -87,6 +89,7 @@ impl Cluster {
             controller_hint: Cell::new(-1),
             registered: Cell::new(false),
             led_term: Cell::new(0),
+            releasing: Cell::new(false),
         })
     }
 
@@ -502,11 +505,42 @@ fn write_incarnation(config: &Config, incarnation: u64) {
 pub async fn heartbeat_loop(cluster: Rc<Cluster>, shard: Rc<Shard>) {
     let every = Duration::from_millis(cluster.config.cluster.broker_heartbeat_interval_ms);
     let mut turn = 0usize;
-    loop {
+    while !cluster.releasing.get() {
         cluster.send_heartbeat(&shard, turn).await;
         turn += 1;
         glommio::timer::sleep(every).await;
     }
+}
+
+/// Kafka's controlled shutdown: before a node stops (SIGTERM), it asks the controller to fence
+/// its registration, which moves the leadership of its partitions to other in-sync replicas and
+/// takes it out of their in-sync sets (`records::fence`), and waits until this node has
+/// installed that (its partitions are then followers, and clients have been sent on with
+/// NOT_LEADER_OR_FOLLOWER) or `limit_ms` passes. So a rolling restart shows clients no errors.
+pub async fn release_leadership(cluster: &Rc<Cluster>, shard: &Rc<Shard>, limit_ms: u64) {
+    cluster.releasing.set(true);
+    let node_id = cluster.config.node_id;
+    let op = super::ControllerOp::ShutdownBroker {
+        node_id,
+        incarnation: cluster.incarnation,
+    };
+    let outcome = super::execute(shard, op).await;
+    if let Some((code, msg)) = outcome.first().filter(|o| o.0 != 0) {
+        log::warn!("controlled shutdown refused ({code}: {msg:?}); stopping anyway");
+        return;
+    }
+    let deadline_ms = shard.clock().monotonic_ms() + limit_ms;
+    let released = || {
+        shard
+            .catalog()
+            .brokers
+            .iter()
+            .any(|b| b.node_id == node_id && b.fenced)
+    };
+    while !released() && shard.clock().monotonic_ms() < deadline_ms {
+        glommio::timer::sleep(Duration::from_millis(CONTROLLER_POLL_MS)).await;
+    }
+    log::info!("node {node_id}: leadership released for shutdown");
 }
 
 /// On the active controller: fences brokers whose sessions expired, and proposes the cluster

@@ -72,6 +72,12 @@ pub enum ControllerOp {
     },
     /// A partition's leader asks for a new in-sync set (AlterPartition, KIP-497).
     AlterPartition(IsrChange),
+    /// A broker stops (controlled shutdown): its registration is fenced, which moves its
+    /// leaderships to other in-sync replicas.
+    ShutdownBroker {
+        node_id: i32,
+        incarnation: u64,
+    },
 }
 
 /// A leader's request to change its partition's in-sync replicas.
@@ -113,7 +119,7 @@ impl ControllerOp {
             ControllerOp::CreatePartitions { topics, .. } => topics.len(),
             ControllerOp::AlterConfigs { topics, .. } => topics.len(),
             ControllerOp::AlterBrokerConfigs { .. } => 1,
-            ControllerOp::AlterPartition(_) => 1,
+            ControllerOp::AlterPartition(_) | ControllerOp::ShutdownBroker { .. } => 1,
         }
     }
 }
@@ -284,6 +290,24 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
         }
         ControllerOp::AlterPartition(change) => {
             vec![alter_partition(&mut record, &mut out, &change)]
+        }
+        ControllerOp::ShutdownBroker {
+            node_id,
+            incarnation,
+        } => {
+            let live = record
+                .brokers
+                .iter()
+                .any(|b| b.node_id == node_id && b.incarnation == incarnation && !b.fenced);
+            if live {
+                log::info!("controller: broker {node_id} shuts down; moving its leaderships");
+                let fence = MetadataRecord::FenceBroker {
+                    node_id,
+                    incarnation,
+                };
+                push(&mut record, &mut out, fence);
+            }
+            vec![(0, None)]
         }
     };
     if out.is_empty() {

@@ -38,6 +38,11 @@ const SHUTDOWN_POLL_MS: u64 = 50;
 const DRAIN_TIMEOUT_MS: u64 = 5_000;
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+/// Set once a clustered node's controlled shutdown moved its leaderships away (or gave up):
+/// every shard keeps serving until then, so that clients are redirected, not cut off.
+static RELEASED: AtomicBool = AtomicBool::new(false);
+/// Bound on a controlled shutdown (a cluster without a quorum cannot move leadership).
+const RELEASE_LIMIT_MS: u64 = 15_000;
 
 pub fn run(mut config: Config) -> anyhow::Result<()> {
     keep_freed_memory();
@@ -493,6 +498,7 @@ async fn serve_clients(
             while !SHUTDOWN.load(Ordering::SeqCst) {
                 glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
             }
+            release_leadership(&shard).await;
             shard.begin_shutdown();
             stop.notify(usize::MAX);
         }
@@ -534,6 +540,25 @@ async fn serve_clients(
 }
 
 /// Lets requests in progress finish (bounded: connections take no new ones), then flushes.
+/// A clustered node's controlled shutdown, run by the controller shard while every shard
+/// keeps serving (see `cluster::release_leadership`).
+async fn release_leadership(shard: &Rc<Shard>) {
+    if !shard.config.is_clustered() {
+        return;
+    }
+    if shard.id == CONTROLLER_SHARD {
+        if let Some(cluster) = &shard.service::<Controller>().cluster {
+            cluster::release_leadership(cluster, shard, RELEASE_LIMIT_MS).await;
+        }
+        RELEASED.store(true, Ordering::SeqCst);
+        return;
+    }
+    let deadline_ms = shard.clock().monotonic_ms() + RELEASE_LIMIT_MS + 1_000;
+    while !RELEASED.load(Ordering::SeqCst) && shard.clock().monotonic_ms() < deadline_ms {
+        glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+    }
+}
+
 async fn drain(shard: &Rc<Shard>) {
     let drain_deadline_ms = shard.clock().monotonic_ms() + DRAIN_TIMEOUT_MS;
     // Requests read and not yet answered, queued ones included: the readers stop taking new

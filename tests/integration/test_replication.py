@@ -204,3 +204,156 @@ def test_min_insync_replicas_refuses_when_too_few_are_in_sync(make_cluster):
     wait_until(lambda: partition_state(cluster, leader, "strict", 0)[2] == [1, 2, 3], 60,
                "the follower back in sync")
     assert produce_raw(cluster.nodes[leader].port, "strict", 3) == 0
+
+
+class GroupReader:
+    """A consumer in group `group` reading `topic` in a thread: every record it gets, and every
+    error the client reports to the application."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str):
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                                  "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 500})
+        self.consumer.subscribe([topic])
+        self.got, self.errors = [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            msg = self.consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                self.errors.append(msg.error())
+            else:
+                self.got.append((msg.offset(), msg.value()))
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(30)
+        self.consumer.unsubscribe()
+        self.consumer.poll(0)
+        self.consumer.close()
+
+
+def all_in_sync(cluster: Cluster, topic: str, partitions: int) -> bool:
+    try:
+        return all(partition_state(cluster, n.node_id, topic, p)[2] == [1, 2, 3]
+                   for n in cluster.live() for p in range(partitions))
+    except Exception:
+        return False
+
+
+def test_rolling_restart_under_load_shows_clients_no_errors(make_cluster):
+    cluster = make_cluster(3)
+    create_replicated(cluster, "rolling", 1, 2)
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    h = History(bootstrap, "rolling")
+    h.thread.start()
+    reader = GroupReader(bootstrap, "rolling", "rollers")
+    wait_until(lambda: len(h.acked) > 500 and len(reader.got) > 0, 60, "load flowing")
+    for node in (1, 2, 3):
+        before = len(h.acked)
+        assert cluster.nodes[node].stop() == 0, "a clean exit after SIGTERM"
+        cluster.nodes[node].start()
+        wait_until(lambda: all_in_sync(cluster, "rolling", 1), 60, f"node {node} back in sync")
+        wait_until(lambda: len(h.acked) > before + 500, 60, "acknowledgements after the restart")
+    h.finish()
+    end = max(h.acked.values()) + 1
+    wait_until(lambda: reader.got and reader.got[-1][0] >= end - 1, 60, "the group read everything")
+    reader.close()
+    assert not h.failed, f"delivery errors: {h.failed[:3]}"
+    assert not reader.errors, f"consumer errors: {reader.errors[:3]}"
+    check_history(h, read_all(bootstrap, "rolling", end))
+    # The group read every acknowledged record (a rebalance may deliver some twice).
+    assert set(h.acked) <= {v for _, v in reader.got}
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return c.committed([TopicPartition(topic, 0)], timeout=20)[0].offset
+    finally:
+        c.close()
+
+
+def test_coordinator_failover_keeps_committed_offsets_and_the_group_carries_on(make_cluster):
+    cluster = make_cluster(3)
+    create_replicated(cluster, "orders", 1, 2)
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(200):
+        producer.produce("orders", value=f"o{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "billing", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe(["orders"])
+    seen = []
+    while len(seen) < 120:
+        msg = c.poll(1)
+        if msg is not None and msg.error() is None:
+            seen.append(msg)
+    c.commit(message=seen[119], asynchronous=False)
+    c.unsubscribe()
+    c.poll(0)
+    c.close()
+    assert committed(bootstrap, "billing", "orders") == 120
+    # The coordinator is the leader of the group's __consumer_offsets partition.
+    admin = cluster.admin(1)  # outlives its futures
+    coordinator = admin.describe_consumer_groups(["billing"])["billing"].result(20).coordinator.id
+    cluster.nodes[coordinator].kill()
+    survivors = ",".join(n.bootstrap for n in cluster.live())
+    wait_until(lambda: committed(survivors, "billing", "orders") == 120, 60,
+               "the committed offset served by the new coordinator")
+    # The group carries on from there.
+    c = Consumer({"bootstrap.servers": survivors, "group.id": "billing", "enable.auto.commit": False})
+    c.subscribe(["orders"])
+    msg = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (msg is None or msg.error() is not None):
+        msg = c.poll(1)
+    c.unsubscribe()
+    c.poll(0)
+    c.close()
+    assert msg is not None and msg.error() is None and msg.offset() == 120 and msg.value() == b"o120"
+
+
+def test_a_frozen_leader_acknowledges_nothing_and_truncates_its_divergent_tail(make_cluster):
+    cluster = make_cluster(3)
+    create_replicated(cluster, "frozen", 1, 2)
+    leader = partition_state(cluster, 1, "frozen", 0)[0]
+    others = [n for n in (1, 2, 3) if n != leader]
+    bootstrap = ",".join(cluster.nodes[n].bootstrap for n in others)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(100):
+        producer.produce("frozen", value=f"a{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    # A produce reaches the frozen leader's socket; the leader reads it only once thawed.
+    s = socket.create_connection(("127.0.0.1", cluster.nodes[leader].port), timeout=60)
+    cluster.nodes[leader].proc.send_signal(signal.SIGSTOP)
+    s.sendall(kw.request(0, 3, 1, kw.produce_v3("frozen", 0, kw.record_batch([b"stale"]), acks=-1,
+                                                timeout_ms=20000)))
+    wait_until(lambda: (st := partition_state(cluster, others[0], "frozen", 0)) and st[0] in others, 30,
+               "a new leader while the old one is frozen")
+    # A new client learns the new leader at once (the first one would wait out its requests to
+    # the frozen node first).
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(100, 200):
+        producer.produce("frozen", value=f"a{i}".encode(), partition=0)
+    assert producer.flush(60) == 0
+    cluster.nodes[leader].proc.send_signal(signal.SIGCONT)
+    # Cut off from its followers, the old leader cannot commit the stale record.
+    code = kw.produce_v3_error_code(kw.read_response(s))[0]
+    s.close()
+    assert code in (6, 7), f"the stale produce was answered {code}, not NOT_LEADER_OR_FOLLOWER or a timeout"
+    # It rejoins as a follower, without the stale record: every node's log is the same.
+    wait_until(lambda: all_in_sync(cluster, "frozen", 1), 60, "the old leader back in sync")
+    logs = {n: (cluster.nodes[n].data_dir / "frozen-0" / "00000000000000000000.log").read_bytes()
+            for n in (1, 2, 3)}
+    wait_until(lambda: len({(cluster.nodes[n].data_dir / "frozen-0" / "00000000000000000000.log").read_bytes()
+                            for n in (1, 2, 3)}) == 1, 30, "identical logs on every replica")
+    assert b"stale" not in logs[others[0]]
+    got = read_all(bootstrap, "frozen", 200)
+    assert [v for _, v in got] == [f"a{i}".encode() for i in range(200)]
