@@ -171,6 +171,11 @@ pub struct ClusterConfig {
     /// Kafka's replica.lag.time.max.ms: an in-sync follower that has not caught up with its
     /// leader for this long leaves the in-sync set (the leader asks the controller).
     pub replica_lag_time_max_ms: u64,
+    /// Kafka's auto.leader.rebalance.enable and leader.imbalance.check.interval.seconds: the
+    /// active controller moves leadership back to each partition's preferred (first) replica
+    /// when that is a live in-sync broker, every interval.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_ms: u64,
 }
 
 impl Default for ClusterConfig {
@@ -182,6 +187,8 @@ impl Default for ClusterConfig {
             snapshot_after_entries: 10_000,
             metadata_write_timeout_ms: 10_000,
             replica_lag_time_max_ms: 30_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
         }
     }
 }
@@ -449,6 +456,12 @@ impl Config {
             c.replica_lag_time_max_ms,
             100,
             3_600_000,
+        )?;
+        in_range(
+            "cluster.leader_imbalance_check_interval_ms",
+            c.leader_imbalance_check_interval_ms,
+            100,
+            86_400_000,
         )?;
         if voters.is_empty() {
             return Ok(());

@@ -56,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::DescribeCluster => decode::<DescribeClusterRequest>(body, v),
         ApiKey::DescribeQuorum => decode::<DescribeQuorumRequest>(body, v),
         ApiKey::OffsetForLeaderEpoch => decode::<OffsetForLeaderEpochRequest>(body, v),
+        ApiKey::ElectLeaders => decode::<ElectLeadersRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

@@ -549,6 +549,7 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
     let Some(quorum) = cluster.quorum.clone() else {
         return;
     };
+    let mut rebalanced_ms = shard.clock().monotonic_ms();
     loop {
         glommio::timer::sleep(Duration::from_millis(FENCE_CHECK_MS)).await;
         let status = quorum.status();
@@ -556,6 +557,13 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
             continue;
         }
         let now_ms = shard.clock().monotonic_ms();
+        let c = &cluster.config.cluster;
+        if c.auto_leader_rebalance_enable
+            && now_ms >= rebalanced_ms + c.leader_imbalance_check_interval_ms
+        {
+            rebalanced_ms = now_ms;
+            rebalance_leaders(&cluster, &shard).await;
+        }
         if cluster.led_term.replace(status.term) != status.term {
             let mut sessions = cluster.sessions.borrow_mut();
             cluster
@@ -590,6 +598,24 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
             .collect();
         let _ = cluster.commit(fences).await;
     }
+}
+
+/// Preferred-leader rebalancing (on the active controller): partitions whose first replica is
+/// a live in-sync broker that does not lead get it back as leader.
+async fn rebalance_leaders(cluster: &Rc<Cluster>, shard: &Rc<Shard>) {
+    let partitions = cluster.applied.read(super::elections::imbalanced);
+    if partitions.is_empty() {
+        return;
+    }
+    log::info!(
+        "controller: moving {} partitions back to their preferred leaders",
+        partitions.len()
+    );
+    let op = super::ControllerOp::ElectLeaders {
+        election_type: super::elections::PREFERRED,
+        partitions,
+    };
+    super::execute(shard, op).await;
 }
 
 /// Runs an operation on the active controller from any node: here when this node is it,

@@ -17,6 +17,7 @@ pub mod applied;
 pub mod bounds;
 mod broker_configs;
 pub mod cluster;
+pub mod elections;
 pub mod liveness;
 pub mod messages;
 pub mod placement;
@@ -78,6 +79,12 @@ pub enum ControllerOp {
         node_id: i32,
         incarnation: u64,
     },
+    /// ElectLeaders (KIP-460) of these partitions (topic, index): `elections::PREFERRED` or
+    /// `elections::UNCLEAN`.
+    ElectLeaders {
+        election_type: i8,
+        partitions: Vec<(String, i32)>,
+    },
 }
 
 /// A leader's request to change its partition's in-sync replicas.
@@ -120,6 +127,7 @@ impl ControllerOp {
             ControllerOp::AlterConfigs { topics, .. } => topics.len(),
             ControllerOp::AlterBrokerConfigs { .. } => 1,
             ControllerOp::AlterPartition(_) | ControllerOp::ShutdownBroker { .. } => 1,
+            ControllerOp::ElectLeaders { partitions, .. } => partitions.len(),
         }
     }
 }
@@ -308,6 +316,16 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
                 push(&mut record, &mut out, fence);
             }
             vec![(0, None)]
+        }
+        ControllerOp::ElectLeaders {
+            election_type,
+            partitions,
+        } => {
+            let (records, outcomes) = elections::elect(&record, &partitions, election_type);
+            for r in records {
+                push(&mut record, &mut out, r);
+            }
+            outcomes
         }
     };
     if out.is_empty() {

@@ -50,6 +50,14 @@ pub enum MetadataRecord {
     ProducerIdBlock {
         end: i64,
     },
+    /// A partition gets a new leader (ElectLeaders, preferred-leader rebalancing) in a new
+    /// epoch; `isr` replaces the in-sync set (an unclean election) when given.
+    ElectLeader {
+        id: [u8; 16],
+        partition: i32,
+        leader: i32,
+        isr: Option<Vec<i32>>,
+    },
     /// A partition's in-sync replicas changed (its leader asked: AlterPartition, KIP-497).
     ChangeIsr {
         id: [u8; 16],
@@ -136,12 +144,23 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
         MetadataRecord::ProducerIdBlock { end } => {
             c.producer_id_block_end = c.producer_id_block_end.max(*end);
         }
+        MetadataRecord::ElectLeader {
+            id,
+            partition,
+            leader,
+            isr,
+        } => {
+            let a = assignment_mut(c, id, *partition)?;
+            let isr = isr.clone().unwrap_or_else(|| a.isr.clone());
+            if !isr.contains(leader) || isr.iter().any(|n| !a.replicas.contains(n)) {
+                return Err(format!("leader {leader} outside in-sync set {isr:?}"));
+            }
+            a.leader = *leader;
+            a.leader_epoch += 1;
+            a.isr = isr;
+        }
         MetadataRecord::ChangeIsr { id, partition, isr } => {
-            let t = topic_mut(c, id)?;
-            let a = usize::try_from(*partition)
-                .ok()
-                .and_then(|p| t.assignment.get_mut(p))
-                .ok_or_else(|| format!("topic {} has no partition {partition}", t.name))?;
+            let a = assignment_mut(c, id, *partition)?;
             if isr.is_empty() || isr.iter().any(|n| !a.replicas.contains(n)) {
                 return Err(format!(
                     "in-sync set {isr:?} outside replicas {:?}",
@@ -159,6 +178,19 @@ fn topic_mut<'a>(c: &'a mut CatalogRecord, id: &[u8; 16]) -> Result<&'a mut Topi
         .iter_mut()
         .find(|t| t.id == *id)
         .ok_or_else(|| "no topic with that id".to_string())
+}
+
+fn assignment_mut<'a>(
+    c: &'a mut CatalogRecord,
+    id: &[u8; 16],
+    partition: i32,
+) -> Result<&'a mut PartitionAssignment, String> {
+    let t = topic_mut(c, id)?;
+    let name = t.name.clone();
+    usize::try_from(partition)
+        .ok()
+        .and_then(|p| t.assignment.get_mut(p))
+        .ok_or_else(|| format!("topic {name} has no partition {partition}"))
 }
 
 /// A broker (re)registers: its record replaced, unfenced, and leaderless partitions it holds in

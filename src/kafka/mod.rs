@@ -13,6 +13,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_quorum;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod fetch_session;
 pub mod find_coordinator;
@@ -80,6 +81,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -122,6 +124,7 @@ pub async fn dispatch(
         ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
         ApiKey::DescribeCluster => describe_cluster::handle(shard, v, body).await,
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, v, body).await,
+        ApiKey::ElectLeaders => elect_leaders::handle(shard, v, body).await,
         ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
         ApiKey::FindCoordinator => find_coordinator::handle(shard, v, body).await,
         ApiKey::JoinGroup => join_group::handle(shard, v, body, client_id, peer_host).await,

@@ -357,3 +357,42 @@ def test_a_frozen_leader_acknowledges_nothing_and_truncates_its_divergent_tail(m
     assert b"stale" not in logs[others[0]]
     got = read_all(bootstrap, "frozen", 200)
     assert [v for _, v in got] == [f"a{i}".encode() for i in range(200)]
+
+
+def leaders(cluster: Cluster, node: int, topic: str) -> dict:
+    return {p[0]: (p[2], p[3][0]) for p in cluster.metadata(node).topics[topic]}  # leader, preferred
+
+
+def move_leadership_off_node_1(cluster: Cluster, topic: str, partitions: int):
+    """Node 1 stops cleanly (its partitions move to other replicas) and comes back in sync."""
+    assert cluster.nodes[1].stop() == 0
+    wait_until(lambda: all(leader != 1 for leader, _ in leaders(cluster, 2, topic).values()), 30,
+               "leadership off the stopped node")
+    cluster.nodes[1].start()
+    wait_until(lambda: all_in_sync(cluster, topic, partitions), 60, "node 1 back in sync")
+
+
+def test_the_periodic_rebalance_returns_leadership_to_preferred_replicas(make_cluster):
+    cluster = make_cluster(3, REPLICATED + "leader_imbalance_check_interval_ms = 1500\n")
+    create_replicated(cluster, "pref", 3, 1)
+    assert all(leader == preferred for leader, preferred in leaders(cluster, 1, "pref").values())
+    move_leadership_off_node_1(cluster, "pref", 3)
+    wait_until(lambda: all(leader == preferred for leader, preferred in leaders(cluster, 2, "pref").values()), 30,
+               "preferred leaders again")
+
+
+def test_elect_leaders_moves_leadership_to_preferred_replicas(make_cluster):
+    from confluent_kafka import ElectionType
+    cluster = make_cluster(3, REPLICATED + "auto_leader_rebalance_enable = false\n")
+    create_replicated(cluster, "pref", 3, 1)
+    move_leadership_off_node_1(cluster, "pref", 3)
+    moved = [p for p, (leader, preferred) in leaders(cluster, 2, "pref").items() if leader != preferred]
+    assert moved, "node 1 led a partition before it stopped"
+    admin = cluster.admin(2)  # outlives its futures
+    asked = [TopicPartition("pref", p) for p in range(3)] + [TopicPartition("pref", 7)]
+    outcome = admin.elect_leaders(ElectionType.PREFERRED, asked).result(15)
+    errors = {tp.partition: (e.code() if e is not None else 0) for tp, e in outcome.items()}
+    want = {p: 0 if p in moved else 84 for p in range(3)} | {7: 3}  # ELECTION_NOT_NEEDED, UNKNOWN_...
+    assert errors == want, errors
+    wait_until(lambda: all(leader == preferred for leader, preferred in leaders(cluster, 2, "pref").values()), 15,
+               "preferred leaders after ElectLeaders")

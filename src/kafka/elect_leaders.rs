@@ -1,0 +1,59 @@
+//! ElectLeaders (KIP-183, KIP-460): preferred-replica elections, and unclean elections of
+//! partitions without a leader, by the controller. No partitions named: every partition.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::controller::{self, ControllerOp};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: ElectLeadersRequest = decode(body, version)?;
+    let partitions: Vec<(String, i32)> = match &req.topic_partitions {
+        Some(topics) => topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic.0.to_string(), p)))
+            .collect(),
+        None => {
+            let catalog = shard.catalog();
+            let mut all: Vec<(String, i32)> = catalog
+                .topics
+                .values()
+                .flat_map(|t| (0..t.record.partitions as i32).map(|p| (t.name.to_string(), p)))
+                .collect();
+            all.sort();
+            all
+        }
+    };
+    // v0 has no election type: preferred.
+    let election_type = if version >= 1 { req.election_type } else { 0 };
+    let op = ControllerOp::ElectLeaders {
+        election_type,
+        partitions: partitions.clone(),
+    };
+    let outcomes = controller::submit(shard, op)
+        .await
+        .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); partitions.len()]);
+    let mut results: Vec<ReplicaElectionResult> = Vec::new();
+    for ((topic, index), (code, message)) in partitions.into_iter().zip(outcomes) {
+        let r = PartitionResult::default()
+            .with_partition_id(index)
+            .with_error_code(code)
+            .with_error_message(message.as_deref().map(str_bytes));
+        match results.last_mut() {
+            Some(last) if *last.topic.0 == *topic => last.partition_result.push(r),
+            _ => results.push(
+                ReplicaElectionResult::default()
+                    .with_topic(TopicName(str_bytes(&topic)))
+                    .with_partition_result(vec![r]),
+            ),
+        }
+    }
+    encode(
+        &ElectLeadersResponse::default().with_replica_election_results(results),
+        version,
+    )
+}
