@@ -178,6 +178,55 @@ pub struct ClusterConfig {
     pub leader_imbalance_check_interval_ms: u64,
 }
 
+impl ClusterConfig {
+    /// Each timing and bound within its range (the error names the key).
+    fn validate(&self) -> anyhow::Result<()> {
+        let checks: [(&str, u64, u64, u64); 7] = [
+            ("cluster.raft_tick_ms", self.raft_tick_ms, 10, 10_000),
+            (
+                "cluster.broker_heartbeat_interval_ms",
+                self.broker_heartbeat_interval_ms,
+                10,
+                60_000,
+            ),
+            (
+                "cluster.broker_session_timeout_ms",
+                self.broker_session_timeout_ms,
+                2 * self.broker_heartbeat_interval_ms,
+                3_600_000,
+            ),
+            (
+                "cluster.snapshot_after_entries",
+                self.snapshot_after_entries,
+                2,
+                10_000_000,
+            ),
+            (
+                "cluster.metadata_write_timeout_ms",
+                self.metadata_write_timeout_ms,
+                100,
+                600_000,
+            ),
+            (
+                "cluster.replica_lag_time_max_ms",
+                self.replica_lag_time_max_ms,
+                100,
+                3_600_000,
+            ),
+            (
+                "cluster.leader_imbalance_check_interval_ms",
+                self.leader_imbalance_check_interval_ms,
+                100,
+                86_400_000,
+            ),
+        ];
+        for (key, value, lo, hi) in checks {
+            in_range(key, value, lo, hi)?;
+        }
+        Ok(())
+    }
+}
+
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
@@ -425,44 +474,7 @@ impl Config {
             1,
             16,
         )?;
-        let c = &self.cluster;
-        in_range("cluster.raft_tick_ms", c.raft_tick_ms, 10, 10_000)?;
-        in_range(
-            "cluster.broker_heartbeat_interval_ms",
-            c.broker_heartbeat_interval_ms,
-            10,
-            60_000,
-        )?;
-        in_range(
-            "cluster.broker_session_timeout_ms",
-            c.broker_session_timeout_ms,
-            2 * c.broker_heartbeat_interval_ms,
-            3_600_000,
-        )?;
-        in_range(
-            "cluster.snapshot_after_entries",
-            c.snapshot_after_entries,
-            2,
-            10_000_000,
-        )?;
-        in_range(
-            "cluster.metadata_write_timeout_ms",
-            c.metadata_write_timeout_ms,
-            100,
-            600_000,
-        )?;
-        in_range(
-            "cluster.replica_lag_time_max_ms",
-            c.replica_lag_time_max_ms,
-            100,
-            3_600_000,
-        )?;
-        in_range(
-            "cluster.leader_imbalance_check_interval_ms",
-            c.leader_imbalance_check_interval_ms,
-            100,
-            86_400_000,
-        )?;
+        self.cluster.validate()?;
         if voters.is_empty() {
             return Ok(());
         }

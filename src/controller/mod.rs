@@ -296,37 +296,9 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             }
             r.0
         }
-        ControllerOp::AlterPartition(change) => {
-            vec![alter_partition(&mut record, &mut out, &change)]
-        }
-        ControllerOp::ShutdownBroker {
-            node_id,
-            incarnation,
-        } => {
-            let live = record
-                .brokers
-                .iter()
-                .any(|b| b.node_id == node_id && b.incarnation == incarnation && !b.fenced);
-            if live {
-                log::info!("controller: broker {node_id} shuts down; moving its leaderships");
-                let fence = MetadataRecord::FenceBroker {
-                    node_id,
-                    incarnation,
-                };
-                push(&mut record, &mut out, fence);
-            }
-            vec![(0, None)]
-        }
-        ControllerOp::ElectLeaders {
-            election_type,
-            partitions,
-        } => {
-            let (records, outcomes) = elections::elect(&record, &partitions, election_type);
-            for r in records {
-                push(&mut record, &mut out, r);
-            }
-            outcomes
-        }
+        op @ (ControllerOp::AlterPartition(_)
+        | ControllerOp::ShutdownBroker { .. }
+        | ControllerOp::ElectLeaders { .. }) => replication_op(&mut record, &mut out, op),
     };
     if out.is_empty() {
         return results;
@@ -341,6 +313,47 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             .into_iter()
             .map(|r| if r.0 == 0 { e.clone() } else { r })
             .collect(),
+    }
+}
+
+/// The operations on partitions' replicas: in-sync set changes, a broker's controlled
+/// shutdown, leader elections.
+fn replication_op(
+    record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
+    op: ControllerOp,
+) -> Vec<Outcome> {
+    match op {
+        ControllerOp::AlterPartition(change) => vec![alter_partition(record, out, &change)],
+        ControllerOp::ShutdownBroker {
+            node_id,
+            incarnation,
+        } => {
+            let live = record
+                .brokers
+                .iter()
+                .any(|b| b.node_id == node_id && b.incarnation == incarnation && !b.fenced);
+            if live {
+                log::info!("controller: broker {node_id} shuts down; moving its leaderships");
+                let fence = MetadataRecord::FenceBroker {
+                    node_id,
+                    incarnation,
+                };
+                push(record, out, fence);
+            }
+            vec![(0, None)]
+        }
+        ControllerOp::ElectLeaders {
+            election_type,
+            partitions,
+        } => {
+            let (records, outcomes) = elections::elect(record, &partitions, election_type);
+            for r in records {
+                push(record, out, r);
+            }
+            outcomes
+        }
+        _ => unreachable!("not a replication operation"),
     }
 }
 

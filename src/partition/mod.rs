@@ -303,16 +303,8 @@ impl Partition {
         // A failed roll or write changes nothing the partition serves (see
         // PartitionLog::write), so the producer may retry once the disk has room again.
         let offsets: i64 = headers.iter().map(|h| h.last_offset_delta as i64 + 1).sum();
-        let must_roll = self
-            .log
-            .borrow()
-            .needs_roll(records.len() as u64, offsets, now_ms);
-        if must_roll {
-            if let Err(e) = PartitionLog::roll(&self.log, now_ms).await {
-                self.env.storage_error(&self.name, "roll", &e);
-                return Err(ResponseError::KafkaStorageError.into());
-            }
-        }
+        self.roll_if_needed(records.len() as u64, offsets, now_ms)
+            .await?;
         let plan = self
             .log
             .borrow_mut()
@@ -332,6 +324,18 @@ impl Partition {
         self.queue_for_sync();
         self.written_monitor.advance(appended.end_offset);
         Ok(appended)
+    }
+
+    /// Rolls to a new segment first if appending `len` bytes holding `offsets` offsets at
+    /// `now_ms` must (see `PartitionLog::needs_roll`). The caller holds the append turn.
+    async fn roll_if_needed(&self, len: u64, offsets: i64, now_ms: u64) -> Result<(), ResponseError> {
+        if !self.log.borrow().needs_roll(len, offsets, now_ms) {
+            return Ok(());
+        }
+        PartitionLog::roll(&self.log, now_ms).await.map_err(|e| {
+            self.env.storage_error(&self.name, "roll", &e);
+            ResponseError::KafkaStorageError
+        })
     }
 
     /// Checks every batch (magic 2, lengths, CRC32C) and the topic's size bound.

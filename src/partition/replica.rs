@@ -326,16 +326,8 @@ impl Partition {
     ) -> Result<i64, ResponseError> {
         let now_ms = self.env.clock.wall_ms();
         let offsets = headers.last().expect("validated").next_offset() - self.log_end_offset();
-        let must_roll = self
-            .log
-            .borrow()
-            .needs_roll(records.len() as u64, offsets, now_ms);
-        if must_roll {
-            if let Err(e) = PartitionLog::roll(&self.log, now_ms).await {
-                self.env.storage_error(&self.name, "roll", &e);
-                return Err(ResponseError::KafkaStorageError);
-            }
-        }
+        self.roll_if_needed(records.len() as u64, offsets, now_ms)
+            .await?;
         let plan = self
             .log
             .borrow_mut()

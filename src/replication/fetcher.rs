@@ -135,21 +135,19 @@ async fn truncate(
     client: &mut LeaderClient,
     diverged: &[Followed],
 ) -> std::io::Result<()> {
-    let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
-    for f in diverged {
-        let p = OffsetForLeaderPartition::default()
+    let topics = by_topic(diverged, |f| {
+        OffsetForLeaderPartition::default()
             .with_partition(f.index)
             .with_current_leader_epoch(f.view.epoch)
-            .with_leader_epoch(f.view.latest_epoch);
-        match topics.last_mut() {
-            Some(t) if *t.topic.0 == *f.topic => t.partitions.push(p),
-            _ => topics.push(
-                OffsetForLeaderTopic::default()
-                    .with_topic(topic_name(&f.topic))
-                    .with_partitions(vec![p]),
-            ),
-        }
-    }
+            .with_leader_epoch(f.view.latest_epoch)
+    })
+    .into_iter()
+    .map(|(topic, partitions)| {
+        OffsetForLeaderTopic::default()
+            .with_topic(topic)
+            .with_partitions(partitions)
+    })
+    .collect();
     let req = OffsetForLeaderEpochRequest::default()
         .with_replica_id(BrokerId(shard.catalog().node_id))
         .with_topics(topics);
@@ -197,8 +195,19 @@ fn cut_point(p: &Partition, view: &FollowerView, leader_epoch: i32, end_offset: 
     end_offset.min(own_end).min(view.log_end_offset)
 }
 
-fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_string()))
+/// Per-partition request entries grouped by topic (consecutive partitions of a topic share
+/// one topic entry), in the order given.
+fn by_topic<P>(followed: &[Followed], entry: impl Fn(&Followed) -> P) -> Vec<(TopicName, Vec<P>)> {
+    let mut out: Vec<(Rc<str>, Vec<P>)> = Vec::new();
+    for f in followed {
+        match out.last_mut() {
+            Some((topic, entries)) if *topic == f.topic => entries.push(entry(f)),
+            _ => out.push((f.topic.clone(), vec![entry(f)])),
+        }
+    }
+    out.into_iter()
+        .map(|(topic, entries)| (TopicName(StrBytes::from_string(topic.to_string())), entries))
+        .collect()
 }
 
 /// One Fetch of every ready partition from its log end; appends what came, waits for its
@@ -278,22 +287,20 @@ async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
 }
 
 fn fetch_request(node_id: i32, ready: &[Followed]) -> FetchRequest {
-    let mut topics: Vec<FetchTopic> = Vec::new();
-    for f in ready {
-        let p = FetchPartition::default()
+    let topics = by_topic(ready, |f| {
+        FetchPartition::default()
             .with_partition(f.index)
             .with_current_leader_epoch(f.view.epoch)
             .with_fetch_offset(f.view.log_end_offset)
-            .with_partition_max_bytes(PARTITION_MAX_BYTES);
-        match topics.last_mut() {
-            Some(t) if *t.topic.0 == *f.topic => t.partitions.push(p),
-            _ => topics.push(
-                FetchTopic::default()
-                    .with_topic(topic_name(&f.topic))
-                    .with_partitions(vec![p]),
-            ),
-        }
-    }
+            .with_partition_max_bytes(PARTITION_MAX_BYTES)
+    })
+    .into_iter()
+    .map(|(topic, partitions)| {
+        FetchTopic::default()
+            .with_topic(topic)
+            .with_partitions(partitions)
+    })
+    .collect();
     FetchRequest::default()
         .with_replica_id(BrokerId(node_id))
         .with_max_wait_ms(MAX_WAIT_MS)
