@@ -164,12 +164,18 @@ async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Re
         req.max_bytes as usize
     };
     let replica = replica_of(&catalog, version, &req);
+    if replica >= 0 && crate::rpc::cut_off() {
+        anyhow::bail!("a follower's fetch while cut off from the other nodes (fault hook)");
+    }
     let (items, mut entries) = route(shard, &catalog, served.partitions, replica);
     entries.extend(unknown);
     let wait_ms = req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
     let min_bytes = req.min_bytes.max(0) as usize;
     let outcomes = read_or_wait(shard, &items, min_bytes, response_max_bytes, deadline_ms).await;
+    if replica >= 0 && crate::rpc::cut_off() {
+        anyhow::bail!("a follower's parked fetch while cut off from the other nodes (fault hook)");
+    }
     let (session_id, incremental) = (served.session_id, served.incremental);
     let topics = respond(shard, session_id, incremental, entries, outcomes);
     let resp = codec::FetchResponse {

@@ -51,6 +51,9 @@ fn failed(e: ResponseError) -> Outcome {
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: OffsetForLeaderEpochRequest = decode(body, version)?;
+    if req.replica_id.0 >= 0 && crate::rpc::cut_off() {
+        anyhow::bail!("a follower's request while cut off from the other nodes (fault hook)");
+    }
     let outcomes = per_partition(
         shard,
         req.topics

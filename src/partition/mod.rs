@@ -328,7 +328,12 @@ impl Partition {
 
     /// Rolls to a new segment first if appending `len` bytes holding `offsets` offsets at
     /// `now_ms` must (see `PartitionLog::needs_roll`). The caller holds the append turn.
-    async fn roll_if_needed(&self, len: u64, offsets: i64, now_ms: u64) -> Result<(), ResponseError> {
+    async fn roll_if_needed(
+        &self,
+        len: u64,
+        offsets: i64,
+        now_ms: u64,
+    ) -> Result<(), ResponseError> {
         if !self.log.borrow().needs_roll(len, offsets, now_ms) {
             return Ok(());
         }

@@ -41,6 +41,10 @@ impl LeaderClient {
         req: &R,
         limit: Duration,
     ) -> std::io::Result<R::Response> {
+        if crate::rpc::cut_off() {
+            self.stream = None;
+            return Err(Error::new(ErrorKind::NotConnected, "cut off (fault hook)"));
+        }
         let result = within(limit, self.exchange(version, req)).await;
         let result = result.unwrap_or_else(|| {
             Err(Error::new(

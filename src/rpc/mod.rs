@@ -17,7 +17,29 @@ use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// A fault hook for tests (a cut network link): while set, this node sends and accepts no
+/// inter-node traffic: no RPC frames (Raft, heartbeats, forwarded writes) and no replication
+/// fetches either way; clients still reach it. Only the `server` sets it, on SIGUSR1 (SIGUSR2
+/// clears it), and only in a process started with SLUICE_FAULT_HOOKS=1.
+static CUT_OFF: AtomicBool = AtomicBool::new(false);
+
+pub fn cut_off() -> bool {
+    CUT_OFF.load(Ordering::Relaxed)
+}
+
+pub fn set_cut_off(on: bool) {
+    CUT_OFF.store(on, Ordering::Relaxed);
+}
+
+fn cut_off_error() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        "cut off from the other nodes (fault hook)",
+    )
+}
 
 /// What the layer above does with an incoming frame (kind, payload): nothing more for a
 /// one-way message (None), or a future of the reply (kind, payload) to send back.
@@ -94,6 +116,9 @@ async fn serve_connection(stream: TcpStream, handler: Handler) -> std::io::Resul
         let Some((header, payload)) = read_frame(&mut reader).await? else {
             return Ok(());
         };
+        if cut_off() {
+            return Err(cut_off_error());
+        }
         let Some(reply) = handler(header.kind, payload) else {
             continue;
         };
@@ -245,6 +270,12 @@ impl Peer {
     }
 
     async fn connection(&self) -> std::io::Result<Rc<Conn>> {
+        if cut_off() {
+            if let Some(c) = self.conn.borrow_mut().take() {
+                c.broken.set(true);
+            }
+            return Err(cut_off_error());
+        }
         let current = self.conn.borrow().clone();
         if let Some(c) = current.filter(|c| !c.broken.get()) {
             return Ok(c);

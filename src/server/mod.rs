@@ -215,19 +215,37 @@ fn cluster_catalog(config: &Config) -> anyhow::Result<crate::storage::catalog::C
     Ok(Catalog::read_at(&copy)?.unwrap_or_default())
 }
 
-/// SIGTERM and SIGINT set the flag every shard polls.
+/// SIGTERM and SIGINT set the flag every shard polls. With SLUICE_FAULT_HOOKS=1 in the
+/// environment (tests only), SIGUSR1 cuts the node off from the other nodes and SIGUSR2
+/// reconnects it (`rpc::set_cut_off`).
 fn watch_signals() -> anyhow::Result<()> {
-    let signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut wanted = vec![SIGTERM, SIGINT];
+    if std::env::var("SLUICE_FAULT_HOOKS").as_deref() == Ok("1") {
+        log::warn!(
+            "fault hooks on: SIGUSR1 cuts this node off from the others, SIGUSR2 reconnects it"
+        );
+        wanted.extend([SIGUSR1, SIGUSR2]);
+    }
+    let signals = signal_hook::iterator::Signals::new(wanted)?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             let mut signals = signals;
-            if let Some(sig) = signals.forever().next() {
-                log::info!("signal {sig}: shutting down");
-                SHUTDOWN.store(true, Ordering::SeqCst);
+            for sig in signals.forever() {
+                match sig {
+                    SIGUSR1 | SIGUSR2 => {
+                        log::warn!(
+                            "signal {sig}: cut off from the other nodes: {}",
+                            sig == SIGUSR1
+                        );
+                        crate::rpc::set_cut_off(sig == SIGUSR1);
+                    }
+                    _ => {
+                        log::info!("signal {sig}: shutting down");
+                        SHUTDOWN.store(true, Ordering::SeqCst);
+                    }
+                }
             }
         })?;
     Ok(())

@@ -33,6 +33,8 @@ class Broker:
         self.proc = None
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
         self.starts = 0
+        # Extra environment for the process (SLUICE_FAULT_HOOKS=1 for the cut-link hook).
+        self.env = {}
 
     @property
     def bootstrap(self) -> str:
@@ -49,7 +51,7 @@ class Broker:
         log = open(self.log_path, "a")
         log.write(f"\n==== start {self.starts} ====\n")
         log.flush()
-        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"), RUST_BACKTRACE="1")
+        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"), RUST_BACKTRACE="1", **self.env)
         limit = self.nofile
 
         def set_limit():

@@ -29,10 +29,10 @@ replica_lag_time_max_ms = 3000
 def make_cluster(tmp_path):
     made = []
 
-    def make(voters: int, config: str = REPLICATED) -> Cluster:
+    def make(voters: int, config: str = REPLICATED, start: bool = True) -> Cluster:
         c = Cluster(tmp_path / f"cluster-{len(made)}", voters, 0, config)
         made.append(c)
-        return c.start()
+        return c.start() if start else c
 
     yield make
     for c in made:
@@ -396,3 +396,41 @@ def test_elect_leaders_moves_leadership_to_preferred_replicas(make_cluster):
     assert errors == want, errors
     wait_until(lambda: all(leader == preferred for leader, preferred in leaders(cluster, 2, "pref").values()), 15,
                "preferred leaders after ElectLeaders")
+
+
+def test_a_leader_cut_off_from_the_others_acknowledges_nothing_and_truncates_on_return(make_cluster):
+    cluster = make_cluster(3, start=False)
+    for n in cluster.nodes.values():
+        n.env = {"SLUICE_FAULT_HOOKS": "1"}
+    cluster.start()
+    create_replicated(cluster, "cut", 1, 2)
+    leader = partition_state(cluster, 1, "cut", 0)[0]
+    others = [n for n in (1, 2, 3) if n != leader]
+    bootstrap = ",".join(cluster.nodes[n].bootstrap for n in others)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(100):
+        producer.produce("cut", value=f"c{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    # The link between the leader and the others is cut; clients still reach it.
+    cluster.nodes[leader].proc.send_signal(signal.SIGUSR1)
+    wait_until(lambda: "cut off from the other nodes: true" in cluster.nodes[leader].log(), 10, "the cut")
+    s = socket.create_connection(("127.0.0.1", cluster.nodes[leader].port), timeout=60)
+    s.sendall(kw.request(0, 3, 1, kw.produce_v3("cut", 0, kw.record_batch([b"stale"]), acks=-1,
+                                                timeout_ms=15000)))
+    wait_until(lambda: (st := partition_state(cluster, others[0], "cut", 0)) and st[0] in others, 30,
+               "a new leader on the majority side")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(100, 200):
+        producer.produce("cut", value=f"c{i}".encode(), partition=0)
+    assert producer.flush(60) == 0
+    # Cut off, the old leader never acknowledges the write it took.
+    code = kw.produce_v3_error_code(kw.read_response(s))[0]
+    s.close()
+    assert code in (6, 7), f"the cut-off leader answered {code}, not NOT_LEADER_OR_FOLLOWER or a timeout"
+    cluster.nodes[leader].proc.send_signal(signal.SIGUSR2)
+    wait_until(lambda: all_in_sync(cluster, "cut", 1), 60, "the old leader back in sync")
+    path = lambda n: cluster.nodes[n].data_dir / "cut-0" / "00000000000000000000.log"  # noqa: E731
+    wait_until(lambda: len({path(n).read_bytes() for n in (1, 2, 3)}) == 1, 30, "identical logs on every replica")
+    assert b"stale" not in path(leader).read_bytes()
+    got = read_all(bootstrap, "cut", 200)
+    assert [v for _, v in got] == [f"c{i}".encode() for i in range(200)]
