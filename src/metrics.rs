@@ -63,6 +63,10 @@ pub struct ShardMetrics {
     /// in-sync set shrinks and expands this shard's leaders asked for; times this shard's
     /// partitions became leader here; record bytes followers appended from their leaders.
     pub under_replicated_partitions: AtomicU64,
+    /// How far the furthest follower of a partition led here trails: records, and ms since it
+    /// last caught up.
+    pub follower_lag_records_max: AtomicU64,
+    pub follower_lag_ms_max: AtomicU64,
     pub isr_shrinks: AtomicU64,
     pub isr_expands: AtomicU64,
     pub leader_elections: AtomicU64,
@@ -91,6 +95,8 @@ impl Default for ShardMetrics {
             group_records_undecodable: AtomicU64::new(0),
             groups_refused: AtomicU64::new(0),
             under_replicated_partitions: AtomicU64::new(0),
+            follower_lag_records_max: AtomicU64::new(0),
+            follower_lag_ms_max: AtomicU64::new(0),
             isr_shrinks: AtomicU64::new(0),
             isr_expands: AtomicU64::new(0),
             leader_elections: AtomicU64::new(0),
@@ -412,6 +418,18 @@ const PER_SHARD: &[PerShard] = &[
         "Partitions led here with fewer in-sync replicas than replicas.",
         "gauge",
         |m| &m.under_replicated_partitions,
+    ),
+    (
+        "sluice_follower_lag_records_max",
+        "Records the furthest follower of a partition led here is behind its leader.",
+        "gauge",
+        |m| &m.follower_lag_records_max,
+    ),
+    (
+        "sluice_follower_lag_ms_max",
+        "Milliseconds since the furthest follower of a partition led here last caught up.",
+        "gauge",
+        |m| &m.follower_lag_ms_max,
     ),
     (
         "sluice_isr_shrinks_total",

@@ -115,6 +115,30 @@ impl Replicas {
         true
     }
 
+    /// How far this leader's followers trail it: the most records any is behind `leader_end`
+    /// (of those heard from), and the longest since any last caught up (ms).
+    pub fn follower_lag(&self, leader_end: i64, now_ms: u64) -> (i64, u64) {
+        let Role::Leader {
+            followers,
+            since_ms,
+        } = &self.role
+        else {
+            return (0, 0);
+        };
+        self.replicas
+            .iter()
+            .filter(|n| **n != self.local)
+            .fold((0, 0), |(records, ms), n| {
+                let f = followers.get(n);
+                let behind = f.map_or(0, |f| (leader_end - f.offset).max(0));
+                let caught_up_ms = f.map_or(*since_ms, |f| f.caught_up_ms);
+                (
+                    records.max(behind),
+                    ms.max(now_ms.saturating_sub(caught_up_ms)),
+                )
+            })
+    }
+
     /// The in-sync set this leader should ask the controller for, if it differs from the
     /// committed one: members not caught up within `lag_max_ms` leave; replicas whose synced
     /// end reached the high watermark (and the start of this leader's epoch) join.
@@ -232,6 +256,8 @@ mod tests {
         );
         r.note_fetch(3, 90, 90, 2700);
         assert_eq!(r.wanted_isr(2700, 1000, 80, 70), Some(vec![1, 2, 3]));
+        // 2 last caught up at 2000 (its fetch at 2500 reached the end it had then, 80 < 90).
+        assert_eq!(r.follower_lag(95, 2800), (15, 800));
     }
 
     #[test]

@@ -155,6 +155,13 @@ impl Partition {
         Ok(())
     }
 
+    /// How far this leader's followers trail it (records, ms); zeros on a follower.
+    pub fn follower_lag(&self) -> (i64, u64) {
+        let end = self.log.borrow().written().offset;
+        let now_ms = self.env.clock.monotonic_ms();
+        self.replicas.borrow().follower_lag(end, now_ms)
+    }
+
     /// The in-sync set this leader should ask the controller for, with the epoch it leads in;
     /// None when the committed one is right (or this node does not lead).
     pub fn wanted_isr(&self, lag_max_ms: u64) -> Option<(i32, Vec<i32>)> {
@@ -226,6 +233,21 @@ impl Partition {
             *hw = (*hw).max(leader_hw);
         }
         self.advance_commit();
+    }
+
+    /// The leader's log start, from a fetch response: what DeleteRecords and retention removed
+    /// on the leader goes here too, as far as this follower has committed.
+    pub async fn learn_leader_log_start(&self, leader_log_start: i64) {
+        let target = leader_log_start.min(self.high_watermark());
+        if target <= self.log_start_offset() || self.is_leader() {
+            return;
+        }
+        if let Err(e) = self.delete_records(target, true).await {
+            log::warn!(
+                "replica of {}: log start {target} not taken: {e:?}",
+                self.name
+            );
+        }
     }
 
     /// Cuts the log at `offset` (the leader's answer to OffsetsForLeaderEpoch), under the

@@ -221,7 +221,8 @@ async fn fetch(
     let resp: FetchResponse = client.call(FETCH_VERSION, &req, CALL_LIMIT).await?;
     let by_key: HashMap<(&str, i32), &Followed> =
         ready.iter().map(|f| ((&*f.topic, f.index), f)).collect();
-    let mut appended: Vec<(&Followed, i64, i64)> = Vec::new();
+    // (partition, its end after this round's append, the leader's high watermark and log start)
+    let mut appended: Vec<(&Followed, i64, i64, i64)> = Vec::new();
     let mut stale = false;
     for t in &resp.responses {
         for p in &t.partitions {
@@ -251,14 +252,15 @@ async fn fetch(
                 },
                 None => f.view.log_end_offset,
             };
-            appended.push((f, end, p.high_watermark));
+            appended.push((f, end, p.high_watermark, p.log_start_offset));
         }
     }
     let deadline_ms = shard.clock().monotonic_ms() + SYNC_LIMIT_MS;
-    for (f, end, leader_hw) in appended {
+    for (f, end, leader_hw, leader_log_start) in appended {
         let deadline = shard.housekeeping_sleep_until(deadline_ms);
         f.partition.wait_synced(end, deadline).await;
         f.partition.learn_leader_high_watermark(leader_hw);
+        f.partition.learn_leader_log_start(leader_log_start).await;
     }
     if stale {
         shard.housekeeping_sleep(BACKOFF_MS).await;

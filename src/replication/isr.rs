@@ -5,7 +5,7 @@
 //! controller has committed it and this node installed it (`Partition::assign`).
 
 use crate::controller::{self, ControllerOp, IsrChange};
-use crate::partition::TopicPartition;
+use crate::partition::{Partition, TopicPartition};
 use crate::shard::Shard;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -26,11 +26,7 @@ pub async fn keep(shard: Rc<Shard>) {
         let now_ms = shard.clock().monotonic_ms();
         let node = shard.catalog().node_id;
         let partitions = shard.partition_list();
-        let under = partitions.iter().filter(|p| p.under_replicated()).count();
-        shard
-            .metrics()
-            .under_replicated_partitions
-            .store(under as u64, std::sync::atomic::Ordering::Relaxed);
+        publish(&shard, &partitions);
         for p in partitions {
             let Some((epoch, isr)) = p.wanted_isr(lag_max_ms) else {
                 asked.remove(&p.id());
@@ -78,4 +74,19 @@ async fn ask(shard: &Rc<Shard>, change: IsrChange, name: &str) {
             None => {}
         }
     }
+}
+
+/// The shard's replication gauges: partitions led here with fewer in-sync replicas than
+/// replicas, and how far the furthest follower of any of them trails (records, ms).
+fn publish(shard: &Shard, partitions: &[Rc<Partition>]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let under = partitions.iter().filter(|p| p.under_replicated()).count();
+    let (records, ms) = partitions
+        .iter()
+        .map(|p| p.follower_lag())
+        .fold((0, 0), |(r, m), (pr, pm)| (r.max(pr), m.max(pm)));
+    let m = shard.metrics();
+    m.under_replicated_partitions.store(under as u64, Relaxed);
+    m.follower_lag_records_max.store(records as u64, Relaxed);
+    m.follower_lag_ms_max.store(ms, Relaxed);
 }

@@ -434,3 +434,30 @@ def test_a_leader_cut_off_from_the_others_acknowledges_nothing_and_truncates_on_
     assert b"stale" not in path(leader).read_bytes()
     got = read_all(bootstrap, "cut", 200)
     assert [v for _, v in got] == [f"c{i}".encode() for i in range(200)]
+
+
+def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster):
+    cluster = make_cluster(3)
+    create_replicated(cluster, "trimmed", 1, 2)
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(100):
+        producer.produce("trimmed", value=f"t{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    admin = cluster.admin(1)  # outlives its futures
+    deleted = admin.delete_records([TopicPartition("trimmed", 0, 60)])
+    assert list(deleted.values())[0].result(15).low_watermark == 60
+    # The followers take the leader's log start from their fetches; a new leader keeps it.
+    leader = partition_state(cluster, 1, "trimmed", 0)[0]
+    time.sleep(1.5)  # a few fetch rounds (500 ms long polls)
+    cluster.nodes[leader].kill()
+    survivors = [n for n in (1, 2, 3) if n != leader]
+    wait_until(lambda: (s := partition_state(cluster, survivors[0], "trimmed", 0)) and s[0] in survivors, 30,
+               "a new leader")
+    c = Consumer({"bootstrap.servers": ",".join(cluster.nodes[n].bootstrap for n in survivors),
+                  "group.id": "trim-check"})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition("trimmed", 0), timeout=20)
+    finally:
+        c.close()
+    assert (low, high) == (60, 100)
