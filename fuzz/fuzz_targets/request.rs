@@ -57,6 +57,10 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::DescribeQuorum => decode::<DescribeQuorumRequest>(body, v),
         ApiKey::OffsetForLeaderEpoch => decode::<OffsetForLeaderEpochRequest>(body, v),
         ApiKey::ElectLeaders => decode::<ElectLeadersRequest>(body, v),
+        ApiKey::AlterPartitionReassignments => {
+            decode::<AlterPartitionReassignmentsRequest>(body, v)
+        }
+        ApiKey::ListPartitionReassignments => decode::<ListPartitionReassignmentsRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

@@ -564,6 +564,13 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
             rebalanced_ms = now_ms;
             rebalance_leaders(&cluster, &shard).await;
         }
+        // Under the controller's lock, like every change computed from the catalog.
+        if cluster
+            .applied
+            .read(|c| !super::reassignment::completions(c).is_empty())
+        {
+            super::execute(&shard, super::ControllerOp::CompleteReassignments).await;
+        }
         if cluster.led_term.replace(status.term) != status.term {
             let mut sessions = cluster.sessions.borrow_mut();
             cluster

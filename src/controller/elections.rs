@@ -160,6 +160,7 @@ mod tests {
                     leader,
                     leader_epoch: 4,
                     isr: isr.to_vec(),
+                    ..Default::default()
                 }],
             }],
             producer_id_block_end: 0,

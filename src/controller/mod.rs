@@ -23,6 +23,7 @@ pub mod messages;
 pub mod placement;
 pub mod quorum;
 pub mod raft_store;
+pub mod reassignment;
 pub mod records;
 
 use crate::clock::Ids;
@@ -85,6 +86,14 @@ pub enum ControllerOp {
         election_type: i8,
         partitions: Vec<(String, i32)>,
     },
+    /// AlterPartitionReassignments (KIP-455): per (topic, index), a target replica list, or
+    /// None to cancel the reassignment in progress.
+    Reassign {
+        partitions: Vec<(String, i32, Option<Vec<i32>>)>,
+    },
+    /// The controller's own pass: completes every reassignment whose added replicas are all
+    /// in sync.
+    CompleteReassignments,
 }
 
 /// A leader's request to change its partition's in-sync replicas.
@@ -128,6 +137,8 @@ impl ControllerOp {
             ControllerOp::AlterBrokerConfigs { .. } => 1,
             ControllerOp::AlterPartition(_) | ControllerOp::ShutdownBroker { .. } => 1,
             ControllerOp::ElectLeaders { partitions, .. } => partitions.len(),
+            ControllerOp::Reassign { partitions } => partitions.len(),
+            ControllerOp::CompleteReassignments => 1,
         }
     }
 }
@@ -298,7 +309,9 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
         }
         op @ (ControllerOp::AlterPartition(_)
         | ControllerOp::ShutdownBroker { .. }
-        | ControllerOp::ElectLeaders { .. }) => replication_op(&mut record, &mut out, op),
+        | ControllerOp::ElectLeaders { .. }
+        | ControllerOp::Reassign { .. }
+        | ControllerOp::CompleteReassignments) => replication_op(&mut record, &mut out, op),
     };
     if out.is_empty() {
         return results;
@@ -353,7 +366,65 @@ fn replication_op(
             }
             outcomes
         }
+        ControllerOp::Reassign { partitions } => partitions
+            .iter()
+            .map(|(topic, index, target)| reassign(record, out, topic, *index, target.as_deref()))
+            .collect(),
+        ControllerOp::CompleteReassignments => {
+            for r in reassignment::completions(record) {
+                log::info!("controller: a reassignment completes: {r:?}");
+                push(record, out, r);
+            }
+            vec![(0, None)]
+        }
         _ => unreachable!("not a replication operation"),
+    }
+}
+
+/// Starts or cancels the reassignment of one partition (see `reassignment.rs`).
+fn reassign(
+    record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
+    topic: &str,
+    index: i32,
+    target: Option<&[i32]>,
+) -> Outcome {
+    let Some(t) = record.topics.iter().find(|t| t.name == topic) else {
+        return err(ResponseError::UnknownTopicOrPartition, "no such topic");
+    };
+    let Some(a) = usize::try_from(index)
+        .ok()
+        .and_then(|i| t.assignment.get(i))
+    else {
+        return err(ResponseError::UnknownTopicOrPartition, "no such partition");
+    };
+    let next = match target {
+        Some(target) => reassignment::start(record, a, target),
+        None => reassignment::cancel(a).map(Some),
+    };
+    match next {
+        Err(outcome) => outcome,
+        Ok(None) => (0, None),
+        Ok(Some(assignment)) => {
+            log::info!(
+                "controller: {topic}-{index} reassigned: replicas {:?} (adding {:?}, removing {:?})",
+                assignment.replicas,
+                assignment.adding,
+                assignment.removing
+            );
+            let (id, epoch) = (t.id, a.leader_epoch);
+            push(
+                record,
+                out,
+                MetadataRecord::SetAssignment {
+                    id,
+                    partition: index,
+                    epoch,
+                    assignment,
+                },
+            );
+            (0, None)
+        }
     }
 }
 
@@ -406,6 +477,7 @@ fn alter_partition(
         MetadataRecord::ChangeIsr {
             id: change.topic_id,
             partition: change.partition,
+            epoch: change.leader_epoch,
             isr: change.isr.clone(),
         },
     );

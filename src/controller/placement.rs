@@ -53,6 +53,7 @@ pub fn assign(
                 leader_epoch: 0,
                 isr: replicas.clone(),
                 replicas,
+                ..Default::default()
             }
         })
         .collect();

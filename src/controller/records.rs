@@ -58,10 +58,21 @@ pub enum MetadataRecord {
         leader: i32,
         isr: Option<Vec<i32>>,
     },
-    /// A partition's in-sync replicas changed (its leader asked: AlterPartition, KIP-497).
+    /// A partition's whole assignment, as a reassignment (KIP-455) starts, completes or is
+    /// cancelled. Computed by the controller from the partition at leader epoch `epoch`; a
+    /// record that meets another epoch (a fence applied in between) changes nothing.
+    SetAssignment {
+        id: [u8; 16],
+        partition: i32,
+        epoch: i32,
+        assignment: PartitionAssignment,
+    },
+    /// A partition's in-sync replicas changed (its leader asked: AlterPartition, KIP-497), in
+    /// leader epoch `epoch`; in another epoch it changes nothing.
     ChangeIsr {
         id: [u8; 16],
         partition: i32,
+        epoch: i32,
         isr: Vec<i32>,
     },
 }
@@ -144,6 +155,17 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
         MetadataRecord::ProducerIdBlock { end } => {
             c.producer_id_block_end = c.producer_id_block_end.max(*end);
         }
+        MetadataRecord::ElectLeader { .. }
+        | MetadataRecord::SetAssignment { .. }
+        | MetadataRecord::ChangeIsr { .. } => apply_to_partition(c, record)?,
+    }
+    Ok(())
+}
+
+/// The records that change one partition's assignment: elections, reassignments, in-sync
+/// set changes.
+fn apply_to_partition(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), String> {
+    match record {
         MetadataRecord::ElectLeader {
             id,
             partition,
@@ -159,8 +181,37 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
             a.leader_epoch += 1;
             a.isr = isr;
         }
-        MetadataRecord::ChangeIsr { id, partition, isr } => {
+        MetadataRecord::SetAssignment {
+            id,
+            partition,
+            epoch,
+            assignment,
+        } => {
+            let within = |v: &[i32]| v.iter().all(|n| assignment.replicas.contains(n));
+            let led = assignment.leader == -1 || assignment.isr.contains(&assignment.leader);
+            let valid = !assignment.isr.is_empty()
+                && led
+                && within(&assignment.isr)
+                && within(&assignment.adding)
+                && within(&assignment.removing);
+            if !valid {
+                return Err(format!("inconsistent assignment {assignment:?}"));
+            }
             let a = assignment_mut(c, id, *partition)?;
+            if a.leader_epoch == *epoch {
+                *a = assignment.clone();
+            }
+        }
+        MetadataRecord::ChangeIsr {
+            id,
+            partition,
+            epoch,
+            isr,
+        } => {
+            let a = assignment_mut(c, id, *partition)?;
+            if a.leader_epoch != *epoch {
+                return Ok(());
+            }
             if isr.is_empty() || isr.iter().any(|n| !a.replicas.contains(n)) {
                 return Err(format!(
                     "in-sync set {isr:?} outside replicas {:?}",
@@ -169,6 +220,7 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
             }
             a.isr = isr.clone();
         }
+        _ => unreachable!("not a partition record"),
     }
     Ok(())
 }
@@ -275,6 +327,7 @@ mod tests {
                     leader: l,
                     leader_epoch: 0,
                     isr: vec![l],
+                    ..Default::default()
                 })
                 .collect(),
         }

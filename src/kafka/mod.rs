@@ -29,6 +29,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
+pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
 
@@ -82,6 +83,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -125,6 +128,8 @@ pub async fn dispatch(
         ApiKey::DescribeCluster => describe_cluster::handle(shard, v, body).await,
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, v, body).await,
         ApiKey::ElectLeaders => elect_leaders::handle(shard, v, body).await,
+        ApiKey::AlterPartitionReassignments => partition_reassignments::alter(shard, v, body).await,
+        ApiKey::ListPartitionReassignments => partition_reassignments::list(shard, v, body).await,
         ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
         ApiKey::FindCoordinator => find_coordinator::handle(shard, v, body).await,
         ApiKey::JoinGroup => join_group::handle(shard, v, body, client_id, peer_host).await,

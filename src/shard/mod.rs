@@ -174,15 +174,19 @@ impl Shard {
         self.router.shard_of(topic, p)
     }
 
-    /// Installs a new catalog: retires and deletes the partitions of topics that are gone,
-    /// opens those this shard now owns, and gives open ones their topic's current settings
-    /// (AlterConfigs), which take effect from the next append or roll.
+    /// Installs a new catalog: retires and deletes the partitions of topics that are gone (or,
+    /// after a reassignment, that this node no longer holds a replica of), opens those this
+    /// shard now owns, and gives open ones their topic's current settings (AlterConfigs), which
+    /// take effect from the next append or roll.
     pub async fn install_catalog(&self, catalog: Arc<Catalog>) {
         let stale: Vec<TopicPartition> = self
             .partitions
             .borrow()
             .keys()
-            .filter(|tp| !catalog.by_id.contains_key(&tp.topic_id))
+            .filter(|tp| match catalog.by_id.get(&tp.topic_id) {
+                None => true,
+                Some(t) => !catalog.holds(t, tp.partition),
+            })
             .copied()
             .collect();
         for tp in stale {

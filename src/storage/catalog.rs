@@ -45,16 +45,23 @@ pub struct TopicRecord {
 }
 
 /// Where one partition lives in a cluster.
-#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(
+    rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq, Default,
+)]
 pub struct PartitionAssignment {
-    /// Node ids, the preferred leader first.
+    /// Node ids, the preferred leader first. During a reassignment: the target replicas, then
+    /// those being removed.
     pub replicas: Vec<i32>,
     /// -1: no leader (every in-sync replica is fenced).
     pub leader: i32,
     pub leader_epoch: i32,
-    /// In-sync replicas. Until partitions replicate (issue 16), only the leader holds the
-    /// data, so only the leader is in sync.
+    /// In-sync replicas: they hold every committed record (`partition/commit.rs`).
     pub isr: Vec<i32>,
+    /// A reassignment in progress (KIP-455): replicas being added (they catch up as
+    /// followers) and replicas to remove once every added one is in sync. Both empty
+    /// otherwise.
+    pub adding: Vec<i32>,
+    pub removing: Vec<i32>,
 }
 
 /// A broker of the cluster, as it registered with the controller.
@@ -566,6 +573,7 @@ mod tests {
             leader: 1,
             leader_epoch: 4,
             isr: vec![1],
+            ..Default::default()
         }];
         let rec = CatalogRecord {
             cluster_id: "c".into(),

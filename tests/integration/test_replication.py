@@ -29,8 +29,8 @@ replica_lag_time_max_ms = 3000
 def make_cluster(tmp_path):
     made = []
 
-    def make(voters: int, config: str = REPLICATED, start: bool = True) -> Cluster:
-        c = Cluster(tmp_path / f"cluster-{len(made)}", voters, 0, config)
+    def make(voters: int, config: str = REPLICATED, start: bool = True, brokers: int = 0) -> Cluster:
+        c = Cluster(tmp_path / f"cluster-{len(made)}", voters, brokers, config)
         made.append(c)
         return c.start() if start else c
 
@@ -461,3 +461,38 @@ def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster)
     finally:
         c.close()
     assert (low, high) == (60, 100)
+
+
+def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replica(make_cluster):
+    import kafka
+    from kafka.admin import KafkaAdminClient
+    cluster = make_cluster(3, brokers=1)
+    cluster.wait_for_brokers({1, 2, 3, 4})
+    cluster.create_topic(1, "moved", 1, 3)
+    wait_until(lambda: all((s := partition_state(cluster, n, "moved", 0)) and s[0] > 0 and s[2] == s[1]
+                           for n in (1, 2, 3, 4)), 30, "the partition led, every replica in sync")
+    leader, replicas, _ = partition_state(cluster, 1, "moved", 0)
+    outsider = next(n for n in (1, 2, 3, 4) if n not in replicas)
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(300):
+        producer.produce("moved", value=f"m{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    # The leader's replica moves to the node that had none.
+    target = [outsider] + [r for r in replicas if r != leader]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        assert admin.alter_partition_reassignments({kafka.TopicPartition("moved", 0): target}) == \
+            {kafka.TopicPartition("moved", 0): None}
+        wait_until(lambda: not admin.list_partition_reassignments(), 60, "the reassignment to complete")
+    finally:
+        admin.close()
+    state = partition_state(cluster, 1, "moved", 0)
+    assert state[1] == sorted(target) and state[2] == sorted(target) and state[0] in target, state
+    # The removed replica's copy is deleted; the new one holds the same bytes as the others.
+    gone = cluster.nodes[leader].data_dir / "moved-0"
+    wait_until(lambda: not gone.exists(), 30, "the old replica deleted")
+    path = lambda n: cluster.nodes[n].data_dir / "moved-0" / "00000000000000000000.log"  # noqa: E731
+    wait_until(lambda: len({path(n).read_bytes() for n in target}) == 1, 30, "identical copies")
+    got = read_all(bootstrap, "moved", 300)
+    assert [v for _, v in got] == [f"m{i}".encode() for i in range(300)]

@@ -1,0 +1,101 @@
+//! AlterPartitionReassignments and ListPartitionReassignments (KIP-455): move a partition's
+//! replicas to other brokers, by the controller (`controller/reassignment.rs`), and list the
+//! moves in progress from this node's catalog.
+
+use super::{decode, encode, str_bytes, Reply};
+use crate::controller::{self, ControllerOp};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
+};
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
+use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
+};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub async fn alter(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: AlterPartitionReassignmentsRequest = decode(body, version)?;
+    let partitions: Vec<(String, i32, Option<Vec<i32>>)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let target = p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect());
+                (t.name.0.to_string(), p.partition_index, target)
+            })
+        })
+        .collect();
+    let n = partitions.len();
+    let op = ControllerOp::Reassign {
+        partitions: partitions.clone(),
+    };
+    let outcomes = controller::submit(shard, op)
+        .await
+        .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n]);
+    let mut topics: Vec<ReassignableTopicResponse> = Vec::new();
+    for ((topic, index, _), (code, message)) in partitions.into_iter().zip(outcomes) {
+        let r = ReassignablePartitionResponse::default()
+            .with_partition_index(index)
+            .with_error_code(code)
+            .with_error_message(message.as_deref().map(str_bytes));
+        match topics.last_mut() {
+            Some(t) if *t.name.0 == *topic => t.partitions.push(r),
+            _ => topics.push(
+                ReassignableTopicResponse::default()
+                    .with_name(TopicName(str_bytes(&topic)))
+                    .with_partitions(vec![r]),
+            ),
+        }
+    }
+    encode(
+        &AlterPartitionReassignmentsResponse::default().with_responses(topics),
+        version,
+    )
+}
+
+pub async fn list(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: ListPartitionReassignmentsRequest = decode(body, version)?;
+    let catalog = shard.catalog();
+    let wanted = |topic: &str, p: i32| {
+        req.topics.as_ref().is_none_or(|ts| {
+            ts.iter()
+                .any(|t| *t.name.0 == *topic && t.partition_indexes.contains(&p))
+        })
+    };
+    let ids = |v: &[i32]| v.iter().map(|&n| BrokerId(n)).collect::<Vec<_>>();
+    let mut topics: Vec<OngoingTopicReassignment> = catalog
+        .topics
+        .values()
+        .filter_map(|t| {
+            let partitions: Vec<OngoingPartitionReassignment> = (0..t.record.partitions as i32)
+                .filter_map(|p| t.assignment(p).map(|a| (p, a)))
+                .filter(|(p, a)| {
+                    (!a.adding.is_empty() || !a.removing.is_empty()) && wanted(&t.name, *p)
+                })
+                .map(|(p, a)| {
+                    OngoingPartitionReassignment::default()
+                        .with_partition_index(p)
+                        .with_replicas(ids(&a.replicas))
+                        .with_adding_replicas(ids(&a.adding))
+                        .with_removing_replicas(ids(&a.removing))
+                })
+                .collect();
+            (!partitions.is_empty()).then(|| {
+                OngoingTopicReassignment::default()
+                    .with_name(TopicName(str_bytes(&t.name)))
+                    .with_partitions(partitions)
+            })
+        })
+        .collect();
+    topics.sort_by(|a, b| a.name.0.cmp(&b.name.0));
+    encode(
+        &ListPartitionReassignmentsResponse::default().with_topics(topics),
+        version,
+    )
+}
