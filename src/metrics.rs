@@ -66,6 +66,7 @@ pub struct ShardMetrics {
     /// How far the furthest follower of a partition led here trails: records, and ms since it
     /// last caught up.
     pub follower_lag_records_max: AtomicU64,
+    pub follower_lag_bytes_max: AtomicU64,
     pub follower_lag_ms_max: AtomicU64,
     pub isr_shrinks: AtomicU64,
     pub isr_expands: AtomicU64,
@@ -96,6 +97,7 @@ impl Default for ShardMetrics {
             groups_refused: AtomicU64::new(0),
             under_replicated_partitions: AtomicU64::new(0),
             follower_lag_records_max: AtomicU64::new(0),
+            follower_lag_bytes_max: AtomicU64::new(0),
             follower_lag_ms_max: AtomicU64::new(0),
             isr_shrinks: AtomicU64::new(0),
             isr_expands: AtomicU64::new(0),
@@ -424,6 +426,12 @@ const PER_SHARD: &[PerShard] = &[
         "Records the furthest follower of a partition led here is behind its leader.",
         "gauge",
         |m| &m.follower_lag_records_max,
+    ),
+    (
+        "sluice_follower_lag_bytes_max",
+        "Bytes the furthest follower of a partition led here is behind its leader.",
+        "gauge",
+        |m| &m.follower_lag_bytes_max,
     ),
     (
         "sluice_follower_lag_ms_max",

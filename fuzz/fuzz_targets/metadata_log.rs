@@ -16,7 +16,7 @@ fn built(data: &[u8]) -> Vec<MetadataRecord> {
         .map(|c| {
             let id = [c[0] % 4; 16];
             let n = *c.get(1).unwrap_or(&0) as i32 % 5;
-            match c[0] % 8 {
+            match c[0] % 12 {
                 0 => MetadataRecord::ClusterId(format!("c{n}")),
                 1 => MetadataRecord::RegisterBroker(BrokerRecord {
                     node_id: n,
@@ -40,6 +40,7 @@ fn built(data: &[u8]) -> Vec<MetadataRecord> {
                         leader: n,
                         leader_epoch: 0,
                         isr: vec![n],
+                        ..Default::default()
                     }],
                 }),
                 4 => MetadataRecord::DeleteTopic { id },
@@ -51,6 +52,31 @@ fn built(data: &[u8]) -> Vec<MetadataRecord> {
                 6 => MetadataRecord::SetTopicConfigs {
                     id,
                     configs: vec![("retention.ms".into(), n.to_string())],
+                },
+                7 => MetadataRecord::ElectLeader {
+                    id,
+                    partition: n % 2,
+                    leader: n,
+                    isr: (c.len() % 2 == 0).then(|| vec![n]),
+                },
+                8 => MetadataRecord::ChangeIsr {
+                    id,
+                    partition: n % 2,
+                    epoch: n % 3,
+                    isr: vec![n, (n + 1) % 5],
+                },
+                9 => MetadataRecord::SetAssignment {
+                    id,
+                    partition: n % 2,
+                    epoch: n % 3,
+                    assignment: PartitionAssignment {
+                        replicas: vec![n, n + 1, n + 2],
+                        leader: if c.len() > 2 { n } else { -1 },
+                        leader_epoch: n,
+                        isr: vec![n],
+                        adding: vec![n + 2],
+                        removing: vec![n + 1],
+                    },
                 },
                 _ => MetadataRecord::ProducerIdBlock { end: n as i64 },
             }

@@ -6,7 +6,10 @@
 //! CreateTopics of three topics) is one entry. Entries are versioned rkyv; a node refuses an
 //! entry of a newer version by name rather than misreading it.
 
-use crate::storage::catalog::{BrokerRecord, CatalogRecord, PartitionAssignment, TopicRecord};
+use crate::storage::catalog::{
+    scope_configs, BrokerRecord, CatalogRecord, PartitionAssignment, TopicRecord,
+};
+use crate::storage::topic_config::UNCLEAN_LEADER_ELECTION;
 
 /// The entry format this Sluice writes, and the newest it reads.
 const FORMAT_VERSION: u8 = 1;
@@ -246,7 +249,8 @@ fn assignment_mut<'a>(
 }
 
 /// A broker (re)registers: its record replaced, unfenced, and leaderless partitions it holds in
-/// sync led by it again (a new leader epoch).
+/// sync led by it again (a new leader epoch); where the topic allows unclean elections, also
+/// leaderless partitions it holds out of sync.
 fn register(c: &mut CatalogRecord, b: &BrokerRecord) {
     let mut b = b.clone();
     b.fenced = false;
@@ -257,10 +261,19 @@ fn register(c: &mut CatalogRecord, b: &BrokerRecord) {
             c.brokers.sort_by_key(|x| x.node_id);
         }
     }
-    for a in c.topics.iter_mut().flat_map(|t| t.assignment.iter_mut()) {
-        if a.leader == -1 && a.isr.contains(&b.node_id) {
-            a.leader = b.node_id;
-            a.leader_epoch += 1;
+    let cluster_unclean = unclean_allowed(scope_configs(&c.broker_configs, ""));
+    for t in c.topics.iter_mut() {
+        let unclean = unclean_allowed(&t.configs).unwrap_or(cluster_unclean.unwrap_or(false));
+        for a in t.assignment.iter_mut().filter(|a| a.leader == -1) {
+            if a.isr.contains(&b.node_id) {
+                a.leader = b.node_id;
+                a.leader_epoch += 1;
+            } else if unclean && a.replicas.contains(&b.node_id) {
+                // No in-sync replica is back; the topic prefers availability.
+                a.leader = b.node_id;
+                a.leader_epoch += 1;
+                a.isr = vec![b.node_id];
+            }
         }
     }
 }
@@ -283,20 +296,40 @@ fn fence(c: &mut CatalogRecord, node_id: i32, incarnation: u64) {
         .filter(|b| !b.fenced)
         .map(|b| b.node_id)
         .collect();
-    for a in c.topics.iter_mut().flat_map(|t| t.assignment.iter_mut()) {
-        if a.isr.len() > 1 {
-            a.isr.retain(|n| *n != node_id);
-        }
-        if a.leader == node_id {
+    let cluster_unclean = unclean_allowed(scope_configs(&c.broker_configs, ""));
+    for t in c.topics.iter_mut() {
+        let unclean = unclean_allowed(&t.configs).unwrap_or(cluster_unclean.unwrap_or(false));
+        for a in t.assignment.iter_mut() {
+            if a.isr.len() > 1 {
+                a.isr.retain(|n| *n != node_id);
+            }
+            if a.leader != node_id {
+                continue;
+            }
+            a.leader_epoch += 1;
             a.leader = a
                 .isr
                 .iter()
                 .copied()
                 .find(|n| live.contains(n))
                 .unwrap_or(-1);
-            a.leader_epoch += 1;
+            if a.leader == -1 && unclean {
+                // The topic allows an unclean election: a live replica that may lack records.
+                if let Some(n) = a.replicas.iter().copied().find(|n| live.contains(n)) {
+                    a.leader = n;
+                    a.isr = vec![n];
+                }
+            }
         }
     }
+}
+
+/// `unclean.leader.election.enable` among these overrides, if set.
+fn unclean_allowed(configs: &[(String, String)]) -> Option<bool> {
+    configs
+        .iter()
+        .find(|(k, _)| k == UNCLEAN_LEADER_ELECTION)
+        .map(|(_, v)| v == "true")
 }
 
 #[cfg(test)]
@@ -391,6 +424,36 @@ mod tests {
         assert_eq!((p0.leader, p0.leader_epoch), (1, 2));
         assert!(!c.brokers[0].fenced);
         assert_eq!(c.brokers[0].incarnation, 2);
+    }
+
+    #[test]
+    fn fencing_the_last_in_sync_replica_elects_another_only_where_unclean_is_allowed() {
+        let mut c = empty();
+        let mut strict = topic("strict", 1, &[1]);
+        let mut loose = topic("loose", 2, &[1]);
+        loose.configs = vec![(UNCLEAN_LEADER_ELECTION.into(), "true".into())];
+        for t in [&mut strict, &mut loose] {
+            t.assignment[0].isr = vec![1];
+        }
+        let setup = [
+            MetadataRecord::RegisterBroker(broker(1, 1)),
+            MetadataRecord::RegisterBroker(broker(2, 1)),
+            MetadataRecord::CreateTopic(strict),
+            MetadataRecord::CreateTopic(loose),
+        ];
+        apply(&mut c, &setup).unwrap();
+        let fence = MetadataRecord::FenceBroker {
+            node_id: 1,
+            incarnation: 1,
+        };
+        apply(&mut c, &[fence]).unwrap();
+        let (s, l) = (&c.topics[0].assignment[0], &c.topics[1].assignment[0]);
+        assert_eq!(
+            (s.leader, &s.isr[..]),
+            (-1, &[1][..]),
+            "no leader without its data"
+        );
+        assert_eq!((l.leader, &l.isr[..], l.leader_epoch), (2, &[2][..], 1));
     }
 
     #[test]

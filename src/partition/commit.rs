@@ -115,28 +115,28 @@ impl Replicas {
         true
     }
 
-    /// How far this leader's followers trail it: the most records any is behind `leader_end`
-    /// (of those heard from), and the longest since any last caught up (ms).
+    /// How far this leader's followers trail it: the lowest offset any (heard from) has
+    /// reached, `leader_end` if none trails, and the longest since any last caught up (ms).
     pub fn follower_lag(&self, leader_end: i64, now_ms: u64) -> (i64, u64) {
         let Role::Leader {
             followers,
             since_ms,
         } = &self.role
         else {
-            return (0, 0);
+            return (leader_end, 0);
         };
-        self.replicas
-            .iter()
-            .filter(|n| **n != self.local)
-            .fold((0, 0), |(records, ms), n| {
+        self.replicas.iter().filter(|n| **n != self.local).fold(
+            (leader_end, 0),
+            |(lowest, ms), n| {
                 let f = followers.get(n);
-                let behind = f.map_or(0, |f| (leader_end - f.offset).max(0));
+                let reached = f.map_or(leader_end, |f| f.offset.min(leader_end));
                 let caught_up_ms = f.map_or(*since_ms, |f| f.caught_up_ms);
                 (
-                    records.max(behind),
+                    lowest.min(reached),
                     ms.max(now_ms.saturating_sub(caught_up_ms)),
                 )
-            })
+            },
+        )
     }
 
     /// The in-sync set this leader should ask the controller for, if it differs from the
@@ -257,7 +257,7 @@ mod tests {
         r.note_fetch(3, 90, 90, 2700);
         assert_eq!(r.wanted_isr(2700, 1000, 80, 70), Some(vec![1, 2, 3]));
         // 2 last caught up at 2000 (its fetch at 2500 reached the end it had then, 80 < 90).
-        assert_eq!(r.follower_lag(95, 2800), (15, 800));
+        assert_eq!(r.follower_lag(95, 2800), (80, 800));
     }
 
     #[test]

@@ -155,11 +155,19 @@ impl Partition {
         Ok(())
     }
 
-    /// How far this leader's followers trail it (records, ms); zeros on a follower.
-    pub fn follower_lag(&self) -> (i64, u64) {
-        let end = self.log.borrow().written().offset;
+    /// How far this leader's furthest follower trails it: (records, bytes, ms since it last
+    /// caught up); zeros on a follower.
+    pub fn follower_lag(&self) -> (i64, u64, u64) {
+        let log = self.log.borrow();
+        let end = log.written().offset;
         let now_ms = self.env.clock.monotonic_ms();
-        self.replicas.borrow().follower_lag(end, now_ms)
+        let (lowest, ms) = self.replicas.borrow().follower_lag(end, now_ms);
+        let bytes = if lowest < end {
+            log.bytes_after(lowest).saturating_sub(log.bytes_after(end))
+        } else {
+            0
+        };
+        (end - lowest, bytes, ms)
     }
 
     /// The in-sync set this leader should ask the controller for, with the epoch it leads in;

@@ -77,16 +77,19 @@ async fn ask(shard: &Rc<Shard>, change: IsrChange, name: &str) {
 }
 
 /// The shard's replication gauges: partitions led here with fewer in-sync replicas than
-/// replicas, and how far the furthest follower of any of them trails (records, ms).
+/// replicas, and how far the furthest follower of any of them trails (records, bytes, ms).
 fn publish(shard: &Shard, partitions: &[Rc<Partition>]) {
     use std::sync::atomic::Ordering::Relaxed;
     let under = partitions.iter().filter(|p| p.under_replicated()).count();
-    let (records, ms) = partitions
+    let (records, bytes, ms) = partitions
         .iter()
         .map(|p| p.follower_lag())
-        .fold((0, 0), |(r, m), (pr, pm)| (r.max(pr), m.max(pm)));
+        .fold((0, 0, 0), |(r, b, m), (pr, pb, pm)| {
+            (r.max(pr), b.max(pb), m.max(pm))
+        });
     let m = shard.metrics();
     m.under_replicated_partitions.store(under as u64, Relaxed);
     m.follower_lag_records_max.store(records as u64, Relaxed);
+    m.follower_lag_bytes_max.store(bytes, Relaxed);
     m.follower_lag_ms_max.store(ms, Relaxed);
 }

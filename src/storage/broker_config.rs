@@ -89,6 +89,10 @@ pub const DYNAMIC: &[DynamicKey] = &[
     topic("log.flush.interval.messages", "flush.messages"),
     topic("log.flush.interval.ms", "flush.ms"),
     topic("log.preallocate", "preallocate"),
+    topic(
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+    ),
     DynamicKey {
         name: "max.connections",
         target: Target::Broker {

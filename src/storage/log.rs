@@ -343,6 +343,24 @@ impl PartitionLog {
         self.synced
     }
 
+    /// Bytes of the log from `offset` to the written end (a follower's lag): exact in the
+    /// segments after `offset`'s, within an index interval in its own.
+    pub fn bytes_after(&self, offset: i64) -> u64 {
+        let i = self
+            .segments
+            .partition_point(|s| s.meta.base_offset <= offset)
+            .max(1)
+            - 1;
+        let s = &self.segments[i];
+        let relative = (offset - s.meta.base_offset).clamp(0, u32::MAX as i64) as u32;
+        let (_, position) = s.meta.offset_index.lookup(relative);
+        let rest: u64 = self.segments[i + 1..]
+            .iter()
+            .map(|s| s.meta.size_bytes)
+            .sum();
+        s.meta.size_bytes.saturating_sub(position as u64) + rest
+    }
+
     /// The end of the bytes whose write has completed: what followers may fetch.
     pub fn written(&self) -> LogPosition {
         self.written

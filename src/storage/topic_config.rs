@@ -33,6 +33,9 @@ pub struct Key {
     pub read: fn(&TopicConfig) -> String,
 }
 
+/// The topic key (and dynamic broker default) that allows unclean leader elections.
+pub const UNCLEAN_LEADER_ELECTION: &str = "unclean.leader.election.enable";
+
 /// The resolved configuration of a topic: defaults with its overrides applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicConfig {
@@ -75,6 +78,9 @@ pub struct TopicConfig {
     pub message_format_version: String,
     /// Accepted and reported, no effect: segments grow as they are written.
     pub preallocate: bool,
+    /// Whether the controller may elect a replica that is not in sync when the last in-sync
+    /// one is gone (losing what only it held): Kafka's default, false.
+    pub unclean_leader_election: bool,
     /// Accepted and reported; no effect until partitions are replicated.
     pub leader_replication_throttled_replicas: String,
     pub follower_replication_throttled_replicas: String,
@@ -328,6 +334,17 @@ pub const KEYS: &[Key] = &[
         read: |c| c.preallocate.to_string(),
     },
     Key {
+        name: UNCLEAN_LEADER_ELECTION,
+        kind: Kind::Boolean,
+        read_only: false,
+        apply: |c, v| {
+            c.unclean_leader_election =
+                one_of(UNCLEAN_LEADER_ELECTION, v, &["true", "false"])? == "true";
+            Ok(())
+        },
+        read: |c| c.unclean_leader_election.to_string(),
+    },
+    Key {
         name: "leader.replication.throttled.replicas",
         kind: Kind::List,
         read_only: false,
@@ -408,6 +425,7 @@ impl TopicConfig {
             flush_ms: i64::MAX,
             message_format_version: DEFAULT_MESSAGE_FORMAT_VERSION.to_string(),
             preallocate: false,
+            unclean_leader_election: false,
             leader_replication_throttled_replicas: String::new(),
             follower_replication_throttled_replicas: String::new(),
         }
@@ -482,6 +500,7 @@ mod tests {
             ("flush.ms", "1000"),
             ("message.format.version", "2.8-IV1"),
             ("preallocate", "true"),
+            (UNCLEAN_LEADER_ELECTION, "true"),
             ("leader.replication.throttled.replicas", "0:1,1:2"),
             ("follower.replication.throttled.replicas", "*"),
         ];

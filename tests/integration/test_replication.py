@@ -496,3 +496,43 @@ def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replic
     wait_until(lambda: len({path(n).read_bytes() for n in target}) == 1, 30, "identical copies")
     got = read_all(bootstrap, "moved", 300)
     assert [v for _, v in got] == [f"m{i}".encode() for i in range(300)]
+
+
+def test_an_unclean_election_happens_only_where_the_topic_allows_it(make_cluster):
+    import kafka
+    from kafka.admin import KafkaAdminClient
+    from confluent_kafka.admin import ConfigResource
+    # Voters 1-3 keep the controller up; the partitions live on brokers 4 and 5.
+    cluster = make_cluster(3, brokers=2)
+    cluster.wait_for_brokers({1, 2, 3, 4, 5})
+    admin = cluster.admin(1)  # outlives its futures
+    for name, unclean in (("strict", "false"), ("loose", "true")):
+        cluster.create_topic(1, name, 1, 2)
+        res = ConfigResource("topic", name, set_config={"unclean.leader.election.enable": unclean})
+        admin.alter_configs([res])[res].result(15)
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    mover = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        mover.alter_partition_reassignments({kafka.TopicPartition(t, 0): [4, 5] for t in ("strict", "loose")})
+        wait_until(lambda: all((s := partition_state(cluster, 1, t, 0)) and s[1] == [4, 5] and s[2] == [4, 5]
+                               for t in ("strict", "loose")), 60, "both partitions on 4 and 5, in sync")
+    finally:
+        mover.close()
+    # 4, the first replica, leads both (a preferred election where the move left 5 leading).
+    from confluent_kafka import ElectionType
+    admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(t, 0) for t in ("strict", "loose")]).result(15)
+    wait_until(lambda: all(partition_state(cluster, 1, t, 0)[0] == 4 for t in ("strict", "loose")), 15,
+               "4 leading both")
+    # 5 falls out of sync (frozen past its session), then 4, the last in-sync replica, dies.
+    cluster.nodes[5].proc.send_signal(signal.SIGSTOP)
+    wait_until(lambda: all(partition_state(cluster, 1, t, 0)[2] == [4] for t in ("strict", "loose")), 30,
+               "5 out of the in-sync sets")
+    cluster.nodes[4].kill()
+    wait_until(lambda: all(partition_state(cluster, 1, t, 0)[0] == -1 for t in ("strict", "loose")), 30,
+               "no leader while no replica is live")
+    # 5 returns: only the topic that allows it elects 5, losing what only 4 held.
+    cluster.nodes[5].proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: partition_state(cluster, 1, "loose", 0)[0] == 5, 30, "an unclean election of 5")
+    assert partition_state(cluster, 1, "loose", 0)[2] == [5]
+    time.sleep(1)
+    assert partition_state(cluster, 1, "strict", 0)[:3:2] == (-1, [4]), "strict waits for its data"
