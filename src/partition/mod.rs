@@ -134,6 +134,9 @@ pub struct Partition {
     /// Bumped each time this node becomes the partition's leader, so that state built from
     /// the log while leading (the group coordinator's) knows when to load it again.
     leader_generation: Cell<u64>,
+    /// The high watermark last checkpointed (`hw_checkpoint.rs`); Some(i64::MAX) for a lone
+    /// copy, which never checkpoints (its whole recovered log is committed).
+    hw_checkpointed: Cell<Option<i64>>,
     /// The topic's `max.message.bytes`: the largest batch an append takes.
     max_message_bytes: Cell<u32>,
     /// The topic's record rules and codec (see `ingest.rs`).
@@ -180,7 +183,11 @@ impl Partition {
             .map_or(crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH, |a| {
                 a.leader_epoch
             });
-        let log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
+        let mut log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
+        let replicated = topic.assignment(index).is_some();
+        if replicated {
+            log.restart_high_watermark(crate::storage::hw_checkpoint::read(&dir));
+        }
         if fresh {
             crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;
             crate::storage::log::sync_dir(&dir).await?;
@@ -201,6 +208,7 @@ impl Partition {
             min_insync_replicas: Cell::new(topic.config.min_insync_replicas),
             epoch_start: Cell::new(0),
             leader_generation: Cell::new(0),
+            hw_checkpointed: Cell::new(if replicated { None } else { Some(i64::MAX) }),
             max_message_bytes: Cell::new(topic.config.max_message_bytes),
             rules: Cell::new(ingest::Rules::of(&topic.config)),
             queued_for_sync: Cell::new(false),
@@ -620,6 +628,25 @@ impl Partition {
         let _turn = self.append_lock.lock().await;
         if let Err(e) = PartitionLog::close(&self.log).await {
             log::error!("closing {}: {e}", self.name);
+        }
+        self.checkpoint_high_watermark();
+    }
+
+    /// Writes a replicated partition's high watermark next to its log if it moved since the
+    /// last time (see `hw_checkpoint.rs`).
+    pub fn checkpoint_high_watermark(&self) {
+        let (dir, hw) = {
+            let log = self.log.borrow();
+            (log.dir.clone(), log.hw_position())
+        };
+        if self.hw_checkpointed.get().is_some_and(|c| c >= hw.offset) || self.is_failed() {
+            return;
+        }
+        match crate::storage::hw_checkpoint::write(&dir, hw) {
+            Ok(()) => self.hw_checkpointed.set(Some(hw.offset)),
+            Err(e) => self
+                .env
+                .storage_error(&self.name, "checkpointing the high watermark", &e),
         }
     }
 }

@@ -395,6 +395,7 @@ async fn run_shard(
     glommio::spawn_local(shard.clone().compact_logs()).detach();
     if config.is_clustered() {
         glommio::spawn_local(crate::replication::run(shard.clone())).detach();
+        glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
     }
     serve_clients(&shard, start.limits).await?;
     drain(&shard).await;

@@ -65,6 +65,18 @@ impl Shard {
         }
     }
 
+    /// Checkpoints replicated partitions' high watermarks every 5 s (Kafka's
+    /// replica.high.watermark.checkpoint.interval.ms).
+    pub async fn checkpoint_high_watermarks(self: Rc<Self>) {
+        const PERIOD_MS: u64 = 5_000;
+        while !self.is_shutting_down() {
+            self.housekeeping_sleep(PERIOD_MS).await;
+            for p in self.partition_list() {
+                p.checkpoint_high_watermark();
+            }
+        }
+    }
+
     /// Sleeps `period_ms` on the timing wheel, outside the bound on parked client operations;
     /// on a plain timer if the wheel refuses (a deadline past its range).
     pub async fn housekeeping_sleep(&self, period_ms: u64) {

@@ -333,6 +333,30 @@ impl PartitionLog {
         self.high_watermark.offset
     }
 
+    /// After a restart of a replicated log: the high watermark goes back from the recovered
+    /// log end to `checkpoint` when that lies within this log, else to the log start when
+    /// that begins a segment (see `hw_checkpoint.rs`). Called before the log serves anything.
+    pub fn restart_high_watermark(&mut self, checkpoint: Option<LogPosition>) {
+        let within = |p: &LogPosition| {
+            p.offset >= self.log_start_offset
+                && p.offset <= self.high_watermark.offset
+                && self.segments.iter().any(|s| {
+                    s.meta.base_offset == p.segment_base
+                        && p.file_position <= s.meta.size_bytes
+                        && p.offset <= s.meta.next_offset
+                })
+        };
+        let first = &self.segments[0].meta;
+        let start = (self.log_start_offset == first.base_offset).then_some(LogPosition {
+            offset: first.base_offset,
+            segment_base: first.base_offset,
+            file_position: 0,
+        });
+        if let Some(hw) = checkpoint.filter(within).or(start) {
+            self.high_watermark = hw;
+        }
+    }
+
     /// The high watermark with its place in the log: the bound of consumers' reads.
     pub fn hw_position(&self) -> LogPosition {
         self.high_watermark

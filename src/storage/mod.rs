@@ -3,6 +3,7 @@ pub mod broker_config;
 pub mod catalog;
 pub mod compaction;
 pub mod epochs;
+pub mod hw_checkpoint;
 pub mod index;
 pub mod log;
 pub mod producer_state;

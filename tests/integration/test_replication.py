@@ -536,3 +536,37 @@ def test_an_unclean_election_happens_only_where_the_topic_allows_it(make_cluster
     assert partition_state(cluster, 1, "loose", 0)[2] == [5]
     time.sleep(1)
     assert partition_state(cluster, 1, "strict", 0)[:3:2] == (-1, [4]), "strict waits for its data"
+
+
+def test_a_restarted_leader_does_not_serve_its_uncommitted_tail(make_cluster):
+    cluster = make_cluster(3)
+    create_replicated(cluster, "tail", 1, 1)
+    leader = partition_state(cluster, 1, "tail", 0)[0]
+    others = [n for n in (1, 2, 3) if n != leader]
+    port = cluster.nodes[leader].port
+    producer = Producer({"bootstrap.servers": cluster.nodes[leader].bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce("tail", value=f"k{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    # The followers freeze; acks=1 records reach the leader's log only, never committed.
+    for n in others:
+        cluster.nodes[n].proc.send_signal(signal.SIGSTOP)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        for i in range(5):
+            s.sendall(kw.request(0, 3, i, kw.produce_v3("tail", 0, kw.record_batch([b"u"] * 10), acks=1)))
+            assert kw.produce_v3_error_code(kw.read_response(s))[0] == 0
+
+    def high_watermark():
+        c = Consumer({"bootstrap.servers": cluster.nodes[leader].bootstrap, "group.id": "hw"})
+        try:
+            return c.get_watermark_offsets(TopicPartition("tail", 0), timeout=20)[1]
+        finally:
+            c.close()
+
+    assert high_watermark() == 100
+    # SIGKILL and restart: the recovered log ends at 150, but only 100 were ever committed.
+    cluster.nodes[leader].kill()
+    cluster.nodes[leader].start()
+    assert high_watermark() <= 100
+    for n in others:
+        cluster.nodes[n].proc.send_signal(signal.SIGCONT)

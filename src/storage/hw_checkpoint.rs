@@ -1,0 +1,57 @@
+//! A replicated partition's high watermark, checkpointed next to its segments (Kafka's
+//! replication-offset-checkpoint), so that a restart does not count the recovered log end as
+//! committed: in a cluster, a tail this node wrote may never have reached the other in-sync
+//! replicas, and a consumer must not read it before they have it.
+//!
+//! Written every few seconds and at clean close, by rename without fsync: a stale or lost
+//! checkpoint only makes the restarted high watermark lower (the log start at worst), which
+//! the followers' next fetches move up again.
+
+use super::log::LogPosition;
+use std::path::Path;
+
+const FILE: &str = "high-watermark-checkpoint";
+
+/// The checkpoint in `dir`, if there is a readable one.
+pub fn read(dir: &Path) -> Option<LogPosition> {
+    let text = std::fs::read_to_string(dir.join(FILE)).ok()?;
+    let mut parts = text.split_whitespace().map(str::parse::<i64>);
+    let (Some(Ok(offset)), Some(Ok(segment_base)), Some(Ok(position))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some(LogPosition {
+        offset,
+        segment_base,
+        file_position: u64::try_from(position).ok()?,
+    })
+}
+
+/// Replaces the checkpoint (write, rename; see the module doc for why no fsync).
+pub fn write(dir: &Path, hw: LogPosition) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let text = format!("{} {} {}\n", hw.offset, hw.segment_base, hw.file_position);
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, dir.join(FILE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_round_trip_and_garbage_reads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()), None);
+        let hw = LogPosition {
+            offset: 120,
+            segment_base: 100,
+            file_position: 4096,
+        };
+        write(dir.path(), hw).unwrap();
+        assert_eq!(read(dir.path()), Some(hw));
+        std::fs::write(dir.path().join(FILE), "12 x").unwrap();
+        assert_eq!(read(dir.path()), None);
+    }
+}
