@@ -39,11 +39,11 @@ from cluster import metadata_v1  # noqa: E402
 from matrix import BINARY, bench, free_port, listening  # noqa: E402
 
 
-def create_topic(port: int, name: str, replicas: int = 3) -> int:
+def create_topic(port: int, name: str, replicas: int = 3, partitions: int = 1) -> int:
     """The error code of one CreateTopics v2 sent to the node on `port` (-1: no answer)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
-            s.sendall(kw.create_topics_v2(name, 1, replicas))
+            s.sendall(kw.create_topics_v2(name, partitions, replicas))
             return kw.create_topics_v2_result(kw.read_response(s))[0]
     except OSError:
         return -1
@@ -168,9 +168,7 @@ def throughput(nodes, rounds: int, root: Path):
         runs = {1: [], 3: []}
         for rf in runs:
             topic = f"{'rate' if opts else 'full'}-rf{rf}"
-            with socket.create_connection(("127.0.0.1", nodes[controller].port), timeout=15) as s:
-                s.sendall(kw.create_topics_v2(topic, 3, rf))
-                assert kw.create_topics_v2_result(kw.read_response(s))[0] == 0
+            assert create_topic(nodes[controller].port, topic, rf, partitions=3) == 0
         for r in range(rounds):
             for rf in runs:
                 topic = f"{'rate' if opts else 'full'}-rf{rf}"
@@ -186,9 +184,7 @@ def throughput(nodes, rounds: int, root: Path):
 
 def partition_failover(nodes, trials):
     controller = wait_for_three(nodes)
-    with socket.create_connection(("127.0.0.1", nodes[controller].port), timeout=15) as s:
-        s.sendall(kw.create_topics_v2("fo", 1, 3))
-        assert kw.create_topics_v2_result(kw.read_response(s))[0] == 0
+    assert create_topic(nodes[controller].port, "fo") == 0
     ms = []
     for trial in range(trials):
         leader = wait_in_sync(nodes, "fo")

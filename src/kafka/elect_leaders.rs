@@ -3,10 +3,11 @@
 
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp};
+use crate::protocol::topics::group_by_topic;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
-use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
@@ -37,21 +38,24 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let outcomes = controller::submit(shard, op)
         .await
         .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); partitions.len()]);
-    let mut results: Vec<ReplicaElectionResult> = Vec::new();
-    for ((topic, index), (code, message)) in partitions.into_iter().zip(outcomes) {
-        let r = PartitionResult::default()
-            .with_partition_id(index)
-            .with_error_code(code)
-            .with_error_message(message.as_deref().map(str_bytes));
-        match results.last_mut() {
-            Some(last) if *last.topic.0 == *topic => last.partition_result.push(r),
-            _ => results.push(
-                ReplicaElectionResult::default()
-                    .with_topic(TopicName(str_bytes(&topic)))
-                    .with_partition_result(vec![r]),
-            ),
-        }
-    }
+    let answers = partitions
+        .into_iter()
+        .zip(outcomes)
+        .map(|((topic, index), (code, message))| {
+            let r = PartitionResult::default()
+                .with_partition_id(index)
+                .with_error_code(code)
+                .with_error_message(message.as_deref().map(str_bytes));
+            (topic, r)
+        });
+    let results = group_by_topic(answers)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            ReplicaElectionResult::default()
+                .with_topic(topic)
+                .with_partition_result(partitions)
+        })
+        .collect();
     encode(
         &ElectLeadersResponse::default().with_replica_election_results(results),
         version,

@@ -4,6 +4,7 @@
 
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp};
+use crate::protocol::topics::group_by_topic;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
@@ -38,21 +39,25 @@ pub async fn alter(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Resu
     let outcomes = controller::submit(shard, op)
         .await
         .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n]);
-    let mut topics: Vec<ReassignableTopicResponse> = Vec::new();
-    for ((topic, index, _), (code, message)) in partitions.into_iter().zip(outcomes) {
-        let r = ReassignablePartitionResponse::default()
-            .with_partition_index(index)
-            .with_error_code(code)
-            .with_error_message(message.as_deref().map(str_bytes));
-        match topics.last_mut() {
-            Some(t) if *t.name.0 == *topic => t.partitions.push(r),
-            _ => topics.push(
-                ReassignableTopicResponse::default()
-                    .with_name(TopicName(str_bytes(&topic)))
-                    .with_partitions(vec![r]),
-            ),
-        }
-    }
+    let answers =
+        partitions
+            .into_iter()
+            .zip(outcomes)
+            .map(|((topic, index, _), (code, message))| {
+                let r = ReassignablePartitionResponse::default()
+                    .with_partition_index(index)
+                    .with_error_code(code)
+                    .with_error_message(message.as_deref().map(str_bytes));
+                (topic, r)
+            });
+    let topics = group_by_topic(answers)
+        .into_iter()
+        .map(|(name, partitions)| {
+            ReassignableTopicResponse::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
     encode(
         &AlterPartitionReassignmentsResponse::default().with_responses(topics),
         version,

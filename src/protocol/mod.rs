@@ -6,4 +6,5 @@ pub mod compression;
 pub mod fetch;
 pub mod frame;
 pub mod produce;
+pub mod topics;
 pub mod wire;

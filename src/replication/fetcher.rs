@@ -12,15 +12,15 @@
 use super::client::LeaderClient;
 use crate::partition::replica::FollowerView;
 use crate::partition::Partition;
+use crate::protocol::topics::group_by_topic;
 use crate::shard::Shard;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, TopicName,
+    BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
 };
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -135,12 +135,13 @@ async fn truncate(
     client: &mut LeaderClient,
     diverged: &[Followed],
 ) -> std::io::Result<()> {
-    let topics = by_topic(diverged, |f| {
-        OffsetForLeaderPartition::default()
+    let topics = group_by_topic(diverged.iter().map(|f| {
+        let p = OffsetForLeaderPartition::default()
             .with_partition(f.index)
             .with_current_leader_epoch(f.view.epoch)
-            .with_leader_epoch(f.view.latest_epoch)
-    })
+            .with_leader_epoch(f.view.latest_epoch);
+        (f.topic.clone(), p)
+    }))
     .into_iter()
     .map(|(topic, partitions)| {
         OffsetForLeaderTopic::default()
@@ -193,21 +194,6 @@ fn cut_point(p: &Partition, view: &FollowerView, leader_epoch: i32, end_offset: 
         p.epoch_end(leader_epoch).1
     };
     end_offset.min(own_end).min(view.log_end_offset)
-}
-
-/// Per-partition request entries grouped by topic (consecutive partitions of a topic share
-/// one topic entry), in the order given.
-fn by_topic<P>(followed: &[Followed], entry: impl Fn(&Followed) -> P) -> Vec<(TopicName, Vec<P>)> {
-    let mut out: Vec<(Rc<str>, Vec<P>)> = Vec::new();
-    for f in followed {
-        match out.last_mut() {
-            Some((topic, entries)) if *topic == f.topic => entries.push(entry(f)),
-            _ => out.push((f.topic.clone(), vec![entry(f)])),
-        }
-    }
-    out.into_iter()
-        .map(|(topic, entries)| (TopicName(StrBytes::from_string(topic.to_string())), entries))
-        .collect()
 }
 
 /// One Fetch of every ready partition from its log end; appends what came, waits for its
@@ -289,13 +275,14 @@ async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
 }
 
 fn fetch_request(node_id: i32, ready: &[Followed]) -> FetchRequest {
-    let topics = by_topic(ready, |f| {
-        FetchPartition::default()
+    let topics = group_by_topic(ready.iter().map(|f| {
+        let p = FetchPartition::default()
             .with_partition(f.index)
             .with_current_leader_epoch(f.view.epoch)
             .with_fetch_offset(f.view.log_end_offset)
-            .with_partition_max_bytes(PARTITION_MAX_BYTES)
-    })
+            .with_partition_max_bytes(PARTITION_MAX_BYTES);
+        (f.topic.clone(), p)
+    }))
     .into_iter()
     .map(|(topic, partitions)| {
         FetchTopic::default()

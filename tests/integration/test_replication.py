@@ -320,43 +320,52 @@ def test_coordinator_failover_keeps_committed_offsets_and_the_group_carries_on(m
     assert msg is not None and msg.error() is None and msg.offset() == 120 and msg.value() == b"o120"
 
 
-def test_a_frozen_leader_acknowledges_nothing_and_truncates_its_divergent_tail(make_cluster):
-    cluster = make_cluster(3)
-    create_replicated(cluster, "frozen", 1, 2)
-    leader = partition_state(cluster, 1, "frozen", 0)[0]
+def check_an_isolated_leader(cluster: Cluster, topic: str, isolate, heal, heal_before_answer: bool):
+    """The frozen-leader and cut-link tests: the leader, isolated from the others, takes an
+    acks=all produce but never acknowledges it; the others elect a new leader and go on; healed,
+    the old leader cuts the record it took and every replica holds the same log."""
+    create_replicated(cluster, topic, 1, 2)
+    leader = partition_state(cluster, 1, topic, 0)[0]
     others = [n for n in (1, 2, 3) if n != leader]
     bootstrap = ",".join(cluster.nodes[n].bootstrap for n in others)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for i in range(100):
-        producer.produce("frozen", value=f"a{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
-    # A produce reaches the frozen leader's socket; the leader reads it only once thawed.
+
+    def produce(values):
+        # A new client each time learns the current leader at once (one that sent to the
+        # isolated node would wait out those requests first).
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+        for v in values:
+            producer.produce(topic, value=v, partition=0)
+        assert producer.flush(60) == 0
+
+    values = [f"{topic}{i}".encode() for i in range(200)]
+    produce(values[:100])
     s = socket.create_connection(("127.0.0.1", cluster.nodes[leader].port), timeout=60)
-    cluster.nodes[leader].proc.send_signal(signal.SIGSTOP)
-    s.sendall(kw.request(0, 3, 1, kw.produce_v3("frozen", 0, kw.record_batch([b"stale"]), acks=-1,
-                                                timeout_ms=20000)))
-    wait_until(lambda: (st := partition_state(cluster, others[0], "frozen", 0)) and st[0] in others, 30,
-               "a new leader while the old one is frozen")
-    # A new client learns the new leader at once (the first one would wait out its requests to
-    # the frozen node first).
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for i in range(100, 200):
-        producer.produce("frozen", value=f"a{i}".encode(), partition=0)
-    assert producer.flush(60) == 0
-    cluster.nodes[leader].proc.send_signal(signal.SIGCONT)
-    # Cut off from its followers, the old leader cannot commit the stale record.
+    isolate(cluster.nodes[leader])
+    s.sendall(kw.request(0, 3, 1, kw.produce_v3(topic, 0, kw.record_batch([b"stale"]), acks=-1,
+                                                timeout_ms=15000)))
+    wait_until(lambda: (st := partition_state(cluster, others[0], topic, 0)) and st[0] in others, 30,
+               "a new leader among the others")
+    produce(values[100:])
+    if heal_before_answer:
+        heal(cluster.nodes[leader])
     code = kw.produce_v3_error_code(kw.read_response(s))[0]
     s.close()
-    assert code in (6, 7), f"the stale produce was answered {code}, not NOT_LEADER_OR_FOLLOWER or a timeout"
-    # It rejoins as a follower, without the stale record: every node's log is the same.
-    wait_until(lambda: all_in_sync(cluster, "frozen", 1), 60, "the old leader back in sync")
-    logs = {n: (cluster.nodes[n].data_dir / "frozen-0" / "00000000000000000000.log").read_bytes()
-            for n in (1, 2, 3)}
-    wait_until(lambda: len({(cluster.nodes[n].data_dir / "frozen-0" / "00000000000000000000.log").read_bytes()
-                            for n in (1, 2, 3)}) == 1, 30, "identical logs on every replica")
-    assert b"stale" not in logs[others[0]]
-    got = read_all(bootstrap, "frozen", 200)
-    assert [v for _, v in got] == [f"a{i}".encode() for i in range(200)]
+    assert code in (6, 7), f"the isolated leader answered {code}, not NOT_LEADER_OR_FOLLOWER or a timeout"
+    if not heal_before_answer:
+        heal(cluster.nodes[leader])
+    wait_until(lambda: all_in_sync(cluster, topic, 1), 60, "the old leader back in sync")
+    path = lambda n: cluster.nodes[n].data_dir / f"{topic}-0" / "00000000000000000000.log"  # noqa: E731
+    wait_until(lambda: len({path(n).read_bytes() for n in (1, 2, 3)}) == 1, 30, "identical logs on every replica")
+    assert b"stale" not in path(leader).read_bytes()
+    got = read_all(bootstrap, topic, 200)
+    assert [v for _, v in got] == values
+
+
+def test_a_frozen_leader_acknowledges_nothing_and_truncates_its_divergent_tail(make_cluster):
+    # Frozen past its session; it reads the produce waiting in its socket only once thawed.
+    check_an_isolated_leader(make_cluster(3), "frozen",
+                             isolate=lambda n: n.proc.send_signal(signal.SIGSTOP),
+                             heal=lambda n: n.proc.send_signal(signal.SIGCONT), heal_before_answer=True)
 
 
 def leaders(cluster: Cluster, node: int, topic: str) -> dict:
@@ -403,37 +412,14 @@ def test_a_leader_cut_off_from_the_others_acknowledges_nothing_and_truncates_on_
     for n in cluster.nodes.values():
         n.env = {"SLUICE_FAULT_HOOKS": "1"}
     cluster.start()
-    create_replicated(cluster, "cut", 1, 2)
-    leader = partition_state(cluster, 1, "cut", 0)[0]
-    others = [n for n in (1, 2, 3) if n != leader]
-    bootstrap = ",".join(cluster.nodes[n].bootstrap for n in others)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for i in range(100):
-        producer.produce("cut", value=f"c{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
-    # The link between the leader and the others is cut; clients still reach it.
-    cluster.nodes[leader].proc.send_signal(signal.SIGUSR1)
-    wait_until(lambda: "cut off from the other nodes: true" in cluster.nodes[leader].log(), 10, "the cut")
-    s = socket.create_connection(("127.0.0.1", cluster.nodes[leader].port), timeout=60)
-    s.sendall(kw.request(0, 3, 1, kw.produce_v3("cut", 0, kw.record_batch([b"stale"]), acks=-1,
-                                                timeout_ms=15000)))
-    wait_until(lambda: (st := partition_state(cluster, others[0], "cut", 0)) and st[0] in others, 30,
-               "a new leader on the majority side")
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for i in range(100, 200):
-        producer.produce("cut", value=f"c{i}".encode(), partition=0)
-    assert producer.flush(60) == 0
-    # Cut off, the old leader never acknowledges the write it took.
-    code = kw.produce_v3_error_code(kw.read_response(s))[0]
-    s.close()
-    assert code in (6, 7), f"the cut-off leader answered {code}, not NOT_LEADER_OR_FOLLOWER or a timeout"
-    cluster.nodes[leader].proc.send_signal(signal.SIGUSR2)
-    wait_until(lambda: all_in_sync(cluster, "cut", 1), 60, "the old leader back in sync")
-    path = lambda n: cluster.nodes[n].data_dir / "cut-0" / "00000000000000000000.log"  # noqa: E731
-    wait_until(lambda: len({path(n).read_bytes() for n in (1, 2, 3)}) == 1, 30, "identical logs on every replica")
-    assert b"stale" not in path(leader).read_bytes()
-    got = read_all(bootstrap, "cut", 200)
-    assert [v for _, v in got] == [f"c{i}".encode() for i in range(200)]
+
+    def cut(node):
+        # The link between the leader and the others is cut; clients still reach it.
+        node.proc.send_signal(signal.SIGUSR1)
+        wait_until(lambda: "cut off from the other nodes: true" in node.log(), 10, "the cut")
+
+    check_an_isolated_leader(cluster, "cut", isolate=cut, heal=lambda n: n.proc.send_signal(signal.SIGUSR2),
+                             heal_before_answer=False)
 
 
 def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster):
