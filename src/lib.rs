@@ -5,6 +5,7 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod group;
+pub mod inject;
 pub mod kafka;
 pub mod metrics;
 pub mod partition;
@@ -13,5 +14,7 @@ pub mod replication;
 pub mod rpc;
 pub mod server;
 pub mod shard;
+#[cfg(feature = "simulation")]
+pub mod sim;
 pub mod storage;
 pub mod timer;

@@ -9,7 +9,7 @@
 use super::records::{self, MetadataRecord};
 use crate::config::Config;
 use crate::shard::{InstallCatalog, Shard};
-use crate::storage::catalog::{Catalog, CatalogRecord};
+use crate::storage::catalog::{registers, Catalog, CatalogRecord};
 use event_listener::Event;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -24,6 +24,8 @@ pub struct Applied {
     /// The controller's applied index this state corresponds to (what a broker that is not a
     /// voter reports in its heartbeats).
     version: Cell<u64>,
+    /// This process's incarnation (`cluster.rs`), 0 until it is drawn.
+    incarnation: Cell<u64>,
     changed: Event,
     installed: Event,
 }
@@ -37,6 +39,7 @@ impl Applied {
             installed_generation: Cell::new(0),
             controller_id: Cell::new(-1),
             version: Cell::new(0),
+            incarnation: Cell::new(0),
             changed: Event::new(),
             installed: Event::new(),
         }
@@ -88,6 +91,11 @@ impl Applied {
         self.bump()
     }
 
+    pub fn set_incarnation(&self, incarnation: u64) {
+        self.incarnation.set(incarnation);
+        self.bump();
+    }
+
     pub fn set_controller(&self, id: i32) {
         if self.controller_id.replace(id) != id {
             self.bump();
@@ -100,8 +108,10 @@ impl Applied {
 
     /// The catalog of the current state, as shards serve it.
     pub fn catalog(&self) -> Result<Catalog, String> {
-        let mut c = Catalog::from_record(&self.image.borrow(), &self.config)?;
+        let image = self.image.borrow();
+        let mut c = Catalog::from_record(&image, &self.config)?;
         c.controller_id = self.controller_id.get();
+        c.registered = registers(&image, self.config.node_id, self.incarnation.get());
         Ok(c)
     }
 

@@ -76,6 +76,7 @@ impl Cluster {
                 break id;
             }
         };
+        applied.set_incarnation(incarnation);
         Ok(Cluster {
             config,
             applied,

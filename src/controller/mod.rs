@@ -22,6 +22,7 @@ pub mod liveness;
 pub mod messages;
 pub mod placement;
 pub mod quorum;
+pub mod raft_node;
 pub mod raft_store;
 pub mod reassignment;
 pub mod records;
@@ -331,7 +332,7 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
 
 /// The operations on partitions' replicas: in-sync set changes, a broker's controlled
 /// shutdown, leader elections.
-fn replication_op(
+pub(crate) fn replication_op(
     record: &mut CatalogRecord,
     out: &mut Vec<MetadataRecord>,
     op: ControllerOp,
@@ -445,7 +446,9 @@ fn alter_partition(
     else {
         return err(ResponseError::UnknownTopicOrPartition, "no such partition");
     };
-    if a.leader != change.leader || a.leader_epoch != change.leader_epoch {
+    let epoch = a.leader_epoch;
+    let stale = a.leader != change.leader || epoch != change.leader_epoch;
+    if stale && !crate::inject::active(crate::inject::Bug::StaleIsrChange) {
         return err(
             ResponseError::FencedLeaderEpoch,
             format!("leader {} epoch {} is current", a.leader, a.leader_epoch),
@@ -477,7 +480,7 @@ fn alter_partition(
         MetadataRecord::ChangeIsr {
             id: change.topic_id,
             partition: change.partition,
-            epoch: change.leader_epoch,
+            epoch,
             isr: change.isr.clone(),
         },
     );

@@ -11,14 +11,15 @@
 //!
 //! Entries and the hard state of one Raft `Ready` are written together and made durable by one
 //! fdatasync before any message that depends on them is sent (raft-rs's persisted messages).
+//! The files are reached through `storage::disk::Disk`, so the simulator runs this code over a
+//! disk that loses unsynced writes.
 
+use crate::storage::disk::Disk;
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, Storage};
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -33,17 +34,24 @@ pub struct RaftStore {
     mem: MemStorage,
     /// The latest snapshot with its data: what a far-behind follower is sent.
     snapshot: Rc<RefCell<Snapshot>>,
+    disk: Rc<dyn Disk>,
     dir: PathBuf,
-    log: Rc<RefCell<File>>,
 }
 
 impl RaftStore {
     /// Opens (or creates) the Raft state in `data_dir/__raft`; a new one starts with `voters`.
-    pub fn open(data_dir: &Path, voters: Vec<u64>) -> anyhow::Result<RaftStore> {
+    pub fn open(
+        disk: Rc<dyn Disk>,
+        data_dir: &Path,
+        voters: Vec<u64>,
+    ) -> anyhow::Result<RaftStore> {
         let dir = data_dir.join("__raft");
-        std::fs::create_dir_all(&dir)?;
+        disk.create_dir_all(&dir)?;
         let mem = MemStorage::new_with_conf_state(ConfState::from((voters.clone(), vec![])));
-        let snapshot = read_snapshot(&dir.join("snapshot"))?;
+        let snapshot = match disk.read(&dir.join("snapshot"))? {
+            Some(raw) => Some(Snapshot::parse_from_bytes(&raw)?),
+            None => None,
+        };
         if let Some(s) = &snapshot {
             mem.wl().apply_snapshot(s.clone())?;
         }
@@ -51,18 +59,13 @@ impl RaftStore {
         // the next start.
         mem.wl().set_conf_state(ConfState::from((voters, vec![])));
         let log_path = dir.join("log");
-        let valid_bytes = replay_log(&log_path, &mem)?;
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        log.set_len(valid_bytes)?;
-        log.sync_all()?;
+        let valid_bytes = replay_log(disk.as_ref(), &log_path, &mem)?;
+        disk.truncate(&log_path, valid_bytes)?;
         Ok(RaftStore {
             mem,
             snapshot: Rc::new(RefCell::new(snapshot.unwrap_or_default())),
+            disk,
             dir,
-            log: Rc::new(RefCell::new(log)),
         })
     }
 
@@ -83,10 +86,10 @@ impl RaftStore {
         if buf.is_empty() {
             return Ok(());
         }
-        {
-            let mut log = self.log.borrow_mut();
-            log.write_all(&buf)?;
-            log.sync_data()?;
+        let log = self.dir.join("log");
+        self.disk.append(&log, &buf)?;
+        if !crate::inject::active(crate::inject::Bug::RaftSkipsFsync) {
+            self.disk.sync(&log)?;
         }
         let mut core = self.mem.wl();
         core.append(entries)?;
@@ -108,7 +111,7 @@ impl RaftStore {
         };
         let mut buf = Vec::new();
         push_record(&mut buf, KIND_HARD_STATE, &hs.write_to_bytes()?);
-        self.log.borrow_mut().write_all(&buf)?;
+        self.disk.append(&self.dir.join("log"), &buf)?;
         Ok(())
     }
 
@@ -116,15 +119,8 @@ impl RaftStore {
     /// rewritten without the entries it covers.
     pub fn install_snapshot(&self, snapshot: Snapshot, from_leader: bool) -> anyhow::Result<()> {
         let index = snapshot.get_metadata().index;
-        let path = self.dir.join("snapshot");
-        let tmp = self.dir.join("snapshot.tmp");
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&snapshot.write_to_bytes()?)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
+        self.disk
+            .replace(&self.dir.join("snapshot"), &snapshot.write_to_bytes()?)?;
         {
             let mut core = self.mem.wl();
             if from_leader {
@@ -156,16 +152,7 @@ impl RaftStore {
             KIND_HARD_STATE,
             &state.hard_state.write_to_bytes()?,
         );
-        let path = self.dir.join("log");
-        let tmp = self.dir.join("log.tmp");
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&buf)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
-        *self.log.borrow_mut() = OpenOptions::new().append(true).open(&path)?;
+        self.disk.replace(&self.dir.join("log"), &buf)?;
         Ok(())
     }
 }
@@ -204,11 +191,9 @@ pub fn parse_records(raw: &[u8]) -> (Vec<(u8, &[u8])>, usize) {
 }
 
 /// Loads the log file into `mem`; returns the length of its whole records.
-fn replay_log(path: &Path, mem: &MemStorage) -> anyhow::Result<u64> {
-    let raw = match std::fs::read(path) {
-        Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e.into()),
+fn replay_log(disk: &dyn Disk, path: &Path, mem: &MemStorage) -> anyhow::Result<u64> {
+    let Some(raw) = disk.read(path)? else {
+        return Ok(0);
     };
     let (records, valid) = parse_records(&raw);
     if valid < raw.len() {
@@ -244,20 +229,16 @@ fn replay_log(path: &Path, mem: &MemStorage) -> anyhow::Result<u64> {
         }
     }
     // A hard state's commit never points past the entries that survived (a snapshot install
-    // with no later entries, for one).
-    let last = mem.last_index()?;
+    // with no later entries, for one), nor before the snapshot: a snapshot holds only
+    // committed entries, while the last commit index in the log may be older (one learned
+    // from the leader is written without a sync, and the log is rewritten after the snapshot,
+    // so a crash between the two leaves the snapshot ahead). raft-rs refuses to start on a
+    // commit below its snapshot.
+    let (first, last) = (mem.first_index()?, mem.last_index()?);
     let mut core = mem.wl();
     let hs = core.mut_hard_state();
-    hs.commit = hs.commit.min(last);
+    hs.commit = hs.commit.min(last).max(first - 1);
     Ok(valid as u64)
-}
-
-fn read_snapshot(path: &Path) -> anyhow::Result<Option<Snapshot>> {
-    match std::fs::read(path) {
-        Ok(raw) => Ok(Some(Snapshot::parse_from_bytes(&raw)?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 impl Storage for RaftStore {
@@ -307,6 +288,7 @@ impl Storage for RaftStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::OsDisk;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
         Entry {
@@ -320,7 +302,7 @@ mod tests {
     #[test]
     fn entries_and_hard_state_survive_a_restart_and_later_entries_win() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RaftStore::open(dir.path(), vec![1, 2, 3]).unwrap();
+        let store = RaftStore::open(Rc::new(OsDisk::default()), dir.path(), vec![1, 2, 3]).unwrap();
         let hs = HardState {
             term: 2,
             vote: 1,
@@ -338,7 +320,7 @@ mod tests {
         let mut raw = std::fs::read(&log).unwrap();
         raw.extend_from_slice(&[0, 0, 0, 9, 1, 2]);
         std::fs::write(&log, &raw).unwrap();
-        let store = RaftStore::open(dir.path(), vec![1, 2, 3]).unwrap();
+        let store = RaftStore::open(Rc::new(OsDisk::default()), dir.path(), vec![1, 2, 3]).unwrap();
         let state = store.initial_state().unwrap();
         assert_eq!((state.hard_state.term, state.hard_state.vote), (2, 1));
         assert_eq!(state.conf_state.voters, vec![1, 2, 3]);
@@ -351,9 +333,42 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_ahead_of_the_logged_commit_raises_it() {
+        // Found by the simulator (seed 5009): a snapshot at index 4 reached the disk, the log's
+        // last hard state still said commit 3, and raft-rs refused to start on it.
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Rc::new(OsDisk::default());
+        let store = RaftStore::open(disk.clone(), dir.path(), vec![1]).unwrap();
+        let entries: Vec<Entry> = (1..=4).map(|i| entry(i, 1, b"x")).collect();
+        let hs = HardState {
+            term: 1,
+            commit: 3,
+            ..Default::default()
+        };
+        store.persist(&entries, Some(&hs)).unwrap();
+        let log = std::fs::read(dir.path().join("__raft/log")).unwrap();
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 4;
+        snap.mut_metadata().term = 1;
+        store.install_snapshot(snap, false).unwrap();
+        drop(store);
+        // The crash came before the log was rewritten.
+        std::fs::write(dir.path().join("__raft/log"), log).unwrap();
+        let store = RaftStore::open(disk, dir.path(), vec![1]).unwrap();
+        assert_eq!(store.initial_state().unwrap().hard_state.commit, 4);
+        let cfg = raft::Config {
+            id: 1,
+            applied: 4,
+            ..Default::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        raft::RawNode::new(&cfg, store, &logger).expect("raft-rs starts on it");
+    }
+
+    #[test]
     fn a_snapshot_compacts_the_log_and_loads_first() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RaftStore::open(dir.path(), vec![1]).unwrap();
+        let store = RaftStore::open(Rc::new(OsDisk::default()), dir.path(), vec![1]).unwrap();
         let entries: Vec<Entry> = (1..=5).map(|i| entry(i, 1, b"x")).collect();
         let hs = HardState {
             term: 1,
@@ -368,7 +383,7 @@ mod tests {
         store.install_snapshot(snap, false).unwrap();
         assert_eq!(store.first_index().unwrap(), 4);
         drop(store);
-        let store = RaftStore::open(dir.path(), vec![1]).unwrap();
+        let store = RaftStore::open(Rc::new(OsDisk::default()), dir.path(), vec![1]).unwrap();
         assert_eq!(&store.snapshot().data[..], b"catalog");
         assert_eq!(store.first_index().unwrap(), 5);
         assert_eq!(store.last_index().unwrap(), 5);

@@ -252,6 +252,21 @@ fn assignment_mut<'a>(
 /// sync led by it again (a new leader epoch); where the topic allows unclean elections, also
 /// leaderless partitions it holds out of sync.
 fn register(c: &mut CatalogRecord, b: &BrokerRecord) {
+    // A new incarnation of a broker whose registration is live restarted before its session
+    // expired: the old incarnation is fenced first, so each partition it led gets a new leader
+    // epoch (another in-sync replica, or itself again below when it was the last). Its log may
+    // have lost an unsynced tail that followers had already copied; a new epoch makes them cut
+    // it (KIP-279), where the same epoch let them keep records the leader no longer had.
+    let restarted = c
+        .brokers
+        .iter()
+        .find(|x| x.node_id == b.node_id && !x.fenced && x.incarnation != b.incarnation)
+        .map(|x| x.incarnation);
+    if let Some(old) = restarted {
+        if !crate::inject::active(crate::inject::Bug::RestartKeepsLeaderEpoch) {
+            fence(c, b.node_id, old);
+        }
+    }
     let mut b = b.clone();
     b.fenced = false;
     match c.brokers.iter_mut().find(|x| x.node_id == b.node_id) {
@@ -307,8 +322,12 @@ fn fence(c: &mut CatalogRecord, node_id: i32, incarnation: u64) {
                 continue;
             }
             a.leader_epoch += 1;
-            a.leader = a
-                .isr
+            let candidates = if crate::inject::active(crate::inject::Bug::ElectOutOfSyncReplica) {
+                &a.replicas
+            } else {
+                &a.isr
+            };
+            a.leader = candidates
                 .iter()
                 .copied()
                 .find(|n| live.contains(n))

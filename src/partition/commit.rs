@@ -10,9 +10,12 @@
 //! - a lone copy (a single node, or a replication factor of 1) commits what it has fsynced.
 //!
 //! Never past the local synced end: no node calls committed what it has not made durable.
-//! The in-sync set is the controller's (the catalog); a change the leader asked for counts
-//! only once the controller has committed it, so a shrink never commits less safely than the
-//! set the controller would elect a leader from.
+//! The in-sync set is the controller's (the catalog); a shrink the leader asked for counts
+//! only once the controller has committed it, so it never commits less safely than the set the
+//! controller would elect a leader from. A member the leader asked to add counts from the ask
+//! on (Kafka's "maximal ISR", KIP-497): the controller may commit the new set at any moment,
+//! and a leader from it must hold everything committed, so the high watermark must not pass
+//! the joining member meanwhile.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +52,9 @@ pub struct Replicas {
     pub replicas: Vec<i32>,
     /// The in-sync replicas, as the controller committed them.
     pub isr: Vec<i32>,
+    /// The in-sync set this leader last asked the controller for, until it has what it wants
+    /// (`note_isr_request`); empty otherwise.
+    pub requested_isr: Vec<i32>,
     pub role: Role,
 }
 
@@ -60,6 +66,7 @@ impl Replicas {
             epoch: 0,
             replicas: vec![-1],
             isr: vec![-1],
+            requested_isr: Vec::new(),
             role: Role::Leader {
                 followers: BTreeMap::new(),
                 since_ms: 0,
@@ -71,13 +78,28 @@ impl Replicas {
         matches!(self.role, Role::Leader { .. })
     }
 
+    /// The leader asked the controller for the in-sync set `isr` (None: it wants none, its
+    /// set is right). Members it adds count for the commit rule from now on.
+    pub fn note_isr_request(&mut self, isr: Option<&[i32]>) {
+        if crate::inject::active(crate::inject::Bug::JoinerNotCounted) {
+            return;
+        }
+        self.requested_isr = isr.map(<[i32]>::to_vec).unwrap_or_default();
+    }
+
     /// How far the partition is committed, given its local synced end (see the module doc).
     pub fn committed(&self, synced: i64) -> i64 {
         match &self.role {
             Role::Follower { leader_hw, .. } => synced.min(*leader_hw),
+            Role::Leader { .. }
+                if crate::inject::active(crate::inject::Bug::AckBeforeQuorumSynced) =>
+            {
+                synced
+            }
             Role::Leader { followers, .. } => self
                 .isr
                 .iter()
+                .chain(self.requested_isr.iter())
                 .filter(|n| **n != self.local)
                 .map(|n| followers.get(n).map_or(i64::MIN, |f| f.offset))
                 .fold(synced, i64::min),
@@ -193,6 +215,7 @@ mod tests {
             epoch: 3,
             replicas: vec![1, 2, 3],
             isr: isr.to_vec(),
+            requested_isr: Vec::new(),
             role: Role::Leader {
                 followers: BTreeMap::new(),
                 since_ms: 1000,
@@ -220,6 +243,27 @@ mod tests {
         );
         assert!(!r.note_fetch(9, 10, 50, 1100), "not a replica");
         assert_eq!(Replicas::alone().committed(77), 77);
+    }
+
+    #[test]
+    fn a_member_asked_to_join_holds_the_high_watermark_until_the_answer() {
+        // Found by the simulator: the leader asked to add replica 3 at offset 96, committed
+        // up to 102 with the old set while the ask was on its way, and the controller then
+        // committed a set whose member lacked 96..102.
+        let mut r = leader(&[1, 2]);
+        r.note_fetch(2, 102, 102, 1100);
+        r.note_fetch(3, 96, 102, 1100);
+        assert_eq!(r.committed(102), 102);
+        r.note_isr_request(Some(&[1, 2, 3]));
+        assert_eq!(
+            r.committed(102),
+            96,
+            "the joining member counts from the ask"
+        );
+        r.note_isr_request(Some(&[1]));
+        assert_eq!(r.committed(102), 102, "a shrink counts only once committed");
+        r.note_isr_request(None);
+        assert_eq!(r.committed(102), 102);
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl Partition {
             r.replicas = a.replicas.clone();
             r.isr = a.isr.clone();
             if changed {
+                r.requested_isr.clear();
                 r.role = if lead {
                     Role::Leader {
                         followers: BTreeMap::new(),
@@ -180,6 +181,12 @@ impl Partition {
         Some((r.epoch, wanted))
     }
 
+    /// This leader asks the controller for the in-sync set `isr`, or (None) wants no change:
+    /// members it adds hold the high watermark from now on (`Replicas::note_isr_request`).
+    pub fn note_isr_request(&self, isr: Option<&[i32]>) {
+        self.replicas.borrow_mut().note_isr_request(isr);
+    }
+
     /// Moves the high watermark as far as the commit rule allows now.
     pub(super) fn advance_commit(&self) {
         let high_watermark = {
@@ -234,6 +241,16 @@ impl Partition {
         log.epochs.end_offset_for(epoch, log.log_end_offset())
     }
 
+    /// Where this follower cuts its log, given its leader's OffsetsForLeaderEpoch answer
+    /// (epoch found, its end) for its newest epoch, and whether that settles it
+    /// (`LeaderEpochs::cut_point`).
+    pub fn cut_point(&self, answer: (i32, i64)) -> (i64, bool) {
+        let high_watermark = self.high_watermark();
+        let log = self.log.borrow();
+        log.epochs
+            .cut_point(log.log_end_offset(), high_watermark, answer)
+    }
+
     /// The leader's high watermark, from a fetch response: this follower commits up to it as
     /// far as it has synced.
     pub fn learn_leader_high_watermark(&self, leader_hw: i64) {
@@ -260,7 +277,13 @@ impl Partition {
 
     /// Cuts the log at `offset` (the leader's answer to OffsetsForLeaderEpoch), under the
     /// append lock; then the fetcher may fetch from the log end.
-    pub async fn truncate_diverged(&self, offset: i64) -> Result<(), ResponseError> {
+    /// Cuts the log at `offset`; unless `complete`, the follower asks its leader again with
+    /// its newest epoch after the cut (multi-step KIP-279 truncation).
+    pub async fn truncate_diverged(
+        &self,
+        offset: i64,
+        complete: bool,
+    ) -> Result<(), ResponseError> {
         let _turn = self.append_lock.lock().await;
         let end = self.log_end_offset();
         if offset == end {
@@ -283,7 +306,7 @@ impl Partition {
                 return Err(ResponseError::KafkaStorageError);
             }
         }
-        self.needs_truncation.set(false);
+        self.needs_truncation.set(!complete);
         Ok(())
     }
 

@@ -166,8 +166,8 @@ async fn truncate(
         if a.error_code != 0 {
             continue; // stale metadata on one side: the next round asks again
         }
-        let end = cut_point(&f.partition, &f.view, a.leader_epoch, a.end_offset);
-        if let Err(e) = f.partition.truncate_diverged(end).await {
+        let (end, complete) = f.partition.cut_point((a.leader_epoch, a.end_offset));
+        if let Err(e) = f.partition.truncate_diverged(end, complete).await {
             log::error!(
                 "replica of {}: truncation failed: {e:?}",
                 f.partition.name()
@@ -175,25 +175,6 @@ async fn truncate(
         }
     }
     Ok(())
-}
-
-/// Where a follower cuts its log, given the leader's answer (epoch found, its end) for the
-/// follower's newest epoch (KIP-279): the leader's end of that epoch, or the follower's own end
-/// of the older epoch the leader named, whichever is lower. A leader that knows no epoch that
-/// old: cut to what this node knows was committed.
-fn cut_point(p: &Partition, view: &FollowerView, leader_epoch: i32, end_offset: i64) -> i64 {
-    if view.latest_epoch < 0 {
-        return view.log_end_offset; // an empty log, or one from before epochs were kept
-    }
-    if leader_epoch < 0 || end_offset < 0 {
-        return p.high_watermark();
-    }
-    let own_end = if leader_epoch == view.latest_epoch {
-        view.log_end_offset
-    } else {
-        p.epoch_end(leader_epoch).1
-    };
-    end_offset.min(own_end).min(view.log_end_offset)
 }
 
 /// One Fetch of every ready partition from its log end; appends what came, waits for its
@@ -266,7 +247,7 @@ async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
         );
         return;
     }
-    if let Err(e) = f.partition.truncate_diverged(leader_hw).await {
+    if let Err(e) = f.partition.truncate_diverged(leader_hw, true).await {
         log::error!(
             "replica of {}: truncation failed: {e:?}",
             f.partition.name()

@@ -1,8 +1,9 @@
 //! The leader's side of the in-sync set (Kafka's ISR, KIP-497): every pass, each partition this
 //! shard leads says which set it should have (`Partition::wanted_isr`: members that have not
 //! caught up within `replica_lag_time_max_ms` leave, replicas that reached the high watermark
-//! join), and a differing one is asked of the controller. The change counts only once the
-//! controller has committed it and this node installed it (`Partition::assign`).
+//! join), and a differing one is asked of the controller. A shrink counts only once the
+//! controller has committed it and this node installed it (`Partition::assign`); a member
+//! asked to join holds the high watermark from the ask on (`Replicas::note_isr_request`).
 
 use crate::controller::{self, ControllerOp, IsrChange};
 use crate::partition::{Partition, TopicPartition};
@@ -29,9 +30,12 @@ pub async fn keep(shard: Rc<Shard>) {
         publish(&shard, &partitions);
         for p in partitions {
             let Some((epoch, isr)) = p.wanted_isr(lag_max_ms) else {
+                p.note_isr_request(None);
                 asked.remove(&p.id());
                 continue;
             };
+            // Before the ask leaves: the controller may commit it at any moment.
+            p.note_isr_request(Some(&isr));
             if asked
                 .get(&p.id())
                 .is_some_and(|(a, at)| *a == isr && now_ms < at + RETRY_MS)

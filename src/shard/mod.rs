@@ -207,8 +207,10 @@ impl Shard {
         for p in self.partitions.borrow().values() {
             if let Some(topic) = catalog.by_id.get(&p.id().topic_id) {
                 p.configure(&topic.config);
-                if let Some(a) = topic.assignment(p.id().partition) {
-                    p.assign(catalog.node_id, a, now_ms);
+                match topic.assignment(p.id().partition) {
+                    Some(a) if catalog.registered => p.assign(catalog.node_id, a, now_ms),
+                    Some(a) => p.assign(catalog.node_id, &a.held_back(), now_ms),
+                    None => {}
                 }
             }
         }

@@ -64,6 +64,26 @@ pub struct PartitionAssignment {
     pub removing: Vec<i32>,
 }
 
+impl PartitionAssignment {
+    /// This assignment as a node not registered yet acts on it: the same epoch, no leader.
+    pub fn held_back(&self) -> PartitionAssignment {
+        PartitionAssignment {
+            leader: -1,
+            ..self.clone()
+        }
+    }
+}
+
+/// Whether `record` registers incarnation `incarnation` of node `node_id` (fenced or not), or
+/// holds no brokers at all (a single node, or a cluster before its first registration).
+pub fn registers(record: &CatalogRecord, node_id: i32, incarnation: u64) -> bool {
+    record.brokers.is_empty()
+        || record
+            .brokers
+            .iter()
+            .any(|b| b.node_id == node_id && b.incarnation == incarnation)
+}
+
 /// A broker of the cluster, as it registered with the controller.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct BrokerRecord {
@@ -319,6 +339,11 @@ pub struct Catalog {
     pub node_id: i32,
     /// The active controller's node id, -1 while there is none; on a single node, `node_id`.
     pub controller_id: i32,
+    /// Whether the catalog registers this process (always on a single node). A restarted
+    /// node's recovered catalog still names its previous incarnation, whose roles it must not
+    /// act on: registering fences that incarnation, giving each partition it led a new leader
+    /// epoch, and until then its log may lack an unsynced tail that followers copied.
+    pub registered: bool,
     clustered: bool,
 }
 
@@ -338,6 +363,7 @@ impl Catalog {
             brokers: record.brokers.clone(),
             node_id: config.node_id,
             controller_id: config.node_id,
+            registered: record.brokers.is_empty(),
             clustered: config.is_clustered(),
         };
         for t in &record.topics {
@@ -360,9 +386,10 @@ impl Catalog {
         topic.assignment(p).map_or(self.node_id, |a| a.leader)
     }
 
-    /// Whether this node leads partition `p` of `topic` (and so takes its produce and fetch).
+    /// Whether this node leads partition `p` of `topic` (and so takes its produce and fetch):
+    /// never before this process is registered.
     pub fn leads(&self, topic: &TopicMeta, p: i32) -> bool {
-        self.leader_of(topic, p) == self.node_id
+        self.registered && self.leader_of(topic, p) == self.node_id
     }
 
     /// Whether this node holds a replica of partition `p` of `topic` (and so opens its log).

@@ -97,6 +97,43 @@ impl LeaderEpochs {
     }
 }
 
+impl LeaderEpochs {
+    /// Where a follower whose log ends at `log_end` (committed up to `high_watermark`) cuts
+    /// it, given its leader's answer (epoch found, its end) for the follower's newest epoch
+    /// (KIP-279), and whether that settles it. The leader's end of that epoch, or the
+    /// follower's own end of the older epoch the leader named, whichever is lower. When the
+    /// follower lacks the epoch the leader named, its older epoch before the cut may still
+    /// diverge from the leader's: it asks again with its newest epoch after the cut (its
+    /// newest epoch falls each time, so this ends), as Kafka's fetcher does. A leader that
+    /// knows no epoch that old: cut to what this node knows was committed. A log without
+    /// epochs (empty, or from before they were kept) is not cut.
+    pub fn cut_point(&self, log_end: i64, high_watermark: i64, answer: (i32, i64)) -> (i64, bool) {
+        let (Some(latest), Some(first)) = (self.latest(), self.entries.first()) else {
+            return (log_end, true);
+        };
+        if crate::inject::active(crate::inject::Bug::SkipDivergentTruncation) {
+            return (log_end, true);
+        }
+        let (leader_epoch, end_offset) = answer;
+        if leader_epoch < 0 || end_offset < 0 {
+            return (high_watermark.min(log_end), true);
+        }
+        if leader_epoch == latest {
+            return (end_offset.min(log_end), true);
+        }
+        let (own_epoch, own_end) = self.end_offset_for(leader_epoch, log_end);
+        if own_epoch < 0 {
+            // Every epoch this log knows is newer than the leader's: none of it is the
+            // leader's history.
+            return (end_offset.min(first.1).min(log_end), true);
+        }
+        (
+            end_offset.min(own_end).min(log_end),
+            own_epoch == leader_epoch,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +154,27 @@ mod tests {
         );
         assert_eq!(c.end_offset_for(3, 70), (3, 70));
         assert_eq!(c.end_offset_for(9, 70), (3, 70));
+    }
+
+    #[test]
+    fn a_follower_lacking_the_leaders_epoch_cuts_in_steps() {
+        // The follower led epoch 1 as a zombie at 43 (never committed), then followed epoch
+        // 3 from 44; the leader's history has epoch 2 from 43 to 48. Asked about epoch 3, the
+        // leader answers (2, 48): the follower cuts epoch 3 away but must ask again about
+        // epoch 1, whose tail at 43 the leader never had.
+        let mut c = LeaderEpochs::default();
+        c.assign(0, 0);
+        c.assign(1, 43);
+        c.assign(3, 44);
+        assert_eq!(c.cut_point(50, 40, (2, 48)), (44, false));
+        assert!(c.truncate_from(44));
+        assert_eq!(c.latest(), Some(1));
+        // Asked about epoch 1, the leader (which has 0 up to 43) answers (0, 43).
+        assert_eq!(c.cut_point(44, 40, (0, 43)), (43, true));
+        // A leader that knows the follower's newest epoch settles it at once.
+        assert_eq!(c.cut_point(44, 40, (1, 44)), (44, true));
+        // A leader knowing no epoch that old: cut to the committed offset.
+        assert_eq!(c.cut_point(44, 40, (-1, -1)), (40, true));
     }
 
     #[test]

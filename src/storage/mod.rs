@@ -2,6 +2,7 @@
 pub mod broker_config;
 pub mod catalog;
 pub mod compaction;
+pub mod disk;
 pub mod epochs;
 pub mod hw_checkpoint;
 pub mod index;

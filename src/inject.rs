@@ -1,0 +1,117 @@
+//! Bugs planted on purpose, for the simulator to prove it catches them (`sluice-sim --inject`).
+//!
+//! They exist only in simulation builds (the `simulation` feature): elsewhere `active` is a
+//! constant false and every planted branch compiles away. A simulation runs on one thread, so
+//! the bug it plants is a thread-local.
+
+/// A planted bug, by the name `--inject` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// The controller's Raft log is written but not fdatasynced before votes and appends are
+    /// acknowledged.
+    RaftSkipsFsync,
+    /// A fenced leader's partitions get a new leader from all live replicas, not only the
+    /// in-sync ones: a replica that lacks committed records is elected.
+    ElectOutOfSyncReplica,
+    /// The controller takes an in-sync set change (AlterPartition) from a leader of an older
+    /// epoch, a deposed leader that has not yet heard of its successor.
+    StaleIsrChange,
+    /// The controller leader never reports a snapshot it sent as finished (the bug the
+    /// simulator found in the first driver: a follower that missed the snapshot stayed behind).
+    SnapshotNotReported,
+    /// A follower of a new leader keeps the tail it wrote under an older leader, records the
+    /// new leader never had (KIP-279's truncation skipped).
+    SkipDivergentTruncation,
+    /// A partition leader commits (moves its high watermark, answers acks=all) what it has
+    /// synced itself, without waiting for its in-sync followers.
+    AckBeforeQuorumSynced,
+    /// A partition leader that restarts before its session expires keeps its leader epoch (the
+    /// bug the simulator found: followers kept a tail the restarted leader had lost).
+    RestartKeepsLeaderEpoch,
+    /// A member the leader asked to add to the in-sync set does not hold the high watermark
+    /// until the controller answers (the race the simulator found: the controller committed a
+    /// set whose new member lacked committed records).
+    JoinerNotCounted,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 8] = [
+        Bug::RaftSkipsFsync,
+        Bug::ElectOutOfSyncReplica,
+        Bug::StaleIsrChange,
+        Bug::SnapshotNotReported,
+        Bug::SkipDivergentTruncation,
+        Bug::AckBeforeQuorumSynced,
+        Bug::RestartKeepsLeaderEpoch,
+        Bug::JoinerNotCounted,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::RaftSkipsFsync => "raft-skips-fsync",
+            Bug::ElectOutOfSyncReplica => "elect-out-of-sync-replica",
+            Bug::StaleIsrChange => "stale-isr-change",
+            Bug::SnapshotNotReported => "snapshot-not-reported",
+            Bug::SkipDivergentTruncation => "skip-divergent-truncation",
+            Bug::AckBeforeQuorumSynced => "ack-before-quorum-synced",
+            Bug::RestartKeepsLeaderEpoch => "restart-keeps-leader-epoch",
+            Bug::JoinerNotCounted => "joiner-not-counted",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Bug::RaftSkipsFsync => {
+                "the controller's Raft log is not fdatasynced before votes and appends are acknowledged"
+            }
+            Bug::ElectOutOfSyncReplica => {
+                "a fenced leader's partitions elect any live replica, even one that lacks committed records"
+            }
+            Bug::StaleIsrChange => {
+                "the controller accepts an in-sync set change from a deposed leader of an older epoch"
+            }
+            Bug::SnapshotNotReported => {
+                "the controller leader never reports a snapshot sent, so a follower that missed it stays behind"
+            }
+            Bug::SkipDivergentTruncation => {
+                "a follower of a new leader keeps its divergent tail (no KIP-279 truncation)"
+            }
+            Bug::AckBeforeQuorumSynced => {
+                "a partition leader commits and acknowledges what it synced, before its in-sync followers have"
+            }
+            Bug::RestartKeepsLeaderEpoch => {
+                "a leader restarted within its session keeps its epoch, so followers keep the tail it lost"
+            }
+            Bug::JoinerNotCounted => {
+                "a replica asked to join the in-sync set does not hold the high watermark until it is in"
+            }
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+#[cfg(feature = "simulation")]
+thread_local! {
+    static PLANTED: std::cell::Cell<Option<Bug>> = const { std::cell::Cell::new(None) };
+}
+
+/// Plants `bug` (or none) on this thread.
+#[cfg(feature = "simulation")]
+pub fn plant(bug: Option<Bug>) {
+    PLANTED.with(|p| p.set(bug));
+}
+
+/// Whether `bug` is planted: always false outside simulation builds.
+#[cfg(feature = "simulation")]
+pub fn active(bug: Bug) -> bool {
+    PLANTED.with(|p| p.get() == Some(bug))
+}
+
+#[cfg(not(feature = "simulation"))]
+#[inline(always)]
+pub const fn active(_bug: Bug) -> bool {
+    false
+}

@@ -1,0 +1,62 @@
+//! The faults the world draws while `faulting`: a process crash (restarted later), a process
+//! stopped for a while (SIGSTOP), a link cut one way or a node cut off both ways (healed
+//! later). Disk faults are drawn by each `SimDisk`, message loss by the `Network`.
+
+use super::world::{Event, World};
+use rand::Rng;
+
+impl World {
+    pub(super) fn on_fault(&mut self) -> Result<(), super::checks::Violation> {
+        if !self.faulting {
+            return Ok(());
+        }
+        let next = self.rng.gen_range(200..3_000);
+        self.schedule(next, Event::Fault);
+        let n = self.slots.len();
+        let i = self.rng.gen_range(0..n);
+        match self.rng.gen_range(0..4) {
+            0 => {
+                self.crash(i, "killed");
+                let after = self.rng.gen_range(100..8_000);
+                self.schedule(after, Event::Restart(i));
+            }
+            1 => {
+                let for_ms = self.rng.gen_range(100..15_000);
+                self.slots[i].paused_until_ms = self.now_ms + for_ms;
+                self.stats.pauses += 1;
+                self.trace
+                    .note(self.now_ms, format!("node {i} stopped for {for_ms} ms"));
+            }
+            2 => {
+                let j = (i + self.rng.gen_range(1..n)) % n;
+                self.net.cut(i, j);
+                self.stats.cuts += 1;
+                let for_ms = self.rng.gen_range(100..10_000);
+                self.trace
+                    .note(self.now_ms, format!("link {i}→{j} cut for {for_ms} ms"));
+                self.schedule(for_ms, Event::Heal(vec![(i, j)]));
+            }
+            _ => {
+                let links: Vec<(usize, usize)> = (0..n)
+                    .filter(|j| *j != i)
+                    .flat_map(|j| [(i, j), (j, i)])
+                    .collect();
+                for (a, b) in &links {
+                    self.net.cut(*a, *b);
+                }
+                self.stats.cuts += 1;
+                let for_ms = self.rng.gen_range(100..12_000);
+                self.trace
+                    .note(self.now_ms, format!("node {i} cut off for {for_ms} ms"));
+                self.schedule(for_ms, Event::Heal(links));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_heal(&mut self, links: Vec<(usize, usize)>) {
+        for (a, b) in links {
+            self.net.heal(a, b);
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! One simulated node: the production controller voter (`RaftNode` over `RaftStore` on a
+//! `SimDisk`, applying to `Applied`) and, around it, what the broker's `controller::cluster`
+//! tasks do, step by step instead of as glommio tasks: the active controller's duties (forming
+//! the cluster, broker sessions and fencing with `liveness::Sessions`), heartbeats, and
+//! AlterPartition from the partitions this node leads, executed with the production
+//! `controller::replication_op`.
+
+use super::replica::Batch;
+use super::replication::Tp;
+use crate::config::Config;
+use crate::controller::applied::Applied;
+use crate::controller::liveness::{Decision, Sessions};
+use crate::controller::raft_node::{Handled, RaftNode};
+use crate::controller::raft_store::RaftStore;
+use crate::controller::records::{self, MetadataRecord};
+use crate::controller::{quorum, ControllerOp, IsrChange};
+use crate::storage::catalog::{BrokerRecord, CatalogRecord};
+use crate::storage::disk::Disk;
+use raft::prelude::Message;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What nodes send each other over the simulated network.
+#[derive(Clone, Debug)]
+pub enum Wire {
+    Raft(Message),
+    /// A broker's heartbeat to the node it takes for the active controller.
+    Heartbeat {
+        node_id: i32,
+        incarnation: u64,
+        previous_incarnation: u64,
+    },
+    /// The controller's answer: the heartbeat was taken (the broker then counts as
+    /// registered once its registration applies).
+    HeartbeatTaken,
+    /// A partition leader's in-sync set change, to the active controller.
+    AlterPartition(IsrChange),
+    /// A producer's batch of `payload` (1 to 3 records) to the partition's leader.
+    Produce {
+        tp: Tp,
+        payload: u64,
+        acks_all: bool,
+    },
+    /// A follower's fetch from its synced end.
+    Fetch {
+        tp: Tp,
+        epoch: i32,
+        offset: i64,
+    },
+    /// The leader's batches from there and its high watermark, or why not.
+    FetchReply {
+        tp: Tp,
+        epoch: i32,
+        result: Result<(Vec<Batch>, i64), String>,
+    },
+    /// OffsetsForLeaderEpoch for the follower's newest epoch.
+    EpochQuery {
+        tp: Tp,
+        epoch: i32,
+        latest: i32,
+    },
+    EpochAnswer {
+        tp: Tp,
+        epoch: i32,
+        answer: Result<(i32, i64), String>,
+    },
+}
+
+/// The incarnation a node's data dir last registered with (the broker's `__meta/incarnation`).
+const INCARNATION_FILE: &str = "/incarnation";
+
+pub struct SimNode {
+    pub id: i32,
+    pub incarnation: u64,
+    previous_incarnation: u64,
+    pub raft: RaftNode,
+    pub applied: Rc<Applied>,
+    config: Arc<Config>,
+    disk: Rc<dyn Disk>,
+    sessions: Sessions,
+    led_term: u64,
+    next_proposal: u64,
+    /// This node's proposals not yet applied or dropped: id → what they carry (for the trace).
+    pub pending: BTreeMap<u64, String>,
+}
+
+impl SimNode {
+    /// Starts the node on what its disk holds (a restart recovers like the broker's `recover`).
+    pub fn open(
+        config: Arc<Config>,
+        disk: Rc<dyn Disk>,
+        incarnation: u64,
+    ) -> anyhow::Result<SimNode> {
+        let voters = config.voter_list()?;
+        let ids = voters
+            .iter()
+            .map(|v| crate::controller::raft_node::raft_id(v.id));
+        let store = RaftStore::open(disk.clone(), &config.data_dir, ids.collect())?;
+        let image = quorum::recover_from(&store)?;
+        let applied = Rc::new(Applied::new(config.clone(), image));
+        let every = config.cluster.snapshot_after_entries;
+        let raft = RaftNode::open(config.node_id, store, applied.clone(), every)?;
+        let previous_incarnation = disk
+            .read(std::path::Path::new(INCARNATION_FILE))?
+            .and_then(|b| Some(u64::from_be_bytes(b.get(..8)?.try_into().ok()?)))
+            .unwrap_or(0);
+        Ok(SimNode {
+            id: config.node_id,
+            incarnation,
+            previous_incarnation,
+            raft,
+            applied,
+            config,
+            disk,
+            sessions: Sessions::default(),
+            led_term: 0,
+            next_proposal: 1,
+            pending: BTreeMap::new(),
+        })
+    }
+
+    /// Proposes records as the controller (dropped when this node does not lead).
+    pub fn propose(&mut self, recs: Vec<MetadataRecord>, what: String) {
+        if !self.raft.status().ready || recs.is_empty() {
+            return;
+        }
+        let id = self.next_proposal;
+        self.next_proposal += 1;
+        if self.raft.propose(id, records::encode(&recs)).is_ok() {
+            self.pending.insert(id, what);
+        }
+    }
+
+    /// Handles one Ready; Err when the Raft state could not be made durable (the broker
+    /// stops then: the world crashes this node). Ok: what this node's applied proposals
+    /// carried, with their results.
+    pub fn handle_ready(
+        &mut self,
+        send: &mut dyn FnMut(Vec<Message>),
+    ) -> anyhow::Result<Vec<(String, Result<u64, String>)>> {
+        let Handled {
+            proposals,
+            lost_leadership,
+        } = self.raft.handle_ready(send)?;
+        let applied = proposals
+            .into_iter()
+            .filter_map(|(id, result)| Some((self.pending.remove(&id)?, result)))
+            .collect();
+        if lost_leadership {
+            self.pending.clear();
+        }
+        Ok(applied)
+    }
+
+    /// The active controller's periodic pass (`cluster::controller_duties`): form the cluster,
+    /// take over broker sessions in a new term, fence brokers whose sessions expired, and
+    /// complete reassignments.
+    pub fn duties(&mut self, now_ms: u64, cluster_id: &str) {
+        let status = self.raft.status();
+        // The broker's duties task waits for each change it proposes to commit.
+        if !status.ready || !self.pending.is_empty() {
+            return;
+        }
+        if self.led_term != status.term {
+            self.led_term = status.term;
+            let sessions = &mut self.sessions;
+            self.applied
+                .read(|i| sessions.take_over(&i.brokers, now_ms));
+        }
+        if self.applied.cluster_id().is_empty() {
+            let rec = MetadataRecord::ClusterId(cluster_id.to_string());
+            self.propose(vec![rec], "form the cluster".into());
+            return;
+        }
+        let timeout_ms = self.config.cluster.broker_session_timeout_ms;
+        let sessions = &self.sessions;
+        let expired = self
+            .applied
+            .read(|i| sessions.expired(&i.brokers, now_ms, timeout_ms));
+        let fences: Vec<MetadataRecord> = expired
+            .into_iter()
+            .map(|(node_id, incarnation)| MetadataRecord::FenceBroker {
+                node_id,
+                incarnation,
+            })
+            .collect();
+        if !fences.is_empty() {
+            let what = format!("fence {fences:?}");
+            self.propose(fences, what);
+        }
+        self.execute(ControllerOp::CompleteReassignments);
+    }
+
+    /// A heartbeat on the active controller (`Cluster::on_heartbeat`). Returns whether it was
+    /// taken.
+    pub fn on_heartbeat(
+        &mut self,
+        node_id: i32,
+        incarnation: u64,
+        previous: u64,
+        now_ms: u64,
+    ) -> bool {
+        if !self.raft.status().ready {
+            return false;
+        }
+        let existing = self
+            .applied
+            .read(|i| i.brokers.iter().find(|b| b.node_id == node_id).cloned());
+        let timeout_ms = self.config.cluster.broker_session_timeout_ms;
+        let decision = self.sessions.heartbeat(
+            existing.as_ref(),
+            node_id,
+            incarnation,
+            previous,
+            now_ms,
+            timeout_ms,
+        );
+        match decision {
+            Decision::Duplicate(_) => return false,
+            Decision::Register => {
+                let rec = MetadataRecord::RegisterBroker(BrokerRecord {
+                    node_id,
+                    incarnation,
+                    host: "127.0.0.1".into(),
+                    port: 9092 + node_id,
+                    rack: None,
+                    fenced: false,
+                });
+                self.propose(vec![rec], format!("register broker {node_id}"));
+            }
+            Decision::Renew => {}
+        }
+        true
+    }
+
+    /// The heartbeat this node sends, and to whom: the controller it knows, else `fallback`.
+    pub fn heartbeat(&self, fallback: i32) -> (i32, Wire) {
+        let known = self.applied.controller_id();
+        let to = if known >= 0 { known } else { fallback };
+        let hb = Wire::Heartbeat {
+            node_id: self.id,
+            incarnation: self.incarnation,
+            previous_incarnation: self.previous_incarnation,
+        };
+        (to, hb)
+    }
+
+    /// The controller took this node's heartbeat: once its registration applies, its data dir
+    /// remembers the incarnation (`write_incarnation`).
+    pub fn on_heartbeat_taken(&mut self) {
+        let registered = self.applied.read(|i| {
+            i.brokers
+                .iter()
+                .any(|b| b.node_id == self.id && b.incarnation == self.incarnation)
+        });
+        if registered && self.previous_incarnation != self.incarnation {
+            let path = std::path::Path::new(INCARNATION_FILE);
+            if self
+                .disk
+                .replace(path, &self.incarnation.to_be_bytes())
+                .is_ok()
+            {
+                self.previous_incarnation = self.incarnation;
+            }
+        }
+    }
+
+    /// Executes a replication operation as the active controller, from its applied catalog
+    /// (`controller::execute_here`).
+    pub fn execute(&mut self, op: ControllerOp) {
+        if !self.raft.status().ready {
+            return;
+        }
+        let what = describe_op(&op);
+        let mut record: CatalogRecord = self.applied.image();
+        let mut out = Vec::new();
+        crate::controller::replication_op(&mut record, &mut out, op);
+        self.propose(out, what);
+    }
+}
+
+impl SimNode {
+    /// Creates a topic as the controller, placed over the live brokers like
+    /// `controller::create_topics` (replication factor 3, or every broker when fewer).
+    /// Returns whether it was proposed.
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        id: [u8; 16],
+        partitions: u32,
+        unclean: bool,
+    ) -> bool {
+        use crate::controller::placement::{assign, Candidate};
+        let live: Vec<Candidate> = self.applied.read(|c| {
+            c.brokers
+                .iter()
+                .filter(|b| !b.fenced)
+                .map(|b| Candidate {
+                    node_id: b.node_id,
+                    rack: None,
+                    leaders: 0,
+                })
+                .collect()
+        });
+        if !self.raft.status().ready || live.len() < 2 {
+            return false;
+        }
+        let Ok(assignment) = assign(&live, partitions as usize, live.len().min(3)) else {
+            return false;
+        };
+        let configs = if unclean {
+            vec![(
+                "unclean.leader.election.enable".to_string(),
+                "true".to_string(),
+            )]
+        } else {
+            Vec::new()
+        };
+        let topic = crate::storage::catalog::TopicRecord {
+            name: name.to_string(),
+            id,
+            partitions,
+            configs,
+            assignment,
+        };
+        self.propose(
+            vec![MetadataRecord::CreateTopic(topic)],
+            format!(
+                "create topic {name} ({:02x}{:02x}, unclean {unclean})",
+                id[0], id[1]
+            ),
+        );
+        true
+    }
+}
+
+/// An operation as the trace shows it.
+fn describe_op(op: &ControllerOp) -> String {
+    match op {
+        ControllerOp::AlterPartition(c) => format!(
+            "AlterPartition {:02x}{:02x}-{} by leader {} epoch {}: isr {:?}",
+            c.topic_id[0], c.topic_id[1], c.partition, c.leader, c.leader_epoch, c.isr
+        ),
+        other => format!("{other:?}"),
+    }
+}

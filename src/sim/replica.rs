@@ -1,0 +1,304 @@
+//! One partition replica on one simulated node. The decisions are the production code's: the
+//! commit rule, followers' positions and the in-sync set a leader wants (`commit::Replicas`),
+//! the leader epoch cache and the KIP-279 cut point (`epochs::LeaderEpochs`). What stands in for
+//! `Partition` and `PartitionLog` (the glommio-bound parts) is this model: the log as a list of
+//! batches with a written and a synced end, mirroring `Partition::assign`, `append`,
+//! `append_replica`, `truncate_diverged` and `advance_commit` step by step.
+//!
+//! What survives a crash: the synced batches and a random prefix of the unsynced ones (a
+//! process crash keeps the page cache, a power cut does not), the epoch cache as last saved
+//! (saved synchronously, like `leader-epoch-checkpoint`) less epochs past the log end, and the
+//! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
+
+use crate::partition::commit::{Replicas, Role};
+use crate::storage::catalog::PartitionAssignment;
+use crate::storage::epochs::LeaderEpochs;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+
+/// A batch of `count` records from one produce (`payload` identifies it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub base: i64,
+    pub count: i64,
+    pub epoch: i32,
+    pub payload: u64,
+}
+
+impl Batch {
+    pub fn end(&self) -> i64 {
+        self.base + self.count
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SimReplica {
+    pub batches: Vec<Batch>,
+    pub synced_end: i64,
+    pub high_watermark: i64,
+    pub epochs: LeaderEpochs,
+    saved_epochs: LeaderEpochs,
+    pub hw_checkpoint: i64,
+    pub replicas: Replicas,
+    pub needs_truncation: bool,
+    epoch_start: i64,
+    /// Bumped at each leadership won: waiting acks=all produces of an older one fail.
+    pub leader_generation: u64,
+    /// A fetch (or epoch query) to the leader is on its way, sent then.
+    pub fetch_sent_ms: Option<u64>,
+    /// A follower's leader high watermark from the last fetch, taken once what came is synced.
+    leader_hw_after_sync: Option<i64>,
+    /// Committed batches below this were checked against the history.
+    pub checked_to: i64,
+}
+
+impl SimReplica {
+    pub fn new() -> SimReplica {
+        let mut replicas = Replicas::alone();
+        replicas.epoch = -1;
+        replicas.role = Role::Follower {
+            leader: -1,
+            leader_hw: 0,
+        };
+        SimReplica {
+            batches: Vec::new(),
+            synced_end: 0,
+            high_watermark: 0,
+            epochs: LeaderEpochs::default(),
+            saved_epochs: LeaderEpochs::default(),
+            hw_checkpoint: 0,
+            replicas,
+            needs_truncation: false,
+            epoch_start: 0,
+            leader_generation: 0,
+            fetch_sent_ms: None,
+            leader_hw_after_sync: None,
+            checked_to: 0,
+        }
+    }
+
+    pub fn log_end(&self) -> i64 {
+        self.batches.last().map_or(0, Batch::end)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.replicas.is_leader()
+    }
+
+    /// A crash and restart: what the disk kept, and no role until the node's catalog assigns one.
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+        let unsynced = self
+            .batches
+            .iter()
+            .filter(|b| b.base >= self.synced_end)
+            .count();
+        let kept = if unsynced == 0 {
+            0
+        } else {
+            rng.gen_range(0..=unsynced)
+        };
+        let keep = self.batches.len() - unsynced + kept;
+        self.batches.truncate(keep);
+        let end = self.log_end();
+        let mut epochs = self.saved_epochs.clone();
+        epochs.truncate_from(end + 1);
+        let restarted = SimReplica {
+            batches: std::mem::take(&mut self.batches),
+            synced_end: end,
+            high_watermark: self.hw_checkpoint.min(end),
+            epochs: epochs.clone(),
+            saved_epochs: epochs,
+            hw_checkpoint: self.hw_checkpoint.min(end),
+            ..SimReplica::new()
+        };
+        *self = restarted;
+    }
+
+    /// `Partition::assign`: the controller's assignment of this partition. Returns whether
+    /// this node's role changed.
+    pub fn assign(&mut self, local: i32, a: &PartitionAssignment, now_ms: u64) -> bool {
+        let r = &mut self.replicas;
+        if a.leader_epoch < r.epoch {
+            return false;
+        }
+        let lead = a.leader == local;
+        let same_role = r.local == local
+            && match r.role {
+                Role::Leader { .. } => lead,
+                Role::Follower { leader, .. } => !lead && leader == a.leader,
+            };
+        let changed = a.leader_epoch > r.epoch || !same_role;
+        r.local = local;
+        r.epoch = a.leader_epoch;
+        r.replicas = a.replicas.clone();
+        r.isr = a.isr.clone();
+        if changed {
+            r.requested_isr.clear();
+            r.role = if lead {
+                Role::Leader {
+                    followers: BTreeMap::new(),
+                    since_ms: now_ms,
+                }
+            } else {
+                Role::Follower {
+                    leader: a.leader,
+                    leader_hw: self.high_watermark,
+                }
+            };
+            if lead {
+                self.leader_generation += 1;
+                self.epoch_start = self.log_end();
+                self.epochs.assign(a.leader_epoch, self.epoch_start);
+                self.saved_epochs = self.epochs.clone();
+            } else {
+                self.needs_truncation = true;
+                self.fetch_sent_ms = None;
+            }
+        }
+        self.advance_commit();
+        changed
+    }
+
+    /// A producer's batch on the leader (acks=all needs `min_insync` in sync). Returns its
+    /// base offset, or why not.
+    pub fn append(
+        &mut self,
+        payload: u64,
+        count: i64,
+        acks_all: bool,
+        min_insync: usize,
+    ) -> Result<i64, &'static str> {
+        if !self.is_leader() {
+            return Err("NOT_LEADER_OR_FOLLOWER");
+        }
+        if acks_all && self.replicas.isr.len() < min_insync {
+            return Err("NOT_ENOUGH_REPLICAS");
+        }
+        let base = self.log_end();
+        let epoch = self.replicas.epoch;
+        self.batches.push(Batch {
+            base,
+            count,
+            epoch,
+            payload,
+        });
+        Ok(base)
+    }
+
+    /// The flusher's fdatasync: everything written is durable; the commit rule may move.
+    pub fn sync(&mut self) {
+        self.synced_end = self.log_end();
+        if let Some(hw) = self.leader_hw_after_sync.take() {
+            self.learn_leader_high_watermark(hw);
+        }
+        self.advance_commit();
+    }
+
+    /// `Partition::advance_commit`.
+    pub fn advance_commit(&mut self) {
+        let committed = self.replicas.committed(self.synced_end);
+        if committed > self.high_watermark {
+            self.high_watermark = committed;
+        }
+    }
+
+    /// A follower's fetch at `offset` on this leader: its batches from there, the high
+    /// watermark and the log start, or why not.
+    pub fn serve_fetch(
+        &mut self,
+        node: i32,
+        epoch: i32,
+        offset: i64,
+        now_ms: u64,
+    ) -> Result<(Vec<Batch>, i64), &'static str> {
+        if !self.is_leader() || epoch != self.replicas.epoch {
+            return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
+        }
+        let end = self.log_end();
+        if offset > end {
+            return Err("OFFSET_OUT_OF_RANGE");
+        }
+        if !self.replicas.note_fetch(node, offset, end, now_ms) {
+            return Err("NOT_LEADER_OR_FOLLOWER");
+        }
+        self.advance_commit();
+        let batches = self
+            .batches
+            .iter()
+            .filter(|b| b.base >= offset)
+            .take(8)
+            .copied()
+            .collect();
+        Ok((batches, self.high_watermark))
+    }
+
+    /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
+    pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
+        self.epochs.end_offset_for(epoch, self.log_end())
+    }
+
+    /// `Partition::truncate_diverged` at the production cut point for the leader's answer.
+    pub fn truncate_diverged(&mut self, answer: (i32, i64)) {
+        let (offset, complete) = self
+            .epochs
+            .cut_point(self.log_end(), self.high_watermark, answer);
+        if offset < self.log_end() {
+            self.batches.retain(|b| b.end() <= offset);
+            // A cut point inside a batch keeps none of it (the log cuts at batch bounds).
+            let end = self.log_end();
+            self.synced_end = self.synced_end.min(end);
+            self.high_watermark = self.high_watermark.min(end);
+            self.checked_to = self.checked_to.min(end);
+        }
+        if self.epochs.truncate_from(self.log_end()) {
+            self.saved_epochs = self.epochs.clone();
+        }
+        self.needs_truncation = !complete;
+    }
+
+    /// `Partition::append_replica`: the leader's batches, which must continue this log, and
+    /// the leader's high watermark, taken once they are synced. Returns whether they were
+    /// taken.
+    pub fn append_replica(&mut self, batches: &[Batch], leader_hw: i64) -> bool {
+        let continues = batches.first().is_some_and(|b| b.base == self.log_end());
+        if self.is_leader() || !continues {
+            return false;
+        }
+        let mut changed = false;
+        for b in batches {
+            changed |= self.epochs.assign(b.epoch, b.base);
+            self.batches.push(*b);
+        }
+        if changed {
+            self.saved_epochs = self.epochs.clone();
+        }
+        self.leader_hw_after_sync = Some(leader_hw);
+        true
+    }
+
+    /// The leader's high watermark, from a fetch response.
+    pub fn learn_leader_high_watermark(&mut self, leader_hw: i64) {
+        if let Role::Follower { leader_hw: hw, .. } = &mut self.replicas.role {
+            *hw = (*hw).max(leader_hw);
+        }
+        self.advance_commit();
+    }
+
+    /// The in-sync set this leader should ask for, with its epoch (`Partition::wanted_isr`),
+    /// noted as asked (`isr::keep`: members it adds hold the high watermark from now on).
+    pub fn ask_isr(&mut self, now_ms: u64, lag_max_ms: u64) -> Option<(i32, Vec<i32>)> {
+        let r = &mut self.replicas;
+        let wanted = r.wanted_isr(now_ms, lag_max_ms, self.high_watermark, self.epoch_start);
+        r.note_isr_request(wanted.as_deref());
+        Some((r.epoch, wanted?))
+    }
+
+    /// The batch at `base`, if this log holds one there.
+    pub fn batch_at(&self, base: i64) -> Option<&Batch> {
+        self.batches
+            .binary_search_by_key(&base, |b| b.base)
+            .ok()
+            .map(|i| &self.batches[i])
+    }
+}

@@ -1,0 +1,196 @@
+//! The replication invariants, checked whenever a replica changed:
+//!
+//! - committed logs of the replicas are prefixes of one another: every batch below a
+//!   replica's high watermark is the batch the history holds at that offset (the first
+//!   replica to commit an offset writes the history), in topics that do not allow unclean
+//!   elections;
+//! - a leader's high watermark never goes back while it leads;
+//! - no acknowledged acks=all write is lost: a replica that becomes leader holds every
+//!   record acknowledged so far (topics that allow unclean elections excepted: they trade
+//!   that for availability), and at the end every leader does;
+//! - at most one replica leads a partition in one epoch.
+
+use super::checks::Violation;
+use super::replication::{tp_name, Tp};
+use super::world::World;
+use std::collections::BTreeMap;
+
+/// What the replicas committed and the leaders acknowledged.
+#[derive(Default)]
+pub struct History {
+    /// (partition, base offset) → (payload, records): the committed batches.
+    committed: BTreeMap<(Tp, i64), (u64, i64)>,
+    /// (partition, base offset) → payload: acknowledged at acks=all.
+    pub acked: BTreeMap<(Tp, i64), u64>,
+    /// (partition, epoch) → the node that led it.
+    leaders: BTreeMap<(Tp, i32), usize>,
+    /// (node, partition) → (leader generation, high watermark) last seen while leading.
+    leader_hw: BTreeMap<(usize, Tp), (u64, i64)>,
+    /// Partition → the newest leader epoch any node's catalog has shown.
+    pub newest_epoch: BTreeMap<Tp, i32>,
+}
+
+fn violation(invariant: &'static str, detail: String) -> Result<(), Violation> {
+    Err(Violation { invariant, detail })
+}
+
+impl History {
+    /// Node `i` restarted: its leaderships' high watermarks start again from its checkpoint.
+    pub fn restarted(&mut self, i: usize) {
+        self.leader_hw.retain(|(node, _), _| *node != i);
+    }
+}
+
+impl World {
+    /// After replica `tp` of node `i` changed: check it, and answer the produces it commits.
+    pub(super) fn replica_changed(&mut self, i: usize, tp: Tp) -> Result<(), Violation> {
+        self.check_committed(i, tp)?;
+        self.check_leader_hw(i, tp)?;
+        self.answer_waiters();
+        Ok(())
+    }
+
+    fn check_committed(&mut self, i: usize, tp: Tp) -> Result<(), Violation> {
+        if self.unclean_topic(i, tp) {
+            // An unclean election elects a replica without the committed tail, which its
+            // own history then overwrites: Kafka's trade for availability.
+            return Ok(());
+        }
+        let r = self.slots[i]
+            .partitions
+            .replicas
+            .get_mut(&tp)
+            .expect("a replica of the node");
+        let hw = r.high_watermark;
+        for b in r
+            .batches
+            .iter()
+            .filter(|b| b.base >= r.checked_to && b.end() <= hw)
+        {
+            let first = *self
+                .history
+                .committed
+                .entry((tp, b.base))
+                .or_insert_with(|| {
+                    let note = format!(
+                        "node {i}: {} commits {}+{} payload {} (hw {hw})",
+                        tp_name(tp),
+                        b.base,
+                        b.count,
+                        b.payload
+                    );
+                    self.trace.note(self.now_ms, note);
+                    (b.payload, b.count)
+                });
+            if first != (b.payload, b.count) {
+                let detail = format!(
+                    "{} on node {i}: batch {} (payload {}, {} records) below high watermark {hw}; committed before: payload {}, {} records",
+                    tp_name(tp), b.base, b.payload, b.count, first.0, first.1
+                );
+                return violation(
+                    "committed logs of the replicas are prefixes of one another",
+                    detail,
+                );
+            }
+        }
+        r.checked_to = r.checked_to.max(hw);
+        Ok(())
+    }
+
+    fn check_leader_hw(&mut self, i: usize, tp: Tp) -> Result<(), Violation> {
+        let r = &self.slots[i].partitions.replicas[&tp];
+        if !r.is_leader() {
+            return Ok(());
+        }
+        let now = (r.leader_generation, r.high_watermark);
+        let before = self.history.leader_hw.insert((i, tp), now);
+        if let Some((generation, hw)) = before {
+            if generation == now.0 && now.1 < hw {
+                let detail = format!("{} on node {i}: {hw} then {}", tp_name(tp), now.1);
+                return violation("a leader's high watermark never goes back", detail);
+            }
+        }
+        Ok(())
+    }
+
+    /// Replica `tp` of node `i` has just become leader.
+    pub(super) fn became_leader(&mut self, i: usize, tp: Tp) -> Result<(), Violation> {
+        let r = &self.slots[i].partitions.replicas[&tp];
+        let epoch = r.replicas.epoch;
+        let first = *self.history.leaders.entry((tp, epoch)).or_insert(i);
+        if first != i {
+            let detail = format!("{} epoch {epoch}: node {first} and node {i}", tp_name(tp));
+            return violation("at most one replica leads a partition per epoch", detail);
+        }
+        if self
+            .history
+            .newest_epoch
+            .get(&tp)
+            .is_some_and(|e| *e > epoch)
+        {
+            // A restarted node acting on the catalog it recovered, before it has caught up:
+            // the controller elected others since. The history checks hold it to what it
+            // commits.
+            self.trace.note(
+                self.now_ms,
+                format!(
+                    "node {i} leads {} in a superseded epoch {epoch}",
+                    tp_name(tp)
+                ),
+            );
+            return Ok(());
+        }
+        self.check_holds_acked(i, tp)
+    }
+
+    /// Node `i`'s replica of `tp` holds every record acknowledged at acks=all.
+    pub(super) fn check_holds_acked(&self, i: usize, tp: Tp) -> Result<(), Violation> {
+        if self.unclean_topic(i, tp) {
+            return Ok(());
+        }
+        let r = &self.slots[i].partitions.replicas[&tp];
+        for (&(_, base), &payload) in self.history.acked.range((tp, i64::MIN)..=(tp, i64::MAX)) {
+            if r.batch_at(base).is_none_or(|b| b.payload != payload) {
+                let detail = format!(
+                    "{} led by node {i} (epoch {}, log end {}): acknowledged batch at {base} (payload {payload}) missing",
+                    tp_name(tp), r.replicas.epoch, r.log_end()
+                );
+                return violation("no acknowledged acks=all write is lost", detail);
+            }
+        }
+        Ok(())
+    }
+
+    fn unclean_topic(&self, i: usize, tp: Tp) -> bool {
+        self.slots[i].node.as_ref().is_some_and(|n| {
+            n.applied.read(|c| {
+                c.topics.iter().any(|t| {
+                    t.id == tp.0
+                        && t.configs
+                            .iter()
+                            .any(|(k, v)| k == "unclean.leader.election.enable" && v == "true")
+                })
+            })
+        })
+    }
+
+    /// Acknowledges the acks=all produces their leader committed; drops those whose leader
+    /// lost its leadership (the producer is told NOT_LEADER_OR_FOLLOWER and retries).
+    pub(super) fn answer_waiters(&mut self) {
+        let mut keep = Vec::with_capacity(self.waiting.len());
+        for w in std::mem::take(&mut self.waiting) {
+            let r = self.slots[w.node].partitions.replicas.get(&w.tp);
+            let current = self.slots[w.node].node.is_some()
+                && r.is_some_and(|r| r.is_leader() && r.leader_generation == w.generation);
+            if !current {
+                continue;
+            }
+            if r.is_some_and(|r| r.high_watermark >= w.end) {
+                self.history.acked.insert((w.tp, w.base), w.payload);
+            } else {
+                keep.push(w);
+            }
+        }
+        self.waiting = keep;
+    }
+}

@@ -1,0 +1,395 @@
+//! Partition replication in the simulated world: each node's replicas (`SimReplica`) take
+//! their role from the node's applied catalog, followers pull from their leader (an epoch query
+//! first when they must truncate, then fetches from their synced end), a flusher syncs each
+//! node's appends, leaders ask the controller for the in-sync set they want (production
+//! `wanted_isr`, sent as AlterPartition), and producers send batches with acks=all or acks=1.
+//!
+//! What a leader acknowledges at acks=all is recorded; the checks (`replica_checks.rs`) hold
+//! every replica's committed records to one history, and every new leader to every
+//! acknowledged record.
+
+use super::node::Wire;
+use super::replica::{Batch, SimReplica};
+use super::world::{Event, World};
+use crate::controller::IsrChange;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+
+/// (topic id, partition).
+pub type Tp = ([u8; 16], i32);
+
+/// How often each node runs its replication pass.
+pub const REPLICATE_MS: u64 = 20;
+/// A fetch without an answer for this long is given up (lost on the way) and sent again.
+const FETCH_RETRY_MS: u64 = 2_000;
+/// Bound between two AlterPartition requests of one leader for one partition.
+const ISR_ASK_MS: u64 = 250;
+/// The high-watermark checkpoint's period (`Shard::checkpoint_high_watermarks`).
+const HW_CHECKPOINT_MS: u64 = 5_000;
+
+/// A node's partition replicas: on its disk, so they outlive its process.
+#[derive(Default)]
+pub struct NodeReplicas {
+    pub replicas: BTreeMap<Tp, SimReplica>,
+    /// The catalog generation last assigned to the replicas.
+    assigned_generation: u64,
+    flush_scheduled: bool,
+    isr_asked_ms: BTreeMap<Tp, u64>,
+    checkpointed_ms: u64,
+}
+
+impl NodeReplicas {
+    /// The node crashed: every replica keeps what its disk kept.
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+        for r in self.replicas.values_mut() {
+            r.crash(rng);
+        }
+        self.assigned_generation = 0;
+        self.flush_scheduled = false;
+        self.isr_asked_ms.clear();
+    }
+}
+
+/// An acks=all produce waiting for the high watermark on its leader.
+pub struct Waiting {
+    pub node: usize,
+    pub tp: Tp,
+    pub base: i64,
+    pub end: i64,
+    pub payload: u64,
+    pub generation: u64,
+}
+
+impl World {
+    /// The replication pass of node `i`: roles from its catalog, fetches, in-sync set
+    /// requests, the high-watermark checkpoint.
+    pub(super) fn on_replicate(&mut self, i: usize) -> Result<(), super::checks::Violation> {
+        self.schedule(REPLICATE_MS, Event::Replicate(i));
+        self.assign_replicas(i)?;
+        self.fetch_from_leaders(i);
+        self.ask_for_isr(i);
+        let parts = &mut self.slots[i].partitions;
+        if self.now_ms >= parts.checkpointed_ms + HW_CHECKPOINT_MS {
+            parts.checkpointed_ms = self.now_ms;
+            for r in parts.replicas.values_mut() {
+                r.hw_checkpoint = r.high_watermark;
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs node `i`'s catalog on its replicas when it changed (`Partition::assign`).
+    fn assign_replicas(&mut self, i: usize) -> Result<(), super::checks::Violation> {
+        let Some(node) = &self.slots[i].node else {
+            return Ok(());
+        };
+        let generation = node.applied.generation();
+        if generation == self.slots[i].partitions.assigned_generation {
+            return Ok(());
+        }
+        // As `Shard::install` does: roles wait for this incarnation's registration.
+        let mine: Vec<(Tp, crate::storage::catalog::PartitionAssignment)> =
+            node.applied.read(|c| {
+                let registered = crate::storage::catalog::registers(c, i as i32, node.incarnation);
+                c.topics
+                    .iter()
+                    .flat_map(|t| {
+                        t.assignment
+                            .iter()
+                            .enumerate()
+                            .map(|(p, a)| ((t.id, p as i32), a))
+                    })
+                    .filter(|(_, a)| a.replicas.contains(&(i as i32)))
+                    .map(|(tp, a)| (tp, if registered { a.clone() } else { a.held_back() }))
+                    .collect()
+            });
+        self.slots[i].partitions.assigned_generation = generation;
+        for (tp, a) in mine {
+            let newest = self
+                .history
+                .newest_epoch
+                .entry(tp)
+                .or_insert(a.leader_epoch);
+            *newest = (*newest).max(a.leader_epoch);
+            let now_ms = self.now_ms;
+            let r = self.slots[i]
+                .partitions
+                .replicas
+                .entry(tp)
+                .or_insert_with(SimReplica::new);
+            if r.assign(i as i32, &a, now_ms) && r.is_leader() {
+                self.trace.note(
+                    now_ms,
+                    format!(
+                        "node {i} leads {} epoch {} isr {:?}",
+                        tp_name(tp),
+                        a.leader_epoch,
+                        a.isr
+                    ),
+                );
+                self.became_leader(i, tp)?;
+            }
+        }
+        // Waiters of leaderships that ended fail.
+        self.answer_waiters();
+        Ok(())
+    }
+
+    /// Sends each followed partition's next epoch query or fetch to its leader.
+    fn fetch_from_leaders(&mut self, i: usize) {
+        let now_ms = self.now_ms;
+        let mut out = Vec::new();
+        for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
+            let crate::partition::commit::Role::Follower { leader, .. } = r.replicas.role else {
+                continue;
+            };
+            let idle = r
+                .fetch_sent_ms
+                .is_none_or(|at| now_ms >= at + FETCH_RETRY_MS);
+            // A follower fetches from its synced end: the offset tells the leader it is durable.
+            if leader < 0 || !idle || r.synced_end < r.log_end() {
+                continue;
+            }
+            r.fetch_sent_ms = Some(now_ms);
+            let epoch = r.replicas.epoch;
+            let wire = if r.needs_truncation {
+                let latest = r.epochs.latest().unwrap_or(-1);
+                Wire::EpochQuery {
+                    tp: *tp,
+                    epoch,
+                    latest,
+                }
+            } else {
+                Wire::Fetch {
+                    tp: *tp,
+                    epoch,
+                    offset: r.log_end(),
+                }
+            };
+            out.push((leader as usize, wire));
+        }
+        for (to, wire) in out {
+            self.send(i, to, wire);
+        }
+    }
+
+    /// Each partition node `i` leads asks the controller for the in-sync set it wants.
+    fn ask_for_isr(&mut self, i: usize) {
+        let Some(node) = &self.slots[i].node else {
+            return;
+        };
+        let controller = node.applied.controller_id();
+        let lag_max_ms = self.slots[i].config().cluster.replica_lag_time_max_ms;
+        let now_ms = self.now_ms;
+        let parts = &mut self.slots[i].partitions;
+        let mut asks = Vec::new();
+        for (tp, r) in parts.replicas.iter_mut() {
+            let Some((epoch, isr)) = r.ask_isr(now_ms, lag_max_ms) else {
+                continue;
+            };
+            let asked = parts.isr_asked_ms.get(tp).copied().unwrap_or(0);
+            if controller < 0 || now_ms < asked + ISR_ASK_MS {
+                continue;
+            }
+            asks.push((
+                *tp,
+                IsrChange {
+                    topic_id: tp.0,
+                    partition: tp.1,
+                    leader: i as i32,
+                    leader_epoch: epoch,
+                    isr,
+                },
+            ));
+        }
+        for (tp, change) in asks {
+            self.slots[i].partitions.isr_asked_ms.insert(tp, now_ms);
+            self.send(i, controller as usize, Wire::AlterPartition(change));
+        }
+    }
+
+    /// A produce reaching node `i`.
+    pub(super) fn on_produce(
+        &mut self,
+        i: usize,
+        tp: Tp,
+        payload: u64,
+        acks_all: bool,
+    ) -> Result<(), super::checks::Violation> {
+        let min_insync = self.min_insync(i, tp);
+        let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
+            return Ok(());
+        };
+        let count = 1 + (payload % 3) as i64;
+        let Ok(base) = r.append(payload, count, acks_all, min_insync) else {
+            return Ok(());
+        };
+        let generation = r.leader_generation;
+        let note = format!(
+            "node {i}: {} append {base}+{count} payload {payload} (acks all {acks_all})",
+            tp_name(tp)
+        );
+        self.trace.note(self.now_ms, note);
+        if acks_all {
+            self.waiting.push(Waiting {
+                node: i,
+                tp,
+                base,
+                end: base + count,
+                payload,
+                generation,
+            });
+        }
+        self.schedule_flush(i);
+        Ok(())
+    }
+
+    fn min_insync(&self, i: usize, tp: Tp) -> usize {
+        let Some(node) = &self.slots[i].node else {
+            return 1;
+        };
+        node.applied.read(|c| {
+            c.topics
+                .iter()
+                .find(|t| t.id == tp.0)
+                .and_then(|t| t.configs.iter().find(|(k, _)| k == "min.insync.replicas"))
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(1)
+        })
+    }
+
+    pub(super) fn schedule_flush(&mut self, i: usize) {
+        if !std::mem::replace(&mut self.slots[i].partitions.flush_scheduled, true) {
+            let after_ms = if self.rng.gen_bool(0.05) {
+                50
+            } else {
+                self.rng.gen_range(1..5)
+            };
+            self.schedule(after_ms, Event::Flush(i));
+        }
+    }
+
+    /// The flusher's pass on node `i`: one fdatasync for every replica's appends.
+    pub(super) fn on_flush(&mut self, i: usize) -> Result<(), super::checks::Violation> {
+        self.slots[i].partitions.flush_scheduled = false;
+        let tps: Vec<Tp> = self.slots[i].partitions.replicas.keys().copied().collect();
+        for tp in tps {
+            let r = self.slots[i]
+                .partitions
+                .replicas
+                .get_mut(&tp)
+                .expect("listed");
+            if r.synced_end < r.log_end() {
+                r.sync();
+                self.replica_changed(i, tp)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A follower's fetch on leader `i`.
+    pub(super) fn on_fetch(
+        &mut self,
+        i: usize,
+        from: usize,
+        tp: Tp,
+        epoch: i32,
+        offset: i64,
+    ) -> Result<(), super::checks::Violation> {
+        let now_ms = self.now_ms;
+        let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
+            return Ok(());
+        };
+        let result = r
+            .serve_fetch(from as i32, epoch, offset, now_ms)
+            .map_err(str::to_string);
+        self.send(i, from, Wire::FetchReply { tp, epoch, result });
+        self.replica_changed(i, tp)
+    }
+
+    /// The leader's answer to a fetch, on follower `i`.
+    pub(super) fn on_fetch_reply(
+        &mut self,
+        i: usize,
+        tp: Tp,
+        epoch: i32,
+        result: Result<(Vec<Batch>, i64), String>,
+    ) -> Result<(), super::checks::Violation> {
+        let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
+            return Ok(());
+        };
+        if r.replicas.epoch != epoch || r.is_leader() || r.needs_truncation {
+            return Ok(());
+        }
+        r.fetch_sent_ms = None;
+        let Ok((batches, leader_hw)) = result else {
+            return Ok(());
+        };
+        let end = r.log_end();
+        if r.append_replica(&batches, leader_hw) {
+            let note = format!(
+                "node {i}: {} fetched {end}..{} (leader hw {leader_hw})",
+                tp_name(tp),
+                r.log_end()
+            );
+            self.trace.note(self.now_ms, note);
+            self.schedule_flush(i);
+        } else {
+            r.learn_leader_high_watermark(leader_hw);
+        }
+        self.replica_changed(i, tp)
+    }
+
+    /// An epoch query on leader `i`: where the follower's newest epoch ends here.
+    pub(super) fn on_epoch_query(
+        &mut self,
+        i: usize,
+        from: usize,
+        tp: Tp,
+        epoch: i32,
+        latest: i32,
+    ) {
+        let Some(r) = self.slots[i].partitions.replicas.get(&tp) else {
+            return;
+        };
+        let answer = if r.is_leader() && r.replicas.epoch == epoch {
+            Ok(r.epoch_end(latest))
+        } else {
+            Err("NOT_LEADER_OR_FOLLOWER".to_string())
+        };
+        self.send(i, from, Wire::EpochAnswer { tp, epoch, answer });
+    }
+
+    /// The leader's epoch answer, on follower `i`: cut the divergent tail.
+    pub(super) fn on_epoch_answer(
+        &mut self,
+        i: usize,
+        tp: Tp,
+        epoch: i32,
+        answer: Result<(i32, i64), String>,
+    ) -> Result<(), super::checks::Violation> {
+        let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
+            return Ok(());
+        };
+        if r.replicas.epoch != epoch || r.is_leader() || !r.needs_truncation {
+            return Ok(());
+        }
+        r.fetch_sent_ms = None;
+        if let Ok(answer) = answer {
+            let end = r.log_end();
+            r.truncate_diverged(answer);
+            let now = r.log_end();
+            let note = format!(
+                "node {i}: {} answer {answer:?}, log end {end} → {now}",
+                tp_name(tp)
+            );
+            self.trace.note(self.now_ms, note);
+        }
+        self.replica_changed(i, tp)
+    }
+}
+
+pub fn tp_name(tp: Tp) -> String {
+    format!("{:02x}{:02x}-{}", tp.0[0], tp.0[1], tp.1)
+}

@@ -1,0 +1,95 @@
+//! The small metadata files the broker writes with plain synchronous calls (today the
+//! controller's Raft log and snapshot), behind a trait: the broker uses the operating system's
+//! files (`OsDisk`), the simulator (`sim/`) runs the same code over a disk that loses what was
+//! not synced when its node crashes.
+//!
+//! The contract each implementation keeps: `append` is durable only after `sync` of the same
+//! file; `replace` and `truncate` are durable when they return (a crash leaves the old or the
+//! new content, never a mix).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+pub trait Disk {
+    /// The whole file; None when it does not exist.
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Appends `bytes`, creating the file if needed; not durable until `sync`.
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Makes every append to `path` durable (fdatasync).
+    fn sync(&self, path: &Path) -> io::Result<()>;
+    /// Cuts (or creates) the file at `len` bytes, durably.
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    /// Replaces the whole file with `bytes`, atomically and durably: write a temporary file,
+    /// sync it, rename it over `path`, sync the directory.
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+}
+
+/// The operating system's files. Keeps each appended file open, so an append is one write(2).
+#[derive(Default)]
+pub struct OsDisk {
+    appending: RefCell<HashMap<PathBuf, File>>,
+}
+
+impl OsDisk {
+    fn with_appender<R>(
+        &self,
+        path: &Path,
+        f: impl FnOnce(&mut File) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut open = self.appending.borrow_mut();
+        if !open.contains_key(path) {
+            let file = OpenOptions::new().create(true).append(true).open(path)?;
+            open.insert(path.to_path_buf(), file);
+        }
+        f(open.get_mut(path).expect("inserted above"))
+    }
+}
+
+impl Disk for OsDisk {
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(path) {
+            Ok(raw) => Ok(Some(raw)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.with_appender(path, |f| f.write_all(bytes))
+    }
+
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        self.with_appender(path, |f| f.sync_data())
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        self.with_appender(path, |f| {
+            f.set_len(len)?;
+            f.sync_all()
+        })
+    }
+
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+        }
+        // An appender open on the old file would write to the unlinked inode.
+        self.appending.borrow_mut().remove(path);
+        std::fs::rename(&tmp, path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        File::open(dir)?.sync_all()
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+}
