@@ -17,6 +17,7 @@
 //! and a leader from it must hold everything committed, so the high watermark must not pass
 //! the joining member meanwhile.
 
+use crate::storage::catalog::PartitionAssignment;
 use std::collections::BTreeMap;
 
 /// A follower as its leader sees it.
@@ -59,6 +60,48 @@ pub struct Replicas {
 }
 
 impl Replicas {
+    /// Takes the controller's assignment: the epoch, the replicas, the in-sync set and this
+    /// node's role. None when it is stale (an older epoch); else whether the role changed
+    /// (a new epoch, or another role or leader), which resets the role's state. `hw` is the
+    /// partition's high watermark, a new follower's first idea of its leader's.
+    pub fn assign(
+        &mut self,
+        local: i32,
+        a: &PartitionAssignment,
+        now_ms: u64,
+        hw: i64,
+    ) -> Option<bool> {
+        if a.leader_epoch < self.epoch {
+            return None;
+        }
+        let lead = a.leader == local;
+        let same_role = self.local == local
+            && match self.role {
+                Role::Leader { .. } => lead,
+                Role::Follower { leader, .. } => !lead && leader == a.leader,
+            };
+        let changed = a.leader_epoch > self.epoch || !same_role;
+        self.local = local;
+        self.epoch = a.leader_epoch;
+        self.replicas = a.replicas.clone();
+        self.isr = a.isr.clone();
+        if changed {
+            self.requested_isr.clear();
+            self.role = if lead {
+                Role::Leader {
+                    followers: BTreeMap::new(),
+                    since_ms: now_ms,
+                }
+            } else {
+                Role::Follower {
+                    leader: a.leader,
+                    leader_hw: hw,
+                }
+            };
+        }
+        Some(changed)
+    }
+
     /// A lone copy: leader of itself.
     pub fn alone() -> Replicas {
         Replicas {

@@ -9,7 +9,6 @@ use crate::storage::catalog::PartitionAssignment;
 use crate::storage::log::PartitionLog;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
 
@@ -33,36 +32,9 @@ impl Partition {
     /// acks=all producers learn that this node no longer leads.
     pub fn assign(&self, local: i32, a: &PartitionAssignment, now_ms: u64) {
         let lead = a.leader == local;
-        let changed = {
-            let mut r = self.replicas.borrow_mut();
-            if a.leader_epoch < r.epoch {
-                return;
-            }
-            let same_role = r.local == local
-                && match r.role {
-                    Role::Leader { .. } => lead,
-                    Role::Follower { leader, .. } => !lead && leader == a.leader,
-                };
-            let changed = a.leader_epoch > r.epoch || !same_role;
-            r.local = local;
-            r.epoch = a.leader_epoch;
-            r.replicas = a.replicas.clone();
-            r.isr = a.isr.clone();
-            if changed {
-                r.requested_isr.clear();
-                r.role = if lead {
-                    Role::Leader {
-                        followers: BTreeMap::new(),
-                        since_ms: now_ms,
-                    }
-                } else {
-                    Role::Follower {
-                        leader: a.leader,
-                        leader_hw: self.high_watermark(),
-                    }
-                };
-            }
-            changed
+        let hw = self.high_watermark();
+        let Some(changed) = self.replicas.borrow_mut().assign(local, a, now_ms, hw) else {
+            return;
         };
         self.log.borrow_mut().leader_epoch = a.leader_epoch;
         if changed && lead {

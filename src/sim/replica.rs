@@ -15,7 +15,6 @@ use crate::storage::catalog::PartitionAssignment;
 use crate::storage::epochs::LeaderEpochs;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
 
 /// A batch of `count` records from one produce (`payload` identifies it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,34 +117,11 @@ impl SimReplica {
     /// `Partition::assign`: the controller's assignment of this partition. Returns whether
     /// this node's role changed.
     pub fn assign(&mut self, local: i32, a: &PartitionAssignment, now_ms: u64) -> bool {
-        let r = &mut self.replicas;
-        if a.leader_epoch < r.epoch {
+        let Some(changed) = self.replicas.assign(local, a, now_ms, self.high_watermark) else {
             return false;
-        }
+        };
         let lead = a.leader == local;
-        let same_role = r.local == local
-            && match r.role {
-                Role::Leader { .. } => lead,
-                Role::Follower { leader, .. } => !lead && leader == a.leader,
-            };
-        let changed = a.leader_epoch > r.epoch || !same_role;
-        r.local = local;
-        r.epoch = a.leader_epoch;
-        r.replicas = a.replicas.clone();
-        r.isr = a.isr.clone();
         if changed {
-            r.requested_isr.clear();
-            r.role = if lead {
-                Role::Leader {
-                    followers: BTreeMap::new(),
-                    since_ms: now_ms,
-                }
-            } else {
-                Role::Follower {
-                    leader: a.leader,
-                    leader_hw: self.high_watermark,
-                }
-            };
             if lead {
                 self.leader_generation += 1;
                 self.epoch_start = self.log_end();
