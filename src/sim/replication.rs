@@ -92,14 +92,7 @@ impl World {
         let mine: Vec<(Tp, crate::storage::catalog::PartitionAssignment)> =
             node.applied.read(|c| {
                 let registered = crate::storage::catalog::registers(c, i as i32, node.incarnation);
-                c.topics
-                    .iter()
-                    .flat_map(|t| {
-                        t.assignment
-                            .iter()
-                            .enumerate()
-                            .map(|(p, a)| ((t.id, p as i32), a))
-                    })
+                assignments(c)
                     .filter(|(_, a)| a.replicas.contains(&(i as i32)))
                     .map(|(tp, a)| (tp, if registered { a.clone() } else { a.held_back() }))
                     .collect()
@@ -392,4 +385,16 @@ impl World {
 
 pub fn tp_name(tp: Tp) -> String {
     format!("{:02x}{:02x}-{}", tp.0[0], tp.0[1], tp.1)
+}
+
+/// Every partition's assignment in a catalog record, by (topic id, partition).
+pub fn assignments(
+    c: &crate::storage::catalog::CatalogRecord,
+) -> impl Iterator<Item = (Tp, &crate::storage::catalog::PartitionAssignment)> {
+    c.topics.iter().flat_map(|t| {
+        t.assignment
+            .iter()
+            .enumerate()
+            .map(move |(p, a)| ((t.id, p as i32), a))
+    })
 }

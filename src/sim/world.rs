@@ -467,14 +467,8 @@ impl World {
     fn produce(&mut self, i: usize) {
         let node = self.slots[i].node.as_ref().expect("running");
         let led: Vec<(super::replication::Tp, i32)> = node.applied.read(|c| {
-            c.topics
-                .iter()
-                .flat_map(|t| {
-                    t.assignment
-                        .iter()
-                        .enumerate()
-                        .map(|(p, a)| ((t.id, p as i32), a.leader))
-                })
+            super::replication::assignments(c)
+                .map(|(tp, a)| (tp, a.leader))
                 .filter(|(_, leader)| *leader >= 0)
                 .collect()
         });
