@@ -105,6 +105,9 @@ pub struct IsrChange {
     pub leader: i32,
     pub leader_epoch: i32,
     pub isr: Vec<i32>,
+    /// The members `isr` adds, each with the registration (incarnation) whose fetches
+    /// qualified it: taken only while that registration stands (KIP-903).
+    pub joining: Vec<(i32, u64)>,
 }
 
 /// A change to one topic's config overrides.
@@ -454,14 +457,32 @@ fn alter_partition(
             format!("leader {} epoch {} is current", a.leader, a.leader_epoch),
         );
     }
-    let live = |n: &i32| record.brokers.iter().any(|b| b.node_id == *n && !b.fenced);
-    let valid = change.isr.contains(&change.leader)
-        && change.isr.iter().all(|n| a.replicas.contains(n))
-        && change.isr.iter().all(|n| a.isr.contains(n) || live(n));
+    let valid =
+        change.isr.contains(&change.leader) && change.isr.iter().all(|n| a.replicas.contains(n));
     if !valid {
         return err(
             ResponseError::InvalidRequest,
             format!("in-sync set {:?} for replicas {:?}", change.isr, a.replicas),
+        );
+    }
+    // A member joins on what its current registration reported: not fenced, not restarted.
+    let registered = |n: &i32| {
+        change.joining.iter().any(|(j, incarnation)| {
+            j == n
+                && record
+                    .brokers
+                    .iter()
+                    .any(|b| b.node_id == *n && b.incarnation == *incarnation && !b.fenced)
+        })
+    };
+    if let Some(n) = change
+        .isr
+        .iter()
+        .find(|n| !a.isr.contains(n) && !registered(n))
+    {
+        return err(
+            ResponseError::IneligibleReplica,
+            format!("replica {n} is fenced or has registered again since its fetches"),
         );
     }
     if a.isr == change.isr {

@@ -30,6 +30,11 @@ pub struct Follower {
     /// When its last fetch came, and the leader's written end then.
     last_fetch_ms: u64,
     last_fetch_leader_end: i64,
+    /// The incarnation its node was registered with in this leader's catalog when the fetch
+    /// came (None: fenced or not registered). Only a position its current registration
+    /// reported lets a replica join the in-sync set (Kafka's KIP-903): a restarted process
+    /// may hold less than the old one reported.
+    incarnation: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +49,14 @@ pub enum Role {
     Follower { leader: i32, leader_hw: i64 },
 }
 
+/// The in-sync set a leader asks for in its epoch, and the registration of each member it adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrRequest {
+    pub epoch: i32,
+    pub isr: Vec<i32>,
+    pub joining: Vec<(i32, u64)>,
+}
+
 /// A partition's replicas as the controller assigned them, and this node's part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replicas {
@@ -56,6 +69,9 @@ pub struct Replicas {
     /// The in-sync set this leader last asked the controller for, until it has what it wants
     /// (`note_isr_request`); empty otherwise.
     pub requested_isr: Vec<i32>,
+    /// The incarnation each replica is registered with in the catalog last applied (fenced
+    /// and unregistered replicas absent).
+    pub registered: BTreeMap<i32, u64>,
     pub role: Role,
 }
 
@@ -110,6 +126,7 @@ impl Replicas {
             replicas: vec![-1],
             isr: vec![-1],
             requested_isr: Vec::new(),
+            registered: BTreeMap::new(),
             role: Role::Leader {
                 followers: BTreeMap::new(),
                 since_ms: 0,
@@ -119,6 +136,17 @@ impl Replicas {
 
     pub fn is_leader(&self) -> bool {
         matches!(self.role, Role::Leader { .. })
+    }
+
+    /// Takes the catalog's registrations of the replicas (node → incarnation; fenced and
+    /// unregistered ones absent). A leader forgets a follower position that another
+    /// registration reported: a restarted replica may have lost what its old process held, so
+    /// it counts again from its new process's first fetch.
+    pub fn note_registrations(&mut self, registered: BTreeMap<i32, u64>) {
+        if let Role::Leader { followers, .. } = &mut self.role {
+            followers.retain(|n, f| f.incarnation == registered.get(n).copied());
+        }
+        self.registered = registered;
     }
 
     /// The leader asked the controller for the in-sync set `isr` (None: it wants none, its
@@ -167,6 +195,7 @@ impl Replicas {
             caught_up_ms: *since_ms,
             last_fetch_ms: now_ms,
             last_fetch_leader_end: leader_end,
+            incarnation: self.registered.get(&node).copied(),
         });
         // Caught up now, or at the previous fetch if this one reaches what the leader had then.
         if offset >= leader_end {
@@ -205,8 +234,10 @@ impl Replicas {
     }
 
     /// The in-sync set this leader should ask the controller for, if it differs from the
-    /// committed one: members not caught up within `lag_max_ms` leave; replicas whose synced
-    /// end reached the high watermark (and the start of this leader's epoch) join.
+    /// committed one: members not caught up within `lag_max_ms` leave; replicas that join
+    /// have, from their current registration, synced up to the high watermark (and the start
+    /// of this leader's epoch) and caught up within `lag_max_ms`, so that the next pass would
+    /// not take them out again on the same report.
     pub fn wanted_isr(
         &self,
         now_ms: u64,
@@ -222,10 +253,11 @@ impl Replicas {
             return None;
         };
         let caught_up = |n: &i32| followers.get(n).map_or(*since_ms, |f| f.caught_up_ms);
+        let recent = |n: &i32| now_ms.saturating_sub(caught_up(n)) <= lag_max_ms;
         let reached = |n: &i32| {
-            followers
-                .get(n)
-                .is_some_and(|f| f.offset >= high_watermark && f.offset >= epoch_start)
+            followers.get(n).is_some_and(|f| {
+                f.incarnation.is_some() && f.offset >= high_watermark && f.offset >= epoch_start
+            })
         };
         let wanted: Vec<i32> = self
             .replicas
@@ -234,9 +266,9 @@ impl Replicas {
             .filter(|n| {
                 *n == self.local
                     || if self.isr.contains(n) {
-                        now_ms.saturating_sub(caught_up(n)) <= lag_max_ms
+                        recent(n)
                     } else {
-                        reached(n)
+                        reached(n) && recent(n)
                     }
             })
             .collect();
@@ -245,6 +277,35 @@ impl Replicas {
         let mut sorted = wanted.clone();
         sorted.sort_unstable();
         (sorted != current).then_some(wanted)
+    }
+
+    /// `wanted_isr` as a request to the controller: with this leader's epoch and the
+    /// registrations of the members it adds.
+    pub fn isr_request(
+        &self,
+        now_ms: u64,
+        lag_max_ms: u64,
+        high_watermark: i64,
+        epoch_start: i64,
+    ) -> Option<IsrRequest> {
+        let isr = self.wanted_isr(now_ms, lag_max_ms, high_watermark, epoch_start)?;
+        Some(IsrRequest {
+            epoch: self.epoch,
+            joining: self.joining(&isr),
+            isr,
+        })
+    }
+
+    /// The members of `isr` that the committed set lacks, each with the registration whose
+    /// fetches qualified it: the controller takes them only while that registration stands.
+    pub fn joining(&self, isr: &[i32]) -> Vec<(i32, u64)> {
+        let Role::Leader { followers, .. } = &self.role else {
+            return Vec::new();
+        };
+        isr.iter()
+            .filter(|n| !self.isr.contains(n))
+            .filter_map(|n| Some((*n, followers.get(n)?.incarnation?)))
+            .collect()
     }
 }
 
@@ -259,6 +320,7 @@ mod tests {
             replicas: vec![1, 2, 3],
             isr: isr.to_vec(),
             requested_isr: Vec::new(),
+            registered: BTreeMap::from([(2, 20), (3, 30)]),
             role: Role::Leader {
                 followers: BTreeMap::new(),
                 since_ms: 1000,
@@ -352,5 +414,44 @@ mod tests {
         let r = leader(&[1, 2, 3]);
         assert_eq!(r.wanted_isr(1900, 1000, 0, 0), None);
         assert_eq!(r.wanted_isr(2100, 1000, 0, 0), Some(vec![1]));
+    }
+
+    #[test]
+    fn a_member_taken_out_for_lag_does_not_rejoin_on_its_last_report() {
+        // Seen in CI: follower 3 died at the leader's end; the lag bound took it out, and its
+        // last fetch (at the high watermark) asked it back in at once, before it restarted.
+        let mut r = leader(&[1, 2, 3]);
+        r.note_fetch(2, 50, 50, 1100);
+        r.note_fetch(3, 50, 50, 1100);
+        r.note_fetch(2, 50, 50, 2500);
+        assert_eq!(r.wanted_isr(2500, 1000, 50, 0), Some(vec![1, 2]));
+        r.isr = vec![1, 2];
+        assert_eq!(
+            r.wanted_isr(2600, 1000, 50, 0),
+            None,
+            "not caught up lately"
+        );
+        r.note_fetch(3, 50, 50, 2700);
+        assert_eq!(r.wanted_isr(2700, 1000, 50, 0), Some(vec![1, 2, 3]));
+        assert_eq!(r.joining(&[1, 2, 3]), vec![(3, 30)]);
+    }
+
+    #[test]
+    fn a_restarted_replica_counts_from_its_new_registration_only() {
+        let mut r = leader(&[1, 2]);
+        r.note_fetch(2, 50, 50, 1100);
+        r.note_fetch(3, 50, 50, 1100);
+        // 3 restarts (a new incarnation): what its old process reported is forgotten.
+        r.note_registrations(BTreeMap::from([(2, 20), (3, 31)]));
+        assert_eq!(r.wanted_isr(1200, 1000, 50, 0), None);
+        // A fetch while it was not registered (fenced) does not qualify it either.
+        r.note_registrations(BTreeMap::from([(2, 20)]));
+        r.note_fetch(3, 50, 50, 1300);
+        assert_eq!(r.wanted_isr(1300, 1000, 50, 0), None);
+        r.note_registrations(BTreeMap::from([(2, 20), (3, 31)]));
+        r.note_fetch(3, 50, 50, 1400);
+        assert_eq!(r.wanted_isr(1400, 1000, 50, 0), Some(vec![1, 2, 3]));
+        assert_eq!(r.joining(&[1, 2, 3]), vec![(3, 31)]);
+        assert_eq!(r.committed(50), 50, "2 kept its position");
     }
 }

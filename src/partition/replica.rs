@@ -2,10 +2,10 @@
 //! follower positions a leader learns from fetches, a follower's appends of its leader's
 //! batches, and the truncation of a divergent tail (see `commit.rs` for the rule these feed).
 
-use super::commit::Role;
+use super::commit::{IsrRequest, Role};
 use super::Partition;
 use crate::protocol::batch;
-use crate::storage::catalog::PartitionAssignment;
+use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
 use crate::storage::log::PartitionLog;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -30,12 +30,22 @@ impl Partition {
     /// is ignored. Becoming leader starts a new epoch in the epoch cache at the log end;
     /// becoming a follower marks the log for truncation and wakes every waiter, so that
     /// acks=all producers learn that this node no longer leads.
-    pub fn assign(&self, local: i32, a: &PartitionAssignment, now_ms: u64) {
+    /// `brokers` are the catalog's registrations, whose reports the leader counts.
+    pub fn assign(
+        &self,
+        local: i32,
+        a: &PartitionAssignment,
+        brokers: &[BrokerRecord],
+        now_ms: u64,
+    ) {
         let lead = a.leader == local;
         let hw = self.high_watermark();
         let Some(changed) = self.replicas.borrow_mut().assign(local, a, now_ms, hw) else {
             return;
         };
+        self.replicas
+            .borrow_mut()
+            .note_registrations(registrations(brokers, &a.replicas));
         self.log.borrow_mut().leader_epoch = a.leader_epoch;
         if changed && lead {
             self.leader_generation.set(self.leader_generation.get() + 1);
@@ -143,14 +153,14 @@ impl Partition {
         (end - lowest, bytes, ms)
     }
 
-    /// The in-sync set this leader should ask the controller for, with the epoch it leads in;
+    /// The in-sync set this leader should ask the controller for (`Replicas::isr_request`);
     /// None when the committed one is right (or this node does not lead).
-    pub fn wanted_isr(&self, lag_max_ms: u64) -> Option<(i32, Vec<i32>)> {
+    pub fn wanted_isr(&self, lag_max_ms: u64) -> Option<IsrRequest> {
         let now_ms = self.env.clock.monotonic_ms();
         let hw = self.high_watermark();
-        let r = self.replicas.borrow();
-        let wanted = r.wanted_isr(now_ms, lag_max_ms, hw, self.epoch_start.get())?;
-        Some((r.epoch, wanted))
+        self.replicas
+            .borrow()
+            .isr_request(now_ms, lag_max_ms, hw, self.epoch_start.get())
     }
 
     /// This leader asks the controller for the in-sync set `isr`, or (None) wants no change:

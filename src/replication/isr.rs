@@ -29,22 +29,22 @@ pub async fn keep(shard: Rc<Shard>) {
         let partitions = shard.partition_list();
         publish(&shard, &partitions);
         for p in partitions {
-            let Some((epoch, isr)) = p.wanted_isr(lag_max_ms) else {
+            let Some(wanted) = p.wanted_isr(lag_max_ms) else {
                 p.note_isr_request(None);
                 asked.remove(&p.id());
                 continue;
             };
             // Before the ask leaves: the controller may commit it at any moment.
-            p.note_isr_request(Some(&isr));
+            p.note_isr_request(Some(&wanted.isr));
             if asked
                 .get(&p.id())
-                .is_some_and(|(a, at)| *a == isr && now_ms < at + RETRY_MS)
+                .is_some_and(|(a, at)| *a == wanted.isr && now_ms < at + RETRY_MS)
             {
                 continue;
             }
-            asked.insert(p.id(), (isr.clone(), now_ms));
+            asked.insert(p.id(), (wanted.isr.clone(), now_ms));
             let (current, _) = p.insync();
-            let counter = if isr.len() < current {
+            let counter = if wanted.isr.len() < current {
                 &shard.metrics().isr_shrinks
             } else {
                 &shard.metrics().isr_expands
@@ -54,8 +54,9 @@ pub async fn keep(shard: Rc<Shard>) {
                 topic_id: p.id().topic_id,
                 partition: p.id().partition,
                 leader: node,
-                leader_epoch: epoch,
-                isr,
+                leader_epoch: wanted.epoch,
+                isr: wanted.isr,
+                joining: wanted.joining,
             };
             let shard = shard.clone();
             let name = p.name().to_string();

@@ -208,8 +208,10 @@ impl Shard {
             if let Some(topic) = catalog.by_id.get(&p.id().topic_id) {
                 p.configure(&topic.config);
                 match topic.assignment(p.id().partition) {
-                    Some(a) if catalog.registered => p.assign(catalog.node_id, a, now_ms),
-                    Some(a) => p.assign(catalog.node_id, &a.held_back(), now_ms),
+                    Some(a) if catalog.registered => {
+                        p.assign(catalog.node_id, a, &catalog.brokers, now_ms)
+                    }
+                    Some(a) => p.assign(catalog.node_id, &a.held_back(), &catalog.brokers, now_ms),
                     None => {}
                 }
             }

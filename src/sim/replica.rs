@@ -10,8 +10,8 @@
 //! (saved synchronously, like `leader-epoch-checkpoint`) less epochs past the log end, and the
 //! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
 
-use crate::partition::commit::{Replicas, Role};
-use crate::storage::catalog::PartitionAssignment;
+use crate::partition::commit::{IsrRequest, Replicas, Role};
+use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -116,10 +116,18 @@ impl SimReplica {
 
     /// `Partition::assign`: the controller's assignment of this partition. Returns whether
     /// this node's role changed.
-    pub fn assign(&mut self, local: i32, a: &PartitionAssignment, now_ms: u64) -> bool {
+    pub fn assign(
+        &mut self,
+        local: i32,
+        a: &PartitionAssignment,
+        brokers: &[BrokerRecord],
+        now_ms: u64,
+    ) -> bool {
         let Some(changed) = self.replicas.assign(local, a, now_ms, self.high_watermark) else {
             return false;
         };
+        self.replicas
+            .note_registrations(registrations(brokers, &a.replicas));
         let lead = a.leader == local;
         if changed {
             if lead {
@@ -261,13 +269,12 @@ impl SimReplica {
         self.advance_commit();
     }
 
-    /// The in-sync set this leader should ask for, with its epoch (`Partition::wanted_isr`),
-    /// noted as asked (`isr::keep`: members it adds hold the high watermark from now on).
-    pub fn ask_isr(&mut self, now_ms: u64, lag_max_ms: u64) -> Option<(i32, Vec<i32>)> {
+    /// The in-sync set this leader should ask for (`Partition::wanted_isr`), noted as asked (`isr::keep`: members it adds hold the high watermark from now on).
+    pub fn ask_isr(&mut self, now_ms: u64, lag_max_ms: u64) -> Option<IsrRequest> {
         let r = &mut self.replicas;
-        let wanted = r.wanted_isr(now_ms, lag_max_ms, self.high_watermark, self.epoch_start);
-        r.note_isr_request(wanted.as_deref());
-        Some((r.epoch, wanted?))
+        let wanted = r.isr_request(now_ms, lag_max_ms, self.high_watermark, self.epoch_start);
+        r.note_isr_request(wanted.as_ref().map(|w| &w.isr[..]));
+        wanted
     }
 
     /// The batch at `base`, if this log holds one there.

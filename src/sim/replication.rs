@@ -12,6 +12,7 @@ use super::node::Wire;
 use super::replica::{Batch, SimReplica};
 use super::world::{Event, World};
 use crate::controller::IsrChange;
+use crate::storage::catalog::{self, BrokerRecord, PartitionAssignment};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -89,13 +90,14 @@ impl World {
             return Ok(());
         }
         // As `Shard::install` does: roles wait for this incarnation's registration.
-        let mine: Vec<(Tp, crate::storage::catalog::PartitionAssignment)> =
+        let (mine, brokers): (Vec<(Tp, PartitionAssignment)>, Vec<BrokerRecord>) =
             node.applied.read(|c| {
-                let registered = crate::storage::catalog::registers(c, i as i32, node.incarnation);
-                assignments(c)
+                let registered = catalog::registers(c, i as i32, node.incarnation);
+                let mine = assignments(c)
                     .filter(|(_, a)| a.replicas.contains(&(i as i32)))
                     .map(|(tp, a)| (tp, if registered { a.clone() } else { a.held_back() }))
-                    .collect()
+                    .collect();
+                (mine, c.brokers.clone())
             });
         self.slots[i].partitions.assigned_generation = generation;
         for (tp, a) in mine {
@@ -111,7 +113,7 @@ impl World {
                 .replicas
                 .entry(tp)
                 .or_insert_with(SimReplica::new);
-            if r.assign(i as i32, &a, now_ms) && r.is_leader() {
+            if r.assign(i as i32, &a, &brokers, now_ms) && r.is_leader() {
                 self.trace.note(
                     now_ms,
                     format!(
@@ -178,7 +180,7 @@ impl World {
         let parts = &mut self.slots[i].partitions;
         let mut asks = Vec::new();
         for (tp, r) in parts.replicas.iter_mut() {
-            let Some((epoch, isr)) = r.ask_isr(now_ms, lag_max_ms) else {
+            let Some(wanted) = r.ask_isr(now_ms, lag_max_ms) else {
                 continue;
             };
             let asked = parts.isr_asked_ms.get(tp).copied().unwrap_or(0);
@@ -191,8 +193,9 @@ impl World {
                     topic_id: tp.0,
                     partition: tp.1,
                     leader: i as i32,
-                    leader_epoch: epoch,
-                    isr,
+                    leader_epoch: wanted.epoch,
+                    isr: wanted.isr,
+                    joining: wanted.joining,
                 },
             ));
         }
@@ -388,9 +391,7 @@ pub fn tp_name(tp: Tp) -> String {
 }
 
 /// Every partition's assignment in a catalog record, by (topic id, partition).
-pub fn assignments(
-    c: &crate::storage::catalog::CatalogRecord,
-) -> impl Iterator<Item = (Tp, &crate::storage::catalog::PartitionAssignment)> {
+pub fn assignments(c: &catalog::CatalogRecord) -> impl Iterator<Item = (Tp, &PartitionAssignment)> {
     c.topics.iter().flat_map(|t| {
         t.assignment
             .iter()

@@ -84,6 +84,16 @@ pub fn registers(record: &CatalogRecord, node_id: i32, incarnation: u64) -> bool
             .any(|b| b.node_id == node_id && b.incarnation == incarnation)
 }
 
+/// The incarnation each of `nodes` is registered with among `brokers`, the fenced ones left
+/// out: whose reports a leader may count (`commit::Replicas::note_registrations`).
+pub fn registrations(brokers: &[BrokerRecord], nodes: &[i32]) -> BTreeMap<i32, u64> {
+    brokers
+        .iter()
+        .filter(|b| !b.fenced && nodes.contains(&b.node_id))
+        .map(|b| (b.node_id, b.incarnation))
+        .collect()
+}
+
 /// A broker of the cluster, as it registered with the controller.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct BrokerRecord {
