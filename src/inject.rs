@@ -32,10 +32,17 @@ pub enum Bug {
     /// until the controller answers (the race the simulator found: the controller committed a
     /// set whose new member lacked committed records).
     JoinerNotCounted,
+    /// A restarted node rebuilds no idempotent-producer state from its log, so a producer's
+    /// retry of a batch already written is appended again.
+    ForgetProducerState,
+    /// A new leader of a `__consumer_offsets` partition loads its groups at once, before its
+    /// epoch start is committed: commits an earlier leader acknowledged may lie above its high
+    /// watermark.
+    CoordinatorLoadsEarly,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 10] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -44,6 +51,8 @@ impl Bug {
         Bug::AckBeforeQuorumSynced,
         Bug::RestartKeepsLeaderEpoch,
         Bug::JoinerNotCounted,
+        Bug::ForgetProducerState,
+        Bug::CoordinatorLoadsEarly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +65,8 @@ impl Bug {
             Bug::AckBeforeQuorumSynced => "ack-before-quorum-synced",
             Bug::RestartKeepsLeaderEpoch => "restart-keeps-leader-epoch",
             Bug::JoinerNotCounted => "joiner-not-counted",
+            Bug::ForgetProducerState => "forget-producer-state",
+            Bug::CoordinatorLoadsEarly => "coordinator-loads-early",
         }
     }
 
@@ -84,6 +95,12 @@ impl Bug {
             }
             Bug::JoinerNotCounted => {
                 "a replica asked to join the in-sync set does not hold the high watermark until it is in"
+            }
+            Bug::ForgetProducerState => {
+                "a restarted node forgets its idempotent producers, so a retried batch is written twice"
+            }
+            Bug::CoordinatorLoadsEarly => {
+                "a new group coordinator loads its offsets before its epoch start is committed, missing acknowledged commits"
             }
         }
     }

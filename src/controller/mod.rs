@@ -28,6 +28,7 @@ pub mod reassignment;
 pub mod records;
 
 use crate::clock::Ids;
+use crate::partition::commit::{same_set, IsrRequest};
 use crate::shard::mesh::{Request, ShardGone};
 use crate::shard::{InstallCatalog, Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::{self, Catalog, CatalogRecord, ConfigOp, TopicRecord};
@@ -104,10 +105,37 @@ pub struct IsrChange {
     pub partition: i32,
     pub leader: i32,
     pub leader_epoch: i32,
+    /// The committed set the leader computed from: taken only while it still is the set.
+    pub from_isr: Vec<i32>,
     pub isr: Vec<i32>,
     /// The members `isr` adds, each with the registration (incarnation) whose fetches
     /// qualified it: taken only while that registration stands (KIP-903).
     pub joining: Vec<(i32, u64)>,
+}
+
+impl IsrChange {
+    /// Leader `leader`'s ask for partition (`topic_id`, `partition`).
+    pub fn new(topic_id: [u8; 16], partition: i32, leader: i32, r: IsrRequest) -> IsrChange {
+        IsrChange {
+            topic_id,
+            partition,
+            leader,
+            leader_epoch: r.epoch,
+            from_isr: r.from,
+            isr: r.isr,
+            joining: r.joining,
+        }
+    }
+
+    /// The leader's request this change carries.
+    pub fn request(&self) -> IsrRequest {
+        IsrRequest {
+            epoch: self.leader_epoch,
+            from: self.from_isr.clone(),
+            isr: self.isr.clone(),
+            joining: self.joining.clone(),
+        }
+    }
 }
 
 /// A change to one topic's config overrides.
@@ -451,10 +479,17 @@ fn alter_partition(
     };
     let epoch = a.leader_epoch;
     let stale = a.leader != change.leader || epoch != change.leader_epoch;
-    if stale && !crate::inject::active(crate::inject::Bug::StaleIsrChange) {
+    let planted = crate::inject::active(crate::inject::Bug::StaleIsrChange);
+    if stale && !planted {
         return err(
             ResponseError::FencedLeaderEpoch,
             format!("leader {} epoch {} is current", a.leader, a.leader_epoch),
+        );
+    }
+    if !same_set(&a.isr, &change.from_isr) && !planted {
+        return err(
+            ResponseError::InvalidUpdateVersion,
+            format!("the in-sync set is {:?}, not {:?}", a.isr, change.from_isr),
         );
     }
     let valid =

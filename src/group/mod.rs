@@ -52,10 +52,23 @@ pub struct GroupService {
     /// Wakes the timer driver when the coordinator's next deadline may have moved.
     changed: Event,
     refusals_logged: LogLimiter,
+    /// Led `__consumer_offsets` partitions waiting to load (`replay::load_led`).
+    load_waits_logged: LogLimiter,
     /// The `__consumer_offsets` partitions whose groups are loaded (`replay.rs`), with the
     /// leader generation they were loaded in. A group of another partition this node leads is
     /// answered COORDINATOR_LOAD_IN_PROGRESS.
     loaded: RefCell<HashMap<i32, u64>>,
+}
+
+/// A shard's coordinator, bounded by the broker's config.
+pub fn coordinator(now_ms: u64, config: &crate::config::Config, ids: Box<dyn Ids>) -> Coordinator {
+    let bounds = CoordinatorConfig {
+        initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms: config.group_min_session_timeout_ms,
+        max_groups: config.max_groups_per_shard,
+        max_member_timers: state::MAX_MEMBER_TIMERS,
+    };
+    Coordinator::new(now_ms, bounds, ids)
 }
 
 /// A committed offset as requests carry it: (topic, partition, offset, leader epoch, metadata).
@@ -63,18 +76,13 @@ pub type OffsetEntry = (String, i32, i64, i32, String);
 
 impl GroupService {
     pub fn new(now_ms: u64, config: &crate::config::Config, ids: Box<dyn Ids>) -> GroupService {
-        let coordinator = CoordinatorConfig {
-            initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms: config.group_min_session_timeout_ms,
-            max_groups: config.max_groups_per_shard,
-            max_member_timers: state::MAX_MEMBER_TIMERS,
-        };
         GroupService {
-            coordinator: RefCell::new(Coordinator::new(now_ms, coordinator, ids)),
+            coordinator: RefCell::new(coordinator(now_ms, config, ids)),
             joins: RefCell::new(HashMap::new()),
             syncs: RefCell::new(HashMap::new()),
             changed: Event::new(),
             refusals_logged: LogLimiter::new(REFUSAL_LOG_INTERVAL_MS),
+            load_waits_logged: LogLimiter::new(REFUSAL_LOG_INTERVAL_MS),
             loaded: RefCell::new(HashMap::new()),
         }
     }

@@ -6,7 +6,7 @@
 //! and reported: the first with its offset, then a total at the end of the replay.
 
 use super::records::{self, Key};
-use super::state::{CommittedOffset, StoredGroup};
+use super::state::{CommittedOffset, Coordinator, StoredGroup};
 use super::{GroupService, OFFSETS_TOPIC};
 use crate::metrics::add;
 use crate::partition::{Partition, ReadRequest};
@@ -14,7 +14,7 @@ use crate::protocol::batch;
 use crate::protocol::chunk::Chunk;
 use crate::shard::Shard;
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// Bytes read from a partition at a time during replay.
@@ -22,17 +22,24 @@ const REPLAY_READ_BYTES: usize = 1 << 20;
 
 /// The latest value seen per key (None: deleted, or not decodable).
 #[derive(Default)]
-struct Latest {
-    groups: HashMap<String, Option<StoredGroup>>,
-    offsets: HashMap<(String, String, i32), Option<CommittedOffset>>,
+pub struct Latest {
+    groups: BTreeMap<String, Option<StoredGroup>>,
+    offsets: BTreeMap<(String, String, i32), Option<CommittedOffset>>,
     records: u64,
     undecodable: u64,
 }
 
 /// How often a shard looks for `__consumer_offsets` partitions whose leadership changed.
 const LEADERSHIP_CHECK_MS: u64 = 100;
-/// How long a new leader waits for its epoch's start to be committed before it loads anyway.
-const LOAD_WAIT_MS: u64 = 30_000;
+
+/// Whether a new leader of a `__consumer_offsets` partition may load its groups: once its
+/// epoch start is committed. Below it lie commits an earlier leader may have acknowledged,
+/// and a coordinator that served without them would hand out offsets that went backwards (the
+/// simulator found that a fallback after 30 s did exactly that).
+pub fn may_load(high_watermark: i64, epoch_start: i64) -> bool {
+    high_watermark >= epoch_start
+        || crate::inject::active(crate::inject::Bug::CoordinatorLoadsEarly)
+}
 
 /// Keeps the shard's coordinator in step with leadership of its `__consumer_offsets`
 /// partitions: loads each one this node starts leading, forgets the groups of each it stops
@@ -44,7 +51,9 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
     }
 }
 
-/// One pass of `follow_leadership` (also the start-up load, before clients are served).
+/// One pass of `follow_leadership` (also the start-up load, before clients are served). A
+/// partition whose epoch start is not committed yet is left for a later pass: its groups
+/// answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 pub async fn load_led(shard: &Rc<Shard>) {
     let Some(topic) = shard.catalog().topics.get(OFFSETS_TOPIC).cloned() else {
         return;
@@ -58,9 +67,15 @@ pub async fn load_led(shard: &Rc<Shard>) {
         let loaded = service.loaded.borrow().get(&index).copied();
         match (p.leadership(), loaded) {
             (Some((generation, _)), Some(l)) if generation == l => {}
-            (Some((generation, epoch_start)), _) => {
-                unload(shard, &service, index, topic.record.partitions);
-                load(shard, &p, epoch_start).await;
+            (Some((generation, epoch_start)), loaded) => {
+                if loaded.is_some() {
+                    unload(shard, &service, index, topic.record.partitions);
+                }
+                if !may_load(p.high_watermark(), epoch_start) {
+                    note_load_wait(shard, &service, &p, epoch_start);
+                    continue;
+                }
+                load(shard, &p).await;
                 if p.leadership().is_some_and(|(g, _)| g == generation) {
                     service.loaded.borrow_mut().insert(index, generation);
                 }
@@ -68,6 +83,21 @@ pub async fn load_led(shard: &Rc<Shard>) {
             (None, Some(_)) => unload(shard, &service, index, topic.record.partitions),
             (None, None) => {}
         }
+    }
+}
+
+/// Says (at most every 10 s) that a led partition's groups wait for its epoch
+/// start to be committed.
+fn note_load_wait(shard: &Shard, service: &GroupService, p: &Partition, epoch_start: i64) {
+    if let Some(more) = service
+        .load_waits_logged
+        .admit(shard.clock().monotonic_ms())
+    {
+        log::info!(
+            "{}: its groups load once epoch start {epoch_start} is committed (high watermark {}); {more} such lines suppressed",
+            p.name(),
+            p.high_watermark()
+        );
     }
 }
 
@@ -86,17 +116,8 @@ fn unload(shard: &Shard, service: &GroupService, index: i32, partitions: u32) {
     }
 }
 
-/// Loads one partition's groups and offsets: once everything earlier leaders wrote is
-/// committed (the high watermark at this leader's epoch start), up to the high watermark.
-async fn load(shard: &Rc<Shard>, p: &Partition, epoch_start: i64) {
-    let deadline = shard.housekeeping_sleep(LOAD_WAIT_MS);
-    if !p.wait_for_offset(epoch_start, deadline).await {
-        log::warn!(
-            "{}: epoch start {epoch_start} not committed in {LOAD_WAIT_MS} ms; loading to the high watermark {}",
-            p.name(),
-            p.high_watermark()
-        );
-    }
+/// Loads one partition's groups and offsets, up to the high watermark.
+async fn load(shard: &Rc<Shard>, p: &Partition) {
     let mut latest = Latest::default();
     read_partition(p, &mut latest).await;
     if latest.undecodable > 0 {
@@ -165,7 +186,7 @@ fn learn_batches(partition: &str, data: &Bytes, latest: &mut Latest) -> Option<i
 }
 
 /// Records one key/value; false when it cannot be decoded.
-fn learn(key: Option<&[u8]>, value: Option<&[u8]>, latest: &mut Latest) -> bool {
+pub fn learn(key: Option<&[u8]>, value: Option<&[u8]>, latest: &mut Latest) -> bool {
     let Some(key) = key.and_then(|k| Key::decode(k).ok()) else {
         return false;
     };
@@ -202,23 +223,30 @@ fn learn(key: Option<&[u8]>, value: Option<&[u8]>, latest: &mut Latest) -> bool 
 fn restore(shard: &Shard, partition: &str, latest: Latest) {
     let service = shard.service::<GroupService>();
     let now_ms = shard.clock().monotonic_ms();
+    let records = latest.records;
     let mut c = service.coordinator.borrow_mut();
-    for (group, stored) in latest.groups {
-        if let Some(g) = stored {
-            c.restore(now_ms, &group, g);
-        }
-    }
-    for ((group, topic, partition), value) in latest.offsets {
-        if let Some(v) = value {
-            c.restore_offset(&group, topic, partition, v);
-        }
-    }
-    if latest.records > 0 {
+    latest.restore_into(&mut c, now_ms);
+    if records > 0 {
         log::info!(
-            "shard {}: replayed {} group records of {partition}, {} groups",
+            "shard {}: replayed {records} group records of {partition}, {} groups",
             shard.id,
-            latest.records,
             c.groups.len()
         );
+    }
+}
+
+impl Latest {
+    /// Gives the coordinator every group and offset found (deleted ones stay away).
+    pub fn restore_into(self, c: &mut Coordinator, now_ms: u64) {
+        for (group, stored) in self.groups {
+            if let Some(g) = stored {
+                c.restore(now_ms, &group, g);
+            }
+        }
+        for ((group, topic, partition), value) in self.offsets {
+            if let Some(v) = value {
+                c.restore_offset(&group, topic, partition, v);
+            }
+        }
     }
 }

@@ -16,6 +16,14 @@
 //! on (Kafka's "maximal ISR", KIP-497): the controller may commit the new set at any moment,
 //! and a leader from it must hold everything committed, so the high watermark must not pass
 //! the joining member meanwhile.
+//!
+//! One ask is outstanding at a time (as Kafka has one AlterPartition in flight), computed from
+//! the committed set it names (`IsrRequest::from`); the controller takes it only while that is
+//! still the set (a compare-and-set), so it stays possible exactly until this leader installs
+//! another set, or hears that it was refused for good. Only then does it stop counting. (The
+//! simulator found the leader dropping a join it had asked for once it no longer wanted it,
+//! while the controller had committed it: the joiner, elected later, lacked what was then
+//! committed without it.)
 
 use crate::storage::catalog::PartitionAssignment;
 use std::collections::BTreeMap;
@@ -49,12 +57,23 @@ pub enum Role {
     Follower { leader: i32, leader_hw: i64 },
 }
 
-/// The in-sync set a leader asks for in its epoch, and the registration of each member it adds.
+/// The in-sync set a leader asks for in its epoch, computed from the committed set `from`,
+/// and the registration of each member it adds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrRequest {
     pub epoch: i32,
+    pub from: Vec<i32>,
     pub isr: Vec<i32>,
     pub joining: Vec<(i32, u64)>,
+}
+
+/// Whether two in-sync sets hold the same members (their order is the controller's).
+pub fn same_set(a: &[i32], b: &[i32]) -> bool {
+    let mut a = a.to_vec();
+    let mut b = b.to_vec();
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
 }
 
 /// A partition's replicas as the controller assigned them, and this node's part.
@@ -66,9 +85,9 @@ pub struct Replicas {
     pub replicas: Vec<i32>,
     /// The in-sync replicas, as the controller committed them.
     pub isr: Vec<i32>,
-    /// The in-sync set this leader last asked the controller for, until it has what it wants
-    /// (`note_isr_request`); empty otherwise.
-    pub requested_isr: Vec<i32>,
+    /// The change this leader asked the controller for, while the controller may still take
+    /// it (see the module doc).
+    pub pending_isr: Option<IsrRequest>,
     /// The incarnation each replica is registered with in the catalog last applied (fenced
     /// and unregistered replicas absent).
     pub registered: BTreeMap<i32, u64>,
@@ -101,8 +120,17 @@ impl Replicas {
         self.epoch = a.leader_epoch;
         self.replicas = a.replicas.clone();
         self.isr = a.isr.clone();
+        // Another committed set than the ask was computed from: the controller took it, or
+        // will never take it now.
+        if changed
+            || self
+                .pending_isr
+                .as_ref()
+                .is_some_and(|p| !same_set(&p.from, &self.isr))
+        {
+            self.pending_isr = None;
+        }
         if changed {
-            self.requested_isr.clear();
             self.role = if lead {
                 Role::Leader {
                     followers: BTreeMap::new(),
@@ -125,7 +153,7 @@ impl Replicas {
             epoch: 0,
             replicas: vec![-1],
             isr: vec![-1],
-            requested_isr: Vec::new(),
+            pending_isr: None,
             registered: BTreeMap::new(),
             role: Role::Leader {
                 followers: BTreeMap::new(),
@@ -149,13 +177,24 @@ impl Replicas {
         self.registered = registered;
     }
 
-    /// The leader asked the controller for the in-sync set `isr` (None: it wants none, its
-    /// set is right). Members it adds count for the commit rule from now on.
-    pub fn note_isr_request(&mut self, isr: Option<&[i32]>) {
-        if crate::inject::active(crate::inject::Bug::JoinerNotCounted) {
-            return;
+    /// The controller refused the ask `request` for good (an invalid set, or a joiner it
+    /// finds ineligible): it stops counting.
+    pub fn isr_refused(&mut self, request: &IsrRequest) {
+        if self.pending_isr.as_ref() == Some(request) {
+            self.pending_isr = None;
         }
-        self.requested_isr = isr.map(<[i32]>::to_vec).unwrap_or_default();
+    }
+
+    /// The members that hold the high watermark: the committed in-sync set, and the members
+    /// the outstanding ask would add.
+    fn counted(&self) -> impl Iterator<Item = &i32> {
+        let pending = self
+            .pending_isr
+            .as_ref()
+            .filter(|_| !crate::inject::active(crate::inject::Bug::JoinerNotCounted));
+        self.isr
+            .iter()
+            .chain(pending.into_iter().flat_map(|p| p.isr.iter()))
     }
 
     /// How far the partition is committed, given its local synced end (see the module doc).
@@ -168,9 +207,7 @@ impl Replicas {
                 synced
             }
             Role::Leader { followers, .. } => self
-                .isr
-                .iter()
-                .chain(self.requested_isr.iter())
+                .counted()
                 .filter(|n| **n != self.local)
                 .map(|n| followers.get(n).map_or(i64::MIN, |f| f.offset))
                 .fold(synced, i64::min),
@@ -279,21 +316,29 @@ impl Replicas {
         (sorted != current).then_some(wanted)
     }
 
-    /// `wanted_isr` as a request to the controller: with this leader's epoch and the
-    /// registrations of the members it adds.
-    pub fn isr_request(
-        &self,
+    /// The ask to send now, if any: the outstanding one again once `retry_ms` passed since
+    /// `last_sent_ms` (its answer may be lost), else a new one when `wanted_isr` differs from
+    /// the committed set, which then is outstanding.
+    pub fn isr_request_due(
+        &mut self,
         now_ms: u64,
         lag_max_ms: u64,
-        high_watermark: i64,
-        epoch_start: i64,
+        (high_watermark, epoch_start): (i64, i64),
+        (last_sent_ms, retry_ms): (Option<u64>, u64),
     ) -> Option<IsrRequest> {
+        if let Some(p) = &self.pending_isr {
+            let due = last_sent_ms.is_none_or(|at| now_ms >= at + retry_ms);
+            return due.then(|| p.clone());
+        }
         let isr = self.wanted_isr(now_ms, lag_max_ms, high_watermark, epoch_start)?;
-        Some(IsrRequest {
+        let request = IsrRequest {
             epoch: self.epoch,
+            from: self.isr.clone(),
             joining: self.joining(&isr),
             isr,
-        })
+        };
+        self.pending_isr = Some(request.clone());
+        Some(request)
     }
 
     /// The members of `isr` that the committed set lacks, each with the registration whose
@@ -319,7 +364,7 @@ mod tests {
             epoch: 3,
             replicas: vec![1, 2, 3],
             isr: isr.to_vec(),
-            requested_isr: Vec::new(),
+            pending_isr: None,
             registered: BTreeMap::from([(2, 20), (3, 30)]),
             role: Role::Leader {
                 followers: BTreeMap::new(),
@@ -359,16 +404,56 @@ mod tests {
         r.note_fetch(2, 102, 102, 1100);
         r.note_fetch(3, 96, 102, 1100);
         assert_eq!(r.committed(102), 102);
-        r.note_isr_request(Some(&[1, 2, 3]));
+        let ask = r
+            .isr_request_due(1100, 1000, (96, 0), (None, 2000))
+            .expect("3 joins");
+        assert_eq!((&ask.from[..], &ask.isr[..]), (&[1, 2][..], &[1, 2, 3][..]));
         assert_eq!(
             r.committed(102),
             96,
             "the joining member counts from the ask"
         );
-        r.note_isr_request(Some(&[1]));
-        assert_eq!(r.committed(102), 102, "a shrink counts only once committed");
-        r.note_isr_request(None);
-        assert_eq!(r.committed(102), 102);
+        // The ask is outstanding: it is sent again after the retry time, and no other is made.
+        assert_eq!(
+            r.isr_request_due(1200, 1000, (96, 0), (Some(1100), 2000)),
+            None
+        );
+        assert_eq!(
+            r.isr_request_due(3100, 1000, (96, 0), (Some(1100), 2000)),
+            Some(ask.clone())
+        );
+        // Found by the simulator: 3 stopped qualifying, and the leader forgot the join it had
+        // asked for while the controller took it. It counts until it installs another set.
+        assert_eq!(r.committed(102), 96);
+        r.isr_refused(&ask);
+        assert_eq!(r.committed(102), 102, "refused for good");
+    }
+
+    #[test]
+    fn an_outstanding_ask_ends_when_another_set_is_installed() {
+        let mut r = leader(&[1, 2, 3]);
+        r.note_fetch(2, 50, 50, 1100);
+        r.note_fetch(3, 40, 50, 1100);
+        r.note_fetch(2, 50, 50, 2500);
+        let shrink = r
+            .isr_request_due(2500, 1000, (40, 0), (None, 2000))
+            .expect("3 leaves");
+        assert_eq!(shrink.isr, vec![1, 2]);
+        assert_eq!(r.committed(50), 40, "a shrink counts only once committed");
+        let mut a = PartitionAssignment {
+            leader: 1,
+            leader_epoch: 3,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            adding: Vec::new(),
+            removing: Vec::new(),
+        };
+        assert_eq!(r.assign(1, &a, 2600, 40), Some(false));
+        assert!(r.pending_isr.is_some(), "the same set as the ask came from");
+        a.isr = vec![1, 2];
+        r.assign(1, &a, 2700, 40);
+        assert_eq!(r.pending_isr, None);
+        assert_eq!(r.committed(50), 50);
     }
 
     #[test]

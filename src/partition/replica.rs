@@ -153,20 +153,28 @@ impl Partition {
         (end - lowest, bytes, ms)
     }
 
-    /// The in-sync set this leader should ask the controller for (`Replicas::isr_request`);
-    /// None when the committed one is right (or this node does not lead).
-    pub fn wanted_isr(&self, lag_max_ms: u64) -> Option<IsrRequest> {
+    /// The in-sync set change this leader should ask the controller for now, if any
+    /// (`Replicas::isr_request_due`: the outstanding one again after `retry_ms`).
+    pub fn isr_request_due(
+        &self,
+        lag_max_ms: u64,
+        last_sent_ms: Option<u64>,
+        retry_ms: u64,
+    ) -> Option<IsrRequest> {
         let now_ms = self.env.clock.monotonic_ms();
-        let hw = self.high_watermark();
-        self.replicas
-            .borrow()
-            .isr_request(now_ms, lag_max_ms, hw, self.epoch_start.get())
+        let positions = (self.high_watermark(), self.epoch_start.get());
+        self.replicas.borrow_mut().isr_request_due(
+            now_ms,
+            lag_max_ms,
+            positions,
+            (last_sent_ms, retry_ms),
+        )
     }
 
-    /// This leader asks the controller for the in-sync set `isr`, or (None) wants no change:
-    /// members it adds hold the high watermark from now on (`Replicas::note_isr_request`).
-    pub fn note_isr_request(&self, isr: Option<&[i32]>) {
-        self.replicas.borrow_mut().note_isr_request(isr);
+    /// The controller refused `request` for good: its joiners stop holding the high watermark.
+    pub fn isr_refused(&self, request: &IsrRequest) {
+        self.replicas.borrow_mut().isr_refused(request);
+        self.advance_commit();
     }
 
     /// Moves the high watermark as far as the commit rule allows now.

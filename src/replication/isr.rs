@@ -1,84 +1,83 @@
 //! The leader's side of the in-sync set (Kafka's ISR, KIP-497): every pass, each partition this
-//! shard leads says which set it should have (`Partition::wanted_isr`: members that have not
-//! caught up within `replica_lag_time_max_ms` leave, replicas that reached the high watermark
-//! join), and a differing one is asked of the controller. A shrink counts only once the
-//! controller has committed it and this node installed it (`Partition::assign`); a member
-//! asked to join holds the high watermark from the ask on (`Replicas::note_isr_request`).
+//! shard leads says which change it should ask of the controller (`Partition::isr_request_due`:
+//! members that have not caught up within `replica_lag_time_max_ms` leave, replicas that
+//! reached the high watermark join; one ask outstanding at a time, sent again after
+//! `RETRY_MS` while no answer settles it). A shrink counts only once the controller has
+//! committed it and this node installed it (`Partition::assign`); a member asked to join holds
+//! the high watermark from the ask on, until the leader installs another set or the controller
+//! refuses the ask for good (`partition/commit.rs`).
 
 use crate::controller::{self, ControllerOp, IsrChange};
+use crate::partition::commit::IsrRequest;
 use crate::partition::{Partition, TopicPartition};
 use crate::shard::Shard;
+use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Bounds on the pass period (a quarter of the lag bound within them).
 const MIN_PERIOD_MS: u64 = 50;
 const MAX_PERIOD_MS: u64 = 250;
-/// A change asked for and not yet seen installed is not asked again before this.
-const RETRY_MS: u64 = 2_000;
+/// An outstanding ask not yet settled is sent again after this (its answer may be lost).
+pub const RETRY_MS: u64 = 2_000;
 
 pub async fn keep(shard: Rc<Shard>) {
     let lag_max_ms = shard.config.cluster.replica_lag_time_max_ms;
     let period_ms = (lag_max_ms / 4).clamp(MIN_PERIOD_MS, MAX_PERIOD_MS);
-    // What was asked per partition, and when.
-    let mut asked: HashMap<TopicPartition, (Vec<i32>, u64)> = HashMap::new();
+    // When each partition's ask was last sent.
+    let mut sent_ms: HashMap<TopicPartition, u64> = HashMap::new();
     while !shard.is_shutting_down() {
         shard.housekeeping_sleep(period_ms).await;
         let now_ms = shard.clock().monotonic_ms();
         let node = shard.catalog().node_id;
         let partitions = shard.partition_list();
         publish(&shard, &partitions);
+        sent_ms.retain(|tp, _| partitions.iter().any(|p| p.id() == *tp));
         for p in partitions {
-            let Some(wanted) = p.wanted_isr(lag_max_ms) else {
-                p.note_isr_request(None);
-                asked.remove(&p.id());
+            let last = sent_ms.get(&p.id()).copied();
+            let Some(request) = p.isr_request_due(lag_max_ms, last, RETRY_MS) else {
                 continue;
             };
-            // Before the ask leaves: the controller may commit it at any moment.
-            p.note_isr_request(Some(&wanted.isr));
-            if asked
-                .get(&p.id())
-                .is_some_and(|(a, at)| *a == wanted.isr && now_ms < at + RETRY_MS)
-            {
-                continue;
-            }
-            asked.insert(p.id(), (wanted.isr.clone(), now_ms));
+            sent_ms.insert(p.id(), now_ms);
             let (current, _) = p.insync();
-            let counter = if wanted.isr.len() < current {
+            let counter = if request.isr.len() < current {
                 &shard.metrics().isr_shrinks
             } else {
                 &shard.metrics().isr_expands
             };
             crate::metrics::bump(counter);
-            let change = IsrChange {
-                topic_id: p.id().topic_id,
-                partition: p.id().partition,
-                leader: node,
-                leader_epoch: wanted.epoch,
-                isr: wanted.isr,
-                joining: wanted.joining,
-            };
             let shard = shard.clone();
-            let name = p.name().to_string();
-            glommio::spawn_local(async move { ask(&shard, change, &name).await }).detach();
+            glommio::spawn_local(async move { ask(&shard, &p, node, request).await }).detach();
         }
     }
 }
 
-/// Asks the controller for one change; a refusal is logged (the next pass asks again if the
-/// partition still wants it).
-async fn ask(shard: &Rc<Shard>, change: IsrChange, name: &str) {
-    let isr = change.isr.clone();
+/// Asks the controller for one change. A refusal for good (an invalid set, an ineligible
+/// joiner) ends the ask; any other answer leaves it to the set this node installs next.
+async fn ask(shard: &Rc<Shard>, p: &Partition, node: i32, request: IsrRequest) {
+    let change = IsrChange::new(p.id().topic_id, p.id().partition, node, request.clone());
+    let name = p.name();
+    let isr = &request.isr;
     // Err: the controller shard is stopping.
     if let Ok(outcomes) = controller::submit(shard, ControllerOp::AlterPartition(change)).await {
         match outcomes.first() {
             Some((0, _)) => log::info!("partition {name}: asked for in-sync set {isr:?}"),
             Some((code, msg)) => {
-                log::warn!("partition {name}: in-sync set {isr:?} refused ({code}: {msg:?})")
+                log::warn!("partition {name}: in-sync set {isr:?} refused ({code}: {msg:?})");
+                if refused_for_good(*code) {
+                    p.isr_refused(&request);
+                }
             }
             None => {}
         }
     }
+}
+
+/// Whether an AlterPartition refusal settles the ask: the set is invalid, or a joiner is not
+/// eligible under the registration it was asked with, whatever happens next. (A stale epoch
+/// or in-sync set leaves it to the set the leader installs.)
+pub fn refused_for_good(code: i16) -> bool {
+    code == ResponseError::InvalidRequest.code() || code == ResponseError::IneligibleReplica.code()
 }
 
 /// The shard's replication gauges: partitions led here with fewer in-sync replicas than

@@ -1,6 +1,6 @@
 //! The faults the world draws while `faulting`: a process crash (restarted later), a process
 //! stopped for a while (SIGSTOP), a link cut one way or a node cut off both ways (healed
-//! later). Disk faults are drawn by each `SimDisk`, message loss by the `Network`.
+//! later), a node's monotonic clock jumping ahead. Disk faults are drawn by each `SimDisk`, message loss by the `Network`.
 
 use super::world::{Event, World};
 use rand::Rng;
@@ -14,15 +14,21 @@ impl World {
         self.schedule(next, Event::Fault);
         let n = self.slots.len();
         let i = self.rng.gen_range(0..n);
-        match self.rng.gen_range(0..4) {
+        match self.rng.gen_range(0..5) {
             0 => {
                 self.crash(i, "killed");
-                let after = self.rng.gen_range(100..8_000);
+                // Half come back at once, as a supervisor restarts a crashed broker (inside
+                // its session), half after a while.
+                let after = if self.rng.gen_bool(0.5) {
+                    self.rng.gen_range(100..1_500)
+                } else {
+                    self.rng.gen_range(100..8_000)
+                };
                 self.schedule(after, Event::Restart(i));
             }
             1 => {
                 let for_ms = self.rng.gen_range(100..15_000);
-                self.slots[i].paused_until_ms = self.now_ms + for_ms;
+                self.pause(i, for_ms);
                 self.stats.pauses += 1;
                 self.trace
                     .note(self.now_ms, format!("node {i} stopped for {for_ms} ms"));
@@ -35,6 +41,15 @@ impl World {
                 self.trace
                     .note(self.now_ms, format!("link {i}→{j} cut for {for_ms} ms"));
                 self.schedule(for_ms, Event::Heal(vec![(i, j)]));
+            }
+            3 => {
+                let by_ms = self.rng.gen_range(500..20_000);
+                self.slots[i].clock_jump_ms += by_ms;
+                self.stats.clock_jumps += 1;
+                self.trace.note(
+                    self.now_ms,
+                    format!("node {i}'s clock jumps {by_ms} ms ahead"),
+                );
             }
             _ => {
                 let links: Vec<(usize, usize)> = (0..n)

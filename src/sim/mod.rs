@@ -12,8 +12,10 @@
 
 mod checks;
 pub mod cli;
+mod clients;
 mod disk;
 mod faults;
+mod groups;
 mod network;
 mod node;
 mod replica;

@@ -9,7 +9,7 @@ pub struct Network {
     /// Per million messages.
     drop_ppm: u32,
     duplicate_ppm: u32,
-    /// Latency is drawn in [1, max_latency_ms], with a rare spike of ten times that.
+    /// Latency is drawn in [1, max_latency_ms], with rare spikes (`latency`).
     max_latency_ms: u64,
     /// Cut links, (from, to): what is sent on them is lost.
     cut: BTreeSet<(usize, usize)>,
@@ -41,12 +41,15 @@ impl Network {
         out
     }
 
+    /// A drawn latency; one message in a hundred is ten times late, and one in a thousand is
+    /// held for seconds (a retransmission after loss, a stalled queue): it arrives after
+    /// everything the world did meanwhile, failovers included.
     fn latency(&self, rng: &mut ChaCha8Rng) -> u64 {
         let ms = rng.gen_range(1..=self.max_latency_ms);
-        if rng.gen_range(0..100) == 0 {
-            ms * 10
-        } else {
-            ms
+        match rng.gen_range(0..1000) {
+            0 => rng.gen_range(1_000..5_000),
+            1..=10 => ms * 10,
+            _ => ms,
         }
     }
 

@@ -5,7 +5,7 @@
 //! AlterPartition from the partitions this node leads, executed with the production
 //! `controller::replication_op`.
 
-use super::replica::Batch;
+use super::replica::{Batch, Stamp};
 use super::replication::Tp;
 use crate::config::Config;
 use crate::controller::applied::Applied;
@@ -36,11 +36,31 @@ pub enum Wire {
     HeartbeatTaken,
     /// A partition leader's in-sync set change, to the active controller.
     AlterPartition(IsrChange),
-    /// A producer's batch of `payload` (1 to 3 records) to the partition's leader.
+    /// The controller's refusal of it for good, to the leader.
+    IsrRefused(IsrChange),
+    /// A producer's batch of `payload` (1 to 3 records) to the partition's leader; an
+    /// idempotent producer's carries its stamp and the producer to answer.
     Produce {
         tp: Tp,
         payload: u64,
         acks_all: bool,
+        stamp: Option<Stamp>,
+        producer: Option<usize>,
+    },
+    /// A consumer's fetch from `offset`.
+    Consume {
+        tp: Tp,
+        offset: i64,
+    },
+    /// The group client's OffsetCommit of `offset` for `tp`, to the coordinator.
+    OffsetCommit {
+        tp: Tp,
+        offset: i64,
+    },
+    /// The group client's OffsetFetch of `tp`, asked once `floor` was acknowledged.
+    OffsetFetch {
+        tp: Tp,
+        floor: i64,
     },
     /// A follower's fetch from its synced end.
     Fetch {
@@ -268,15 +288,16 @@ impl SimNode {
 
     /// Executes a replication operation as the active controller, from its applied catalog
     /// (`controller::execute_here`).
-    pub fn execute(&mut self, op: ControllerOp) {
+    pub fn execute(&mut self, op: ControllerOp) -> Vec<crate::controller::Outcome> {
         if !self.raft.status().ready {
-            return;
+            return Vec::new();
         }
         let what = describe_op(&op);
         let mut record: CatalogRecord = self.applied.image();
         let mut out = Vec::new();
-        crate::controller::replication_op(&mut record, &mut out, op);
+        let outcomes = crate::controller::replication_op(&mut record, &mut out, op);
         self.propose(out, what);
+        outcomes
     }
 }
 

@@ -11,8 +11,10 @@
 //! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
 
 use crate::partition::commit::{IsrRequest, Replicas, Role};
+use crate::protocol::batch::BatchHeader;
 use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
+use crate::storage::producer_state::{self, ProducerTable, Verdict};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -23,12 +25,53 @@ pub struct Batch {
     pub count: i64,
     pub epoch: i32,
     pub payload: u64,
+    /// An idempotent producer's batch: its id, epoch and first sequence.
+    pub stamp: Option<Stamp>,
+}
+
+/// What an idempotent producer writes into a batch's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub sequence: i32,
 }
 
 impl Batch {
     pub fn end(&self) -> i64 {
         self.base + self.count
     }
+
+    /// The header the production producer state reads (only the fields it uses).
+    pub fn header(&self) -> BatchHeader {
+        let stamp = self.stamp.unwrap_or(Stamp {
+            producer_id: -1,
+            epoch: -1,
+            sequence: -1,
+        });
+        BatchHeader {
+            base_offset: self.base,
+            size_bytes: 0,
+            partition_leader_epoch: self.epoch,
+            attributes: 0,
+            last_offset_delta: (self.count - 1) as i32,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: stamp.producer_id,
+            producer_epoch: stamp.epoch,
+            base_sequence: stamp.sequence,
+            record_count: self.count as i32,
+        }
+    }
+}
+
+/// A leader's answer to a produce it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// Written at this base offset.
+    New(i64),
+    /// An idempotent producer's retry of the batch already at this base offset.
+    Duplicate(i64),
 }
 
 #[derive(Clone, Debug)]
@@ -38,6 +81,9 @@ pub struct SimReplica {
     pub high_watermark: i64,
     pub epochs: LeaderEpochs,
     saved_epochs: LeaderEpochs,
+    /// Idempotent producers' sequences (`PartitionLog::producers`), rebuilt from the log on
+    /// restart.
+    producers: ProducerTable,
     pub hw_checkpoint: i64,
     pub replicas: Replicas,
     pub needs_truncation: bool,
@@ -66,6 +112,7 @@ impl SimReplica {
             high_watermark: 0,
             epochs: LeaderEpochs::default(),
             saved_epochs: LeaderEpochs::default(),
+            producers: ProducerTable::default(),
             hw_checkpoint: 0,
             replicas,
             needs_truncation: false,
@@ -85,6 +132,13 @@ impl SimReplica {
         self.replicas.is_leader()
     }
 
+    /// `Partition::leadership`: while this replica leads, the generation of its leadership
+    /// and the offset its epoch began at.
+    pub fn leadership(&self) -> Option<(u64, i64)> {
+        self.is_leader()
+            .then_some((self.leader_generation, self.epoch_start))
+    }
+
     /// A crash and restart: what the disk kept, and no role until the node's catalog assigns one.
     pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
         let unsynced = self
@@ -102,7 +156,11 @@ impl SimReplica {
         let end = self.log_end();
         let mut epochs = self.saved_epochs.clone();
         epochs.truncate_from(end + 1);
+        // As `PartitionLog::open` does, from the batches recovery scanned (no snapshot here).
+        let scanned: Vec<BatchHeader> = self.batches.iter().map(Batch::header).collect();
+        let producers = producer_state::rebuild(None, end, &scanned, 0);
         let restarted = SimReplica {
+            producers,
             batches: std::mem::take(&mut self.batches),
             synced_end: end,
             high_watermark: self.hw_checkpoint.min(end),
@@ -144,30 +202,42 @@ impl SimReplica {
         changed
     }
 
-    /// A producer's batch on the leader (acks=all needs `min_insync` in sync). Returns its
-    /// base offset, or why not.
+    /// A producer's batch on the leader (acks=all needs `min_insync` in sync), checked against
+    /// its producer's sequences when it is idempotent (`Partition::check_sequence`).
     pub fn append(
         &mut self,
         payload: u64,
         count: i64,
+        stamp: Option<Stamp>,
         acks_all: bool,
         min_insync: usize,
-    ) -> Result<i64, &'static str> {
+    ) -> Result<Appended, String> {
         if !self.is_leader() {
-            return Err("NOT_LEADER_OR_FOLLOWER");
+            return Err("NOT_LEADER_OR_FOLLOWER".into());
         }
         if acks_all && self.replicas.isr.len() < min_insync {
-            return Err("NOT_ENOUGH_REPLICAS");
+            return Err("NOT_ENOUGH_REPLICAS".into());
         }
-        let base = self.log_end();
-        let epoch = self.replicas.epoch;
-        self.batches.push(Batch {
-            base,
+        let batch = Batch {
+            base: self.log_end(),
             count,
-            epoch,
+            epoch: self.replicas.epoch,
             payload,
-        });
-        Ok(base)
+            stamp,
+        };
+        match self.producers.check(&batch.header()) {
+            Ok(Verdict::Duplicate { base_offset }) => return Ok(Appended::Duplicate(base_offset)),
+            Ok(Verdict::Append) => {}
+            Err(e) => return Err(format!("{e:?}")),
+        }
+        self.push(batch);
+        Ok(Appended::New(batch.base))
+    }
+
+    /// Appends a batch at the log end and notes its producer's sequence.
+    fn push(&mut self, b: Batch) {
+        self.producers.record(&b.header(), 0);
+        self.batches.push(b);
     }
 
     /// The flusher's fdatasync: everything written is durable; the commit rule may move.
@@ -229,6 +299,7 @@ impl SimReplica {
             .cut_point(self.log_end(), self.high_watermark, answer);
         if offset < self.log_end() {
             self.batches.retain(|b| b.end() <= offset);
+            self.producers.truncate(self.log_end());
             // A cut point inside a batch keeps none of it (the log cuts at batch bounds).
             let end = self.log_end();
             self.synced_end = self.synced_end.min(end);
@@ -252,7 +323,7 @@ impl SimReplica {
         let mut changed = false;
         for b in batches {
             changed |= self.epochs.assign(b.epoch, b.base);
-            self.batches.push(*b);
+            self.push(*b);
         }
         if changed {
             self.saved_epochs = self.epochs.clone();
@@ -269,12 +340,19 @@ impl SimReplica {
         self.advance_commit();
     }
 
-    /// The in-sync set this leader should ask for (`Partition::wanted_isr`), noted as asked (`isr::keep`: members it adds hold the high watermark from now on).
-    pub fn ask_isr(&mut self, now_ms: u64, lag_max_ms: u64) -> Option<IsrRequest> {
-        let r = &mut self.replicas;
-        let wanted = r.isr_request(now_ms, lag_max_ms, self.high_watermark, self.epoch_start);
-        r.note_isr_request(wanted.as_ref().map(|w| &w.isr[..]));
-        wanted
+    /// The in-sync set change this leader should ask for now (`Partition::isr_request_due`).
+    pub fn ask_isr(
+        &mut self,
+        now_ms: u64,
+        lag_max_ms: u64,
+        last_sent_ms: Option<u64>,
+    ) -> Option<IsrRequest> {
+        self.replicas.isr_request_due(
+            now_ms,
+            lag_max_ms,
+            (self.high_watermark, self.epoch_start),
+            (last_sent_ms, crate::replication::isr::RETRY_MS),
+        )
     }
 
     /// The batch at `base`, if this log holds one there.

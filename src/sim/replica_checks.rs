@@ -8,10 +8,14 @@
 //! - no acknowledged acks=all write is lost: a replica that becomes leader holds every
 //!   record acknowledged so far (topics that allow unclean elections excepted: they trade
 //!   that for availability), and at the end every leader does;
-//! - at most one replica leads a partition in one epoch.
+//! - at most one replica leads a partition in one epoch;
+//! - no duplicate with idempotence: an idempotent producer's batch, however often it is
+//!   retried, is committed at one offset only.
 
 use super::checks::Violation;
-use super::replication::{tp_name, Tp};
+use super::clients::ClientEvent;
+use super::replica::Batch;
+use super::replication::{tp_name, Answer, Tp};
 use super::world::World;
 use std::collections::BTreeMap;
 
@@ -22,6 +26,8 @@ pub struct History {
     committed: BTreeMap<(Tp, i64), (u64, i64)>,
     /// (partition, base offset) → payload: acknowledged at acks=all.
     pub acked: BTreeMap<(Tp, i64), u64>,
+    /// An idempotent producer's payload → where it was committed: once only.
+    idempotent: BTreeMap<u64, (Tp, i64)>,
     /// (partition, epoch) → the node that led it.
     leaders: BTreeMap<(Tp, i32), usize>,
     /// (node, partition) → (leader generation, high watermark) last seen while leading.
@@ -38,6 +44,11 @@ impl History {
     /// Node `i` restarted: its leaderships' high watermarks start again from its checkpoint.
     pub fn restarted(&mut self, i: usize) {
         self.leader_hw.retain(|(node, _), _| *node != i);
+    }
+
+    /// Whether `b` is the batch committed at its offset of `tp`.
+    pub fn is_committed(&self, tp: Tp, b: &Batch) -> bool {
+        self.committed.get(&(tp, b.base)) == Some(&(b.payload, b.count))
     }
 }
 
@@ -91,6 +102,24 @@ impl World {
                     "committed logs of the replicas are prefixes of one another",
                     detail,
                 );
+            }
+            if b.stamp.is_some() {
+                let at = *self
+                    .history
+                    .idempotent
+                    .entry(b.payload)
+                    .or_insert((tp, b.base));
+                if at != (tp, b.base) {
+                    let detail = format!(
+                        "{} on node {i}: payload {} ({:?}) committed at {} and at {}",
+                        tp_name(tp),
+                        b.payload,
+                        b.stamp,
+                        at.1,
+                        b.base
+                    );
+                    return violation("no duplicate with idempotence", detail);
+                }
             }
         }
         r.checked_to = r.checked_to.max(hw);
@@ -187,6 +216,20 @@ impl World {
             }
             if r.is_some_and(|r| r.high_watermark >= w.end) {
                 self.history.acked.insert((w.tp, w.base), w.payload);
+                match w.answer {
+                    Answer::Nobody => {}
+                    Answer::Producer { producer, sequence } => {
+                        let acked = ClientEvent::Acked {
+                            producer,
+                            tp: w.tp,
+                            sequence,
+                        };
+                        self.answer_client(w.node, acked);
+                    }
+                    Answer::OffsetCommit { tp, offset } => {
+                        self.offset_committed(w.node, tp, offset)
+                    }
+                }
             } else {
                 keep.push(w);
             }

@@ -24,8 +24,6 @@ pub type Tp = ([u8; 16], i32);
 pub const REPLICATE_MS: u64 = 20;
 /// A fetch without an answer for this long is given up (lost on the way) and sent again.
 const FETCH_RETRY_MS: u64 = 2_000;
-/// Bound between two AlterPartition requests of one leader for one partition.
-const ISR_ASK_MS: u64 = 250;
 /// The high-watermark checkpoint's period (`Shard::checkpoint_high_watermarks`).
 const HW_CHECKPOINT_MS: u64 = 5_000;
 
@@ -60,6 +58,18 @@ pub struct Waiting {
     pub end: i64,
     pub payload: u64,
     pub generation: u64,
+    pub answer: Answer,
+}
+
+/// Who learns of an acks=all produce's commit.
+#[derive(Clone, Copy, Debug)]
+pub enum Answer {
+    /// A plain producer: the history only.
+    Nobody,
+    /// An idempotent producer, of its batch at `sequence`.
+    Producer { producer: usize, sequence: i32 },
+    /// The coordinator's cache and the committing client, of this offset of `tp`.
+    OffsetCommit { tp: Tp, offset: i64 },
 }
 
 impl World {
@@ -70,6 +80,7 @@ impl World {
         self.assign_replicas(i)?;
         self.fetch_from_leaders(i);
         self.ask_for_isr(i);
+        self.follow_offsets_leadership(i);
         let parts = &mut self.slots[i].partitions;
         if self.now_ms >= parts.checkpointed_ms + HW_CHECKPOINT_MS {
             parts.checkpointed_ms = self.now_ms;
@@ -107,7 +118,7 @@ impl World {
                 .entry(tp)
                 .or_insert(a.leader_epoch);
             *newest = (*newest).max(a.leader_epoch);
-            let now_ms = self.now_ms;
+            let now_ms = self.clock_ms(i);
             let r = self.slots[i]
                 .partitions
                 .replicas
@@ -115,7 +126,7 @@ impl World {
                 .or_insert_with(SimReplica::new);
             if r.assign(i as i32, &a, &brokers, now_ms) && r.is_leader() {
                 self.trace.note(
-                    now_ms,
+                    self.now_ms,
                     format!(
                         "node {i} leads {} epoch {} isr {:?}",
                         tp_name(tp),
@@ -133,7 +144,7 @@ impl World {
 
     /// Sends each followed partition's next epoch query or fetch to its leader.
     fn fetch_from_leaders(&mut self, i: usize) {
-        let now_ms = self.now_ms;
+        let now_ms = self.clock_ms(i);
         let mut out = Vec::new();
         for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
             let crate::partition::commit::Role::Follower { leader, .. } = r.replicas.role else {
@@ -176,28 +187,17 @@ impl World {
         };
         let controller = node.applied.controller_id();
         let lag_max_ms = self.slots[i].config().cluster.replica_lag_time_max_ms;
-        let now_ms = self.now_ms;
+        let now_ms = self.clock_ms(i);
         let parts = &mut self.slots[i].partitions;
         let mut asks = Vec::new();
         for (tp, r) in parts.replicas.iter_mut() {
-            let Some(wanted) = r.ask_isr(now_ms, lag_max_ms) else {
-                continue;
-            };
-            let asked = parts.isr_asked_ms.get(tp).copied().unwrap_or(0);
-            if controller < 0 || now_ms < asked + ISR_ASK_MS {
-                continue;
+            if controller < 0 {
+                break;
             }
-            asks.push((
-                *tp,
-                IsrChange {
-                    topic_id: tp.0,
-                    partition: tp.1,
-                    leader: i as i32,
-                    leader_epoch: wanted.epoch,
-                    isr: wanted.isr,
-                    joining: wanted.joining,
-                },
-            ));
+            let last = parts.isr_asked_ms.get(tp).copied();
+            if let Some(request) = r.ask_isr(now_ms, lag_max_ms, last) {
+                asks.push((*tp, IsrChange::new(tp.0, tp.1, i as i32, request)));
+            }
         }
         for (tp, change) in asks {
             self.slots[i].partitions.isr_asked_ms.insert(tp, now_ms);
@@ -205,43 +205,7 @@ impl World {
         }
     }
 
-    /// A produce reaching node `i`.
-    pub(super) fn on_produce(
-        &mut self,
-        i: usize,
-        tp: Tp,
-        payload: u64,
-        acks_all: bool,
-    ) -> Result<(), super::checks::Violation> {
-        let min_insync = self.min_insync(i, tp);
-        let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
-            return Ok(());
-        };
-        let count = 1 + (payload % 3) as i64;
-        let Ok(base) = r.append(payload, count, acks_all, min_insync) else {
-            return Ok(());
-        };
-        let generation = r.leader_generation;
-        let note = format!(
-            "node {i}: {} append {base}+{count} payload {payload} (acks all {acks_all})",
-            tp_name(tp)
-        );
-        self.trace.note(self.now_ms, note);
-        if acks_all {
-            self.waiting.push(Waiting {
-                node: i,
-                tp,
-                base,
-                end: base + count,
-                payload,
-                generation,
-            });
-        }
-        self.schedule_flush(i);
-        Ok(())
-    }
-
-    fn min_insync(&self, i: usize, tp: Tp) -> usize {
+    pub(super) fn min_insync(&self, i: usize, tp: Tp) -> usize {
         let Some(node) = &self.slots[i].node else {
             return 1;
         };
@@ -260,7 +224,7 @@ impl World {
             let after_ms = if self.rng.gen_bool(0.05) {
                 50
             } else {
-                self.rng.gen_range(1..5)
+                self.rng.gen_range(1..=self.slots[i].flush_max_ms)
             };
             self.schedule(after_ms, Event::Flush(i));
         }
@@ -293,7 +257,7 @@ impl World {
         epoch: i32,
         offset: i64,
     ) -> Result<(), super::checks::Violation> {
-        let now_ms = self.now_ms;
+        let now_ms = self.clock_ms(i);
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
@@ -334,6 +298,21 @@ impl World {
         } else {
             r.learn_leader_high_watermark(leader_hw);
         }
+        self.replica_changed(i, tp)
+    }
+
+    /// The controller refused leader `i`'s ask for good: its joiners stop counting.
+    pub(super) fn on_isr_refused(
+        &mut self,
+        i: usize,
+        change: IsrChange,
+    ) -> Result<(), super::checks::Violation> {
+        let tp = (change.topic_id, change.partition);
+        let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
+            return Ok(());
+        };
+        r.replicas.isr_refused(&change.request());
+        r.advance_commit();
         self.replica_changed(i, tp)
     }
 

@@ -9,7 +9,9 @@
 //! registered).
 
 use super::checks::{Checker, Violation};
+use super::clients::{ClientEvent, Clients};
 use super::disk::{DiskFaults, SimDisk};
+use super::groups::{Groups, SimCoordinator};
 use super::network::Network;
 use super::node::{SimNode, Wire};
 use super::replica_checks::History;
@@ -31,7 +33,11 @@ const DUTIES_MS: u64 = 50;
 #[derive(Debug)]
 pub enum Event {
     Tick(usize),
-    Deliver { from: usize, to: usize, wire: Wire },
+    Deliver {
+        from: usize,
+        to: usize,
+        wire: Wire,
+    },
     Duties(usize),
     Heartbeat(usize),
     Operation,
@@ -41,6 +47,9 @@ pub enum Event {
     Flush(usize),
     Heal(Vec<(usize, usize)>),
     EndFaults,
+    Client(ClientEvent),
+    /// A stopped node's stop is over.
+    Resume(usize),
 }
 
 /// A node's place in the world: its disk outlives its process.
@@ -48,13 +57,20 @@ pub struct Slot {
     pub disk: Rc<SimDisk>,
     pub node: Option<SimNode>,
     config: Arc<Config>,
-    /// The process is stopped (SIGSTOP) until then: its events wait.
+    /// The process is stopped (SIGSTOP) until then: its events wait in `held`.
     pub paused_until_ms: u64,
+    held: Vec<Event>,
     /// Its clock runs this many per mille fast or slow (ticks come that much early or late).
     skew_permille: i64,
+    /// How far its monotonic clock has jumped ahead (a host that stalled the VM, say).
+    pub clock_jump_ms: u64,
+    /// Its flusher's fdatasync takes up to this long.
+    pub flush_max_ms: u64,
     /// Bumped at each start, so the events of a crashed run are dropped.
     pub run: u64,
     pub partitions: NodeReplicas,
+    /// The group coordinator of the running process.
+    pub coordinator: Option<SimCoordinator>,
 }
 
 impl Slot {
@@ -70,9 +86,14 @@ pub struct Stats {
     pub crashes: u64,
     pub pauses: u64,
     pub cuts: u64,
+    pub clock_jumps: u64,
     pub disk_faults: u64,
     pub elections: u64,
     pub committed: u64,
+    pub idempotent_acked: u64,
+    pub consumed: u64,
+    pub offsets_committed: u64,
+    pub offsets_fetched: u64,
 }
 
 pub struct World {
@@ -92,7 +113,8 @@ pub struct World {
     operations_until_ms: u64,
     pub waiting: Vec<Waiting>,
     pub history: History,
-    next_payload: u64,
+    pub clients: Clients,
+    pub groups: Groups,
 }
 
 impl World {
@@ -110,17 +132,31 @@ impl World {
                 rpc: format!("127.0.0.1:{}", 19_000 + id),
             })
             .collect();
+        // The cluster's timing, drawn per seed up to production's defaults (broker session
+        // 9 s, replica lag 30 s), so that which of fencing and the lag bound comes first
+        // varies; above what one lost message costs (a heartbeat every second; a fetch retried
+        // after 2 s, plus a latency spike of up to 5 s), so that a healed cluster settles.
+        let session_ms = rng.gen_range(4_000..=9_000);
+        let lag_ms = rng.gen_range(8_000..=30_000);
         let slots = (0..nodes)
             .map(|i| {
                 let disk_rng = ChaCha8Rng::seed_from_u64(rng.gen());
+                let mut config = node_config(i as i32, &voters);
+                config.cluster.broker_session_timeout_ms = session_ms;
+                config.cluster.replica_lag_time_max_ms = lag_ms;
                 Slot {
                     disk: Rc::new(SimDisk::new(disk_rng, faults)),
                     node: None,
-                    config: Arc::new(node_config(i as i32, &voters)),
+                    config: Arc::new(config),
+                    // One node in three has a slow disk.
+                    flush_max_ms: if rng.gen_bool(0.3) { 60 } else { 5 },
                     paused_until_ms: 0,
+                    held: Vec::new(),
                     skew_permille: rng.gen_range(-50..=50),
+                    clock_jump_ms: 0,
                     run: 0,
                     partitions: NodeReplicas::default(),
+                    coordinator: None,
                 }
             })
             .collect();
@@ -141,7 +177,8 @@ impl World {
             operations_until_ms: 0,
             waiting: Vec::new(),
             history: History::default(),
-            next_payload: 1,
+            clients: Clients::new(),
+            groups: Groups::default(),
         }
     }
 
@@ -187,13 +224,42 @@ impl World {
             if run != self.slots[i].run {
                 return Ok(());
             }
+            if let Event::Resume(i) = event {
+                return self.resume(i);
+            }
             if self.slots[i].paused_until_ms > self.now_ms {
-                // A stopped process does nothing; what was sent to it waits in its socket.
-                let wait = self.slots[i].paused_until_ms - self.now_ms;
-                self.schedule(wait, event);
+                // A stopped process does nothing; what was sent to it waits in its socket,
+                // and is taken in the order it came once it runs again.
+                self.slots[i].held.push(event);
                 return Ok(());
             }
         }
+        self.handle(event)
+    }
+
+    /// A stopped node `i` runs again once its last stop is over: everything held for it, in
+    /// the order it came.
+    fn resume(&mut self, i: usize) -> Result<(), Violation> {
+        if self.slots[i].paused_until_ms > self.now_ms {
+            return Ok(()); // stopped again meanwhile; a later Resume comes
+        }
+        for event in std::mem::take(&mut self.slots[i].held) {
+            self.handle(event)?;
+        }
+        Ok(())
+    }
+
+    /// Stops node `i` (SIGSTOP) for `for_ms`: a stop of a stopped node ends no earlier than
+    /// the first.
+    pub(super) fn pause(&mut self, i: usize, for_ms: u64) {
+        let until = self.now_ms + for_ms;
+        if until > self.slots[i].paused_until_ms {
+            self.slots[i].paused_until_ms = until;
+            self.schedule(for_ms, Event::Resume(i));
+        }
+    }
+
+    fn handle(&mut self, event: Event) -> Result<(), Violation> {
         match event {
             Event::Tick(i) => self.on_tick(i),
             Event::Deliver { from, to, wire } => self.on_deliver(from, to, wire),
@@ -213,6 +279,8 @@ impl World {
                 self.end_faults();
                 Ok(())
             }
+            Event::Client(event) => self.on_client(event),
+            Event::Resume(i) => self.resume(i),
         }
     }
 
@@ -221,6 +289,7 @@ impl World {
         let slot = &mut self.slots[i];
         slot.run += 1;
         slot.paused_until_ms = 0;
+        slot.held.clear();
         let incarnation = self.rng.gen::<u64>() | 1;
         let disk: Rc<dyn crate::storage::disk::Disk> = slot.disk.clone();
         let node =
@@ -234,6 +303,9 @@ impl World {
         );
         self.checker.restarted(i as i32);
         self.slots[i].node = Some(node);
+        let coordinator =
+            SimCoordinator::new(self.clock_ms(i), &self.slots[i].config, self.rng.gen());
+        self.slots[i].coordinator = Some(coordinator);
         self.draw_election_timeout(i);
         self.schedule(self.tick_ms(i), Event::Tick(i));
         self.schedule(DUTIES_MS, Event::Duties(i));
@@ -247,6 +319,8 @@ impl World {
         if self.slots[i].node.take().is_none() {
             return;
         }
+        self.slots[i].coordinator = None;
+        self.slots[i].held.clear();
         self.slots[i].run += 1;
         let lost = self.slots[i].disk.crash();
         self.slots[i].partitions.crash(&mut self.rng);
@@ -256,6 +330,14 @@ impl World {
             self.now_ms,
             format!("node {i} crashes ({why}); {lost} unsynced bytes lost"),
         );
+    }
+
+    /// Node `i`'s monotonic clock: world time, skewed, plus its jumps. What the node decides
+    /// by time (sessions, lag, retries) reads this, never the world's.
+    pub fn clock_ms(&self, i: usize) -> u64 {
+        let s = &self.slots[i];
+        let now = self.now_ms as i64;
+        (now + now * s.skew_permille / 1000) as u64 + s.clock_jump_ms
     }
 
     fn tick_ms(&self, i: usize) -> u64 {
@@ -297,7 +379,7 @@ impl World {
                 incarnation,
                 previous_incarnation,
             } => {
-                let now_ms = self.now_ms;
+                let now_ms = self.clock_ms(to);
                 let node = self.slots[to].node.as_mut().expect("checked");
                 if node.on_heartbeat(node_id, incarnation, previous_incarnation, now_ms) {
                     self.send(to, from, Wire::HeartbeatTaken);
@@ -312,7 +394,11 @@ impl World {
             }
             Wire::AlterPartition(change) => {
                 let node = self.slots[to].node.as_mut().expect("checked");
-                node.execute(ControllerOp::AlterPartition(change));
+                let outcomes = node.execute(ControllerOp::AlterPartition(change.clone()));
+                let code = outcomes.first().map_or(0, |(code, _)| *code);
+                if crate::replication::isr::refused_for_good(code) {
+                    self.send(to, from, Wire::IsrRefused(change));
+                }
             }
             wire => return self.on_replication_wire(from, to, wire),
         }
@@ -364,7 +450,15 @@ impl World {
                 tp,
                 payload,
                 acks_all,
-            } => self.on_produce(to, tp, payload, acks_all),
+                stamp,
+                producer,
+            } => self.on_produce(to, tp, payload, acks_all, stamp, producer),
+            Wire::Consume { tp, offset } => self.on_consume(to, tp, offset),
+            Wire::OffsetCommit { tp, offset } => self.on_offset_commit(to, tp, offset),
+            Wire::OffsetFetch { tp, floor } => {
+                self.on_offset_fetch(to, tp, floor);
+                Ok(())
+            }
             Wire::Fetch { tp, epoch, offset } => self.on_fetch(to, from, tp, epoch, offset),
             Wire::FetchReply { tp, epoch, result } => self.on_fetch_reply(to, tp, epoch, result),
             Wire::EpochQuery { tp, epoch, latest } => {
@@ -372,6 +466,7 @@ impl World {
                 Ok(())
             }
             Wire::EpochAnswer { tp, epoch, answer } => self.on_epoch_answer(to, tp, epoch, answer),
+            Wire::IsrRefused(change) => self.on_isr_refused(to, change),
             other => unreachable!("not a replication message: {other:?}"),
         }
     }
@@ -386,7 +481,7 @@ impl World {
 
     fn on_duties(&mut self, i: usize) -> Result<(), Violation> {
         self.schedule(DUTIES_MS, Event::Duties(i));
-        let now_ms = self.now_ms;
+        let now_ms = self.clock_ms(i);
         let cluster_id = self.cluster_id.clone();
         if let Some(node) = self.slots[i].node.as_mut() {
             node.duties(now_ms, &cluster_id);
@@ -431,6 +526,10 @@ impl World {
                 };
                 self.slots[i].node.as_mut().expect("running").execute(op);
             }
+            4..=11 => self.produce_idempotent(i),
+            12..=17 => self.consume(i),
+            18..=19 => self.commit_offset(i),
+            20 => self.fetch_offset(i),
             _ => self.produce(i),
         }
         self.after_raft_input(i)
@@ -441,10 +540,16 @@ impl World {
         if self.topics_created >= 8 {
             return;
         }
-        let name = format!("t{}", self.topics_created);
+        // The first holds the group offsets (one partition, never unclean).
+        let first = self.topics_created == 0;
+        let name = if first {
+            crate::storage::catalog::OFFSETS_TOPIC.to_string()
+        } else {
+            format!("t{}", self.topics_created)
+        };
         let id: [u8; 16] = self.rng.gen();
-        let partitions = self.rng.gen_range(1..=3);
-        let unclean = self.rng.gen_bool(0.2);
+        let partitions = if first { 1 } else { self.rng.gen_range(1..=3) };
+        let unclean = !first && self.rng.gen_bool(0.2);
         let node = self.slots[i].node.as_mut().expect("running");
         if node.create_topic(&name, id, partitions, unclean) {
             self.topics_created += 1;
@@ -462,41 +567,14 @@ impl World {
         all.into_iter().filter(|_| self.rng.gen_bool(0.5)).collect()
     }
 
-    /// A producer that took its metadata from node `i` sends a batch to the leader that
-    /// names, acks=all or acks=1.
-    fn produce(&mut self, i: usize) {
-        let node = self.slots[i].node.as_ref().expect("running");
-        let led: Vec<(super::replication::Tp, i32)> = node.applied.read(|c| {
-            super::replication::assignments(c)
-                .map(|(tp, a)| (tp, a.leader))
-                .filter(|(_, leader)| *leader >= 0)
-                .collect()
-        });
-        if led.is_empty() {
-            return;
-        }
-        let (tp, leader) = led[self.rng.gen_range(0..led.len())];
-        let payload = self.next_payload;
-        self.next_payload += 1;
-        let acks_all = self.rng.gen_bool(0.8);
-        self.send(
-            i,
-            leader as usize,
-            Wire::Produce {
-                tp,
-                payload,
-                acks_all,
-            },
-        );
-    }
-
     fn end_faults(&mut self) {
         self.faulting = false;
         self.net.heal_all();
         self.trace
             .note(self.now_ms, "faults end; links heal".into());
+        // A stopped process runs its pause out (at most 15 s, within the quiet phase): what
+        // waits in its sockets is then taken in the order it came, before anything sent later.
         for i in 0..self.slots.len() {
-            self.slots[i].paused_until_ms = 0;
             self.slots[i].disk.heal();
             if self.slots[i].node.is_none() {
                 self.schedule(0, Event::Restart(i));
@@ -511,11 +589,15 @@ fn event_node(event: &Event) -> Option<usize> {
         | Event::Duties(i)
         | Event::Heartbeat(i)
         | Event::Replicate(i)
-        | Event::Flush(i) => Some(*i),
+        | Event::Flush(i)
+        | Event::Resume(i) => Some(*i),
         Event::Deliver { to, .. } => Some(*to),
-        Event::Operation | Event::Fault | Event::Restart(_) | Event::Heal(_) | Event::EndFaults => {
-            None
-        }
+        Event::Operation
+        | Event::Fault
+        | Event::Restart(_)
+        | Event::Heal(_)
+        | Event::EndFaults
+        | Event::Client(_) => None,
     }
 }
 

@@ -941,8 +941,8 @@ fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
     }
 }
 
-/// Producer state as of the log end: the latest snapshot at or below it, plus the idempotent
-/// batches recovery scanned past the snapshot's offset.
+/// Producer state as of the log end (`producer_state::rebuild`), from the snapshot file and
+/// the idempotent batches recovery scanned.
 fn rebuild_producers(
     dir: &Path,
     log_end: i64,
@@ -951,16 +951,8 @@ fn rebuild_producers(
 ) -> ProducerTable {
     let snapshot = std::fs::read(dir.join(producer_state::SNAPSHOT_FILE))
         .ok()
-        .and_then(|raw| producer_state::decode_snapshot(&raw))
-        .filter(|s| s.offset <= log_end);
-    let from = snapshot.as_ref().map_or(i64::MIN, |s| s.offset);
-    let mut table = snapshot
-        .map(|s| ProducerTable::from_entries(s.producers))
-        .unwrap_or_default();
-    for h in scanned.iter().filter(|h| h.base_offset >= from) {
-        table.record(h, now_ms as i64);
-    }
-    table
+        .and_then(|raw| producer_state::decode_snapshot(&raw));
+    producer_state::rebuild(snapshot, log_end, &scanned, now_ms as i64)
 }
 
 /// Writes the producer snapshot next to the segments, replacing the previous one atomically.

@@ -178,6 +178,29 @@ impl ProducerTable {
     }
 }
 
+/// Producer state as of a log's end after a restart: `snapshot` if it is at or below
+/// `log_end` (a snapshot past a truncated tail is useless), plus the idempotent batches
+/// recovery scanned past its offset, in log order.
+pub fn rebuild(
+    snapshot: Option<Snapshot>,
+    log_end: i64,
+    scanned: &[BatchHeader],
+    now_ms: i64,
+) -> ProducerTable {
+    if crate::inject::active(crate::inject::Bug::ForgetProducerState) {
+        return ProducerTable::default();
+    }
+    let snapshot = snapshot.filter(|s| s.offset <= log_end);
+    let from = snapshot.as_ref().map_or(i64::MIN, |s| s.offset);
+    let mut table = snapshot
+        .map(|s| ProducerTable::from_entries(s.producers))
+        .unwrap_or_default();
+    for h in scanned.iter().filter(|h| h.base_offset >= from) {
+        table.record(h, now_ms);
+    }
+    table
+}
+
 /// A snapshot file: the table as of `offset` (every batch below it is reflected).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub struct Snapshot {
