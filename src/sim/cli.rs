@@ -123,8 +123,8 @@ fn run_seeds(seeds: &[u64], bug: Option<Bug>, summary: bool, trace_lines: usize)
 
 fn counts(s: &super::world::Stats) -> String {
     format!(
-        "{} events, {} crashes, {} pauses, {} cut links, {} clock jumps, {} disk faults, {} elections, {} entries committed, {} idempotent batches acknowledged, {} batches consumed, {} offset commits acknowledged, {} offset fetches checked",
-        s.events, s.crashes, s.pauses, s.cuts, s.clock_jumps, s.disk_faults, s.elections, s.committed, s.idempotent_acked, s.consumed, s.offsets_committed, s.offsets_fetched
+        "{} events, {} crashes, {} pauses, {} cut links, {} clock jumps, {} disk faults, {} elections, {} entries committed, {} idempotent batches acknowledged, {} batches consumed, {} offset commits acknowledged, {} offset fetches checked, {} group generations joined",
+        s.events, s.crashes, s.pauses, s.cuts, s.clock_jumps, s.disk_faults, s.elections, s.committed, s.idempotent_acked, s.consumed, s.offsets_committed, s.offsets_fetched, s.generations_joined
     )
 }
 
@@ -138,6 +138,7 @@ fn add(total: &mut super::world::Stats, s: &super::world::Stats) {
     total.consumed += s.consumed;
     total.offsets_committed += s.offsets_committed;
     total.offsets_fetched += s.offsets_fetched;
+    total.generations_joined += s.generations_joined;
     total.disk_faults += s.disk_faults;
     total.elections += s.elections;
     total.committed += s.committed;

@@ -15,6 +15,7 @@ use super::replica::{Appended, Batch, Stamp};
 use super::replication::{assignments, Answer, Tp, Waiting};
 use super::world::{Event, World};
 use super::{checks::Violation, node::Wire};
+use crate::group::state::{JoinResponse, SyncResponse};
 use crate::storage::catalog::{CatalogRecord, OFFSETS_TOPIC};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -37,9 +38,19 @@ pub enum ClientEvent {
         sequence: i32,
     },
     /// The consumer of `tp` gets these batches.
-    Records { tp: Tp, batches: Vec<Batch> },
+    Records {
+        tp: Tp,
+        batches: Vec<Batch>,
+    },
     /// The group client's commit of `offset` for `tp` is acknowledged.
-    OffsetCommitted { tp: Tp, offset: i64 },
+    OffsetCommitted {
+        tp: Tp,
+        offset: i64,
+    },
+    /// The coordinator's answers to the group member.
+    Joined(JoinResponse),
+    Synced(SyncResponse),
+    Heartbeat(i16),
     /// Coordinator `node` answers an OffsetFetch of `tp` asked once `floor` was acknowledged;
     /// `current`: it led the offsets partition's newest epoch then.
     Offset {
@@ -219,7 +230,8 @@ impl World {
             },
             _ => Answer::Nobody,
         };
-        self.append(i, tp, payload, acks_all, stamp, answer)
+        self.append(i, tp, payload, acks_all, stamp, answer);
+        Ok(())
     }
 
     /// A batch appended on leader `i` (or found already written, for an idempotent retry),
@@ -232,14 +244,14 @@ impl World {
         acks_all: bool,
         stamp: Option<Stamp>,
         answer: Answer,
-    ) -> Result<(), Violation> {
+    ) {
         let min_insync = self.min_insync(i, tp);
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
-            return Ok(());
+            return;
         };
         let count = records_in(payload);
         let Ok(appended) = r.append(payload, count, stamp, acks_all, min_insync) else {
-            return Ok(());
+            return;
         };
         let generation = r.leader_generation;
         let (base, what) = match appended {
@@ -265,7 +277,6 @@ impl World {
         self.schedule_flush(i);
         // A duplicate may be committed already.
         self.answer_waiters();
-        Ok(())
     }
 
     /// A consumer's fetch on node `i`: the batches from `offset` below the high watermark, if
@@ -316,6 +327,12 @@ impl World {
                 Ok(())
             }
             ClientEvent::Records { tp, batches } => self.check_read(tp, &batches),
+            member @ (ClientEvent::Joined(_)
+            | ClientEvent::Synced(_)
+            | ClientEvent::Heartbeat(_)) => {
+                self.on_member_answer(member);
+                Ok(())
+            }
             other => self.on_offset_answer(other),
         }
     }

@@ -6,8 +6,10 @@
 //! schemas. A commit is appended like an acks=all produce and applied once committed
 //! (`group::ops::commit`).
 //!
-//! The client commits the consumer's positions (they only grow) and fetches them back, in
-//! order on one connection per coordinator (`send_in_order`). Checked:
+//! The client commits the consumer's positions (they only grow), as the group's member
+//! (`members.rs`) while it is one, and fetches them back, in order on one connection per
+//! coordinator (`World::send_ordered`, as Kafka's clients send them, so that a commit never
+//! lands after a later one: Kafka keeps the last commit it receives). Checked:
 //! an OffsetFetch answered by the coordinator of the partition's newest epoch never returns
 //! less than what was acknowledged before it was asked (committed group offsets never go
 //! backwards; this client never resets them). A deposed coordinator that has not heard of its
@@ -15,9 +17,10 @@
 
 use super::checks::Violation;
 use super::clients::ClientEvent;
+use super::members::Member;
 use super::node::Wire;
 use super::replication::{tp_name, Answer, Tp};
-use super::world::{Event, World};
+use super::world::{World, CLIENT};
 use crate::clock::SeededIds;
 use crate::group::records::{self, Key};
 use crate::group::replay::{self, Latest};
@@ -27,11 +30,11 @@ use bytes::Bytes;
 use rand::Rng;
 use std::collections::BTreeMap;
 
-const GROUP: &str = "sim-group";
+pub const GROUP: &str = "sim-group";
 
 /// A node's coordinator: lost with its process.
 pub struct SimCoordinator {
-    coordinator: Coordinator,
+    pub coordinator: Coordinator,
     /// The offsets partition's leader generation it is loaded for.
     loaded: Option<u64>,
 }
@@ -53,8 +56,8 @@ pub struct Groups {
     /// Per partition, the highest offset whose commit was acknowledged.
     acked: BTreeMap<Tp, i64>,
     pub records: BTreeMap<u64, (Bytes, Option<Bytes>)>,
-    /// Per coordinator, when the client's last request to it arrives (see `send_in_order`).
-    arrives_ms: BTreeMap<usize, u64>,
+    /// The group's one member (`members.rs`).
+    pub member: Member,
 }
 
 /// The committed offset a record names, as the coordinator keeps it.
@@ -77,49 +80,44 @@ impl World {
         })
     }
 
-    /// The client, with node `i`'s metadata, commits the consumer's position of a partition.
+    /// The coordinator in node `i`'s metadata: the offsets partition's leader.
+    pub(super) fn coordinator_of(&self, i: usize) -> Option<usize> {
+        let (_, leader) = self.offsets_partition(i)?;
+        usize::try_from(leader).ok()
+    }
+
+    /// The client, with node `i`'s metadata, commits the consumer's position of a partition:
+    /// as the group's member while it is one, else as a simple consumer (which the coordinator
+    /// refuses while the group has members).
     pub(super) fn commit_offset(&mut self, i: usize) {
         let positions = self.clients.positions();
-        let Some((coordinator, (tp, offset))) = self.offsets_partition(i).zip(
-            (!positions.is_empty()).then(|| positions[self.rng.gen_range(0..positions.len())]),
-        ) else {
+        if positions.is_empty() {
             return;
-        };
-        if coordinator.1 >= 0 {
-            self.send_in_order(i, coordinator.1 as usize, Wire::OffsetCommit { tp, offset });
+        }
+        let (tp, offset) = positions[self.rng.gen_range(0..positions.len())];
+        let member = self.groups.member.commits_as();
+        if let Some(coordinator) = self.coordinator_of(i) {
+            let wire = Wire::OffsetCommit { tp, offset, member };
+            self.send_ordered((CLIENT, coordinator), i, coordinator, wire);
         }
     }
 
     /// The client asks for a partition's committed offset, knowing what was acknowledged.
     pub(super) fn fetch_offset(&mut self, i: usize) {
         let acked: Vec<(Tp, i64)> = self.groups.acked.iter().map(|(t, o)| (*t, *o)).collect();
-        let Some((coordinator, (tp, floor))) = self
-            .offsets_partition(i)
-            .zip((!acked.is_empty()).then(|| acked[self.rng.gen_range(0..acked.len())]))
-        else {
+        if acked.is_empty() {
             return;
-        };
-        if coordinator.1 >= 0 {
-            self.send_in_order(i, coordinator.1 as usize, Wire::OffsetFetch { tp, floor });
         }
-    }
-
-    /// The client's requests to one coordinator travel on one connection, as Kafka's clients
-    /// send them: lost (the connection broke) but never reordered or repeated, so that a
-    /// commit never lands after a later one (Kafka keeps the last commit it receives).
-    fn send_in_order(&mut self, from: usize, to: usize, wire: Wire) {
-        let Some(&delay_ms) = self.net.deliveries(&mut self.rng, from, to).first() else {
-            return;
-        };
-        let last_ms = self.groups.arrives_ms.get(&to).copied().unwrap_or(0);
-        let at_ms = (self.now_ms + delay_ms).max(last_ms);
-        self.groups.arrives_ms.insert(to, at_ms);
-        self.schedule(at_ms - self.now_ms, Event::Deliver { from, to, wire });
+        let (tp, floor) = acked[self.rng.gen_range(0..acked.len())];
+        if let Some(coordinator) = self.coordinator_of(i) {
+            let wire = Wire::OffsetFetch { tp, floor };
+            self.send_ordered((CLIENT, coordinator), i, coordinator, wire);
+        }
     }
 
     /// Node `i`'s coordinator, if it leads the offsets partition and has loaded it: the
     /// partition too.
-    fn serving(&mut self, i: usize) -> Option<(Tp, &mut Coordinator)> {
+    pub(super) fn serving(&mut self, i: usize) -> Option<(Tp, &mut Coordinator)> {
         let (tp, _) = self.offsets_partition(i)?;
         let slot = &mut self.slots[i];
         let (generation, _) = slot.partitions.replicas.get(&tp)?.leadership()?;
@@ -133,11 +131,13 @@ impl World {
         i: usize,
         tp: Tp,
         offset: i64,
+        member: Option<(String, i32)>,
     ) -> Result<(), Violation> {
         let Some((offsets, c)) = self.serving(i) else {
             return Ok(()); // NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: the client retries
         };
-        if c.check_commit(GROUP, "", -1, None).is_err() {
+        let (member_id, generation) = member.unwrap_or((String::new(), -1));
+        if c.check_commit(GROUP, &member_id, generation, None).is_err() {
             return Ok(());
         }
         let key = Key::Offset {
@@ -160,7 +160,8 @@ impl World {
             true,
             None,
             Answer::OffsetCommit { tp, offset },
-        )
+        );
+        Ok(())
     }
 
     /// A commit is durable on coordinator `i`: its cache takes it (`group::ops::commit`) and

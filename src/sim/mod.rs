@@ -16,6 +16,7 @@ mod clients;
 mod disk;
 mod faults;
 mod groups;
+mod members;
 mod network;
 mod node;
 mod replica;

@@ -3,7 +3,7 @@
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub struct Network {
     /// Per million messages.
@@ -13,6 +13,8 @@ pub struct Network {
     max_latency_ms: u64,
     /// Cut links, (from, to): what is sent on them is lost.
     cut: BTreeSet<(usize, usize)>,
+    /// Per connection (`ordered`), when the last message sent on it arrives.
+    arrives_ms: BTreeMap<(usize, usize), u64>,
 }
 
 impl Network {
@@ -22,6 +24,7 @@ impl Network {
             duplicate_ppm: rng.gen_range(0..20_000),
             max_latency_ms: rng.gen_range(1..=20),
             cut: BTreeSet::new(),
+            arrives_ms: BTreeMap::new(),
         }
     }
 
@@ -44,6 +47,24 @@ impl Network {
     /// A drawn latency; one message in a hundred is ten times late, and one in a thousand is
     /// held for seconds (a retransmission after loss, a stalled queue): it arrives after
     /// everything the world did meanwhile, failovers included.
+    /// The delay after which a message sent at `now_ms` from `from` to `to` on `connection`
+    /// arrives, as TCP delivers: lost (the connection broke) but never reordered behind a
+    /// later one or repeated. RPC requests and client requests travel so; Raft's messages,
+    /// which tolerate anything, do not.
+    pub fn ordered(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        (from, to): (usize, usize),
+        connection: (usize, usize),
+        now_ms: u64,
+    ) -> Option<u64> {
+        let delay_ms = *self.deliveries(rng, from, to).first()?;
+        let last_ms = self.arrives_ms.get(&connection).copied().unwrap_or(0);
+        let at_ms = (now_ms + delay_ms).max(last_ms);
+        self.arrives_ms.insert(connection, at_ms);
+        Some(at_ms - now_ms)
+    }
+
     fn latency(&self, rng: &mut ChaCha8Rng) -> u64 {
         let ms = rng.gen_range(1..=self.max_latency_ms);
         match rng.gen_range(0..1000) {

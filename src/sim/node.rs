@@ -52,11 +52,15 @@ pub enum Wire {
         tp: Tp,
         offset: i64,
     },
-    /// The group client's OffsetCommit of `offset` for `tp`, to the coordinator.
+    /// The group client's OffsetCommit of `offset` for `tp`, to the coordinator, as a member
+    /// (its id and generation) or a simple consumer.
     OffsetCommit {
         tp: Tp,
         offset: i64,
+        member: Option<(String, i32)>,
     },
+    /// The group member's JoinGroup, SyncGroup or Heartbeat.
+    Member(super::members::MemberRequest),
     /// The group client's OffsetFetch of `tp`, asked once `floor` was acknowledged.
     OffsetFetch {
         tp: Tp,
@@ -360,8 +364,8 @@ impl SimNode {
 fn describe_op(op: &ControllerOp) -> String {
     match op {
         ControllerOp::AlterPartition(c) => format!(
-            "AlterPartition {:02x}{:02x}-{} by leader {} epoch {}: isr {:?}",
-            c.topic_id[0], c.topic_id[1], c.partition, c.leader, c.leader_epoch, c.isr
+            "AlterPartition {:02x}{:02x}-{} by leader {} epoch {}: isr {:?} → {:?}",
+            c.topic_id[0], c.topic_id[1], c.partition, c.leader, c.leader_epoch, c.from_isr, c.isr
         ),
         other => format!("{other:?}"),
     }

@@ -81,6 +81,7 @@ impl World {
         self.fetch_from_leaders(i);
         self.ask_for_isr(i);
         self.follow_offsets_leadership(i);
+        self.coordinator_tick(i);
         let parts = &mut self.slots[i].partitions;
         if self.now_ms >= parts.checkpointed_ms + HW_CHECKPOINT_MS {
             parts.checkpointed_ms = self.now_ms;
@@ -200,8 +201,18 @@ impl World {
             }
         }
         for (tp, change) in asks {
+            let note = format!(
+                "node {i} asks for {} in sync {:?} → {:?} (epoch {})",
+                tp_name(tp),
+                change.from_isr,
+                change.isr,
+                change.leader_epoch
+            );
+            self.trace.note(self.now_ms, note);
             self.slots[i].partitions.isr_asked_ms.insert(tp, now_ms);
-            self.send(i, controller as usize, Wire::AlterPartition(change));
+            // An RPC to the controller: one connection, in order.
+            let c = controller as usize;
+            self.send_ordered((i, c), i, c, Wire::AlterPartition(change));
         }
     }
 

@@ -25,6 +25,9 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// The clients' end of a connection (`World::send_ordered`).
+pub const CLIENT: usize = usize::MAX;
+
 /// Bound on events one run may take (a livelock is a failure, not a hang).
 const MAX_EVENTS: u64 = 2_000_000;
 /// The active controller's duties run this often (`cluster::FENCE_CHECK_MS`).
@@ -94,6 +97,7 @@ pub struct Stats {
     pub consumed: u64,
     pub offsets_committed: u64,
     pub offsets_fetched: u64,
+    pub generations_joined: u64,
 }
 
 pub struct World {
@@ -397,7 +401,7 @@ impl World {
                 let outcomes = node.execute(ControllerOp::AlterPartition(change.clone()));
                 let code = outcomes.first().map_or(0, |(code, _)| *code);
                 if crate::replication::isr::refused_for_good(code) {
-                    self.send(to, from, Wire::IsrRefused(change));
+                    self.send_ordered((from, to), to, from, Wire::IsrRefused(change));
                 }
             }
             wire => return self.on_replication_wire(from, to, wire),
@@ -454,7 +458,13 @@ impl World {
                 producer,
             } => self.on_produce(to, tp, payload, acks_all, stamp, producer),
             Wire::Consume { tp, offset } => self.on_consume(to, tp, offset),
-            Wire::OffsetCommit { tp, offset } => self.on_offset_commit(to, tp, offset),
+            Wire::OffsetCommit { tp, offset, member } => {
+                self.on_offset_commit(to, tp, offset, member)
+            }
+            Wire::Member(request) => {
+                self.on_member_request(to, request);
+                Ok(())
+            }
             Wire::OffsetFetch { tp, floor } => {
                 self.on_offset_fetch(to, tp, floor);
                 Ok(())
@@ -468,6 +478,18 @@ impl World {
             Wire::EpochAnswer { tp, epoch, answer } => self.on_epoch_answer(to, tp, epoch, answer),
             Wire::IsrRefused(change) => self.on_isr_refused(to, change),
             other => unreachable!("not a replication message: {other:?}"),
+        }
+    }
+
+    /// Sends on one connection (`Network::ordered`): `connection` names its two ends, a
+    /// client's as `CLIENT`.
+    pub fn send_ordered(&mut self, connection: (usize, usize), from: usize, to: usize, wire: Wire) {
+        let now_ms = self.now_ms;
+        if let Some(delay_ms) = self
+            .net
+            .ordered(&mut self.rng, (from, to), connection, now_ms)
+        {
+            self.schedule(delay_ms, Event::Deliver { from, to, wire });
         }
     }
 
@@ -530,6 +552,7 @@ impl World {
             12..=17 => self.consume(i),
             18..=19 => self.commit_offset(i),
             20 => self.fetch_offset(i),
+            21..=23 => self.member_step(i),
             _ => self.produce(i),
         }
         self.after_raft_input(i)
