@@ -78,6 +78,13 @@ fn built(data: &[u8]) -> Vec<MetadataRecord> {
                         removing: vec![n + 1],
                     },
                 },
+                10 => MetadataRecord::AlterIsr {
+                    id,
+                    partition: n % 2,
+                    epoch: n % 3,
+                    from: vec![n],
+                    isr: vec![n, (n + 1) % 5],
+                },
                 _ => MetadataRecord::ProducerIdBlock { end: n as i64 },
             }
         })

@@ -533,10 +533,11 @@ fn alter_partition(
     push(
         record,
         out,
-        MetadataRecord::ChangeIsr {
+        MetadataRecord::AlterIsr {
             id: change.topic_id,
             partition: change.partition,
             epoch,
+            from: change.from_isr.clone(),
             isr: change.isr.clone(),
         },
     );

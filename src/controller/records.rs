@@ -70,12 +70,23 @@ pub enum MetadataRecord {
         epoch: i32,
         assignment: PartitionAssignment,
     },
-    /// A partition's in-sync replicas changed (its leader asked: AlterPartition, KIP-497), in
-    /// leader epoch `epoch`; in another epoch it changes nothing.
+    /// A partition's in-sync replicas changed, in leader epoch `epoch`; in another epoch it
+    /// changes nothing. Written before `AlterIsr`; read from older logs.
     ChangeIsr {
         id: [u8; 16],
         partition: i32,
         epoch: i32,
+        isr: Vec<i32>,
+    },
+    /// A partition's in-sync replicas changed (its leader asked: AlterPartition, KIP-497) from
+    /// `from` to `isr`, in leader epoch `epoch`. Where the set is no longer `from` when the
+    /// record applies (a fence committed between the controller's check and this record), or
+    /// the epoch moved on, it changes nothing: the leader counts on that (`partition/commit.rs`).
+    AlterIsr {
+        id: [u8; 16],
+        partition: i32,
+        epoch: i32,
+        from: Vec<i32>,
         isr: Vec<i32>,
     },
 }
@@ -160,7 +171,19 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
         }
         MetadataRecord::ElectLeader { .. }
         | MetadataRecord::SetAssignment { .. }
-        | MetadataRecord::ChangeIsr { .. } => apply_to_partition(c, record)?,
+        | MetadataRecord::ChangeIsr { .. }
+        | MetadataRecord::AlterIsr { .. } => apply_to_partition(c, record)?,
+    }
+    if matches!(
+        record,
+        MetadataRecord::CreateTopic(_)
+            | MetadataRecord::CreatePartitions { .. }
+            | MetadataRecord::ElectLeader { .. }
+            | MetadataRecord::SetAssignment { .. }
+            | MetadataRecord::ChangeIsr { .. }
+            | MetadataRecord::AlterIsr { .. }
+    ) {
+        settle_fenced(c);
     }
     Ok(())
 }
@@ -210,21 +233,37 @@ fn apply_to_partition(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<
             partition,
             epoch,
             isr,
-        } => {
-            let a = assignment_mut(c, id, *partition)?;
-            if a.leader_epoch != *epoch {
-                return Ok(());
-            }
-            if isr.is_empty() || isr.iter().any(|n| !a.replicas.contains(n)) {
-                return Err(format!(
-                    "in-sync set {isr:?} outside replicas {:?}",
-                    a.replicas
-                ));
-            }
-            a.isr = isr.clone();
-        }
+        } => set_isr(assignment_mut(c, id, *partition)?, *epoch, None, isr)?,
+        MetadataRecord::AlterIsr {
+            id,
+            partition,
+            epoch,
+            from,
+            isr,
+        } => set_isr(assignment_mut(c, id, *partition)?, *epoch, Some(from), isr)?,
         _ => unreachable!("not a partition record"),
     }
+    Ok(())
+}
+
+/// An in-sync set change: only in `epoch`, and (given `from`) only from that set.
+fn set_isr(
+    a: &mut PartitionAssignment,
+    epoch: i32,
+    from: Option<&[i32]>,
+    isr: &[i32],
+) -> Result<(), String> {
+    let moved = from.is_some_and(|f| !crate::partition::commit::same_set(&a.isr, f));
+    if a.leader_epoch != epoch || moved {
+        return Ok(());
+    }
+    if isr.is_empty() || isr.iter().any(|n| !a.replicas.contains(n)) {
+        return Err(format!(
+            "in-sync set {isr:?} outside replicas {:?}",
+            a.replicas
+        ));
+    }
+    a.isr = isr.to_vec();
     Ok(())
 }
 
@@ -305,6 +344,20 @@ fn fence(c: &mut CatalogRecord, node_id: i32, incarnation: u64) {
         return;
     }
     b.fenced = true;
+    settle_fenced(c);
+}
+
+/// No partition is led by a fenced broker, or holds one in an in-sync set of several: each
+/// leaves the in-sync sets it shares, and each partition it led gets a new epoch, led by a
+/// live in-sync replica (or, where the topic allows unclean elections, any live replica), or
+/// by nobody. Applied after a fence, and after every record that assigns leaders: the
+/// controller checks liveness when it proposes, and a fence may commit in between (the
+/// simulator found a topic created with a leader fenced meanwhile, which then led the same
+/// epoch again after a restart that had lost its tail).
+fn settle_fenced(c: &mut CatalogRecord) {
+    if c.brokers.is_empty() {
+        return; // a single node
+    }
     let live: Vec<i32> = c
         .brokers
         .iter()
@@ -316,29 +369,39 @@ fn fence(c: &mut CatalogRecord, node_id: i32, incarnation: u64) {
         let unclean = unclean_allowed(&t.configs).unwrap_or(cluster_unclean.unwrap_or(false));
         for a in t.assignment.iter_mut() {
             if a.isr.len() > 1 {
-                a.isr.retain(|n| *n != node_id);
-            }
-            if a.leader != node_id {
-                continue;
-            }
-            a.leader_epoch += 1;
-            let candidates = if crate::inject::active(crate::inject::Bug::ElectOutOfSyncReplica) {
-                &a.replicas
-            } else {
-                &a.isr
-            };
-            a.leader = candidates
-                .iter()
-                .copied()
-                .find(|n| live.contains(n))
-                .unwrap_or(-1);
-            if a.leader == -1 && unclean {
-                // The topic allows an unclean election: a live replica that may lack records.
-                if let Some(n) = a.replicas.iter().copied().find(|n| live.contains(n)) {
-                    a.leader = n;
-                    a.isr = vec![n];
+                let first_live = a.isr.iter().copied().find(|n| live.contains(n));
+                a.isr.retain(|n| live.contains(n));
+                if a.isr.is_empty() {
+                    // Kept: the last member holds the data.
+                    a.isr
+                        .extend(first_live.or(Some(a.leader)).filter(|n| *n >= 0));
                 }
             }
+            if a.leader >= 0 && !live.contains(&a.leader) {
+                elect_without_leader(a, &live, unclean);
+            }
+        }
+    }
+}
+
+/// A new epoch for a partition whose leader cannot lead.
+fn elect_without_leader(a: &mut PartitionAssignment, live: &[i32], unclean: bool) {
+    a.leader_epoch += 1;
+    let candidates = if crate::inject::active(crate::inject::Bug::ElectOutOfSyncReplica) {
+        &a.replicas
+    } else {
+        &a.isr
+    };
+    a.leader = candidates
+        .iter()
+        .copied()
+        .find(|n| live.contains(n))
+        .unwrap_or(-1);
+    if a.leader == -1 && unclean {
+        // The topic allows an unclean election: a live replica that may lack records.
+        if let Some(n) = a.replicas.iter().copied().find(|n| live.contains(n)) {
+            a.leader = n;
+            a.isr = vec![n];
         }
     }
 }
@@ -495,5 +558,96 @@ mod tests {
         assert!(apply(&mut c, &[MetadataRecord::DeleteTopic { id: [9; 16] }]).is_err());
         apply(&mut c, &[MetadataRecord::DeleteTopic { id: [1; 16] }]).unwrap();
         assert!(c.topics.is_empty());
+    }
+
+    /// Entries written before `AlterIsr` existed still decode (the new variant fits the
+    /// archived layout): these bytes were written by the previous version.
+    #[test]
+    fn entries_of_the_previous_layout_still_decode() {
+        let hex = "0102000000030000000100000002000000030000000200000003000000010000000b070707070707070707070707070707070000000100000005000000c4ffffff020000000000000000000000000000000000000000000000000000000000000000000000000000000a07070707070707070707070707070707000000000000000400000084ffffff03000000020000000500000080ffffff0200000080ffffff0000000078ffffff0000000000000000020000000300000063000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000090808080808080808080808080808080800000002000000010000000100000004ffffff010000000000000000000000000000000000000000000000000000000000000000000000e0feffff04000000";
+        let raw: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let a = PartitionAssignment {
+            replicas: vec![1, 2, 3],
+            leader: 2,
+            leader_epoch: 5,
+            isr: vec![2, 3],
+            adding: vec![],
+            removing: vec![],
+        };
+        let want = vec![
+            MetadataRecord::ChangeIsr {
+                id: [7; 16],
+                partition: 1,
+                epoch: 5,
+                isr: vec![2, 3],
+            },
+            MetadataRecord::SetAssignment {
+                id: [7; 16],
+                partition: 0,
+                epoch: 4,
+                assignment: a,
+            },
+            MetadataRecord::FenceBroker {
+                node_id: 3,
+                incarnation: 99,
+            },
+            MetadataRecord::ElectLeader {
+                id: [8; 16],
+                partition: 2,
+                leader: 1,
+                isr: Some(vec![1]),
+            },
+        ];
+        assert_eq!(decode(&raw).unwrap(), want);
+    }
+
+    #[test]
+    fn an_isr_change_applies_only_from_the_set_it_was_computed_from() {
+        let mut a = PartitionAssignment {
+            replicas: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 2,
+            isr: vec![1],
+            adding: vec![],
+            removing: vec![],
+        };
+        // Found by the simulator: computed from [1, 2], a fence of 2 committed first.
+        set_isr(&mut a, 2, Some(&[1, 2]), &[1, 2, 3]).unwrap();
+        assert_eq!(a.isr, vec![1]);
+        set_isr(&mut a, 2, Some(&[1]), &[1, 3]).unwrap();
+        assert_eq!(a.isr, vec![1, 3]);
+        set_isr(&mut a, 1, Some(&[1, 3]), &[1]).unwrap();
+        assert_eq!(a.isr, vec![1, 3], "another epoch");
+    }
+
+    #[test]
+    fn a_partition_assigned_to_a_fenced_leader_is_led_by_a_live_replica() {
+        // Found by the simulator: the controller placed a topic on a live broker, whose
+        // fence committed before the topic; the partition kept a fenced leader, which led
+        // its epoch again after a restart that had lost the tail its followers copied.
+        let mut c = empty();
+        let setup = [
+            MetadataRecord::RegisterBroker(broker(1, 1)),
+            MetadataRecord::RegisterBroker(broker(2, 1)),
+            MetadataRecord::FenceBroker {
+                node_id: 1,
+                incarnation: 1,
+            },
+        ];
+        apply(&mut c, &setup).unwrap();
+        let mut t = topic("t", 1, &[1]);
+        t.assignment[0].isr = vec![1, 2];
+        apply(&mut c, &[MetadataRecord::CreateTopic(t)]).unwrap();
+        let p0 = &c.topics[0].assignment[0];
+        assert_eq!((p0.leader, p0.leader_epoch, &p0.isr[..]), (2, 1, &[2][..]));
+        // With no live in-sync replica: no leader, and the set keeps its last member.
+        let mut u = topic("u", 2, &[1]);
+        u.assignment[0].isr = vec![1];
+        apply(&mut c, &[MetadataRecord::CreateTopic(u)]).unwrap();
+        let p0 = &c.topics[1].assignment[0];
+        assert_eq!((p0.leader, p0.leader_epoch, &p0.isr[..]), (-1, 1, &[1][..]));
     }
 }
