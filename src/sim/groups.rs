@@ -28,7 +28,7 @@ use crate::group::state::{CommittedOffset, Coordinator};
 use crate::storage::catalog::OFFSETS_TOPIC;
 use bytes::Bytes;
 use rand::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const GROUP: &str = "sim-group";
 
@@ -58,6 +58,22 @@ pub struct Groups {
     pub records: BTreeMap<u64, (Bytes, Option<Bytes>)>,
     /// The group's one member (`members.rs`).
     pub member: Member,
+    /// Partitions with a commit on its way: the client sends the next once it is taken or
+    /// lost, so that no commit lands after a later one (a client that let commits overtake
+    /// each other could set its offsets back itself, as with Kafka).
+    commits_in_flight: BTreeSet<Tp>,
+}
+
+impl Groups {
+    /// The commit of `tp` on its way was taken (or refused) by a node, or lost.
+    pub fn commit_settled(&mut self, tp: Tp) {
+        self.commits_in_flight.remove(&tp);
+    }
+}
+
+/// The topic name a commit of `tp` carries: its whole id (the trace's short names may clash).
+fn topic_key(tp: Tp) -> String {
+    tp.0.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The committed offset a record names, as the coordinator keeps it.
@@ -95,10 +111,20 @@ impl World {
             return;
         }
         let (tp, offset) = positions[self.rng.gen_range(0..positions.len())];
+        if self.groups.commits_in_flight.contains(&tp) {
+            return;
+        }
         let member = self.groups.member.commits_as();
         if let Some(coordinator) = self.coordinator_of(i) {
             let wire = Wire::OffsetCommit { tp, offset, member };
-            self.send_ordered((CLIENT, coordinator), i, coordinator, wire);
+            if self.send_ordered((CLIENT, coordinator), i, coordinator, wire) {
+                self.groups.commits_in_flight.insert(tp);
+                let note = format!(
+                    "client commits {} at {offset} to node {coordinator}",
+                    tp_name(tp)
+                );
+                self.trace.note(self.now_ms, note);
+            }
         }
     }
 
@@ -133,6 +159,7 @@ impl World {
         offset: i64,
         member: Option<(String, i32)>,
     ) -> Result<(), Violation> {
+        self.groups.commit_settled(tp);
         let Some((offsets, c)) = self.serving(i) else {
             return Ok(()); // NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: the client retries
         };
@@ -142,7 +169,7 @@ impl World {
         }
         let key = Key::Offset {
             group: GROUP.into(),
-            topic: tp_name(tp),
+            topic: topic_key(tp),
             partition: tp.1,
         };
         let payload = self.clients.payload();
@@ -169,7 +196,7 @@ impl World {
     pub(super) fn offset_committed(&mut self, i: usize, tp: Tp, offset: i64) {
         if let Some(c) = self.slots[i].coordinator.as_mut() {
             let g = c.coordinator.group_mut(GROUP);
-            g.offsets.insert((tp_name(tp), tp.1), value(offset));
+            g.offsets.insert((topic_key(tp), tp.1), value(offset));
         }
         let note = format!(
             "node {i}: commit of {} at {offset} acknowledged",
@@ -188,7 +215,7 @@ impl World {
         let offset = c
             .groups
             .get(GROUP)
-            .and_then(|g| g.offsets.get(&(tp_name(tp), tp.1)))
+            .and_then(|g| g.offsets.get(&(topic_key(tp), tp.1)))
             .map_or(-1, |v| v.offset);
         let epoch = self.slots[i].partitions.replicas[&offsets].replicas.epoch;
         let current = self

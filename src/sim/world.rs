@@ -226,6 +226,7 @@ impl World {
     fn dispatch(&mut self, run: u64, event: Event) -> Result<(), Violation> {
         if let Some(i) = event_node(&event) {
             if run != self.slots[i].run {
+                self.lost(&event);
                 return Ok(());
             }
             if let Event::Resume(i) = event {
@@ -290,10 +291,12 @@ impl World {
 
     /// Starts (or restarts) node `i` on what its disk holds.
     pub fn start(&mut self, i: usize) -> Result<(), Violation> {
+        for event in std::mem::take(&mut self.slots[i].held) {
+            self.lost(&event);
+        }
         let slot = &mut self.slots[i];
         slot.run += 1;
         slot.paused_until_ms = 0;
-        slot.held.clear();
         let incarnation = self.rng.gen::<u64>() | 1;
         let disk: Rc<dyn crate::storage::disk::Disk> = slot.disk.clone();
         let node =
@@ -324,7 +327,9 @@ impl World {
             return;
         }
         self.slots[i].coordinator = None;
-        self.slots[i].held.clear();
+        for event in std::mem::take(&mut self.slots[i].held) {
+            self.lost(&event);
+        }
         self.slots[i].run += 1;
         let lost = self.slots[i].disk.crash();
         self.slots[i].partitions.crash(&mut self.rng);
@@ -371,6 +376,7 @@ impl World {
 
     fn on_deliver(&mut self, from: usize, to: usize, wire: Wire) -> Result<(), Violation> {
         if self.slots[to].node.is_none() {
+            self.lost(&Event::Deliver { from, to, wire });
             return Ok(());
         }
         match wire {
@@ -483,13 +489,32 @@ impl World {
 
     /// Sends on one connection (`Network::ordered`): `connection` names its two ends, a
     /// client's as `CLIENT`.
-    pub fn send_ordered(&mut self, connection: (usize, usize), from: usize, to: usize, wire: Wire) {
+    /// Returns whether the message is on its way (not lost at once).
+    pub fn send_ordered(
+        &mut self,
+        connection: (usize, usize),
+        from: usize,
+        to: usize,
+        wire: Wire,
+    ) -> bool {
         let now_ms = self.now_ms;
-        if let Some(delay_ms) = self
+        let sent = self
             .net
-            .ordered(&mut self.rng, (from, to), connection, now_ms)
-        {
+            .ordered(&mut self.rng, (from, to), connection, now_ms);
+        if let Some(delay_ms) = sent {
             self.schedule(delay_ms, Event::Deliver { from, to, wire });
+        }
+        sent.is_some()
+    }
+
+    /// An event that will never be handled (its node died, or it was stopped and killed).
+    fn lost(&mut self, event: &Event) {
+        if let Event::Deliver {
+            wire: Wire::OffsetCommit { tp, .. },
+            ..
+        } = event
+        {
+            self.groups.commit_settled(*tp);
         }
     }
 
