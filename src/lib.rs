@@ -18,3 +18,4 @@ pub mod shard;
 pub mod sim;
 pub mod storage;
 pub mod timer;
+pub mod txn;

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod chunk;
 pub mod compression;
+pub mod control;
 pub mod fetch;
 pub mod frame;
 pub mod produce;

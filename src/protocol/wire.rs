@@ -37,6 +37,11 @@ impl Reader {
         }
     }
 
+    pub fn i8(&mut self) -> WireResult<i8> {
+        self.need(1)?;
+        Ok(self.buf.get_i8())
+    }
+
     pub fn i16(&mut self) -> WireResult<i16> {
         self.need(2)?;
         Ok(self.buf.get_i16())

@@ -1,11 +1,13 @@
 //! Idempotent-producer state of one partition (KIP-98, KIP-360): for each producer id, its
-//! epoch and the sequence ranges and offsets of its last five batches. Pure logic: the log
-//! feeds it batch headers, and it decides whether a new batch is next in sequence, a duplicate
-//! of a recent one, or out of order.
+//! epoch, the sequence ranges and offsets of its last five batches, and the first offset of
+//! its ongoing transaction here, if any. Pure logic: the log feeds it batch headers, and it
+//! decides whether a new batch is next in sequence, a duplicate of a recent one, or out of
+//! order; the ongoing transactions give the partition's first unstable offset (the last
+//! stable offset, KIP-98, is the smaller of it and the high watermark).
 
 use crate::protocol::batch::BatchHeader;
 use kafka_protocol::ResponseError;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// Batches remembered per producer: Kafka's max.in.flight for idempotence is 5.
 pub const BATCHES_PER_PRODUCER: usize = 5;
@@ -26,6 +28,8 @@ pub struct ProducerEntry {
     pub epoch: i16,
     pub batches: Vec<BatchMeta>,
     pub last_update_ms: i64,
+    /// The first offset of its ongoing transaction in this partition.
+    pub txn_first_offset: Option<i64>,
 }
 
 /// What the log must do with a batch.
@@ -37,9 +41,19 @@ pub enum Verdict {
     Duplicate { base_offset: i64 },
 }
 
+#[derive(Debug, Clone, PartialEq)]
+struct Producer {
+    epoch: i16,
+    batches: VecDeque<BatchMeta>,
+    last_update_ms: i64,
+    txn_first_offset: Option<i64>,
+}
+
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ProducerTable {
-    producers: HashMap<i64, (i16, VecDeque<BatchMeta>, i64)>,
+    producers: HashMap<i64, Producer>,
+    /// The ongoing transactions by first offset: (first offset, producer id).
+    ongoing: BTreeSet<(i64, i64)>,
 }
 
 fn next_sequence(s: i32) -> i32 {
@@ -64,117 +78,181 @@ impl ProducerTable {
         if !h.is_idempotent() {
             return Ok(Verdict::Append);
         }
+        let Some(p) = self.producers.get(&h.producer_id) else {
+            return if h.base_sequence == 0 {
+                Ok(Verdict::Append)
+            } else {
+                Err(ResponseError::UnknownProducerId)
+            };
+        };
+        if h.producer_epoch < p.epoch {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        if h.producer_epoch > p.epoch {
+            // A bumped epoch (KIP-360) starts its sequences again at 0.
+            return if h.base_sequence == 0 {
+                Ok(Verdict::Append)
+            } else {
+                Err(ResponseError::OutOfOrderSequenceNumber)
+            };
+        }
         let last = h.last_sequence();
-        match self.producers.get(&h.producer_id) {
-            None => {
-                if h.base_sequence == 0 {
-                    Ok(Verdict::Append)
-                } else {
-                    Err(ResponseError::UnknownProducerId)
-                }
-            }
-            Some((epoch, batches, _)) => {
-                if h.producer_epoch < *epoch {
-                    return Err(ResponseError::InvalidProducerEpoch);
-                }
-                if h.producer_epoch > *epoch {
-                    // A bumped epoch (KIP-360) starts its sequences again at 0.
-                    return if h.base_sequence == 0 {
-                        Ok(Verdict::Append)
-                    } else {
-                        Err(ResponseError::OutOfOrderSequenceNumber)
-                    };
-                }
-                if let Some(b) = batches
-                    .iter()
-                    .find(|b| b.first_sequence == h.base_sequence && b.last_sequence == last)
-                {
-                    return Ok(Verdict::Duplicate {
-                        base_offset: b.base_offset,
-                    });
-                }
-                match batches.back() {
-                    Some(b) if h.base_sequence == next_sequence(b.last_sequence) => {
-                        Ok(Verdict::Append)
-                    }
-                    None if h.base_sequence == 0 => Ok(Verdict::Append),
-                    _ => Err(ResponseError::OutOfOrderSequenceNumber),
-                }
-            }
+        if let Some(b) = p
+            .batches
+            .iter()
+            .find(|b| b.first_sequence == h.base_sequence && b.last_sequence == last)
+        {
+            return Ok(Verdict::Duplicate {
+                base_offset: b.base_offset,
+            });
+        }
+        match p.batches.back() {
+            Some(b) if h.base_sequence == next_sequence(b.last_sequence) => Ok(Verdict::Append),
+            None if h.base_sequence == 0 => Ok(Verdict::Append),
+            _ => Err(ResponseError::OutOfOrderSequenceNumber),
         }
     }
 
-    /// Records a batch written at its (assigned) offsets.
+    /// Records a batch written at its (assigned) offsets: its sequences, and for a
+    /// transactional one the start of the producer's transaction here. A control batch (a
+    /// marker) ends the transaction instead (`end_txn`).
     pub fn record(&mut self, h: &BatchHeader, now_ms: i64) {
         if !h.is_idempotent() {
             return;
         }
-        if !self.producers.contains_key(&h.producer_id) && self.producers.len() >= MAX_PRODUCERS {
-            if let Some(oldest) = self
-                .producers
-                .iter()
-                .min_by_key(|(_, (_, _, t))| *t)
-                .map(|(id, _)| *id)
-            {
-                self.producers.remove(&oldest);
-            }
+        if h.is_control() {
+            self.end_txn(h.producer_id, h.producer_epoch, now_ms);
+            return;
         }
-        let entry = self.producers.entry(h.producer_id).or_insert((
-            h.producer_epoch,
-            VecDeque::new(),
-            now_ms,
-        ));
-        if h.producer_epoch != entry.0 {
-            entry.0 = h.producer_epoch;
-            entry.1.clear();
+        self.make_room(h.producer_id);
+        let p = self.producer(h.producer_id, h.producer_epoch, now_ms);
+        if h.producer_epoch != p.epoch {
+            p.epoch = h.producer_epoch;
+            p.batches.clear();
         }
-        entry.1.push_back(BatchMeta {
+        p.batches.push_back(BatchMeta {
             first_sequence: h.base_sequence,
             last_sequence: h.last_sequence(),
             base_offset: h.base_offset,
             last_offset: h.last_offset(),
         });
-        while entry.1.len() > BATCHES_PER_PRODUCER {
-            entry.1.pop_front();
+        while p.batches.len() > BATCHES_PER_PRODUCER {
+            p.batches.pop_front();
         }
-        entry.2 = now_ms;
+        p.last_update_ms = now_ms;
+        if h.is_transactional() && p.txn_first_offset.is_none() {
+            p.txn_first_offset = Some(h.base_offset);
+            self.ongoing.insert((h.base_offset, h.producer_id));
+        }
     }
 
-    /// Forgets producers idle for longer than `expiration_ms`; returns how many.
+    fn producer(&mut self, producer_id: i64, epoch: i16, now_ms: i64) -> &mut Producer {
+        self.producers.entry(producer_id).or_insert(Producer {
+            epoch,
+            batches: VecDeque::new(),
+            last_update_ms: now_ms,
+            txn_first_offset: None,
+        })
+    }
+
+    /// Past `MAX_PRODUCERS`, the least recently used producer without an ongoing transaction
+    /// goes to make room for `producer_id`.
+    fn make_room(&mut self, producer_id: i64) {
+        if self.producers.contains_key(&producer_id) || self.producers.len() < MAX_PRODUCERS {
+            return;
+        }
+        let oldest = self
+            .producers
+            .iter()
+            .filter(|(_, p)| p.txn_first_offset.is_none())
+            .min_by_key(|(_, p)| p.last_update_ms)
+            .map(|(id, _)| *id);
+        if let Some(id) = oldest {
+            self.producers.remove(&id);
+        }
+    }
+
+    /// A marker of (`producer_id`, `epoch`) ends its transaction here: the transaction's first
+    /// offset, if it wrote anything (a partition added to a transaction may get only the
+    /// marker).
+    pub fn end_txn(&mut self, producer_id: i64, epoch: i16, now_ms: i64) -> Option<i64> {
+        let p = self.producers.get_mut(&producer_id)?;
+        // A marker's epoch is the coordinator's (bumped when it fenced the producer).
+        if epoch > p.epoch {
+            p.epoch = epoch;
+            p.batches.clear();
+        }
+        p.last_update_ms = now_ms;
+        let first = p.txn_first_offset.take()?;
+        self.ongoing.remove(&(first, producer_id));
+        Some(first)
+    }
+
+    /// The first offset of the oldest ongoing transaction: nothing from it on is stable.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|(first, _)| *first)
+    }
+
+    /// The ongoing transactions: (producer id, first offset).
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing.iter().map(|(first, pid)| (*pid, *first))
+    }
+
+    /// Forgets producers idle for longer than `expiration_ms` (never one in a transaction);
+    /// returns how many.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, (_, _, t)| now_ms - *t < expiration_ms);
+        self.producers.retain(|_, p| {
+            p.txn_first_offset.is_some() || now_ms - p.last_update_ms < expiration_ms
+        });
         before - self.producers.len()
     }
 
-    /// Forgets batches at or after `offset` (after the log was truncated there).
+    /// Forgets batches at or after `offset` (after the log was truncated there), and
+    /// transactions that began there.
     pub fn truncate(&mut self, offset: i64) {
-        for (_, batches, _) in self.producers.values_mut() {
-            batches.retain(|b| b.last_offset < offset);
+        for p in self.producers.values_mut() {
+            p.batches.retain(|b| b.last_offset < offset);
+            if p.txn_first_offset.is_some_and(|f| f >= offset) {
+                p.txn_first_offset = None;
+            }
         }
-        self.producers.retain(|_, (_, b, _)| !b.is_empty());
+        self.producers
+            .retain(|_, p| !p.batches.is_empty() || p.txn_first_offset.is_some());
+        self.ongoing.retain(|(first, _)| *first < offset);
     }
 
     pub fn to_entries(&self) -> Vec<ProducerEntry> {
         self.producers
             .iter()
-            .map(|(&id, (epoch, batches, t))| ProducerEntry {
+            .map(|(&id, p)| ProducerEntry {
                 producer_id: id,
-                epoch: *epoch,
-                batches: batches.iter().copied().collect(),
-                last_update_ms: *t,
+                epoch: p.epoch,
+                batches: p.batches.iter().copied().collect(),
+                last_update_ms: p.last_update_ms,
+                txn_first_offset: p.txn_first_offset,
             })
             .collect()
     }
 
     pub fn from_entries(entries: Vec<ProducerEntry>) -> ProducerTable {
-        ProducerTable {
-            producers: entries
-                .into_iter()
-                .map(|e| (e.producer_id, (e.epoch, e.batches.into(), e.last_update_ms)))
-                .collect(),
-        }
+        let ongoing = entries
+            .iter()
+            .filter_map(|e| Some((e.txn_first_offset?, e.producer_id)))
+            .collect();
+        let producers = entries
+            .into_iter()
+            .map(|e| {
+                let p = Producer {
+                    epoch: e.epoch,
+                    batches: e.batches.into(),
+                    last_update_ms: e.last_update_ms,
+                    txn_first_offset: e.txn_first_offset,
+                };
+                (e.producer_id, p)
+            })
+            .collect();
+        ProducerTable { producers, ongoing }
     }
 }
 
@@ -209,17 +287,63 @@ pub struct Snapshot {
 }
 
 pub const SNAPSHOT_FILE: &str = "producer.snapshot";
+/// Snapshot files from version 2 on begin with this and a version byte; version 1 files (no
+/// transactions) are the rkyv bytes alone.
+const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
+const SNAPSHOT_VERSION: u8 = 2;
 
-pub fn encode_snapshot(s: &Snapshot) -> Vec<u8> {
-    rkyv::to_bytes::<rkyv::rancor::Error>(s)
-        .map(|b| b.to_vec())
-        .unwrap_or_default()
+/// A producer in a version 1 snapshot.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+struct ProducerEntryV1 {
+    producer_id: i64,
+    epoch: i16,
+    batches: Vec<BatchMeta>,
+    last_update_ms: i64,
 }
 
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+struct SnapshotV1 {
+    offset: i64,
+    producers: Vec<ProducerEntryV1>,
+}
+
+pub fn encode_snapshot(s: &Snapshot) -> Vec<u8> {
+    let Ok(body) = rkyv::to_bytes::<rkyv::rancor::Error>(s) else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 1 + body.len());
+    out.extend_from_slice(SNAPSHOT_MAGIC);
+    out.push(SNAPSHOT_VERSION);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Reads a snapshot of either version; None when it cannot be read (the table is then rebuilt
+/// from the log alone).
 pub fn decode_snapshot(raw: &[u8]) -> Option<Snapshot> {
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
-    aligned.extend_from_slice(raw);
-    rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned).ok()
+    match raw.strip_prefix(&SNAPSHOT_MAGIC[..]) {
+        Some([SNAPSHOT_VERSION, body @ ..]) => {
+            aligned.extend_from_slice(body);
+            rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned).ok()
+        }
+        Some(_) => None,
+        None => {
+            aligned.extend_from_slice(raw);
+            let v1 = rkyv::from_bytes::<SnapshotV1, rkyv::rancor::Error>(&aligned).ok()?;
+            let producers = v1.producers.into_iter().map(|p| ProducerEntry {
+                producer_id: p.producer_id,
+                epoch: p.epoch,
+                batches: p.batches,
+                last_update_ms: p.last_update_ms,
+                txn_first_offset: None,
+            });
+            Some(Snapshot {
+                offset: v1.offset,
+                producers: producers.collect(),
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -297,5 +421,97 @@ mod tests {
         assert_eq!(ProducerTable::from_entries(back.producers), t);
         assert_eq!(t.expire(1000, 500), 1);
         assert!(t.is_empty());
+    }
+
+    fn txn(pid: i64, seq: i32, count: i32, base_offset: i64) -> BatchHeader {
+        BatchHeader {
+            attributes: crate::protocol::control::ATTR_TRANSACTIONAL,
+            ..h(pid, 0, seq, count, base_offset)
+        }
+    }
+
+    fn marker(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
+        BatchHeader {
+            attributes: crate::protocol::control::ATTR_TRANSACTIONAL
+                | crate::protocol::control::ATTR_CONTROL,
+            base_sequence: -1,
+            ..h(pid, epoch, -1, 1, offset)
+        }
+    }
+
+    #[test]
+    fn ongoing_transactions_hold_the_first_unstable_offset() {
+        let mut t = ProducerTable::default();
+        t.record(&h(1, 0, 0, 2, 0), 0);
+        assert_eq!(
+            t.first_unstable_offset(),
+            None,
+            "idempotent, not transactional"
+        );
+        t.record(&txn(2, 0, 2, 2), 0);
+        t.record(&txn(3, 0, 1, 4), 0);
+        t.record(&txn(2, 2, 1, 5), 0);
+        assert_eq!(t.first_unstable_offset(), Some(2));
+        assert_eq!(t.ongoing().collect::<Vec<_>>(), vec![(2, 2), (3, 4)]);
+        // The marker ends producer 2's transaction; the marker itself is no sequenced batch.
+        t.record(&marker(2, 0, 6), 0);
+        assert_eq!(t.first_unstable_offset(), Some(4));
+        assert_eq!(t.check(&txn(2, 3, 1, 0)), Ok(Verdict::Append));
+        assert_eq!(
+            t.end_txn(3, 1, 0),
+            Some(4),
+            "a bumped epoch from the coordinator"
+        );
+        assert_eq!(t.first_unstable_offset(), None);
+        assert_eq!(t.end_txn(3, 1, 0), None, "nothing ongoing");
+        // A transaction begun in a truncated tail is gone with it; one begun before stays.
+        t.record(&txn(2, 3, 1, 7), 0);
+        t.record(
+            &BatchHeader {
+                producer_epoch: 1,
+                ..txn(3, 0, 1, 9)
+            },
+            0,
+        );
+        t.truncate(8);
+        assert_eq!(t.ongoing().collect::<Vec<_>>(), vec![(2, 7)]);
+        assert_eq!(
+            t.expire(10_000, 1),
+            1,
+            "producer 1 goes (3 went with the truncated tail); 2 is in a transaction"
+        );
+        assert_eq!(t.len(), 1);
+        let snap = Snapshot {
+            offset: 8,
+            producers: t.to_entries(),
+        };
+        let back = decode_snapshot(&encode_snapshot(&snap)).unwrap();
+        assert_eq!(
+            ProducerTable::from_entries(back.producers).first_unstable_offset(),
+            Some(7)
+        );
+    }
+
+    #[test]
+    fn a_snapshot_of_the_first_version_still_loads() {
+        let v1 = SnapshotV1 {
+            offset: 5,
+            producers: vec![ProducerEntryV1 {
+                producer_id: 9,
+                epoch: 2,
+                batches: vec![BatchMeta {
+                    first_sequence: 0,
+                    last_sequence: 4,
+                    base_offset: 0,
+                    last_offset: 4,
+                }],
+                last_update_ms: 77,
+            }],
+        };
+        let raw = rkyv::to_bytes::<rkyv::rancor::Error>(&v1).unwrap();
+        let s = decode_snapshot(&raw).expect("a version 1 file");
+        assert_eq!((s.offset, s.producers[0].producer_id), (5, 9));
+        assert_eq!(s.producers[0].txn_first_offset, None);
+        assert_eq!(decode_snapshot(b"SLPS\x09rest"), None, "an unknown version");
     }
 }

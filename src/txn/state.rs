@@ -1,0 +1,449 @@
+//! The transaction coordinator's state machine (KIP-98), without I/O: requests and the time
+//! come in as values; what to persist, which markers to write and what to answer come out.
+//!
+//! Per transactional id: its producer id and epoch, the transaction timeout, a state, and the
+//! partitions of the ongoing transaction. States and their moves (Kafka's
+//! `TransactionState`):
+//! - Empty → Ongoing (AddPartitionsToTxn / AddOffsetsToTxn) → PrepareCommit or PrepareAbort
+//!   (EndTxn, or PrepareAbort on a timeout or a fencing InitProducerId) → CompleteCommit or
+//!   CompleteAbort (once every partition has its marker) → Ongoing again, or Empty (a new
+//!   InitProducerId), and Dead once the id expires.
+//! - Every move is first persisted (a `TxnRecord` in `__transaction_state`) and only then
+//!   applied (`complete`), so that what a client was told survives a crash. While a move is
+//!   being persisted, or markers are being written, other requests for the id answer
+//!   CONCURRENT_TRANSACTIONS, which clients retry.
+//!
+//! Epochs fence zombies: InitProducerId bumps the epoch (a new producer id once it would
+//! overflow), so requests from an older instance answer PRODUCER_FENCED. A transaction that
+//! outlives its timeout is aborted with a bumped epoch, so its producer is fenced too.
+
+use kafka_protocol::ResponseError;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Kafka's transaction.max.timeout.ms: the longest transaction timeout a producer may ask for.
+pub const MAX_TIMEOUT_MS: i32 = 900_000;
+
+/// A transaction's state, with Kafka's codes in `__transaction_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    Dead,
+}
+
+impl State {
+    pub fn code(self) -> i8 {
+        match self {
+            State::Empty => 0,
+            State::Ongoing => 1,
+            State::PrepareCommit => 2,
+            State::PrepareAbort => 3,
+            State::CompleteCommit => 4,
+            State::CompleteAbort => 5,
+            State::Dead => 6,
+        }
+    }
+
+    pub fn from_code(code: i8) -> Option<State> {
+        [
+            State::Empty,
+            State::Ongoing,
+            State::PrepareCommit,
+            State::PrepareAbort,
+            State::CompleteCommit,
+            State::CompleteAbort,
+            State::Dead,
+        ]
+        .into_iter()
+        .find(|s| s.code() == code)
+    }
+
+    /// Kafka's names, as DescribeTransactions and ListTransactions give them.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::Ongoing => "Ongoing",
+            State::PrepareCommit => "PrepareCommit",
+            State::PrepareAbort => "PrepareAbort",
+            State::CompleteCommit => "CompleteCommit",
+            State::CompleteAbort => "CompleteAbort",
+            State::Dead => "Dead",
+        }
+    }
+
+    fn preparing(self) -> bool {
+        matches!(self, State::PrepareCommit | State::PrepareAbort)
+    }
+}
+
+/// A partition of a transaction: (topic, partition).
+pub type TxnPartition = (String, i32);
+
+/// One transactional id's metadata, as persisted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnRecord {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: State,
+    pub partitions: BTreeSet<TxnPartition>,
+    /// Wall times (ms): the last change, and when the ongoing transaction began (-1: none).
+    pub last_update_ms: i64,
+    pub start_ms: i64,
+}
+
+/// What the shell must do for a request it was told to carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Persist `record` for the id, then call `complete`, then answer (or, for a fencing
+    /// InitProducerId, answer CONCURRENT_TRANSACTIONS so that the client retries).
+    Persist(TxnRecord),
+    /// Nothing to persist: answer now.
+    Done,
+}
+
+/// Markers the shell must write once a Prepare state is persisted: to each partition, for
+/// the producer id and epoch, commit or abort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Markers {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub partitions: BTreeSet<TxnPartition>,
+}
+
+#[derive(Debug, Clone)]
+struct Txn {
+    record: TxnRecord,
+    /// A move persisted but not yet applied.
+    pending: Option<TxnRecord>,
+}
+
+/// The coordinator's transactions (of the `__transaction_state` partitions it leads).
+#[derive(Debug, Default)]
+pub struct Coordinator {
+    txns: BTreeMap<String, Txn>,
+}
+
+fn fail<T>(e: ResponseError) -> Result<T, ResponseError> {
+    Err(e)
+}
+
+impl Coordinator {
+    pub fn get(&self, id: &str) -> Option<&TxnRecord> {
+        self.txns.get(id).map(|t| &t.record)
+    }
+
+    /// Every id, with its record.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &TxnRecord)> {
+        self.txns.iter().map(|(id, t)| (id, &t.record))
+    }
+
+    /// A record read back from `__transaction_state` (the latest per id wins; Dead removes).
+    pub fn restore(&mut self, id: &str, record: TxnRecord) {
+        if record.state == State::Dead {
+            self.txns.remove(id);
+        } else {
+            let txn = Txn {
+                record,
+                pending: None,
+            };
+            self.txns.insert(id.to_string(), txn);
+        }
+    }
+
+    /// Forgets the ids `which` names: their partition is no longer led here.
+    pub fn unload(&mut self, which: impl Fn(&str) -> bool) {
+        self.txns.retain(|id, _| !which(id));
+    }
+
+    /// The move persisted for `id` is durable: apply it.
+    pub fn complete(&mut self, id: &str, record: &TxnRecord) {
+        let Some(t) = self.txns.get_mut(id) else {
+            return;
+        };
+        if t.pending.as_ref() == Some(record) {
+            t.pending = None;
+            t.record = record.clone();
+            if record.state == State::Dead {
+                self.txns.remove(id);
+            }
+        }
+    }
+
+    /// The move for `id` could not be persisted: the id stays as it was.
+    pub fn abandon(&mut self, id: &str, record: &TxnRecord) {
+        if let Some(t) = self.txns.get_mut(id) {
+            if t.pending.as_ref() == Some(record) {
+                t.pending = None;
+            }
+        }
+        if self.txns.get(id).is_some_and(|t| t.record.producer_id < 0) {
+            self.txns.remove(id);
+        }
+    }
+
+    fn begin(&mut self, id: &str, record: TxnRecord) -> Step {
+        let t = self.txns.entry(id.to_string()).or_insert_with(|| Txn {
+            record: TxnRecord {
+                producer_id: -1,
+                ..record.clone()
+            },
+            pending: None,
+        });
+        t.pending = Some(record.clone());
+        Step::Persist(record)
+    }
+
+    /// InitProducerId for `id`: `new_producer_id` is a fresh id the shell allocated, used for a
+    /// new transactional id or when the epoch would overflow. Ok((step, fenced)): `fenced`
+    /// means an ongoing transaction is being aborted first (answer CONCURRENT_TRANSACTIONS
+    /// once persisted; the client retries).
+    pub fn init_producer_id(
+        &mut self,
+        id: &str,
+        timeout_ms: i32,
+        new_producer_id: i64,
+        now_ms: i64,
+    ) -> Result<(Step, bool), ResponseError> {
+        if timeout_ms <= 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return fail(ResponseError::InvalidTransactionTimeout);
+        }
+        let fresh = TxnRecord {
+            producer_id: new_producer_id,
+            producer_epoch: 0,
+            timeout_ms,
+            state: State::Empty,
+            partitions: BTreeSet::new(),
+            last_update_ms: now_ms,
+            start_ms: -1,
+        };
+        let Some(t) = self.txns.get(id) else {
+            return Ok((self.begin(id, fresh), false));
+        };
+        if t.pending.is_some() || t.record.state.preparing() {
+            return fail(ResponseError::ConcurrentTransactions);
+        }
+        let r = &t.record;
+        let bumped = match r.producer_epoch.checked_add(1) {
+            Some(e) if e < i16::MAX => TxnRecord {
+                producer_epoch: e,
+                timeout_ms,
+                last_update_ms: now_ms,
+                ..r.clone()
+            },
+            _ => fresh,
+        };
+        if r.state == State::Ongoing {
+            let abort = TxnRecord {
+                state: State::PrepareAbort,
+                timeout_ms: r.timeout_ms,
+                ..bumped
+            };
+            return Ok((self.begin(id, abort), true));
+        }
+        let empty = TxnRecord {
+            state: State::Empty,
+            partitions: BTreeSet::new(),
+            start_ms: -1,
+            ..bumped
+        };
+        Ok((self.begin(id, empty), false))
+    }
+
+    /// The checks every request of an ongoing producer passes: its id maps to this producer,
+    /// its epoch is current, and no move is in flight.
+    fn check(&self, id: &str, producer_id: i64, epoch: i16) -> Result<&TxnRecord, ResponseError> {
+        let Some(t) = self.txns.get(id) else {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        };
+        let r = &t.record;
+        if r.producer_id != producer_id {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        }
+        if epoch != r.producer_epoch {
+            return fail(ResponseError::ProducerFenced);
+        }
+        if t.pending.is_some() || r.state.preparing() {
+            return fail(ResponseError::ConcurrentTransactions);
+        }
+        Ok(r)
+    }
+
+    /// AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets partition).
+    pub fn add_partitions(
+        &mut self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TxnPartition],
+        now_ms: i64,
+    ) -> Result<Step, ResponseError> {
+        let r = self.check(id, producer_id, epoch)?;
+        if r.state == State::Dead {
+            return fail(ResponseError::InvalidTxnState);
+        }
+        let ongoing = r.state == State::Ongoing;
+        if ongoing && partitions.iter().all(|p| r.partitions.contains(p)) {
+            return Ok(Step::Done);
+        }
+        let mut next = r.clone();
+        if !ongoing {
+            next.partitions.clear();
+            next.start_ms = now_ms;
+        }
+        next.state = State::Ongoing;
+        next.partitions.extend(partitions.iter().cloned());
+        next.last_update_ms = now_ms;
+        Ok(self.begin(id, next))
+    }
+
+    /// Whether `id`'s ongoing transaction of (`producer_id`, `epoch`) holds `partition`: the
+    /// check a partition leader makes before it takes a transactional write (KIP-890).
+    pub fn verify(&self, id: &str, producer_id: i64, epoch: i16, partition: &TxnPartition) -> bool {
+        self.txns.get(id).is_some_and(|t| {
+            let r = &t.record;
+            r.producer_id == producer_id
+                && r.producer_epoch == epoch
+                && r.state == State::Ongoing
+                && r.partitions.contains(partition)
+        })
+    }
+
+    /// EndTxn: Ok(Some(step)) prepares the commit or abort (markers follow once persisted);
+    /// Ok(None) is a retry of an end already complete.
+    pub fn end_txn(
+        &mut self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<Option<Step>, ResponseError> {
+        // An end retried while its markers are written is CONCURRENT_TRANSACTIONS: the
+        // client retries until they are.
+        let state = self.check(id, producer_id, epoch)?.state;
+        match (state, commit) {
+            (State::Ongoing, _) => {}
+            (State::CompleteCommit, true) | (State::CompleteAbort, false) => return Ok(None),
+            _ => return fail(ResponseError::InvalidTxnState),
+        }
+        let r = &self.txns[id].record;
+        let next = TxnRecord {
+            state: if commit {
+                State::PrepareCommit
+            } else {
+                State::PrepareAbort
+            },
+            last_update_ms: now_ms,
+            ..r.clone()
+        };
+        Ok(Some(self.begin(id, next)))
+    }
+
+    /// The markers a persisted Prepare state of `id` calls for (also after a restart).
+    pub fn markers(&self, id: &str) -> Option<Markers> {
+        let r = &self.txns.get(id)?.record;
+        r.state.preparing().then(|| Markers {
+            transactional_id: id.to_string(),
+            producer_id: r.producer_id,
+            producer_epoch: r.producer_epoch,
+            commit: r.state == State::PrepareCommit,
+            partitions: r.partitions.clone(),
+        })
+    }
+
+    /// Every marker of `markers` is written: the transaction completes.
+    pub fn markers_written(&mut self, markers: &Markers, now_ms: i64) -> Option<Step> {
+        let t = self.txns.get(&markers.transactional_id)?;
+        let r = &t.record;
+        let same = r.producer_id == markers.producer_id
+            && r.producer_epoch == markers.producer_epoch
+            && r.state.preparing();
+        if !same || t.pending.is_some() {
+            return None;
+        }
+        let next = TxnRecord {
+            state: if markers.commit {
+                State::CompleteCommit
+            } else {
+                State::CompleteAbort
+            },
+            partitions: BTreeSet::new(),
+            last_update_ms: now_ms,
+            ..r.clone()
+        };
+        Some(self.begin(&markers.transactional_id, next))
+    }
+
+    /// Transactions ongoing for longer than their timeout at `now_ms`: each is aborted with
+    /// its epoch bumped, fencing its producer (Kafka's abortTimedOutTransactions).
+    pub fn expire_timed_out(&mut self, now_ms: i64) -> Vec<(String, Step)> {
+        let due: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| {
+                t.pending.is_none()
+                    && t.record.state == State::Ongoing
+                    && now_ms - t.record.start_ms > t.record.timeout_ms as i64
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut out = Vec::with_capacity(due.len());
+        for id in due {
+            let r = &self.txns[&id].record;
+            let Some(epoch) = r.producer_epoch.checked_add(1).filter(|e| *e < i16::MAX) else {
+                continue; // no epoch left to fence with; the producer's own end will settle it
+            };
+            let next = TxnRecord {
+                producer_epoch: epoch,
+                state: State::PrepareAbort,
+                last_update_ms: now_ms,
+                ..r.clone()
+            };
+            let step = self.begin(&id, next);
+            out.push((id, step));
+        }
+        out
+    }
+
+    /// Ids idle in a settled state for longer than `expiration_ms` (Kafka's
+    /// transactional.id.expiration.ms): each is removed (a Dead record).
+    pub fn expire_idle(&mut self, now_ms: i64, expiration_ms: i64) -> Vec<(String, Step)> {
+        let settled = |s: State| {
+            matches!(
+                s,
+                State::Empty | State::CompleteCommit | State::CompleteAbort
+            )
+        };
+        let due: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| {
+                t.pending.is_none()
+                    && settled(t.record.state)
+                    && now_ms - t.record.last_update_ms > expiration_ms
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        due.into_iter()
+            .map(|id| {
+                let next = TxnRecord {
+                    state: State::Dead,
+                    last_update_ms: now_ms,
+                    ..self.txns[&id].record.clone()
+                };
+                let step = self.begin(&id, next);
+                (id, step)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

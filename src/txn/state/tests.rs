@@ -1,0 +1,204 @@
+use super::*;
+
+fn p(topic: &str, partition: i32) -> TxnPartition {
+    (topic.to_string(), partition)
+}
+
+/// Carries out a step as the shell would: persisted at once.
+fn persist(c: &mut Coordinator, id: &str, step: Step) {
+    if let Step::Persist(r) = step {
+        c.complete(id, &r);
+    }
+}
+
+fn initialised(c: &mut Coordinator, id: &str) -> (i64, i16) {
+    let (step, fenced) = c.init_producer_id(id, 60_000, 7, 0).expect("init");
+    assert!(!fenced);
+    persist(c, id, step);
+    let r = c.get(id).expect("known");
+    (r.producer_id, r.producer_epoch)
+}
+
+#[test]
+fn a_transaction_commits_through_prepare_and_markers() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    assert_eq!((pid, epoch), (7, 0));
+    let step = c
+        .add_partitions("t", pid, epoch, &[p("a", 0), p("b", 1)], 10)
+        .unwrap();
+    persist(&mut c, "t", step);
+    assert_eq!(c.get("t").unwrap().state, State::Ongoing);
+    assert_eq!(c.get("t").unwrap().start_ms, 10);
+    // Adding a partition already in the transaction persists nothing.
+    assert_eq!(
+        c.add_partitions("t", pid, epoch, &[p("a", 0)], 11),
+        Ok(Step::Done)
+    );
+    let step = c
+        .end_txn("t", pid, epoch, true, 20)
+        .unwrap()
+        .expect("prepares");
+    // While the Prepare state is being persisted, and while markers are written, others wait.
+    assert_eq!(
+        c.add_partitions("t", pid, epoch, &[p("c", 0)], 21),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    persist(&mut c, "t", step);
+    let markers = c.markers("t").expect("markers due");
+    assert!(markers.commit);
+    assert_eq!(markers.partitions.len(), 2);
+    assert_eq!(
+        c.end_txn("t", pid, epoch, true, 22),
+        Err(ResponseError::ConcurrentTransactions),
+        "a retried EndTxn waits for the markers"
+    );
+    let step = c.markers_written(&markers, 30).expect("completes");
+    persist(&mut c, "t", step);
+    let r = c.get("t").unwrap();
+    assert_eq!((r.state, r.partitions.len()), (State::CompleteCommit, 0));
+    assert_eq!(
+        c.end_txn("t", pid, epoch, true, 31),
+        Ok(None),
+        "a retry of a done commit"
+    );
+    assert_eq!(
+        c.end_txn("t", pid, epoch, false, 31),
+        Err(ResponseError::InvalidTxnState)
+    );
+    // The next transaction starts afresh.
+    let step = c.add_partitions("t", pid, epoch, &[p("c", 0)], 40).unwrap();
+    persist(&mut c, "t", step);
+    assert_eq!(c.get("t").unwrap().partitions.len(), 1);
+}
+
+#[test]
+fn requests_are_checked_against_the_id_producer_and_epoch() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    let add =
+        |c: &mut Coordinator, id, pid, epoch| c.add_partitions(id, pid, epoch, &[p("a", 0)], 1);
+    assert_eq!(
+        add(&mut c, "nope", pid, epoch),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        add(&mut c, "t", pid + 1, epoch),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        add(&mut c, "t", pid, epoch + 1),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.end_txn("t", pid, epoch, true, 1),
+        Err(ResponseError::InvalidTxnState),
+        "nothing to end"
+    );
+    assert_eq!(
+        c.init_producer_id("t", MAX_TIMEOUT_MS + 1, 8, 1),
+        Err(ResponseError::InvalidTransactionTimeout)
+    );
+}
+
+#[test]
+fn a_second_producer_fences_the_first_and_aborts_its_transaction() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    let step = c.add_partitions("t", pid, epoch, &[p("a", 0)], 10).unwrap();
+    persist(&mut c, "t", step);
+    // The new instance: the ongoing transaction is aborted under a bumped epoch first.
+    let (step, fenced) = c.init_producer_id("t", 60_000, 99, 20).unwrap();
+    assert!(fenced);
+    persist(&mut c, "t", step);
+    let markers = c.markers("t").expect("abort markers");
+    assert!(!markers.commit);
+    assert_eq!(markers.producer_epoch, epoch + 1);
+    assert_eq!(
+        c.init_producer_id("t", 60_000, 99, 21),
+        Err(ResponseError::ConcurrentTransactions),
+        "the new instance retries until the abort is done"
+    );
+    let step = c.markers_written(&markers, 22).unwrap();
+    persist(&mut c, "t", step);
+    let (step, fenced) = c.init_producer_id("t", 60_000, 99, 23).unwrap();
+    assert!(!fenced);
+    persist(&mut c, "t", step);
+    let r = c.get("t").unwrap();
+    assert_eq!(
+        (r.producer_id, r.producer_epoch, r.state),
+        (pid, epoch + 2, State::Empty)
+    );
+    // The old instance is fenced.
+    assert_eq!(
+        c.end_txn("t", pid, epoch, true, 24),
+        Err(ResponseError::ProducerFenced)
+    );
+}
+
+#[test]
+fn an_exhausted_epoch_moves_to_a_new_producer_id() {
+    let mut c = Coordinator::default();
+    initialised(&mut c, "t");
+    let mut r = c.get("t").unwrap().clone();
+    r.producer_epoch = i16::MAX - 1;
+    c.restore("t", r);
+    let (step, _) = c.init_producer_id("t", 60_000, 42, 5).unwrap();
+    persist(&mut c, "t", step);
+    let r = c.get("t").unwrap();
+    assert_eq!((r.producer_id, r.producer_epoch), (42, 0));
+}
+
+#[test]
+fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    let step = c
+        .add_partitions("t", pid, epoch, &[p("a", 0)], 1_000)
+        .unwrap();
+    persist(&mut c, "t", step);
+    assert!(c.expire_timed_out(61_000).is_empty(), "not past 60 s yet");
+    let due = c.expire_timed_out(61_001);
+    assert_eq!(due.len(), 1);
+    let (id, step) = due.into_iter().next().unwrap();
+    persist(&mut c, &id, step);
+    let markers = c.markers("t").unwrap();
+    assert!(!markers.commit);
+    let step = c.markers_written(&markers, 61_002).unwrap();
+    persist(&mut c, "t", step);
+    assert_eq!(
+        c.end_txn("t", pid, epoch, true, 61_003),
+        Err(ResponseError::ProducerFenced)
+    );
+}
+
+#[test]
+fn idle_ids_expire_and_a_failed_persist_changes_nothing() {
+    let mut c = Coordinator::default();
+    initialised(&mut c, "t");
+    assert!(c.expire_idle(100, 1_000).is_empty());
+    let due = c.expire_idle(2_000, 1_000);
+    assert_eq!(due.len(), 1);
+    let (id, step) = due.into_iter().next().unwrap();
+    persist(&mut c, &id, step);
+    assert!(c.get("t").is_none());
+    // A new id whose first record could not be persisted is forgotten.
+    let (step, _) = c.init_producer_id("u", 60_000, 3, 0).unwrap();
+    let Step::Persist(r) = step else {
+        panic!("a new id persists")
+    };
+    c.abandon("u", &r);
+    assert!(c.get("u").is_none());
+}
+
+#[test]
+fn verification_holds_only_partitions_of_the_ongoing_transaction() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    assert!(!c.verify("t", pid, epoch, &p("a", 0)));
+    let step = c.add_partitions("t", pid, epoch, &[p("a", 0)], 1).unwrap();
+    persist(&mut c, "t", step);
+    assert!(c.verify("t", pid, epoch, &p("a", 0)));
+    assert!(!c.verify("t", pid, epoch, &p("a", 1)));
+    assert!(!c.verify("t", pid, epoch + 1, &p("a", 0)));
+}
