@@ -277,6 +277,19 @@ impl SimReplica {
             return Err("NOT_LEADER_OR_FOLLOWER");
         }
         self.advance_commit();
+        self.read_for_follower(epoch, offset)
+    }
+
+    /// What a (parked) follower fetch in `epoch` from `offset` gets now: the batches from
+    /// there and the high watermark.
+    pub fn read_for_follower(
+        &self,
+        epoch: i32,
+        offset: i64,
+    ) -> Result<(Vec<Batch>, i64), &'static str> {
+        if !self.is_leader() || epoch != self.replicas.epoch {
+            return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
+        }
         let batches = self
             .batches
             .iter()

@@ -27,6 +27,18 @@ const FETCH_RETRY_MS: u64 = 2_000;
 /// The high-watermark checkpoint's period (`Shard::checkpoint_high_watermarks`).
 const HW_CHECKPOINT_MS: u64 = 5_000;
 
+/// How long a leader holds a follower's fetch that finds nothing new (`fetcher::MAX_WAIT_MS`).
+const FETCH_MAX_WAIT_MS: u64 = 500;
+
+/// A follower's fetch a leader holds until data comes or it waited long enough.
+struct ParkedFetch {
+    follower: usize,
+    tp: Tp,
+    epoch: i32,
+    offset: i64,
+    until_ms: u64,
+}
+
 /// A node's partition replicas: on its disk, so they outlive its process.
 #[derive(Default)]
 pub struct NodeReplicas {
@@ -36,6 +48,8 @@ pub struct NodeReplicas {
     flush_scheduled: bool,
     isr_asked_ms: BTreeMap<Tp, u64>,
     checkpointed_ms: u64,
+    /// Follower fetches this node holds as leader (its process's state: lost in a crash).
+    parked: Vec<ParkedFetch>,
 }
 
 impl NodeReplicas {
@@ -47,6 +61,7 @@ impl NodeReplicas {
         self.assigned_generation = 0;
         self.flush_scheduled = false;
         self.isr_asked_ms.clear();
+        self.parked.clear();
     }
 }
 
@@ -78,6 +93,7 @@ impl World {
     pub(super) fn on_replicate(&mut self, i: usize) -> Result<(), super::checks::Violation> {
         self.schedule(REPLICATE_MS, Event::Replicate(i));
         self.assign_replicas(i)?;
+        self.answer_parked_fetches(i);
         self.fetch_from_leaders(i);
         self.ask_for_isr(i);
         self.follow_offsets_leadership(i);
@@ -275,8 +291,42 @@ impl World {
         let result = r
             .serve_fetch(from as i32, epoch, offset, now_ms)
             .map_err(str::to_string);
-        self.send(i, from, Wire::FetchReply { tp, epoch, result });
+        if matches!(&result, Ok((batches, _)) if batches.is_empty()) {
+            // Nothing new: a long poll, as the leader's Fetch handler holds it.
+            self.slots[i].partitions.parked.push(ParkedFetch {
+                follower: from,
+                tp,
+                epoch,
+                offset,
+                until_ms: now_ms + FETCH_MAX_WAIT_MS,
+            });
+        } else {
+            self.send(i, from, Wire::FetchReply { tp, epoch, result });
+        }
         self.replica_changed(i, tp)
+    }
+
+    /// Answers the fetches node `i` holds that have data now, lost their leadership, or waited
+    /// long enough.
+    fn answer_parked_fetches(&mut self, i: usize) {
+        let now_ms = self.clock_ms(i);
+        let parts = &mut self.slots[i].partitions;
+        let mut answers = Vec::new();
+        parts.parked.retain(|f| {
+            let result = match parts.replicas.get(&f.tp) {
+                Some(r) => r.read_for_follower(f.epoch, f.offset),
+                None => Err("NOT_LEADER_OR_FOLLOWER"),
+            };
+            let due = now_ms >= f.until_ms || !matches!(&result, Ok((b, _)) if b.is_empty());
+            if due {
+                let result = result.map_err(str::to_string);
+                answers.push((f.follower, f.tp, f.epoch, result));
+            }
+            !due
+        });
+        for (follower, tp, epoch, result) in answers {
+            self.send(i, follower, Wire::FetchReply { tp, epoch, result });
+        }
     }
 
     /// The leader's answer to a fetch, on follower `i`.
