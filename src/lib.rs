@@ -1,6 +1,8 @@
 //! Sluice: a thread-per-core, Kafka-wire-compatible streaming broker. See ARCHITECTURE.md.
-#[cfg(feature = "bench")]
+#[cfg(feature = "tools")]
 pub mod bench;
+#[cfg(feature = "tools")]
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod controller;

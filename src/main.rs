@@ -40,11 +40,20 @@ enum Command {
         voters: Option<String>,
     },
     /// Load generator: drive any Kafka-compatible broker and report throughput and latency.
-    #[cfg(feature = "bench")]
+    #[cfg(feature = "tools")]
     Bench(sluice::bench::args::BenchArgs),
     /// This machine's limits: memcpy and CRC32C speed, 4 KiB fdatasync latency.
-    #[cfg(feature = "bench")]
+    #[cfg(feature = "tools")]
     Probe(sluice::bench::probe::ProbeArgs),
+    /// The operator commands (topic, produce, consume, group, cluster).
+    #[cfg(feature = "tools")]
+    #[command(flatten)]
+    Tool(sluice::cli::Tool),
+    /// Print a shell completion script: sluice completions bash > /etc/bash_completion.d/sluice
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() {
@@ -53,10 +62,14 @@ fn main() {
     // its progress lines.
     let default_filter = match cli.command {
         Command::Serve { .. } => "info",
-        #[cfg(feature = "bench")]
+        #[cfg(feature = "tools")]
         Command::Bench(_) => "warn,rdkafka=off,librdkafka=off",
-        #[cfg(feature = "bench")]
+        #[cfg(feature = "tools")]
         Command::Probe(_) => "warn",
+        // A command's failure is its one line on stderr; librdkafka's own lines stay out.
+        #[cfg(feature = "tools")]
+        Command::Tool(_) => "warn,rdkafka=off,librdkafka=off",
+        Command::Completions { .. } => "warn",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
         .format_timestamp_millis()
@@ -81,7 +94,7 @@ fn main() {
             };
             sluice::config::Config::load(config.as_deref(), overrides).and_then(sluice::server::run)
         }
-        #[cfg(feature = "bench")]
+        #[cfg(feature = "tools")]
         Command::Bench(args) => match sluice::bench::run(args) {
             // Errors were reported and counted; a run that had any fails.
             Ok(report) if report.errors > 0 => {
@@ -91,8 +104,19 @@ fn main() {
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         },
-        #[cfg(feature = "bench")]
+        #[cfg(feature = "tools")]
         Command::Probe(args) => sluice::bench::probe::run(args).map(|_| ()),
+        #[cfg(feature = "tools")]
+        Command::Tool(tool) => match sluice::cli::run(tool) {
+            Ok(0) => Ok(()),
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+            Ok(())
+        }
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

@@ -72,6 +72,11 @@ pub struct ShardMetrics {
     pub isr_expands: AtomicU64,
     pub leader_elections: AtomicU64,
     pub replicated_bytes: AtomicU64,
+    /// Readiness (`GET /readyz`): 1 once the shard has recovered its partitions and listens
+    /// for clients; on the controller shard, 1 once this node's registration with the
+    /// cluster's controller was answered.
+    pub serving: AtomicU64,
+    pub registered: AtomicU64,
 }
 
 impl Default for ShardMetrics {
@@ -94,6 +99,8 @@ impl Default for ShardMetrics {
             incremental_fetches: AtomicU64::new(0),
             compaction_records_removed: AtomicU64::new(0),
             group_records_undecodable: AtomicU64::new(0),
+            serving: AtomicU64::new(0),
+            registered: AtomicU64::new(0),
             groups_refused: AtomicU64::new(0),
             under_replicated_partitions: AtomicU64::new(0),
             follower_lag_records_max: AtomicU64::new(0),
@@ -515,37 +522,94 @@ pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `listener` from a thread of its own, one connection at a time.
-pub fn serve(
-    listener: TcpListener,
-    shards: Vec<Arc<ShardMetrics>>,
-    apis: ApiNames,
-) -> std::io::Result<()> {
-    std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-            let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-            let mut buf = vec![0u8; MAX_REQUEST_BYTES];
-            let mut n = 0;
-            while n < buf.len() {
-                match stream.read(&mut buf[n..]) {
-                    Ok(0) | Err(_) => break,
-                    Ok(k) => n += k,
+/// Whether the node is ready for clients: every shard serving and, in a cluster
+/// (`clustered`), registered with the controller (on `controller_shard`). Not ready: why.
+pub fn readiness(
+    shards: &[Arc<ShardMetrics>],
+    clustered: bool,
+    controller_shard: usize,
+) -> Result<(), String> {
+    let serving = shards
+        .iter()
+        .filter(|m| m.serving.load(Ordering::Relaxed) == 1)
+        .count();
+    let mut why = Vec::new();
+    if serving < shards.len() {
+        why.push(format!("{serving} of {} shards serving", shards.len()));
+    }
+    if clustered && shards[controller_shard].registered.load(Ordering::Relaxed) == 0 {
+        why.push("not registered with the controller".to_string());
+    }
+    match why.is_empty() {
+        true => Ok(()),
+        false => Err(why.join("; ")),
+    }
+}
+
+/// What the metrics listener serves on `listener`, from a thread of its own.
+pub struct Endpoint {
+    pub shards: Vec<Arc<ShardMetrics>>,
+    pub apis: ApiNames,
+    /// `readiness`'s arguments beside the shards.
+    pub clustered: bool,
+    pub controller_shard: usize,
+}
+
+impl Endpoint {
+    /// `GET /metrics` (Prometheus), `GET /healthz` (the process answers) and `GET /readyz`
+    /// (`readiness`, 503 with the reason when not ready), for orchestrators' probes.
+    fn respond(&self, request: &str) -> String {
+        let path = request
+            .strip_prefix("GET ")
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or("");
+        let (status, kind, body) = match path {
+            "/metrics" => (
+                "200 OK",
+                "text/plain; version=0.0.4",
+                render(&self.shards, &self.apis),
+            ),
+            "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+            "/readyz" => match readiness(&self.shards, self.clustered, self.controller_shard) {
+                Ok(()) => ("200 OK", "text/plain", "ready\n".to_string()),
+                Err(why) => (
+                    "503 Service Unavailable",
+                    "text/plain",
+                    format!("not ready: {why}\n"),
+                ),
+            },
+            _ => ("404 Not Found", "text/plain", String::new()),
+        };
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+}
+
+/// Serves `endpoint` on `listener` from a thread of its own, one connection at a time.
+pub fn serve(listener: TcpListener, endpoint: Endpoint) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+                let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+                let mut buf = vec![0u8; MAX_REQUEST_BYTES];
+                let mut n = 0;
+                while n < buf.len() {
+                    match stream.read(&mut buf[n..]) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => n += k,
+                    }
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
                 }
-                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let _ = stream.write_all(endpoint.respond(&request).as_bytes());
             }
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let response = if request.starts_with("GET /metrics ") {
-                let body = render(&shards, &apis);
-                format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
-            } else {
-                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
-            };
-            let _ = stream.write_all(response.as_bytes());
-        }
-    })?;
+        })?;
     Ok(())
 }

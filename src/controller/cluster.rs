@@ -400,6 +400,12 @@ impl Cluster {
             }
         };
         self.on_heartbeat_reply(target, reply).await;
+        if self.registered.get() {
+            shard
+                .metrics()
+                .registered
+                .store(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     async fn on_heartbeat_reply(&self, target: i32, (kind, body): (u8, Vec<u8>)) {

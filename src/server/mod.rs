@@ -78,8 +78,14 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     if let Some(addr) = &config.metrics_listen {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-        crate::metrics::serve(listener, metrics.clone(), crate::kafka::api_names())?;
-        log::info!("metrics on http://{addr}/metrics");
+        let endpoint = crate::metrics::Endpoint {
+            shards: metrics.clone(),
+            apis: crate::kafka::api_names(),
+            clustered: !config.voters.is_empty(),
+            controller_shard: CONTROLLER_SHARD,
+        };
+        crate::metrics::serve(listener, endpoint)?;
+        log::info!("metrics on http://{addr}/metrics (and /healthz, /readyz)");
     }
     let limits = limits::ConnectionLimits::new();
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
@@ -510,6 +516,7 @@ async fn serve_clients(
         "shard {id}: serving {} partitions on {listen}",
         shard.partition_count()
     );
+    shard.metrics().serving.store(1, Ordering::Relaxed);
     let stop = Rc::new(Event::new());
     glommio::spawn_local({
         let (stop, shard) = (stop.clone(), shard.clone());

@@ -1,0 +1,230 @@
+//! The operator commands' command line (a contract, issue 20): every command takes
+//! `--brokers` (default `$SLUICE_BROKERS`, else 127.0.0.1:9092), `--format table|json` and
+//! `--timeout-s`.
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// The operator commands, flattened into `sluice`'s own.
+#[derive(Subcommand, Debug)]
+pub enum Tool {
+    /// Create, list, describe, alter and delete topics.
+    #[command(subcommand)]
+    Topic(TopicCommand),
+    /// Produce one record per line of standard input; exit non-zero if any record failed.
+    ///
+    /// Examples:
+    ///   printf 'a\nb\n' | sluice produce orders
+    ///   printf 'k1:v1\n' | sluice produce orders --key-separator : -H source=cli
+    Produce(ProduceArgs),
+    /// Print a topic's records: values (table format) or one JSON object per line with key,
+    /// headers, partition, offset and timestamp. Keys and values print as UTF-8, invalid bytes
+    /// replaced.
+    ///
+    /// Examples:
+    ///   sluice consume orders -n 10 --from earliest
+    ///   sluice consume orders --group billing --format json
+    ///   sluice consume orders -p 0 --from 42
+    ///   sluice consume orders --from 2026-12-02T10:00:00Z
+    Consume(ConsumeArgs),
+    /// List, describe, seek and delete consumer groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// The cluster's brokers, controller and health.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// Bootstrap brokers, HOST:PORT[,...].
+    #[arg(long, env = "SLUICE_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+    /// Output: a table for people, JSON for scripts.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// How long one request to the cluster may take before the command fails, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub timeout_s: u64,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TopicCommand {
+    /// Create a topic.
+    ///
+    /// Example: sluice topic create orders -p 6 -r 3 -c retention.ms=86400000
+    Create {
+        name: String,
+        /// Partitions.
+        #[arg(short, long, default_value_t = 1)]
+        partitions: i32,
+        /// Replicas of each partition.
+        #[arg(short, long, default_value_t = 1)]
+        replicas: i32,
+        /// A topic config, KEY=VALUE (repeatable).
+        #[arg(short, long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List topics with their partition and replica counts.
+    ///
+    /// Example: sluice topic list --format json
+    List {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// A topic's partitions (leader, replicas, ISR, log start, high watermark) and the configs
+    /// that differ from their defaults.
+    ///
+    /// Example: sluice topic describe orders
+    Describe {
+        name: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Set or remove a topic's config overrides; the others stay as they are.
+    ///
+    /// Example: sluice topic alter-config orders --set retention.ms=3600000 --delete cleanup.policy
+    AlterConfig {
+        name: String,
+        /// KEY=VALUE to set (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// KEY to return to its default (repeatable).
+        #[arg(long = "delete", value_name = "KEY")]
+        deletes: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Grow a topic to TOTAL partitions.
+    ///
+    /// Example: sluice topic add-partitions orders -n 12
+    AddPartitions {
+        name: String,
+        /// The partition count after the change.
+        #[arg(short = 'n', long = "total")]
+        total: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Delete topics.
+    ///
+    /// Example: sluice topic delete orders payments
+    Delete {
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// `sluice produce`'s arguments (its help is `Tool::Produce`'s).
+#[derive(Args, Debug)]
+pub struct ProduceArgs {
+    pub topic: String,
+    /// Send every record to this partition (default: the partitioner's choice).
+    #[arg(short, long)]
+    pub partition: Option<i32>,
+    /// The key of every record.
+    #[arg(short, long, conflicts_with = "key_separator")]
+    pub key: Option<String>,
+    /// Split each line at the first SEP into key and value.
+    #[arg(long, value_name = "SEP")]
+    pub key_separator: Option<String>,
+    /// A header of every record, KEY=VALUE (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "KEY=VALUE")]
+    pub headers: Vec<String>,
+    /// Acknowledgements to wait for: 0, 1 or all.
+    #[arg(long, default_value = "all", value_parser = ["0", "1", "all", "-1"])]
+    pub acks: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `sluice consume`'s arguments (its help is `Tool::Consume`'s).
+#[derive(Args, Debug)]
+pub struct ConsumeArgs {
+    pub topic: String,
+    /// Read only this partition (default: all of them).
+    #[arg(short, long)]
+    pub partition: Option<i32>,
+    /// Stop after COUNT records (default: run until interrupted).
+    #[arg(short = 'n', long)]
+    pub count: Option<u64>,
+    /// Where to start: earliest, latest, an OFFSET, or a TIMESTAMP (RFC 3339, or @MILLIS).
+    /// With --group, the group's committed offsets come first.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Consume as a member of this group, committing what was printed.
+    #[arg(short, long)]
+    pub group: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCommand {
+    /// List the groups.
+    ///
+    /// Example: sluice group list
+    List {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// A group's state, members and assignments, and per partition the committed offset, the
+    /// end offset and the lag.
+    ///
+    /// Example: sluice group describe billing --format json
+    Describe {
+        group: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Move an empty group's committed offsets of a topic.
+    ///
+    /// Example: sluice group seek billing --topic orders --to earliest
+    Seek {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// earliest, latest, an OFFSET, or a TIMESTAMP (RFC 3339, or @MILLIS).
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Delete groups (only empty ones: the broker refuses others).
+    ///
+    /// Example: sluice group delete billing
+    Delete {
+        #[arg(required = true)]
+        groups: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Brokers, the controller, the cluster id and versions.
+    ///
+    /// Example: sluice cluster info
+    Info {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Under-replicated and leaderless partitions and unreachable brokers. Exit status 0 when
+    /// healthy, 3 when not (1 when the cluster could not be asked).
+    ///
+    /// Example: sluice cluster health || page-someone
+    Health {
+        #[command(flatten)]
+        common: Common,
+    },
+}

@@ -1,0 +1,155 @@
+//! `sluice produce`: one record per line of standard input.
+
+use super::args::ProduceArgs;
+use super::client::{self, Context};
+use super::topic::key_value;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::json;
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How often progress is shown on a terminal.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Longest line taken from standard input: a record larger than this is refused by default
+/// brokers anyway (message.max.bytes), so the command says so instead of buffering it.
+const MAX_LINE_BYTES: usize = 1 << 20;
+
+pub fn run(args: ProduceArgs) -> anyhow::Result<i32> {
+    let producer = producer(&args)?;
+    let headers: Vec<(String, String)> = args
+        .headers
+        .iter()
+        .map(|h| key_value(h).map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect::<anyhow::Result<_>>()?;
+    let progress = std::io::stderr().is_terminal();
+    let (mut sent, mut shown) = (0u64, Instant::now());
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| anyhow::anyhow!("reading standard input: {e}"))?;
+        anyhow::ensure!(
+            line.len() <= MAX_LINE_BYTES,
+            "line {} is {} bytes, over {MAX_LINE_BYTES}",
+            sent + 1,
+            line.len()
+        );
+        let (key, value) = split(&args, &line);
+        send(&producer, &args, key, value, &headers)?;
+        sent += 1;
+        producer.poll(Duration::ZERO);
+        if progress && shown.elapsed() >= PROGRESS_EVERY {
+            show_progress(&producer, sent);
+            shown = Instant::now();
+        }
+    }
+    finish(&producer, &args, sent, progress)
+}
+
+fn producer(args: &ProduceArgs) -> anyhow::Result<BaseProducer<Context>> {
+    let mut c = client::config(&args.common);
+    let acks = if args.acks == "-1" { "all" } else { &args.acks };
+    let timeout_ms = client::timeout(&args.common).as_millis().to_string();
+    c.set("acks", acks)
+        // Retries cannot duplicate or reorder a record where the broker can tell (acks=all).
+        .set("enable.idempotence", (acks == "all").to_string())
+        .set("message.timeout.ms", &timeout_ms)
+        .set("linger.ms", "5");
+    c.create_with_context(Context::default())
+        .map_err(|e| anyhow::anyhow!("cannot create a producer for {}: {e}", args.common.brokers))
+}
+
+/// A line's key and value: the fixed key, or the line split at the first separator (a line
+/// without one is a value without a key).
+fn split<'a>(args: &'a ProduceArgs, line: &'a str) -> (Option<&'a str>, &'a str) {
+    match (&args.key, &args.key_separator) {
+        (Some(k), _) => (Some(k.as_str()), line),
+        (None, Some(sep)) => match line.split_once(sep.as_str()) {
+            Some((k, v)) => (Some(k), v),
+            None => (None, line),
+        },
+        (None, None) => (None, line),
+    }
+}
+
+/// Queues one record, waiting for room while librdkafka's queue is full.
+fn send(
+    producer: &BaseProducer<Context>,
+    args: &ProduceArgs,
+    key: Option<&str>,
+    value: &str,
+    headers: &[(String, String)],
+) -> anyhow::Result<()> {
+    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+    for (k, v) in headers {
+        owned = owned.insert(Header {
+            key: k,
+            value: Some(v.as_str()),
+        });
+    }
+    loop {
+        let mut record = BaseRecord::to(&args.topic)
+            .payload(value)
+            .headers(owned.clone());
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(p) = args.partition {
+            record = record.partition(p);
+        }
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                producer.poll(Duration::from_millis(100));
+            }
+            Err((e, _)) => return Err(producer.context().error("producing", e)),
+        }
+    }
+}
+
+fn show_progress(producer: &BaseProducer<Context>, sent: u64) {
+    let acked = producer.context().delivered.load(Ordering::Relaxed);
+    eprint!("\r{sent} records sent, {acked} acknowledged");
+    let _ = std::io::stderr().flush();
+}
+
+/// Waits for every record's outcome (bounded by message.timeout.ms), then reports; any failed
+/// record makes the exit status non-zero.
+fn finish(
+    producer: &BaseProducer<Context>,
+    args: &ProduceArgs,
+    sent: u64,
+    progress: bool,
+) -> anyhow::Result<i32> {
+    let bound = client::timeout(&args.common) + Duration::from_secs(5);
+    let flushed = producer.flush(bound);
+    if progress {
+        eprintln!();
+    }
+    let ctx = producer.context();
+    let (delivered, failed) = (
+        ctx.delivered.load(Ordering::Relaxed),
+        ctx.failed.load(Ordering::Relaxed),
+    );
+    let json =
+        json!({"topic": args.topic, "sent": sent, "acknowledged": delivered, "failed": failed});
+    if delivered == sent {
+        super::output::print(args.common.format, &json, || {
+            format!("{delivered} records produced to {}\n", args.topic)
+        });
+        return Ok(0);
+    }
+    let cause = match (ctx.first_failure(), flushed) {
+        (Some(f), _) => f,
+        (None, Err(e)) => e.to_string(),
+        (None, Ok(())) => "no delivery report".to_string(),
+    };
+    Err(ctx.error(
+        &format!(
+            "{} of {sent} records not produced to {}",
+            sent - delivered,
+            args.topic
+        ),
+        cause,
+    ))
+}

@@ -1,0 +1,292 @@
+//! `sluice topic ...`: a topic's life cycle through librdkafka's admin API.
+
+use super::args::{Common, TopicCommand};
+use super::client::{self, block_on, Context};
+use super::output::{self, Table};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic,
+    ResourceSpecifier, TopicReplication,
+};
+use rdkafka::consumer::Consumer;
+use rdkafka::types::RDKafkaErrorCode;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+pub fn run(command: TopicCommand) -> anyhow::Result<i32> {
+    match command {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replicas,
+            configs,
+            common,
+        } => create(&common, &name, partitions, replicas, &configs),
+        TopicCommand::List { common } => list(&common),
+        TopicCommand::Describe { name, common } => describe(&common, &name),
+        TopicCommand::AlterConfig {
+            name,
+            sets,
+            deletes,
+            common,
+        } => alter_config(&common, &name, &sets, &deletes),
+        TopicCommand::AddPartitions {
+            name,
+            total,
+            common,
+        } => add_partitions(&common, &name, total),
+        TopicCommand::Delete { names, common } => delete(&common, &names),
+    }
+    .map(|()| 0)
+}
+
+/// An admin client, once the cluster answered a metadata request: an admin request to an
+/// unreachable cluster only times out, while the metadata request's failure says why.
+pub fn admin(common: &Common) -> anyhow::Result<(AdminClient<Context>, AdminOptions)> {
+    let probe = client::consumer(common, None)?;
+    client::metadata(
+        &probe,
+        common,
+        None,
+        &format!("reaching {}", common.brokers),
+    )?;
+    let admin = client::config(common)
+        .create_with_context(Context::default())
+        .map_err(|e| anyhow::anyhow!("cannot create a client for {}: {e}", common.brokers))?;
+    let timeout = client::timeout(common);
+    let options = AdminOptions::new()
+        .request_timeout(Some(timeout))
+        .operation_timeout(Some(timeout));
+    Ok((admin, options))
+}
+
+/// Every named outcome of an admin request (topics, groups) succeeded, or one error naming
+/// each failure.
+pub fn all_done(
+    admin: &AdminClient<Context>,
+    what: &str,
+    results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
+) -> anyhow::Result<()> {
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|(name, code)| format!("{name}: {code}")))
+        .collect();
+    match failed.is_empty() {
+        true => Ok(()),
+        false => Err(admin.inner().context().error(what, failed.join("; "))),
+    }
+}
+
+/// KEY=VALUE, split at the first '='.
+pub fn key_value(s: &str) -> anyhow::Result<(&str, &str)> {
+    s.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("{s:?} is not KEY=VALUE"))
+}
+
+fn create(
+    common: &Common,
+    name: &str,
+    partitions: i32,
+    replicas: i32,
+    configs: &[String],
+) -> anyhow::Result<()> {
+    let (admin, options) = admin(common)?;
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replicas));
+    for c in configs {
+        let (k, v) = key_value(c)?;
+        topic = topic.set(k, v);
+    }
+    let what = format!("creating topic {name}");
+    let results = block_on(admin.create_topics([&topic], &options))
+        .map_err(|e| admin.inner().context().error(&what, e))?;
+    all_done(&admin, &what, results)?;
+    let json = json!({"topic": name, "partitions": partitions, "replicas": replicas});
+    output::print(common.format, &json, || {
+        format!("created topic {name}: {partitions} partitions, {replicas} replicas\n")
+    });
+    Ok(())
+}
+
+fn list(common: &Common) -> anyhow::Result<()> {
+    let consumer = client::consumer(common, None)?;
+    let metadata = client::metadata(&consumer, common, None, "listing topics")?;
+    let mut topics: Vec<_> = metadata.topics().iter().collect();
+    topics.sort_by_key(|t| t.name());
+    let rows: Vec<(String, usize, usize)> = topics
+        .iter()
+        .map(|t| {
+            let replicas = t.partitions().first().map_or(0, |p| p.replicas().len());
+            (t.name().to_string(), t.partitions().len(), replicas)
+        })
+        .collect();
+    let json: Vec<Value> = rows
+        .iter()
+        .map(|(n, p, r)| json!({"name": n, "partitions": p, "replicas": r}))
+        .collect();
+    output::print(common.format, &Value::Array(json), || {
+        let mut t = Table::new(&["NAME", "PARTITIONS", "REPLICAS"]);
+        for (n, p, r) in &rows {
+            t.row(vec![n.clone(), p.to_string(), r.to_string()]);
+        }
+        t.render()
+    });
+    Ok(())
+}
+
+/// Per partition: id, leader, replicas, ISR, log start offset, high watermark.
+type PartitionRow = (i32, i32, Vec<i32>, Vec<i32>, i64, i64);
+
+fn describe(common: &Common, name: &str) -> anyhow::Result<()> {
+    let partitions = partitions(common, name)?;
+    let configs = overrides(common, name)?;
+    let json = json!({
+        "name": name,
+        "partitions": partitions.iter().map(|(p, leader, replicas, isr, start, hw)| json!({
+            "partition": p, "leader": leader, "replicas": replicas, "isr": isr,
+            "log_start_offset": start, "high_watermark": hw,
+        })).collect::<Vec<_>>(),
+        "configs": Value::Object(configs.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<Map<_, _>>()),
+    });
+    output::print(common.format, &json, || {
+        let mut t = Table::new(&[
+            "PARTITION",
+            "LEADER",
+            "REPLICAS",
+            "ISR",
+            "LOG-START",
+            "HIGH-WATERMARK",
+        ]);
+        for (p, leader, replicas, isr, start, hw) in &partitions {
+            let cells = [
+                p.to_string(),
+                leader.to_string(),
+                output::ids(replicas),
+                output::ids(isr),
+            ];
+            t.row(
+                cells
+                    .into_iter()
+                    .chain([start.to_string(), hw.to_string()])
+                    .collect(),
+            );
+        }
+        let mut out = format!(
+            "topic {name}: {} partitions\n\n{}",
+            partitions.len(),
+            t.render()
+        );
+        if !configs.is_empty() {
+            let mut c = Table::new(&["CONFIG", "VALUE"]);
+            for (k, v) in &configs {
+                c.row(vec![k.clone(), v.clone()]);
+            }
+            out.push_str(&format!("\n{}", c.render()));
+        }
+        out
+    });
+    Ok(())
+}
+
+/// The topic's partitions, each with its offsets; an error when the topic does not exist.
+fn partitions(common: &Common, name: &str) -> anyhow::Result<Vec<PartitionRow>> {
+    let consumer = client::consumer(common, None)?;
+    let timeout = client::timeout(common);
+    let what = format!("describing topic {name}");
+    let partitions = client::partitions(&consumer, common, name, &what)?;
+    let mut rows = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        let (start, hw) = consumer
+            .fetch_watermarks(name, p.id, timeout)
+            .map_err(|e| client::failed(&consumer, &format!("offsets of {name}-{}", p.id), e))?;
+        rows.push((p.id, p.leader, p.replicas, p.isr, start, hw));
+    }
+    Ok(rows)
+}
+
+/// The topic's own config overrides (what differs from the broker's defaults).
+fn overrides(common: &Common, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let (admin, options) = admin(common)?;
+    let what = format!("describing the configs of topic {name}");
+    let results = block_on(admin.describe_configs([&ResourceSpecifier::Topic(name)], &options))
+        .map_err(|e| admin.inner().context().error(&what, e))?;
+    let mut out = BTreeMap::new();
+    for r in results {
+        let resource = r.map_err(|code| admin.inner().context().error(&what, code))?;
+        for e in resource.entries {
+            if e.source == ConfigSource::DynamicTopic && !e.is_default {
+                out.insert(e.name, e.value.unwrap_or_default());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// AlterConfigs replaces a topic's whole set of overrides, so the new set is the current one
+/// with these edits (IncrementalAlterConfigs is not in librdkafka's Rust binding). Two
+/// operators editing one topic at once may lose one's edit, as with Kafka's older tools.
+fn alter_config(
+    common: &Common,
+    name: &str,
+    sets: &[String],
+    deletes: &[String],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !sets.is_empty() || !deletes.is_empty(),
+        "give --set KEY=VALUE or --delete KEY"
+    );
+    let mut configs = overrides(common, name)?;
+    for key in deletes {
+        if configs.remove(key).is_none() {
+            anyhow::bail!("topic {name} has no override of {key} to delete");
+        }
+    }
+    for s in sets {
+        let (k, v) = key_value(s)?;
+        configs.insert(k.to_string(), v.to_string());
+    }
+    let (admin, options) = admin(common)?;
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
+    for (k, v) in &configs {
+        alter = alter.set(k, v);
+    }
+    let what = format!("altering the configs of topic {name}");
+    let results = block_on(admin.alter_configs([&alter], &options))
+        .map_err(|e| admin.inner().context().error(&what, e))?;
+    for r in results {
+        r.map_err(|(_, code)| admin.inner().context().error(&what, code))?;
+    }
+    let json = json!({"topic": name, "configs": configs});
+    output::print(common.format, &json, || {
+        let mut t = Table::new(&["CONFIG", "VALUE"]);
+        for (k, v) in &configs {
+            t.row(vec![k.clone(), v.clone()]);
+        }
+        format!("topic {name}'s overrides now:\n{}", t.render())
+    });
+    Ok(())
+}
+
+fn add_partitions(common: &Common, name: &str, total: usize) -> anyhow::Result<()> {
+    let (admin, options) = admin(common)?;
+    let what = format!("adding partitions to topic {name}");
+    let results = block_on(admin.create_partitions([&NewPartitions::new(name, total)], &options))
+        .map_err(|e| admin.inner().context().error(&what, e))?;
+    all_done(&admin, &what, results)?;
+    let json = json!({"topic": name, "partitions": total});
+    output::print(common.format, &json, || {
+        format!("topic {name} now has {total} partitions\n")
+    });
+    Ok(())
+}
+
+fn delete(common: &Common, names: &[String]) -> anyhow::Result<()> {
+    let (admin, options) = admin(common)?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let results = block_on(admin.delete_topics(&refs, &options))
+        .map_err(|e| admin.inner().context().error("deleting topics", e))?;
+    all_done(&admin, "deleting topics", results)?;
+    output::print(common.format, &json!({"deleted": names}), || {
+        format!("deleted {}\n", names.join(", "))
+    });
+    Ok(())
+}
