@@ -45,6 +45,18 @@ pub struct Common {
     /// How long one request to the cluster may take before the command fails, in seconds.
     #[arg(long, default_value_t = 10)]
     pub timeout_s: u64,
+    /// A librdkafka setting for the command's clients, KEY=VALUE (repeatable), as kcat's -X:
+    /// security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...
+    #[arg(short = 'X', long = "client-config", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub client_config: Vec<(String, String)>,
+}
+
+/// KEY=VALUE, split at the first '='.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,8 +79,8 @@ pub enum TopicCommand {
         #[arg(short, long, default_value_t = 1)]
         replicas: i32,
         /// A topic config, KEY=VALUE (repeatable).
-        #[arg(short, long = "config", value_name = "KEY=VALUE")]
-        configs: Vec<String>,
+        #[arg(short, long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        configs: Vec<(String, String)>,
         #[command(flatten)]
         common: Common,
     },
@@ -94,8 +106,8 @@ pub enum TopicCommand {
     AlterConfig {
         name: String,
         /// KEY=VALUE to set (repeatable).
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = key_value)]
+        sets: Vec<(String, String)>,
         /// KEY to return to its default (repeatable).
         #[arg(long = "delete", value_name = "KEY")]
         deletes: Vec<String>,
@@ -138,8 +150,8 @@ pub struct ProduceArgs {
     #[arg(long, value_name = "SEP")]
     pub key_separator: Option<String>,
     /// A header of every record, KEY=VALUE (repeatable).
-    #[arg(short = 'H', long = "header", value_name = "KEY=VALUE")]
-    pub headers: Vec<String>,
+    #[arg(short = 'H', long = "header", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub headers: Vec<(String, String)>,
     /// Acknowledgements to wait for: 0, 1 or all.
     #[arg(long, default_value = "all", value_parser = ["0", "1", "all", "-1"])]
     pub acks: String,

@@ -98,6 +98,9 @@ pub fn config(common: &Common) -> ClientConfig {
         // A broker that is down is retried quickly, so the command's own timeout decides.
         .set("reconnect.backoff.max.ms", "1000")
         .set_log_level(RDKafkaLogLevel::Error);
+    for (k, v) in &common.client_config {
+        c.set(k, v);
+    }
     c
 }
 

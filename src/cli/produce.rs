@@ -2,7 +2,6 @@
 
 use super::args::ProduceArgs;
 use super::client::{self, Context};
-use super::topic::key_value;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -19,11 +18,6 @@ const MAX_LINE_BYTES: usize = 1 << 20;
 
 pub fn run(args: ProduceArgs) -> anyhow::Result<i32> {
     let producer = producer(&args)?;
-    let headers: Vec<(String, String)> = args
-        .headers
-        .iter()
-        .map(|h| key_value(h).map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect::<anyhow::Result<_>>()?;
     let progress = std::io::stderr().is_terminal();
     let (mut sent, mut shown) = (0u64, Instant::now());
     for line in std::io::stdin().lock().lines() {
@@ -35,7 +29,7 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<i32> {
             line.len()
         );
         let (key, value) = split(&args, &line);
-        send(&producer, &args, key, value, &headers)?;
+        send(&producer, &args, key, value, &args.headers)?;
         sent += 1;
         producer.poll(Duration::ZERO);
         if progress && shown.elapsed() >= PROGRESS_EVERY {

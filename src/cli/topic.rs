@@ -76,24 +76,16 @@ pub fn all_done(
     }
 }
 
-/// KEY=VALUE, split at the first '='.
-pub fn key_value(s: &str) -> anyhow::Result<(&str, &str)> {
-    s.split_once('=')
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("{s:?} is not KEY=VALUE"))
-}
-
 fn create(
     common: &Common,
     name: &str,
     partitions: i32,
     replicas: i32,
-    configs: &[String],
+    configs: &[(String, String)],
 ) -> anyhow::Result<()> {
     let (admin, options) = admin(common)?;
     let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replicas));
-    for c in configs {
-        let (k, v) = key_value(c)?;
+    for (k, v) in configs {
         topic = topic.set(k, v);
     }
     let what = format!("creating topic {name}");
@@ -227,7 +219,7 @@ fn overrides(common: &Common, name: &str) -> anyhow::Result<BTreeMap<String, Str
 fn alter_config(
     common: &Common,
     name: &str,
-    sets: &[String],
+    sets: &[(String, String)],
     deletes: &[String],
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -240,10 +232,7 @@ fn alter_config(
             anyhow::bail!("topic {name} has no override of {key} to delete");
         }
     }
-    for s in sets {
-        let (k, v) = key_value(s)?;
-        configs.insert(k.to_string(), v.to_string());
-    }
+    configs.extend(sets.iter().cloned());
     let (admin, options) = admin(common)?;
     let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
     for (k, v) in &configs {
