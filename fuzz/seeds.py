@@ -52,6 +52,7 @@ def main():
           + section(b"") + section(b"") + section(b"\x00\x01" + b"\x00" * 20))
     rpc_seeds()
     metadata_log_seeds()
+    transaction_seeds()
 
 
 def rpc_frame(kind: int, correlation: int, payload: bytes) -> bytes:
@@ -75,6 +76,19 @@ def raft_log_record(kind: int, body: bytes) -> bytes:
 def metadata_log_seeds():
     write("metadata_log", b"\x01" + bytes(range(1, 40)))
     write("metadata_log", b"\x00" + raft_log_record(1, b"\x08\x01") + raft_log_record(2, b"\x08\x02"))
+
+
+
+def transaction_seeds():
+    """`__transaction_state` key and value (src/txn/records.rs) and an aborted-transaction
+    index of two entries (src/storage/txn_index.rs)."""
+    write("transactions", struct.pack(">hh", 0, 5) + b"txn-1")
+    topic = b"orders"
+    value = struct.pack(">hqhib", 0, 4000, 2, 60000, 1) + struct.pack(">i", 1)
+    value += struct.pack(">h", len(topic)) + topic + struct.pack(">iii", 2, 0, 3)
+    value += struct.pack(">qq", 1_700_000_000_000, 1_700_000_000_000)
+    write("transactions", value)
+    write("transactions", struct.pack(">hqqqq", 0, 7, 10, 20, 21) + struct.pack(">hqqqq", 0, 8, 5, 30, 31))
 
 
 if __name__ == "__main__":

@@ -13,3 +13,4 @@ pub mod recovery;
 pub mod retention;
 pub mod segment;
 pub mod topic_config;
+pub mod txn_index;

@@ -1,0 +1,138 @@
+//! The aborted-transaction index of a segment (Kafka's `.txnindex`, KIP-98): one entry per
+//! transaction whose abort marker lies in the segment, so that a read_committed fetch can name
+//! the aborted transactions with records in the range it returns (the client drops those
+//! records) without reading the log. Kafka's layout, big-endian, 34 bytes an entry: version
+//! (i16, 0), producer id, the transaction's first offset, its last offset (the marker's), and
+//! the last stable offset once it was aborted.
+//!
+//! The file is derived data: recovery rebuilds it from the batches (`Rebuilder`) when it is
+//! missing or damaged, and `decode` says which. Not served yet: the transaction coordinator
+//! that writes markers is issue 18's next part.
+
+use crate::protocol::batch::BatchHeader;
+use std::collections::BTreeMap;
+
+pub const ENTRY_BYTES: usize = 34;
+const VERSION: i16 = 0;
+
+/// One aborted transaction of one producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The abort marker's offset.
+    pub last_offset: i64,
+    /// The partition's last stable offset once the abort was written.
+    pub last_stable_offset: i64,
+}
+
+impl AbortedTxn {
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut out = [0u8; ENTRY_BYTES];
+        out[0..2].copy_from_slice(&VERSION.to_be_bytes());
+        out[2..10].copy_from_slice(&self.producer_id.to_be_bytes());
+        out[10..18].copy_from_slice(&self.first_offset.to_be_bytes());
+        out[18..26].copy_from_slice(&self.last_offset.to_be_bytes());
+        out[26..34].copy_from_slice(&self.last_stable_offset.to_be_bytes());
+        out
+    }
+
+    /// An entry, if `raw` holds one that could have been written: version 0, a producer id,
+    /// offsets in order.
+    fn decode(raw: &[u8; ENTRY_BYTES]) -> Option<AbortedTxn> {
+        let i64_at = |at: usize| i64::from_be_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
+        let e = AbortedTxn {
+            producer_id: i64_at(2),
+            first_offset: i64_at(10),
+            last_offset: i64_at(18),
+            last_stable_offset: i64_at(26),
+        };
+        let valid = i16::from_be_bytes([raw[0], raw[1]]) == VERSION
+            && e.producer_id >= 0
+            && 0 <= e.first_offset
+            && e.first_offset < e.last_offset
+            && (0..=e.last_offset.saturating_add(1)).contains(&e.last_stable_offset);
+        valid.then_some(e)
+    }
+}
+
+/// A file's entries, and whether the whole file was intact. Reading stops at the first entry
+/// that is torn, could not have been written, or does not follow its predecessor (markers are
+/// appended in offset order); a damaged file must be rebuilt from the segment.
+pub fn decode(raw: &[u8]) -> (Vec<AbortedTxn>, bool) {
+    let mut out: Vec<AbortedTxn> = Vec::with_capacity(raw.len() / ENTRY_BYTES);
+    let mut chunks = raw.chunks_exact(ENTRY_BYTES);
+    for chunk in chunks.by_ref() {
+        let entry = AbortedTxn::decode(chunk.try_into().expect("exact chunks"));
+        let follows = |e: &AbortedTxn| out.last().is_none_or(|p| p.last_offset < e.last_offset);
+        match entry.filter(follows) {
+            Some(e) => out.push(e),
+            None => return (out, false),
+        }
+    }
+    let intact = chunks.remainder().is_empty();
+    (out, intact)
+}
+
+/// What a read_committed fetch returning offsets `from..upper` carries: the aborted
+/// transactions with records there, as (producer id, first offset), in first-offset order.
+pub fn aborted_between(entries: &[AbortedTxn], from: i64, upper: i64) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = entries
+        .iter()
+        .filter(|e| e.last_offset >= from && e.first_offset < upper)
+        .map(|e| (e.producer_id, e.first_offset))
+        .collect();
+    out.sort_by_key(|&(_, first)| first);
+    out
+}
+
+/// Rebuilds the index from batches in log order, as recovery reads them: transactional data
+/// batches open their producer's transaction, a commit marker closes it, an abort marker
+/// closes it with an entry.
+#[derive(Debug, Default)]
+pub struct Rebuilder {
+    /// Open transactions: producer id → first offset.
+    open: BTreeMap<i64, i64>,
+    entries: Vec<AbortedTxn>,
+}
+
+impl Rebuilder {
+    /// Starts with the transactions still open where the batches begin (from the producer
+    /// state of the log before them).
+    pub fn new(open: impl IntoIterator<Item = (i64, i64)>) -> Rebuilder {
+        Rebuilder {
+            open: open.into_iter().collect(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Takes the next batch; `commits` is what its marker says, for a control batch.
+    pub fn note(&mut self, h: &BatchHeader, commits: Option<bool>) {
+        if !h.is_transactional() {
+            return;
+        }
+        if !h.is_control() {
+            self.open.entry(h.producer_id).or_insert(h.base_offset);
+            return;
+        }
+        let first = self.open.remove(&h.producer_id);
+        if let (Some(first_offset), Some(false)) = (first, commits) {
+            // Once this one is closed, the first unstable offset is the earliest still open.
+            let first_open = self.open.values().min().copied();
+            self.entries.push(AbortedTxn {
+                producer_id: h.producer_id,
+                first_offset,
+                last_offset: h.base_offset,
+                last_stable_offset: first_open.unwrap_or(h.next_offset()),
+            });
+        }
+    }
+
+    /// The entries, and the transactions still open after the last batch.
+    pub fn finish(self) -> (Vec<AbortedTxn>, BTreeMap<i64, i64>) {
+        (self.entries, self.open)
+    }
+}
+
+#[cfg(test)]
+mod tests;
