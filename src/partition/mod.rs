@@ -361,6 +361,7 @@ impl Partition {
             }
         })?;
         self.check_size(&headers)?;
+        check_not_transactional(&self.name, &headers)?;
         Ok(headers)
     }
 
@@ -649,4 +650,21 @@ impl Partition {
                 .storage_error(&self.name, "checkpointing the high watermark", &e),
         }
     }
+}
+
+/// Clients write no control batches: markers come from a transaction coordinator (Kafka
+/// answers INVALID_RECORD). A transactional batch is taken only for a partition its
+/// coordinator added to the producer's ongoing transaction (KIP-890 part 1), and no
+/// coordinator is served yet: taking one would open a transaction here that nothing ends,
+/// holding back the partition's last stable offset (a hanging transaction).
+fn check_not_transactional(name: &str, headers: &[BatchHeader]) -> Result<(), ResponseError> {
+    let refused = if headers.iter().any(|h| h.is_control()) {
+        ResponseError::InvalidRecord
+    } else if headers.iter().any(|h| h.is_transactional()) {
+        ResponseError::InvalidTxnState
+    } else {
+        return Ok(());
+    };
+    log::warn!("produce to {name}: refused a client's transactional or control batch: {refused:?}");
+    Err(refused)
 }

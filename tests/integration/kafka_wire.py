@@ -37,15 +37,16 @@ def varint(v: int) -> bytes:
 
 
 def record_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                 keys=None) -> bytes:
-    """An uncompressed batch of these values; keys: one per value (None: keyless), or all keyless."""
+                 keys=None, attributes=0) -> bytes:
+    """An uncompressed batch of these values; keys: one per value (None: keyless), or all keyless.
+    attributes: 0x10 transactional, 0x20 control."""
     records = b""
     for i, v in enumerate(values):
         k = keys[i] if keys else None
         key = varint(-1) if k is None else varint(len(k)) + k
         body = b"\x00" + varint(0) + varint(i) + key + varint(len(v)) + v + varint(0)
         records += varint(len(body)) + body
-    after_crc = struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
+    after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
                             base_sequence, len(values)) + records
     crc = crc32c(after_crc)
     head = struct.pack(">iB", 0, 2) + struct.pack(">I", crc)  # partitionLeaderEpoch, magic, crc

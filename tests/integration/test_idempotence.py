@@ -12,6 +12,8 @@ from records import record
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 UNKNOWN_PRODUCER_ID = 59
+INVALID_TXN_STATE = 48
+INVALID_RECORD = 87
 
 
 def test_retries_across_two_sigkills_leave_no_duplicates_or_gaps(broker):
@@ -105,6 +107,27 @@ def test_crafted_sequences_get_kafkas_error_codes(broker):
     s.close()
     got = ck.consume_to_end(broker.bootstrap, "seq", [0])
     assert [v for _, _, v, _, _ in got[0]] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_client_markers_and_unverified_transactional_batches_are_refused(broker):
+    """A control batch comes only from a transaction coordinator (Kafka: INVALID_RECORD), and a
+    transactional batch only for a partition the coordinator added to the producer's ongoing
+    transaction (KIP-890: INVALID_TXN_STATE); none is served yet, so none is verified. Taking
+    one would open a transaction here that nothing ends, holding back the last stable offset."""
+    ck.create_topic(broker.bootstrap, "txn-guard", 1)
+    s = connect(broker)
+    pid, epoch = init_producer(s)
+    marker = kw.record_batch([b"\x00\x00\x00\x00"], producer_id=pid, producer_epoch=epoch, base_sequence=-1,
+                             keys=[b"\x00\x00\x00\x01"], attributes=0x30)
+    assert produce(s, "txn-guard", marker)[0] == INVALID_RECORD
+    txn = kw.record_batch([b"t"], producer_id=pid, producer_epoch=epoch, base_sequence=0, attributes=0x10)
+    assert produce(s, "txn-guard", txn)[0] == INVALID_TXN_STATE
+    # The producer's sequence is untouched: its first plain batch starts at 0.
+    plain = kw.record_batch([b"p"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    assert produce(s, "txn-guard", plain) == (0, 0)
+    s.close()
+    got = ck.consume_to_end(broker.bootstrap, "txn-guard", [0])
+    assert [v for _, _, v, _, _ in got[0]] == [b"p"]
 
 
 def test_dedup_survives_sigkill_and_clean_restart(broker):
