@@ -39,7 +39,11 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<i32> {
             None => {}
             Some(Err(e)) => return Err(client::failed(&consumer, "consuming", e)),
             Some(Ok(m)) => {
-                print_record(&mut out, args.common.format, &m)?;
+                // A reader that went away (`| head`) ends the run as an interrupt does.
+                match print_record(&mut out, args.common.format, &m) {
+                    Err(e) if is_broken_pipe(&e) => break,
+                    result => result?,
+                }
                 printed += 1;
                 if args.group.is_some() {
                     consumer.store_offset_from_message(&m)?;
@@ -51,7 +55,10 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<i32> {
             committed = Instant::now();
         }
     }
-    out.flush()?;
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+        _ => {}
+    }
     if args.group.is_some() {
         commit(&consumer, CommitMode::Sync)?;
     }
@@ -131,6 +138,11 @@ fn commit(consumer: &BaseConsumer<Context>, mode: CommitMode) -> anyhow::Result<
         }
         Err(e) => Err(client::failed(consumer, "committing offsets", e)),
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn print_record(

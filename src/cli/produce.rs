@@ -20,14 +20,8 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<i32> {
     let producer = producer(&args)?;
     let progress = std::io::stderr().is_terminal();
     let (mut sent, mut shown) = (0u64, Instant::now());
-    for line in std::io::stdin().lock().lines() {
-        let line = line.map_err(|e| anyhow::anyhow!("reading standard input: {e}"))?;
-        anyhow::ensure!(
-            line.len() <= MAX_LINE_BYTES,
-            "line {} is {} bytes, over {MAX_LINE_BYTES}",
-            sent + 1,
-            line.len()
-        );
+    let (mut input, mut line) = (std::io::stdin().lock(), Vec::new());
+    while read_line(&mut input, &mut line, sent + 1)? {
         let (key, value) = split(&args, &line);
         send(&producer, &args, key, value, &args.headers)?;
         sent += 1;
@@ -53,15 +47,35 @@ fn producer(args: &ProduceArgs) -> anyhow::Result<BaseProducer<Context>> {
         .map_err(|e| anyhow::anyhow!("cannot create a producer for {}: {e}", args.common.brokers))
 }
 
+/// Reads line `number` into `line` without its newline, its bytes as they are (records need
+/// not be text); false at the end of the input. A line is read only up to its bound.
+fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>, number: u64) -> anyhow::Result<bool> {
+    line.clear();
+    let n = std::io::Read::take(&mut *input, MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', line)
+        .map_err(|e| anyhow::anyhow!("reading standard input: {e}"))?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    anyhow::ensure!(
+        line.len() <= MAX_LINE_BYTES,
+        "line {number} is over {MAX_LINE_BYTES} bytes"
+    );
+    Ok(n > 0)
+}
+
 /// A line's key and value: the fixed key, or the line split at the first separator (a line
 /// without one is a value without a key).
-fn split<'a>(args: &'a ProduceArgs, line: &'a str) -> (Option<&'a str>, &'a str) {
+fn split<'a>(args: &'a ProduceArgs, line: &'a [u8]) -> (Option<&'a [u8]>, &'a [u8]) {
     match (&args.key, &args.key_separator) {
-        (Some(k), _) => (Some(k.as_str()), line),
-        (None, Some(sep)) => match line.split_once(sep.as_str()) {
-            Some((k, v)) => (Some(k), v),
-            None => (None, line),
-        },
+        (Some(k), _) => (Some(k.as_bytes()), line),
+        (None, Some(sep)) => {
+            let sep = sep.as_bytes();
+            match line.windows(sep.len()).position(|w| w == sep) {
+                Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+                None => (None, line),
+            }
+        }
         (None, None) => (None, line),
     }
 }
@@ -70,8 +84,8 @@ fn split<'a>(args: &'a ProduceArgs, line: &'a str) -> (Option<&'a str>, &'a str)
 fn send(
     producer: &BaseProducer<Context>,
     args: &ProduceArgs,
-    key: Option<&str>,
-    value: &str,
+    key: Option<&[u8]>,
+    value: &[u8],
     headers: &[(String, String)],
 ) -> anyhow::Result<()> {
     let mut owned = OwnedHeaders::new_with_capacity(headers.len());

@@ -250,3 +250,26 @@ def test_client_settings_pass_through_to_librdkafka(broker):
     assert tls.returncode != 0 and len(tls.stderr.strip().splitlines()) == 1, tls.stderr
     malformed = sluice(broker, "topic", "list", "-X", "novalue")
     assert malformed.returncode == 2 and "KEY=VALUE" in malformed.stderr
+
+
+def test_produce_takes_bytes_and_consume_ends_quietly_when_its_reader_goes(broker):
+    import ck
+    ok(broker, "topic", "create", "raw", "-p", "1")
+    values = [bytes([0xff, 0xfe, i]) + b"\x00\x01" for i in range(5)]
+    p = subprocess.run([str(BINARY), "produce", "raw", "--brokers", broker.bootstrap, "--key-separator", "\t"],
+                       input=b"".join(b"k%d\t" % i + v + b"\n" for i, v in enumerate(values)),
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    got = ck.consume_to_end(broker.bootstrap, "raw", [0])[0]
+    assert [(k, v) for _, k, v, _, _ in got] == [(b"k%d" % i, v) for i, v in enumerate(values)]
+    # A line over the bound is refused, not buffered.
+    p = subprocess.run([str(BINARY), "produce", "raw", "--brokers", broker.bootstrap],
+                       input=b"x" * (2 << 20), capture_output=True, timeout=30)
+    assert p.returncode != 0 and b"over" in p.stderr
+    # `| head -c 1`: the reader leaves after one byte; consume stops, without an error, at its
+    # next write (more records than a pipe's buffer holds, so there is one).
+    ok(broker, "topic", "create", "many", "-p", "1")
+    ok(broker, "produce", "many", stdin="".join(f"record {i}\n" for i in range(20_000)))
+    pipe = subprocess.run(f"'{BINARY}' consume many --brokers {broker.bootstrap} --from earliest | head -c 1",
+                          shell=True, capture_output=True, timeout=30, executable="/bin/bash")
+    assert pipe.returncode == 0 and b"panicked" not in pipe.stderr and pipe.stderr == b"", pipe.stderr
