@@ -84,9 +84,11 @@ pub enum Wire {
         epoch: i32,
         latest: i32,
     },
+    /// The answer names the query's `latest`, as a TCP response belongs to its request.
     EpochAnswer {
         tp: Tp,
         epoch: i32,
+        latest: i32,
         answer: Result<(i32, i64), String>,
     },
 }

@@ -92,6 +92,8 @@ pub struct SimReplica {
     pub leader_generation: u64,
     /// A fetch (or epoch query) to the leader is on its way, sent then.
     pub fetch_sent_ms: Option<u64>,
+    /// The newest epoch the outstanding OffsetsForLeaderEpoch query asked about.
+    pub epoch_query: Option<i32>,
     /// A follower's leader high watermark from the last fetch, taken once what came is synced.
     leader_hw_after_sync: Option<i64>,
     /// Committed batches below this were checked against the history.
@@ -119,6 +121,7 @@ impl SimReplica {
             epoch_start: 0,
             leader_generation: 0,
             fetch_sent_ms: None,
+            epoch_query: None,
             leader_hw_after_sync: None,
             checked_to: 0,
         }

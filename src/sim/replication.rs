@@ -178,6 +178,7 @@ impl World {
             let epoch = r.replicas.epoch;
             let wire = if r.needs_truncation {
                 let latest = r.epochs.latest().unwrap_or(-1);
+                r.epoch_query = Some(latest);
                 Wire::EpochQuery {
                     tp: *tp,
                     epoch,
@@ -394,7 +395,13 @@ impl World {
         } else {
             Err("NOT_LEADER_OR_FOLLOWER".to_string())
         };
-        self.send(i, from, Wire::EpochAnswer { tp, epoch, answer });
+        let answer = Wire::EpochAnswer {
+            tp,
+            epoch,
+            latest,
+            answer,
+        };
+        self.send(i, from, answer);
     }
 
     /// The leader's epoch answer, on follower `i`: cut the divergent tail.
@@ -403,14 +410,21 @@ impl World {
         i: usize,
         tp: Tp,
         epoch: i32,
+        latest: i32,
         answer: Result<(i32, i64), String>,
     ) -> Result<(), super::checks::Violation> {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        if r.replicas.epoch != epoch || r.is_leader() || !r.needs_truncation {
+        // Only the answer to the query outstanding: the fetcher awaits its own request's
+        // response, and a restarted process never gets its predecessor's (seed 127276: an
+        // answer for an older newest epoch, delivered late, cut a tail the leader had
+        // committed).
+        let outstanding = r.epoch_query == Some(latest);
+        if r.replicas.epoch != epoch || r.is_leader() || !r.needs_truncation || !outstanding {
             return Ok(());
         }
+        r.epoch_query = None;
         r.fetch_sent_ms = None;
         if let Ok(answer) = answer {
             let end = r.log_end();

@@ -481,7 +481,12 @@ impl World {
                 self.on_epoch_query(to, from, tp, epoch, latest);
                 Ok(())
             }
-            Wire::EpochAnswer { tp, epoch, answer } => self.on_epoch_answer(to, tp, epoch, answer),
+            Wire::EpochAnswer {
+                tp,
+                epoch,
+                latest,
+                answer,
+            } => self.on_epoch_answer(to, tp, epoch, latest, answer),
             Wire::IsrRefused(change) => self.on_isr_refused(to, change),
             other => unreachable!("not a replication message: {other:?}"),
         }
