@@ -190,15 +190,16 @@ def test_health_names_a_lost_broker_and_its_partitions(tmp_path):
             p = sluice(c.nodes[1], "cluster", "health", "--format", "json")
             assert p.returncode in (0, 3), p.stderr
             h = json.loads(p.stdout)
-            # Every partition with a replica on node 2: the topic's, and the offsets topic's.
-            both = [u for u in h["under_replicated"] if u["topic"] == "both"]
-            # (Until the controller fences node 2, its partitions may show no leader.)
-            if p.returncode == 3 and h["offline_brokers"] == [2] and len(both) == 2 and not h["leaderless"]:
+            # Each of the topic's partitions has a replica on node 2: it is reported under-
+            # replicated once node 2 is fenced, or leaderless when node 2 was its last in-sync
+            # replica (a loaded machine may fence node 1 for a moment too). `__consumer_offsets`
+            # was created once one broker was live, min(3, voters): it may be reported too.
+            named = {(x["topic"], x["partition"]) for x in h["under_replicated"] + h["leaderless"]}
+            if p.returncode == 3 and h["offline_brokers"] == [2] and {("both", 0), ("both", 1)} <= named:
                 break
             assert time.monotonic() < deadline, h
             time.sleep(0.5)
-        assert h["healthy"] is False and h["leaderless"] == []
-        assert sorted((u["partition"], u["isr"]) for u in both) == [(0, [1]), (1, [1])]
+        assert h["healthy"] is False and h["unreachable_brokers"] == []
         table = sluice(c.nodes[1], "cluster", "health").stdout
         assert "healthy: no" in table and "offline brokers: 2" in table
     finally:
