@@ -6,12 +6,14 @@
 //! both what failed and why.
 
 use super::args::Common;
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -181,6 +183,43 @@ pub fn failed(
         consumer.poll(Duration::from_millis(20));
     }
     consumer.context().error(what, e)
+}
+
+/// An admin client, once the cluster answered a metadata request: an admin request to an
+/// unreachable cluster only times out, while the metadata request's failure says why.
+pub fn admin(common: &Common) -> anyhow::Result<(AdminClient<Context>, AdminOptions)> {
+    let probe = consumer(common, None)?;
+    metadata(
+        &probe,
+        common,
+        None,
+        &format!("reaching {}", common.brokers),
+    )?;
+    let admin = config(common)
+        .create_with_context(Context::default())
+        .map_err(|e| anyhow::anyhow!("cannot create a client for {}: {e}", common.brokers))?;
+    let timeout = timeout(common);
+    let options = AdminOptions::new()
+        .request_timeout(Some(timeout))
+        .operation_timeout(Some(timeout));
+    Ok((admin, options))
+}
+
+/// Every named outcome of an admin request (topics, groups) succeeded, or one error naming
+/// each failure.
+pub fn all_done(
+    admin: &AdminClient<Context>,
+    what: &str,
+    results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
+) -> anyhow::Result<()> {
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|(name, code)| format!("{name}: {code}")))
+        .collect();
+    match failed.is_empty() {
+        true => Ok(()),
+        false => Err(admin.inner().context().error(what, failed.join("; "))),
+    }
 }
 
 /// Waits for an admin operation (a future) on this thread.

@@ -41,7 +41,7 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<i32> {
             Some(Ok(m)) => {
                 // A reader that went away (`| head`) ends the run as an interrupt does.
                 match print_record(&mut out, args.common.format, &m) {
-                    Err(e) if is_broken_pipe(&e) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
                     result => result?,
                 }
                 printed += 1;
@@ -140,16 +140,11 @@ fn commit(consumer: &BaseConsumer<Context>, mode: CommitMode) -> anyhow::Result<
     }
 }
 
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<std::io::Error>()
-        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-}
-
 fn print_record(
     out: &mut impl Write,
     format: Format,
     m: &BorrowedMessage<'_>,
-) -> anyhow::Result<()> {
+) -> std::io::Result<()> {
     let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
     match format {
         Format::Table => {

@@ -250,11 +250,11 @@ fn seek(common: &Common, group: &str, topic: &str, to: &str) -> anyhow::Result<(
 }
 
 fn delete(common: &Common, groups: &[String]) -> anyhow::Result<()> {
-    let (admin, options) = super::topic::admin(common)?;
+    let (admin, options) = client::admin(common)?;
     let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
     let results = block_on(admin.delete_groups(&refs, &options))
         .map_err(|e| admin.inner().context().error("deleting groups", e))?;
-    super::topic::all_done(&admin, "deleting groups", results)?;
+    client::all_done(&admin, "deleting groups", results)?;
     output::print(common.format, &json!({"deleted": groups}), || {
         format!("deleted {}\n", groups.join(", "))
     });

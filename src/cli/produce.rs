@@ -20,10 +20,18 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<i32> {
     let producer = producer(&args)?;
     let progress = std::io::stderr().is_terminal();
     let (mut sent, mut shown) = (0u64, Instant::now());
+    // The same headers go with every record: built once.
+    let mut headers = OwnedHeaders::new_with_capacity(args.headers.len());
+    for (k, v) in &args.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v.as_str()),
+        });
+    }
     let (mut input, mut line) = (std::io::stdin().lock(), Vec::new());
     while read_line(&mut input, &mut line, sent + 1)? {
         let (key, value) = split(&args, &line);
-        send(&producer, &args, key, value, &args.headers)?;
+        send(&producer, &args, key, value, &headers)?;
         sent += 1;
         producer.poll(Duration::ZERO);
         if progress && shown.elapsed() >= PROGRESS_EVERY {
@@ -86,19 +94,12 @@ fn send(
     args: &ProduceArgs,
     key: Option<&[u8]>,
     value: &[u8],
-    headers: &[(String, String)],
+    headers: &OwnedHeaders,
 ) -> anyhow::Result<()> {
-    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-    for (k, v) in headers {
-        owned = owned.insert(Header {
-            key: k,
-            value: Some(v.as_str()),
-        });
-    }
     loop {
         let mut record = BaseRecord::to(&args.topic)
             .payload(value)
-            .headers(owned.clone());
+            .headers(headers.clone());
         if let Some(k) = key {
             record = record.key(k);
         }

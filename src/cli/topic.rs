@@ -1,14 +1,12 @@
 //! `sluice topic ...`: a topic's life cycle through librdkafka's admin API.
 
 use super::args::{Common, TopicCommand};
-use super::client::{self, block_on, Context};
+use super::client::{self, block_on};
 use super::output::{self, Table};
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic,
-    ResourceSpecifier, TopicReplication,
+    AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };
 use rdkafka::consumer::Consumer;
-use rdkafka::types::RDKafkaErrorCode;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -39,43 +37,6 @@ pub fn run(command: TopicCommand) -> anyhow::Result<i32> {
     .map(|()| 0)
 }
 
-/// An admin client, once the cluster answered a metadata request: an admin request to an
-/// unreachable cluster only times out, while the metadata request's failure says why.
-pub fn admin(common: &Common) -> anyhow::Result<(AdminClient<Context>, AdminOptions)> {
-    let probe = client::consumer(common, None)?;
-    client::metadata(
-        &probe,
-        common,
-        None,
-        &format!("reaching {}", common.brokers),
-    )?;
-    let admin = client::config(common)
-        .create_with_context(Context::default())
-        .map_err(|e| anyhow::anyhow!("cannot create a client for {}: {e}", common.brokers))?;
-    let timeout = client::timeout(common);
-    let options = AdminOptions::new()
-        .request_timeout(Some(timeout))
-        .operation_timeout(Some(timeout));
-    Ok((admin, options))
-}
-
-/// Every named outcome of an admin request (topics, groups) succeeded, or one error naming
-/// each failure.
-pub fn all_done(
-    admin: &AdminClient<Context>,
-    what: &str,
-    results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
-) -> anyhow::Result<()> {
-    let failed: Vec<String> = results
-        .into_iter()
-        .filter_map(|r| r.err().map(|(name, code)| format!("{name}: {code}")))
-        .collect();
-    match failed.is_empty() {
-        true => Ok(()),
-        false => Err(admin.inner().context().error(what, failed.join("; "))),
-    }
-}
-
 fn create(
     common: &Common,
     name: &str,
@@ -83,7 +44,7 @@ fn create(
     replicas: i32,
     configs: &[(String, String)],
 ) -> anyhow::Result<()> {
-    let (admin, options) = admin(common)?;
+    let (admin, options) = client::admin(common)?;
     let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replicas));
     for (k, v) in configs {
         topic = topic.set(k, v);
@@ -91,7 +52,7 @@ fn create(
     let what = format!("creating topic {name}");
     let results = block_on(admin.create_topics([&topic], &options))
         .map_err(|e| admin.inner().context().error(&what, e))?;
-    all_done(&admin, &what, results)?;
+    client::all_done(&admin, &what, results)?;
     let json = json!({"topic": name, "partitions": partitions, "replicas": replicas});
     output::print(common.format, &json, || {
         format!("created topic {name}: {partitions} partitions, {replicas} replicas\n")
@@ -197,7 +158,7 @@ fn partitions(common: &Common, name: &str) -> anyhow::Result<Vec<PartitionRow>> 
 
 /// The topic's own config overrides (what differs from the broker's defaults).
 fn overrides(common: &Common, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    let (admin, options) = admin(common)?;
+    let (admin, options) = client::admin(common)?;
     let what = format!("describing the configs of topic {name}");
     let results = block_on(admin.describe_configs([&ResourceSpecifier::Topic(name)], &options))
         .map_err(|e| admin.inner().context().error(&what, e))?;
@@ -233,7 +194,7 @@ fn alter_config(
         }
     }
     configs.extend(sets.iter().cloned());
-    let (admin, options) = admin(common)?;
+    let (admin, options) = client::admin(common)?;
     let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
     for (k, v) in &configs {
         alter = alter.set(k, v);
@@ -256,11 +217,11 @@ fn alter_config(
 }
 
 fn add_partitions(common: &Common, name: &str, total: usize) -> anyhow::Result<()> {
-    let (admin, options) = admin(common)?;
+    let (admin, options) = client::admin(common)?;
     let what = format!("adding partitions to topic {name}");
     let results = block_on(admin.create_partitions([&NewPartitions::new(name, total)], &options))
         .map_err(|e| admin.inner().context().error(&what, e))?;
-    all_done(&admin, &what, results)?;
+    client::all_done(&admin, &what, results)?;
     let json = json!({"topic": name, "partitions": total});
     output::print(common.format, &json, || {
         format!("topic {name} now has {total} partitions\n")
@@ -269,11 +230,11 @@ fn add_partitions(common: &Common, name: &str, total: usize) -> anyhow::Result<(
 }
 
 fn delete(common: &Common, names: &[String]) -> anyhow::Result<()> {
-    let (admin, options) = admin(common)?;
+    let (admin, options) = client::admin(common)?;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let results = block_on(admin.delete_topics(&refs, &options))
         .map_err(|e| admin.inner().context().error("deleting topics", e))?;
-    all_done(&admin, "deleting topics", results)?;
+    client::all_done(&admin, "deleting topics", results)?;
     output::print(common.format, &json!({"deleted": names}), || {
         format!("deleted {}\n", names.join(", "))
     });

@@ -399,16 +399,10 @@ impl Cluster {
                 }
             }
         };
-        self.on_heartbeat_reply(target, reply).await;
-        if self.registered.get() {
-            shard
-                .metrics()
-                .registered
-                .store(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.on_heartbeat_reply(shard, target, reply).await;
     }
 
-    async fn on_heartbeat_reply(&self, target: i32, (kind, body): (u8, Vec<u8>)) {
+    async fn on_heartbeat_reply(&self, shard: &Shard, target: i32, (kind, body): (u8, Vec<u8>)) {
         if kind == messages::FAILURE {
             let Ok(f) = messages::decode::<Failure>(&body) else {
                 return;
@@ -434,6 +428,11 @@ impl Cluster {
             self.applied.set_controller(reply.controller_id);
         }
         if !self.registered.replace(true) {
+            // `/readyz` reads it (metrics::readiness).
+            shard
+                .metrics()
+                .registered
+                .store(1, std::sync::atomic::Ordering::Relaxed);
             log::info!(
                 "registered with the controller (node {}) as broker {}",
                 reply.controller_id,
