@@ -1,5 +1,6 @@
 """Starts `sluice serve` as a real process on a free port with its own data dir."""
 import os
+import random
 import resource
 import signal
 import socket
@@ -11,12 +12,34 @@ ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "target" / "release" / "sluice"
 
 
+_GIVEN_PORTS = set()
+
+
+def _ephemeral_ports() -> range:
+    try:
+        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port() -> int:
-    # glommio binds with SO_REUSEPORT, so a clash would go unnoticed: ask the kernel for a port
-    # nobody holds.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody holds now, outside the kernel's ephemeral range, and never given twice in
+    this process. glommio binds with SO_REUSEPORT, so a clash would go unnoticed; and a port
+    from the ephemeral range (what binding port 0 returns) can be taken by any client's
+    outgoing connection before the broker binds it (seen: an RPC listener's EADDRINUSE)."""
+    ephemeral = _ephemeral_ports()
+    while True:
+        port = random.randint(10_000, 30_000)
+        if port in _GIVEN_PORTS or port in ephemeral:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN_PORTS.add(port)
+        return port
 
 
 class Broker:
