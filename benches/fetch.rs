@@ -26,6 +26,7 @@ fn response(partitions: usize, records: impl Fn() -> Chunk) -> FetchResponse {
                     high_watermark: 1_000_000,
                     last_stable_offset: 1_000_000,
                     log_start_offset: 0,
+                    aborted: None,
                     records: Some(records()),
                 })
                 .collect(),

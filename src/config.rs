@@ -97,6 +97,36 @@ pub struct Config {
     pub fetch: FetchConfig,
     pub topic_defaults: TopicDefaults,
     pub sharding: ShardingConfig,
+    pub transactions: TransactionConfig,
+}
+
+/// The transaction coordinator (Kafka's `transaction.*` broker settings).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransactionConfig {
+    /// Partitions of `__transaction_state`, which place and persist transactional ids
+    /// (Kafka's `transaction.state.log.num.partitions`).
+    pub state_partitions: i32,
+    /// The longest `transaction.timeout.ms` a producer may ask for (Kafka's
+    /// `transaction.max.timeout.ms`).
+    pub max_timeout_ms: i32,
+    /// A transactional id idle this long is forgotten (Kafka's
+    /// `transactional.id.expiration.ms`).
+    pub id_expiration_ms: u64,
+    /// How often each coordinator aborts transactions past their timeout and forgets expired
+    /// ids (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    pub check_interval_ms: u64,
+}
+
+impl Default for TransactionConfig {
+    fn default() -> Self {
+        TransactionConfig {
+            state_partitions: 16,
+            max_timeout_ms: 900_000, // Kafka's default, as txn::state::MAX_TIMEOUT_MS
+            id_expiration_ms: 7 * 24 * 3600 * 1000,
+            check_interval_ms: 10_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -303,6 +333,7 @@ impl Default for Config {
             fetch: FetchConfig::default(),
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
+            transactions: TransactionConfig::default(),
         }
     }
 }
@@ -618,6 +649,21 @@ impl Config {
             self.offsets_topic_partitions,
             1,
             1000,
+        )?;
+        let t = &self.transactions;
+        in_range("transactions.state_partitions", t.state_partitions, 1, 1000)?;
+        in_range("transactions.max_timeout_ms", t.max_timeout_ms, 1, i32::MAX)?;
+        in_range(
+            "transactions.id_expiration_ms",
+            t.id_expiration_ms,
+            1,
+            u64::MAX,
+        )?;
+        in_range(
+            "transactions.check_interval_ms",
+            t.check_interval_ms,
+            10,
+            3_600_000,
         )?;
         in_range(
             "group_initial_rebalance_delay_ms",

@@ -136,6 +136,16 @@ async fn load(shard: &Rc<Shard>, p: &Partition) {
 
 /// Reads one partition from its start to its high watermark into `latest`.
 async fn read_partition(partition: &Partition, latest: &mut Latest) {
+    read_from_start(partition, |data| {
+        learn_batches(partition.name(), data, latest)
+    })
+    .await
+}
+
+/// Reads a partition of the broker's own records from its start to its high watermark, a
+/// chunk of whole batches at a time: `learn` takes each and returns the offset after its
+/// last batch (None: stop).
+pub async fn read_from_start(partition: &Partition, mut learn: impl FnMut(&Bytes) -> Option<i64>) {
     let mut offset = partition.log_start_offset();
     loop {
         let read = partition
@@ -146,13 +156,14 @@ async fn read_partition(partition: &Partition, latest: &mut Latest) {
                 zero_copy: false,
                 whole_first_batch: true,
                 replica: -1,
+                read_committed: false,
             })
             .await;
         let data = match read.records {
             Some(Chunk::Bytes(b)) if read.error_code == 0 && !b.is_empty() => b,
             _ => return,
         };
-        match learn_batches(partition.name(), &data, latest) {
+        match learn(&data) {
             Some(next) if next > offset => offset = next,
             _ => return,
         }

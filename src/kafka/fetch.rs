@@ -11,7 +11,7 @@
 
 use super::fetch_session::{Answered, Begin, FetchSessions, Key, Wanted, INVALID_SESSION_ID};
 use super::{decode, Reply};
-use crate::partition::{ReadRequest, ReadResult, TopicPartition};
+use crate::partition::{ReadRequest, ReadResult, TopicPartition, Watch};
 use crate::protocol::chunk::Chunk;
 use crate::protocol::fetch::{self as codec, PartitionResponse, TopicResponse};
 use crate::shard::mesh::Request;
@@ -108,8 +108,9 @@ fn hold_to_max_bytes(outcomes: &mut [ReadResult], max_bytes: usize) -> usize {
 /// deadline (monotonic ms). Answers whether the shard could park (false: its bound was hit).
 struct WaitOnOwner {
     items: Vec<(TopicPartition, i64)>,
-    /// A follower's fetch: new data is a written end past the offset, not a high watermark.
-    replica: bool,
+    /// Which end moving past the offset is new data: the written end for a follower's fetch,
+    /// the last stable offset for read_committed, else the high watermark.
+    what: Watch,
     deadline_ms: u64,
 }
 
@@ -126,7 +127,7 @@ impl Request for WaitOnOwner {
                 }
             }
             shard
-                .wait_for_any(&watched, self.replica, self.deadline_ms)
+                .wait_for_any(&watched, self.what, self.deadline_ms)
                 .await
                 != Wait::Refused
         })
@@ -167,7 +168,14 @@ async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Re
     if replica >= 0 && crate::rpc::cut_off() {
         anyhow::bail!("a follower's fetch while cut off from the other nodes (fault hook)");
     }
-    let (items, mut entries) = route(shard, &catalog, served.partitions, replica);
+    // A follower replicates everything; a consumer's isolation level 1 is read_committed.
+    let read_committed = replica < 0 && req.isolation_level == 1;
+    let (items, mut entries) = route(
+        shard,
+        &catalog,
+        served.partitions,
+        (replica, read_committed),
+    );
     entries.extend(unknown);
     let wait_ms = req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
@@ -316,7 +324,7 @@ fn route(
     shard: &Shard,
     catalog: &Catalog,
     partitions: Vec<(Key, Wanted)>,
-    replica: i32,
+    (replica, read_committed): (i32, bool),
 ) -> (Vec<Item>, Vec<Entry>) {
     let mut items = Vec::new();
     let entries = partitions
@@ -342,6 +350,7 @@ fn route(
                             zero_copy: shard.config.fetch.zero_copy,
                             whole_first_batch: true,
                             replica,
+                            read_committed,
                         },
                     });
                     Ok(items.len() - 1)
@@ -414,8 +423,9 @@ fn respond(
             partition: e.partition,
             error_code: o.error_code,
             high_watermark: o.high_watermark,
-            last_stable_offset: o.high_watermark,
+            last_stable_offset: o.last_stable_offset,
             log_start_offset: o.log_start_offset,
+            aborted: o.aborted,
             records: o.records,
         };
         match topics.last_mut() {
@@ -490,7 +500,11 @@ async fn park(shard: &Rc<Shard>, items: &[Item], deadline_ms: u64) -> bool {
     for i in items {
         by_shard[i.owner].push((i.tp, i.read.offset));
     }
-    let replica = items.first().is_some_and(|i| i.read.replica >= 0);
+    let what = match items.first().map(|i| i.read) {
+        Some(r) if r.replica >= 0 => Watch::Written,
+        Some(r) if r.read_committed => Watch::Stable,
+        _ => Watch::Committed,
+    };
     let waits: Vec<_> = by_shard
         .into_iter()
         .enumerate()
@@ -498,7 +512,7 @@ async fn park(shard: &Rc<Shard>, items: &[Item], deadline_ms: u64) -> bool {
         .map(|(s, items)| {
             let wait = WaitOnOwner {
                 items,
-                replica,
+                what,
                 deadline_ms,
             };
             Box::pin(shard.call(s, wait))

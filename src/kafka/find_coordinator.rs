@@ -1,11 +1,14 @@
 //! FindCoordinator: a group is coordinated by the leader of its `__consumer_offsets` partition
 //! (on a single node, this broker, on the shard that owns the partition, which the broker
-//! routes to internally). v4 batches keys. Transaction coordinators are refused until
-//! transactions exist.
+//! routes to internally). A transactional id is coordinated by the leader of its
+//! `__transaction_state` partition, a topic created at the first such request (as Kafka does);
+//! in a cluster transactional ids are refused for now (see `txn/service.rs`). v4 batches keys.
 
 use super::{decode, encode, str_bytes, Reply};
+use crate::controller::{self, ControllerOp, NewTopic};
 use crate::group::{offsets_partition, OFFSETS_TOPIC};
 use crate::shard::Shard;
+use crate::txn::service::{state_partition, TXN_STATE_TOPIC};
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -13,27 +16,65 @@ use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 /// Where a key's coordinator is: Ok((node, host, port)) or Err(error code).
-fn coordinator_of(shard: &Shard, key_type: i8, key: &str) -> Result<(i32, String, i32), i16> {
-    // Transaction coordinators are not served yet: a transactional client is told so with an
-    // error it does not retry (COORDINATOR_NOT_AVAILABLE would have it wait out its timeout),
-    // the one InitProducerId answers transactional ids with.
-    if key_type != KEY_TYPE_GROUP {
-        return Err(ResponseError::TransactionalIdAuthorizationFailed.code());
-    }
-    // Groups need `__consumer_offsets` (created at first start, in a cluster once enough
-    // brokers registered) and a leader for the group's partition; until then clients retry.
+fn coordinator_of(shard: &Rc<Shard>, key_type: i8, key: &str) -> Result<(i32, String, i32), i16> {
     let not_available = ResponseError::CoordinatorNotAvailable.code();
     let catalog = shard.catalog();
-    let topic = catalog.topics.get(OFFSETS_TOPIC).ok_or(not_available)?;
-    let leader = catalog.leader_of(topic, offsets_partition(key, topic.record.partitions));
+    let (topic, partition) = match key_type {
+        // Groups need `__consumer_offsets` (created at first start, in a cluster once enough
+        // brokers registered) and a leader for the group's partition; until then clients retry.
+        KEY_TYPE_GROUP => {
+            let topic = catalog.topics.get(OFFSETS_TOPIC).ok_or(not_available)?;
+            (topic, offsets_partition(key, topic.record.partitions))
+        }
+        // Not in a cluster yet: told with an error the client does not retry (it would wait
+        // out its timeout on COORDINATOR_NOT_AVAILABLE).
+        KEY_TYPE_TRANSACTION if catalog.is_clustered() => {
+            return Err(ResponseError::TransactionalIdAuthorizationFailed.code())
+        }
+        KEY_TYPE_TRANSACTION => match catalog.topics.get(TXN_STATE_TOPIC) {
+            Some(topic) => (topic, state_partition(key, topic.record.partitions)),
+            None => {
+                create_txn_state_topic(shard);
+                return Err(not_available);
+            }
+        },
+        _ => return Err(ResponseError::InvalidRequest.code()),
+    };
+    let leader = catalog.leader_of(topic, partition);
     if leader == catalog.node_id {
         let (host, port) = shard.config.advertised();
         return Ok((leader, host, port));
     }
     let (host, port) = catalog.broker_address(leader).ok_or(not_available)?;
     Ok((leader, host.to_string(), port))
+}
+
+/// Creates `__transaction_state` (compacted, `transactions.state_partitions` partitions) in
+/// the background; FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile.
+fn create_txn_state_topic(shard: &Rc<Shard>) {
+    let topic = NewTopic {
+        name: TXN_STATE_TOPIC.to_string(),
+        partitions: shard.config.transactions.state_partitions,
+        replication_factor: -1,
+        configs: vec![("cleanup.policy".to_string(), "compact".to_string())],
+    };
+    let op = ControllerOp::CreateTopics {
+        topics: vec![topic],
+        validate_only: false,
+    };
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        for (code, message) in controller::submit(&shard, op).await.unwrap_or_default() {
+            // TOPIC_ALREADY_EXISTS: another request created it first.
+            if code != 0 && code != ResponseError::TopicAlreadyExists.code() {
+                log::error!("cannot create {TXN_STATE_TOPIC}: {code} {message:?}");
+            }
+        }
+    })
+    .detach();
 }
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {

@@ -1,8 +1,12 @@
-//! InitProducerId for idempotent producers: a new producer id (unique across restarts) with
-//! epoch 0. Transactional ids are not served yet.
+//! InitProducerId. An idempotent producer gets a new producer id (unique across restarts) with
+//! epoch 0. A transactional one is answered by its id's transaction coordinator: the id's
+//! producer id with its epoch bumped, which fences every older instance (an ongoing
+//! transaction of theirs is aborted first: CONCURRENT_TRANSACTIONS until it is, which clients
+//! retry).
 
 use super::{decode, encode, Reply};
 use crate::shard::Shard;
+use crate::txn::{ops, service};
 use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
@@ -10,27 +14,33 @@ use std::rc::Rc;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: InitProducerIdRequest = decode(body, version)?;
-    let resp = if req.transactional_id.is_some() {
-        InitProducerIdResponse::default()
-            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1)
-    } else {
+    let answer = match &req.transactional_id {
+        Some(id) => {
+            let init = ops::Init {
+                id: id.0.to_string(),
+                timeout_ms: req.transaction_timeout_ms,
+            };
+            match service::route(shard, init).await {
+                Ok(answer) => answer.map_err(|e| e.code()),
+                Err(e) => Err(e.code()),
+            }
+        }
         // Kafka gives a non-transactional producer a fresh id on every request, also when it
         // asks for an epoch bump (KIP-360): its old sequence state is then simply unused.
-        match crate::controller::allocate_producer_id(shard).await {
-            Ok(Ok(id)) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(id))
-                .with_producer_epoch(0),
-            Ok(Err(code)) => InitProducerIdResponse::default()
-                .with_error_code(code)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-            Err(_) => InitProducerIdResponse::default()
-                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        }
+        None => match crate::controller::allocate_producer_id(shard).await {
+            Ok(Ok(id)) => Ok((id, 0)),
+            Ok(Err(code)) => Err(code),
+            Err(_) => Err(ResponseError::CoordinatorNotAvailable.code()),
+        },
+    };
+    let resp = match answer {
+        Ok((id, epoch)) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(epoch),
+        Err(code) => InitProducerIdResponse::default()
+            .with_error_code(code)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
     };
     encode(&resp, version)
 }

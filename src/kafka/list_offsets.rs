@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1, the high watermark) and by timestamp.
+//! ListOffsets: earliest (-2), latest (-1: the high watermark, or for isolation level 1,
+//! read_committed, the last stable offset) and by timestamp.
 
 use super::{decode, encode, per_partition, Reply};
 use crate::partition::TopicPartition;
@@ -21,20 +22,22 @@ struct OffsetsOutcome {
     leader_epoch: i32,
 }
 
-/// Looks up offsets in partitions of one shard: (partition, timestamp) per item.
-struct ListOnOwner(Vec<(TopicPartition, i64)>);
+/// Looks up offsets in partitions of one shard: (partition, timestamp) per item, and whether
+/// the reader is read_committed.
+struct ListOnOwner(Vec<(TopicPartition, i64)>, bool);
 
 impl Request for ListOnOwner {
     type Reply = Vec<OffsetsOutcome>;
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<OffsetsOutcome>> {
         Box::pin(async move {
             let mut out = Vec::with_capacity(self.0.len());
+            let read_committed = self.1;
             for (tp, timestamp) in self.0 {
                 let Some(p) = shard.partition(tp) else {
                     out.push(failed(ResponseError::UnknownTopicOrPartition));
                     continue;
                 };
-                out.push(match p.offset_for(timestamp).await {
+                out.push(match p.offset_for(timestamp, read_committed).await {
                     Ok((offset, timestamp)) => OffsetsOutcome {
                         error_code: 0,
                         offset,
@@ -60,6 +63,7 @@ fn failed(e: ResponseError) -> OffsetsOutcome {
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: ListOffsetsRequest = decode(body, version)?;
+    let read_committed = req.isolation_level == 1;
     let outcomes = per_partition(
         shard,
         req.topics
@@ -67,7 +71,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .map(|t| (&t.name, t.partitions.as_slice())),
         |p| p.partition_index,
         |tp, p| (tp, p.timestamp),
-        ListOnOwner,
+        |items| ListOnOwner(items, read_committed),
         failed,
     )
     .await;

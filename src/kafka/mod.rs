@@ -1,6 +1,7 @@
 //! Kafka API handlers, one file per API, and the dispatch table. Each handler decodes its
 //! request, routes per-partition work to the owning shards, and encodes the response body.
 
+pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod authorized_operations;
@@ -14,6 +15,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_quorum;
 pub mod elect_leaders;
+pub mod end_txn;
 pub mod fetch;
 pub mod fetch_session;
 pub mod find_coordinator;
@@ -76,6 +78,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
@@ -143,6 +147,8 @@ pub async fn dispatch(
         ApiKey::DeleteGroups => delete_groups::handle(shard, v, body).await,
         ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
         ApiKey::InitProducerId => init_producer_id::handle(shard, v, body).await,
+        ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(shard, v, body).await,
+        ApiKey::EndTxn => end_txn::handle(shard, v, body).await,
         ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
         ApiKey::AlterConfigs => alter_configs::handle(shard, v, body).await,
         ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(shard, v, body).await,

@@ -11,10 +11,12 @@
 
 use super::Reply;
 use crate::partition::ingest::Rejected;
-use crate::partition::TopicPartition;
+use crate::partition::{Source, TopicPartition};
+use crate::protocol::batch;
 use crate::protocol::produce::{self, ProduceRequest};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
+use crate::txn::{ops, service};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::produce_response::{
@@ -22,6 +24,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
+use std::collections::HashSet;
 use std::rc::Rc;
 
 /// One partition's answer.
@@ -70,7 +73,7 @@ impl ProduceOutcome {
 struct ProduceOnOwner {
     acks: i16,
     deadline_ms: u64,
-    items: Vec<(TopicPartition, Option<Bytes>)>,
+    items: Vec<(TopicPartition, Option<Bytes>, Source)>,
 }
 
 impl Request for ProduceOnOwner {
@@ -80,9 +83,9 @@ impl Request for ProduceOnOwner {
         let appends: Vec<_> = self
             .items
             .into_iter()
-            .map(|(tp, records)| {
+            .map(|(tp, records, source)| {
                 let shard = shard.clone();
-                let append = append_one(&shard, tp, records, acks);
+                let append = append_one(&shard, tp, (records, source), acks);
                 async move {
                     let outcome = append.await;
                     if acks != -1 {
@@ -100,7 +103,7 @@ impl Request for ProduceOnOwner {
 fn append_one(
     shard: &Shard,
     tp: TopicPartition,
-    records: Option<Bytes>,
+    (records, source): (Option<Bytes>, Source),
     acks: i16,
 ) -> LocalBoxFuture<'static, ProduceOutcome> {
     let Some(partition) = shard.partition(tp) else {
@@ -112,7 +115,7 @@ fn append_one(
     if let Err(e) = partition.check_insync(acks) {
         return Box::pin(async move { ProduceOutcome::failed(e) });
     }
-    let append = partition.append(records);
+    let append = partition.append_from(records, source);
     Box::pin(async move {
         match append.await {
             Ok(a) => ProduceOutcome {
@@ -155,12 +158,13 @@ async fn committed(
 type Slots = Vec<Vec<(i32, Result<usize, ResponseError>)>>;
 
 /// A partition's records with the shard that owns it.
-type Routed = Vec<(usize, (TopicPartition, Option<Bytes>))>;
+type Routed = Vec<(usize, (TopicPartition, Option<Bytes>, Source))>;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
-    let (items, slots) = route(shard, &req);
+    let verified = verify_transactional(shard, &req).await;
+    let (items, slots) = route(shard, &req, &verified);
     let (acks, timeout_ms) = (req.acks, req.timeout_ms.max(0) as u64);
     let deadline_ms = shard.clock().monotonic_ms() + timeout_ms;
     let started = shard
@@ -184,7 +188,11 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
 }
 
 /// The items to route (with their owners) and the response's layout.
-fn route(shard: &Shard, req: &ProduceRequest) -> (Routed, Slots) {
+fn route(
+    shard: &Shard,
+    req: &ProduceRequest,
+    verified: &HashSet<(String, i32)>,
+) -> (Routed, Slots) {
     let catalog = shard.catalog();
     let acks_valid = matches!(req.acks, -1..=1);
     let mut items = Vec::new();
@@ -203,7 +211,14 @@ fn route(shard: &Shard, req: &ProduceRequest) -> (Routed, Slots) {
                         topic_id: t.record.id,
                         partition: p.index,
                     };
-                    items.push((shard.owner(&t.name, p.index), (tp, p.records.clone())));
+                    // Transactional batches go in only where the coordinator verified them.
+                    let source = if verified.contains(&(topic.name.clone(), p.index)) {
+                        Source::VerifiedTransaction
+                    } else {
+                        Source::Client
+                    };
+                    let item = (tp, p.records.clone(), source);
+                    items.push((shard.owner(&t.name, p.index), item));
                     Ok(items.len() - 1)
                 }
                 _ => Err(ResponseError::UnknownTopicOrPartition),
@@ -213,6 +228,41 @@ fn route(shard: &Shard, req: &ProduceRequest) -> (Routed, Slots) {
         slots.push(row);
     }
     (items, slots)
+}
+
+/// The partitions of a transactional producer's request that its coordinator has in the
+/// producer's ongoing transaction at the batches' epoch (KIP-890 part 1). One question to the
+/// coordinator per request; the others' transactional batches are refused by the partition.
+async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> HashSet<(String, i32)> {
+    let Some(id) = &req.transactional_id else {
+        return HashSet::new();
+    };
+    let mut producer = None;
+    let mut partitions = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let header = p.records.as_ref().and_then(|r| batch::parse_header(r).ok());
+            if let Some(h) = header.filter(|h| h.is_transactional() && !h.is_control()) {
+                producer.get_or_insert((h.producer_id, h.producer_epoch));
+                partitions.push((t.name.clone(), p.index));
+            }
+        }
+    }
+    let Some((producer_id, epoch)) = producer else {
+        return HashSet::new();
+    };
+    let verify = ops::Verify {
+        id: id.clone(),
+        producer_id,
+        epoch,
+        partitions: partitions.clone(),
+    };
+    let answers = service::route(shard, verify).await.unwrap_or_default();
+    partitions
+        .into_iter()
+        .zip(answers)
+        .filter_map(|(p, ok)| ok.then_some(p))
+        .collect()
 }
 
 fn partition_response(index: i32, o: ProduceOutcome, version: i16) -> PartitionProduceResponse {

@@ -31,6 +31,7 @@ pub mod ingest;
 pub mod monitor;
 pub mod replica;
 pub mod retention;
+pub mod txn;
 
 use crate::protocol::batch::{self, BatchError, BatchHeader};
 use crate::protocol::chunk::{Chunk, FileSlice};
@@ -50,6 +51,7 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
+pub use txn::{Source, Watch};
 
 /// The file in a partition's directory that names its topic's id.
 const TOPIC_ID_FILE: &str = ".topic_id";
@@ -87,6 +89,9 @@ pub struct ReadRequest {
     /// The node id of a follower fetching to replicate (-1: a consumer). A follower reads up
     /// to the written end, and its fetch offset reports what it has synced.
     pub replica: i32,
+    /// `isolation.level=read_committed`: only below the last stable offset (KIP-98), with the
+    /// aborted transactions of the range named.
+    pub read_committed: bool,
 }
 
 /// A partition's answer to a read: an error code (0: none), its offsets, and records (None:
@@ -94,7 +99,11 @@ pub struct ReadRequest {
 pub struct ReadResult {
     pub error_code: i16,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// For a read_committed read: the aborted transactions with records in the range, as
+    /// (producer id, first offset).
+    pub aborted: Option<Vec<(i64, i64)>>,
     pub records: Option<Chunk>,
 }
 
@@ -103,7 +112,9 @@ impl ReadResult {
         ReadResult {
             error_code: e.code(),
             high_watermark,
+            last_stable_offset: high_watermark,
             log_start_offset,
+            aborted: None,
             records: None,
         }
     }
@@ -120,6 +131,10 @@ pub struct Partition {
     monitor: Rc<OffsetMonitor>,
     /// Waiters for the written end (followers' long polls on a leader).
     written_monitor: Rc<OffsetMonitor>,
+    /// Waiters for the last stable offset (read_committed long polls).
+    stable_monitor: Rc<OffsetMonitor>,
+    /// The last stable offset's place in the log, once looked up (`txn.rs`).
+    stable_position: Cell<Option<LogPosition>>,
     /// Waiters for the synced end (a follower's fetcher before it reports what it synced).
     synced_monitor: Rc<OffsetMonitor>,
     /// The replicas, this node's role, and the commit rule over them.
@@ -202,6 +217,8 @@ impl Partition {
             append_lock: FifoLock::default(),
             monitor: OffsetMonitor::new(),
             written_monitor: OffsetMonitor::new(),
+            stable_monitor: OffsetMonitor::new(),
+            stable_position: Cell::new(None),
             synced_monitor: OffsetMonitor::new(),
             replicas: RefCell::new(Replicas::alone()),
             needs_truncation: Cell::new(false),
@@ -260,6 +277,7 @@ impl Partition {
         self.log.borrow_mut().failed = true;
         self.monitor.wake_all();
         self.written_monitor.wake_all();
+        self.stable_monitor.wake_all();
         self.synced_monitor.wake_all();
     }
 
@@ -277,17 +295,27 @@ impl Partition {
         self: &Rc<Self>,
         records: Bytes,
     ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
+        self.append_from(records, Source::Client)
+    }
+
+    /// `append`, for batches from `source` (see `txn::Source`: what each may write).
+    pub fn append_from(
+        self: &Rc<Self>,
+        records: Bytes,
+        source: Source,
+    ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
         let turn = self.append_lock.lock();
         let this = self.clone();
-        async move { this.append_in_turn(records, turn).await }
+        async move { this.append_in_turn(records, source, turn).await }
     }
 
     async fn append_in_turn(
         self: &Rc<Self>,
         records: Bytes,
+        source: Source,
         turn: Ticket,
     ) -> Result<Appended, Rejected> {
-        let headers = self.validate(&records)?;
+        let headers = self.validate(&records, source)?;
         let _turn = turn.await;
         if self.is_failed() {
             return Err(ResponseError::KafkaStorageError.into());
@@ -295,8 +323,10 @@ impl Partition {
         if !self.is_leader() {
             return Err(ResponseError::NotLeaderOrFollower.into());
         }
-        if let Some(duplicate) = self.check_sequence(&headers)? {
-            return Ok(duplicate);
+        if source != Source::Coordinator {
+            if let Some(duplicate) = self.check_sequence(&headers)? {
+                return Ok(duplicate);
+            }
         }
         let now_ms = self.env.clock.wall_ms();
         // Under the turn: one conversion per partition at a time bounds the memory it takes.
@@ -331,6 +361,9 @@ impl Partition {
         }
         self.queue_for_sync();
         self.written_monitor.advance(appended.end_offset);
+        if source == Source::Coordinator {
+            self.advance_stable(); // a marker may have ended a transaction below the HW
+        }
         Ok(appended)
     }
 
@@ -352,7 +385,7 @@ impl Partition {
     }
 
     /// Checks every batch (magic 2, lengths, CRC32C) and the topic's size bound.
-    fn validate(&self, records: &Bytes) -> Result<Vec<BatchHeader>, ResponseError> {
+    fn validate(&self, records: &Bytes, source: Source) -> Result<Vec<BatchHeader>, ResponseError> {
         let headers = batch::validate_all(records).map_err(|e| {
             log::warn!("produce to {}: rejected batch: {e:?}", self.name);
             match e {
@@ -361,7 +394,7 @@ impl Partition {
             }
         })?;
         self.check_size(&headers)?;
-        check_not_transactional(&self.name, &headers)?;
+        txn::check_source(&self.name, &headers, source)?;
         Ok(headers)
     }
 
@@ -443,27 +476,37 @@ impl Partition {
     /// Registers `waiter` to wake once the high watermark (for a follower's fetch, `replica`:
     /// the written end) reaches `offset`; None when it has already (or the partition failed,
     /// or a follower's wait on a node that no longer leads), so there is nothing to wait for.
-    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>, replica: bool) -> Option<Registration> {
+    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>, what: Watch) -> Option<Registration> {
         if self.is_failed() {
             return None;
         }
-        if replica {
-            if self.log.borrow().written().offset >= offset || !self.is_leader() {
-                return None;
+        match what {
+            Watch::Written => {
+                if self.log.borrow().written().offset >= offset || !self.is_leader() {
+                    return None;
+                }
+                Some(self.written_monitor.register(offset, waiter))
             }
-            return Some(self.written_monitor.register(offset, waiter));
+            Watch::Stable => {
+                if self.last_stable_offset() >= offset {
+                    return None;
+                }
+                Some(self.stable_monitor.register(offset, waiter))
+            }
+            Watch::Committed => {
+                if self.high_watermark() >= offset {
+                    return None;
+                }
+                Some(self.monitor.register(offset, waiter))
+            }
         }
-        if self.high_watermark() >= offset {
-            return None;
-        }
-        Some(self.monitor.register(offset, waiter))
     }
 
     /// Waits until the high watermark reaches `offset` (true) or `deadline` completes first
     /// (false). A failed partition ends the wait too (true): the caller checks `is_failed`.
     pub async fn wait_for_offset(&self, offset: i64, deadline: impl Future<Output = ()>) -> bool {
         let waiter = Waiter::new();
-        let Some(_registration) = self.watch(offset, &waiter, false) else {
+        let Some(_registration) = self.watch(offset, &waiter, Watch::Committed) else {
             return true;
         };
         let woken = waiter.woken();
@@ -484,14 +527,25 @@ impl Partition {
             let log = self.log.borrow();
             return ReadResult::failed(e, log.high_watermark(), log.log_start_offset);
         }
+        let stable = match self.stable_bound().await {
+            Ok(stable) => stable,
+            Err(e) => return self.read_failed(&req, e),
+        };
         let (plan, hw, lso) = {
             let log = self.log.borrow();
             let (hw, lso) = (log.high_watermark(), log.log_start_offset);
             let bound = if req.replica >= 0 {
                 log.written()
+            } else if req.read_committed {
+                stable
             } else {
                 log.hw_position()
             };
+            // Between the last stable offset and the high watermark there is nothing yet for
+            // a read_committed reader, and no error either.
+            if req.read_committed && req.offset > bound.offset && req.offset <= hw {
+                return self.read_result(&req, hw, stable.offset, lso, None);
+            }
             match log.plan_read_below(req.offset, bound) {
                 Err(ReadError::OffsetOutOfRange) => {
                     return ReadResult::failed(ResponseError::OffsetOutOfRange, hw, lso)
@@ -499,22 +553,23 @@ impl Partition {
                 Ok(plan) => (plan, hw, lso),
             }
         };
-        let records = match plan {
-            None => Ok(None),
-            Some(plan) => self.read_planned(&plan, req).await,
-        };
-        match records {
-            Ok(records) => ReadResult {
-                error_code: 0,
-                high_watermark: hw,
-                log_start_offset: lso,
-                records,
+        match plan.map(|plan| self.read_planned(plan, req)) {
+            None => self.read_result(&req, hw, stable.offset, lso, None),
+            Some(read) => match read.await {
+                Ok(records) => self.read_result(&req, hw, stable.offset, lso, records),
+                Err(e) => self.read_failed(&req, e),
             },
-            Err(e) => {
-                log::error!("fetch {} at {}: {e}", self.name, req.offset);
-                ReadResult::failed(ResponseError::KafkaStorageError, hw, lso)
-            }
         }
+    }
+
+    fn read_failed(&self, req: &ReadRequest, e: std::io::Error) -> ReadResult {
+        log::error!("fetch {} at {}: {e}", self.name, req.offset);
+        let log = self.log.borrow();
+        ReadResult::failed(
+            ResponseError::KafkaStorageError,
+            log.high_watermark(),
+            log.log_start_offset,
+        )
     }
 
     /// Whether a read may be served: the partition works, this node leads it, the epoch the
@@ -545,9 +600,10 @@ impl Partition {
     /// asynchronously.
     async fn read_planned(
         &self,
-        plan: &ReadPlan,
+        plan: ReadPlan,
         req: ReadRequest,
     ) -> std::io::Result<Option<Chunk>> {
+        let plan = &plan;
         let boundary = |limit| {
             self.log
                 .borrow()
@@ -577,7 +633,11 @@ impl Partition {
 
     /// ListOffsets for one partition: (offset, timestamp) for earliest (-2), latest (-1: the
     /// high watermark) or the first record at or after a timestamp; (-1, -1) when none is.
-    pub async fn offset_for(&self, timestamp: i64) -> Result<(i64, i64), ResponseError> {
+    pub async fn offset_for(
+        &self,
+        timestamp: i64,
+        read_committed: bool,
+    ) -> Result<(i64, i64), ResponseError> {
         const LATEST: i64 = -1;
         const EARLIEST: i64 = -2;
         let (plan, log_start_offset) = {
@@ -586,6 +646,7 @@ impl Partition {
                 return Err(ResponseError::KafkaStorageError);
             }
             match timestamp {
+                LATEST if read_committed => return Ok((self.last_stable_offset(), -1)),
                 LATEST => return Ok((log.high_watermark(), -1)),
                 EARLIEST => return Ok((log.log_start_offset, -1)),
                 t if t < 0 => return Err(ResponseError::InvalidRequest),
@@ -650,21 +711,4 @@ impl Partition {
                 .storage_error(&self.name, "checkpointing the high watermark", &e),
         }
     }
-}
-
-/// Clients write no control batches: markers come from a transaction coordinator (Kafka
-/// answers INVALID_RECORD). A transactional batch is taken only for a partition its
-/// coordinator added to the producer's ongoing transaction (KIP-890 part 1), and no
-/// coordinator is served yet: taking one would open a transaction here that nothing ends,
-/// holding back the partition's last stable offset (a hanging transaction).
-fn check_not_transactional(name: &str, headers: &[BatchHeader]) -> Result<(), ResponseError> {
-    let refused = if headers.iter().any(|h| h.is_control()) {
-        ResponseError::InvalidRecord
-    } else if headers.iter().any(|h| h.is_transactional()) {
-        ResponseError::InvalidTxnState
-    } else {
-        return Ok(());
-    };
-    log::warn!("produce to {name}: refused a client's transactional or control batch: {refused:?}");
-    Err(refused)
 }

@@ -195,6 +195,7 @@ impl Partition {
             to.offset
         };
         self.monitor.advance(high_watermark);
+        self.advance_stable();
     }
 
     // ---- follower side ---------------------------------------------------------------------

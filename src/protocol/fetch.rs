@@ -30,6 +30,9 @@ pub struct PartitionResponse {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// read_committed: the aborted transactions of the range, (producer id, first offset);
+    /// None (a null array) for read_uncommitted.
+    pub aborted: Option<Vec<(i64, i64)>>,
     /// Whole record batches, from one segment.
     pub records: Option<Chunk>,
 }
@@ -66,7 +69,17 @@ pub fn encode(resp: FetchResponse, version: i16) -> (Vec<Chunk>, usize) {
             if version >= 5 {
                 w.buf.put_i64(p.log_start_offset);
             }
-            w.null_array(); // aborted_transactions: no transactions yet
+            match &p.aborted {
+                None => w.null_array(),
+                Some(aborted) => {
+                    w.array_len(aborted.len());
+                    for &(producer_id, first_offset) in aborted {
+                        w.buf.put_i64(producer_id);
+                        w.buf.put_i64(first_offset);
+                        w.empty_tagged_fields();
+                    }
+                }
+            }
             if version >= 11 {
                 w.buf.put_i32(-1); // preferred_read_replica
             }
@@ -112,6 +125,7 @@ mod tests {
                             high_watermark: 7,
                             last_stable_offset: 7,
                             log_start_offset: 0,
+                            aborted: Some(vec![(4000, 3), (4001, 5)]),
                             records: Some(batch.clone().into()),
                         },
                         PartitionResponse {
@@ -120,6 +134,7 @@ mod tests {
                             high_watermark: -1,
                             last_stable_offset: -1,
                             log_start_offset: -1,
+                            aborted: None,
                             records: None,
                         },
                     ],
@@ -139,6 +154,13 @@ mod tests {
             assert_eq!(p[0].high_watermark, 7);
             assert_eq!(p[0].records.as_ref().unwrap(), &batch);
             assert_eq!(p[1].error_code, 1);
+            let aborted = p[0].aborted_transactions.as_ref().expect("a list");
+            let aborted: Vec<(i64, i64)> = aborted
+                .iter()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect();
+            assert_eq!(aborted, vec![(4000, 3), (4001, 5)]);
+            assert!(p[1].aborted_transactions.is_none());
             if version >= 13 {
                 assert_eq!(decoded.responses[0].topic_id.as_bytes(), &[7; 16]);
             } else {

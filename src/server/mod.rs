@@ -396,6 +396,8 @@ async fn run_shard(
     crate::group::replay::load_led(&shard).await;
     glommio::spawn_local(crate::group::replay::follow_leadership(shard.clone())).detach();
     glommio::spawn_local(crate::group::drive(shard.clone())).detach();
+    glommio::spawn_local(crate::txn::service::follow_leadership(shard.clone())).detach();
+    glommio::spawn_local(crate::txn::service::expire(shard.clone())).detach();
     glommio::spawn_local(shard.clone().expire_producers()).detach();
     glommio::spawn_local(shard.clone().enforce_retention()).detach();
     glommio::spawn_local(shard.clone().compact_logs()).detach();
@@ -490,6 +492,7 @@ fn wire_services(shard: &Rc<Shard>, start: &ShardStart, cluster: Option<Rc<Clust
         config,
         Box::new(RandomIds),
     )));
+    shard.provide(Rc::new(crate::txn::service::TxnService::new(config)));
     shard.provide(Rc::new(SessionCache::new(FetchSessions::new(
         start.id,
         start.router.shards(),

@@ -340,18 +340,17 @@ impl Shard {
     }
 
     /// Waits until any of `watched` (partition, offset) reaches its offset (or fails), or
-    /// `deadline_ms`: one waiter registered in each partition's offset monitor (for a
-    /// follower's fetch, `replica`: the written end's monitor).
+    /// `deadline_ms`: one waiter registered in each partition's monitor of the end `what` names.
     pub async fn wait_for_any(
         &self,
         watched: &[(Rc<Partition>, i64)],
-        replica: bool,
+        what: crate::partition::Watch,
         deadline_ms: u64,
     ) -> Wait {
         let waiter = Waiter::new();
         let mut registrations = Vec::with_capacity(watched.len());
         for (partition, offset) in watched {
-            match partition.watch(*offset, &waiter, replica) {
+            match partition.watch(*offset, &waiter, what) {
                 Some(r) => registrations.push(r),
                 None => return Wait::Done,
             }

@@ -20,6 +20,7 @@ use super::epochs::LeaderEpochs;
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
+use super::txn_index::{self, AbortedTxn};
 use crate::metrics::SEGMENT_DESCRIPTORS;
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
@@ -124,6 +125,9 @@ pub struct PartitionLog {
     /// offset a replica reports (always a batch end) maps to its place in the log when the
     /// commit rule moves the high watermark there. Bounded by `MAX_TRACKED_ENDS`.
     ends: VecDeque<LogPosition>,
+    /// The aborted transactions whose markers the log holds, in marker order (`txn_index.rs`):
+    /// what a read_committed fetch names so that the client drops their records.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// Bound on the batch ends a log tracks above its high watermark. Past it, ends are not
@@ -144,6 +148,9 @@ pub struct AppendPlan {
     pub log_append_time_ms: i64,
     /// Where the log ends once the batches are written.
     pub end: LogPosition,
+    /// The abort markers among the batches, as index entries: synced before the batches are
+    /// written (see `txn_index.rs`).
+    aborted: Vec<AbortedTxn>,
 }
 
 /// The broker-owned header fields a leader's append writes into each batch.
@@ -306,6 +313,7 @@ impl PartitionLog {
         let producers =
             rebuild_producers(&dir, high_watermark.offset, recovered.idempotent, now_ms);
         let epochs = LeaderEpochs::load(&dir, high_watermark.offset);
+        let aborted = load_aborted(&dir, &segments, log_start_offset, high_watermark.offset)?;
         Ok(PartitionLog {
             dir,
             settings,
@@ -322,6 +330,7 @@ impl PartitionLog {
             cleaned_to: log_start_offset,
             epochs,
             ends: VecDeque::new(),
+            aborted,
         })
     }
 
@@ -509,6 +518,7 @@ impl PartitionLog {
         let mut at = 0usize;
         let mut next = base_offset;
         let mut heads = Vec::with_capacity(headers.len());
+        let mut aborted = Vec::new();
         for h in headers {
             let mut head: [u8; batch::HEADER_BYTES] = records[at..at + batch::HEADER_BYTES]
                 .try_into()
@@ -527,7 +537,24 @@ impl PartitionLog {
             segment
                 .meta
                 .note_batch(&assigned, position + at as u64, interval);
+            let first = (assigned.is_transactional() && assigned.is_control())
+                .then(|| self.producers.txn_first_offset(assigned.producer_id))
+                .flatten();
             self.producers.record(&assigned, now_ms as i64);
+            if let Some(first_offset) = first {
+                if crate::protocol::control::commits(&records[at..at + h.size_bytes]) == Some(false)
+                {
+                    aborted.push(AbortedTxn {
+                        producer_id: assigned.producer_id,
+                        first_offset,
+                        last_offset: assigned.base_offset,
+                        last_stable_offset: self
+                            .producers
+                            .first_unstable_offset()
+                            .unwrap_or(assigned.next_offset()),
+                    });
+                }
+            }
             next = assigned.next_offset();
             at += h.size_bytes;
             if self.ends.len() < MAX_TRACKED_ENDS {
@@ -557,6 +584,7 @@ impl PartitionLog {
             end_offset: next,
             log_append_time_ms: stamp.and_then(|s| s.append_time).unwrap_or(-1),
             end,
+            aborted,
         }
     }
 
@@ -569,7 +597,12 @@ impl PartitionLog {
         log: &std::cell::RefCell<PartitionLog>,
         plan: AppendPlan,
     ) -> std::io::Result<()> {
-        let error = match write_batches(&plan) {
+        let dir = log.borrow().dir.clone();
+        let indexed = plan
+            .aborted
+            .iter()
+            .try_for_each(|e| txn_index::append_synced(&dir, e));
+        let error = match indexed.and_then(|()| write_batches(&plan)) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
                 assert!(
@@ -581,10 +614,18 @@ impl PartitionLog {
                 );
                 l.written = plan.end;
                 l.dirty = true;
+                l.aborted.extend_from_slice(&plan.aborted);
                 return Ok(());
             }
             Err(e) => e,
         };
+        if !plan.aborted.is_empty() {
+            // Entries synced for markers that were not written must not outlive them.
+            let kept = log.borrow().aborted.clone();
+            if let Err(e) = txn_index::rewrite(&dir, &kept) {
+                log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
+            }
+        }
         if let Err(undo) = PartitionLog::truncate_to(log, plan.base_offset).await {
             log::error!(
                 "partition {}: cannot undo a failed append ({undo}); offline until restart",
@@ -871,6 +912,11 @@ impl PartitionLog {
         while l.ends.back().is_some_and(|e| e.offset > end.offset) {
             l.ends.pop_back();
         }
+        let kept = l.aborted.partition_point(|e| e.last_offset < end.offset);
+        if kept < l.aborted.len() {
+            l.aborted.truncate(kept);
+            txn_index::rewrite(&dir, &l.aborted)?;
+        }
         if l.epochs.truncate_from(end.offset) {
             l.epochs.save(&dir)?;
         }
@@ -953,6 +999,30 @@ fn rebuild_producers(
         .ok()
         .and_then(|raw| producer_state::decode_snapshot(&raw));
     producer_state::rebuild(snapshot, log_end, &scanned, now_ms as i64)
+}
+
+/// The aborted-transaction index as recovery left the log (entries of markers it kept); a
+/// damaged file is rebuilt from the segments' batches and rewritten.
+fn load_aborted(
+    dir: &Path,
+    segments: &[Segment],
+    log_start: i64,
+    log_end: i64,
+) -> std::io::Result<Vec<AbortedTxn>> {
+    let (entries, intact) = txn_index::load(dir, log_start, log_end);
+    if intact {
+        return Ok(entries);
+    }
+    let bases: Vec<i64> = segments.iter().map(|s| s.meta.base_offset).collect();
+    let rebuilt = recovery::rebuild_aborted(dir, &bases)?;
+    log::warn!(
+        "{}: the aborted-transaction index was damaged ({} entries readable); rebuilt from the log: {} entries",
+        dir.display(),
+        entries.len(),
+        rebuilt.len()
+    );
+    txn_index::rewrite(dir, &rebuilt)?;
+    Ok(rebuilt)
 }
 
 /// Writes the producer snapshot next to the segments, replacing the previous one atomically.

@@ -188,6 +188,16 @@ impl ProducerTable {
         Some(first)
     }
 
+    /// The first offset of `producer_id`'s ongoing transaction here, if it has one.
+    pub fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers.get(&producer_id)?.txn_first_offset
+    }
+
+    /// The producer's current epoch here, if it is known.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|p| p.epoch)
+    }
+
     /// The first offset of the oldest ongoing transaction: nothing from it on is stable.
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.first().map(|(first, _)| *first)

@@ -89,6 +89,22 @@ pub async fn locate_batches(
     }))
 }
 
+/// Where the batch that begins at `offset` starts in the plan's segment: a walk of at most one
+/// index interval of headers from the plan's start (the index entry at or before it). Used for
+/// the last stable offset, always a batch start below the high watermark.
+pub async fn batch_start(plan: &ReadPlan, offset: i64) -> std::io::Result<u64> {
+    let end = plan.position + plan.readable;
+    let mut at = plan.position;
+    while at < end {
+        let header = read_header(plan, at, end).await?;
+        if header.base_offset >= offset {
+            return Ok(at);
+        }
+        at += header.size_bytes as u64;
+    }
+    Ok(end)
+}
+
 /// Reads the batches of a fetch into memory: the copying path, and the broker's own replays.
 pub async fn read_batches(
     plan: &ReadPlan,

@@ -10,6 +10,7 @@
 
 use super::index::{OffsetIndex, TimeIndex};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
+use super::txn_index::{AbortedTxn, Rebuilder};
 use crate::protocol::batch::{self, HEADER_BYTES};
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -232,6 +233,43 @@ fn truncate_file(path: &Path, len: u64) -> io::Result<()> {
     let f = fs::OpenOptions::new().write(true).open(path)?;
     f.set_len(len)?;
     f.sync_all()
+}
+
+/// Rebuilds the aborted-transaction index from the segments `bases` (recovered, in order):
+/// every batch header is read, and each transactional control batch whole, to learn whether
+/// it commits. Transactions open before the first segment are unknown (their records lie
+/// below the log start anyway).
+pub fn rebuild_aborted(dir: &Path, bases: &[i64]) -> io::Result<Vec<AbortedTxn>> {
+    let mut rebuilder = Rebuilder::new([]);
+    let mut buf = vec![0u8; HEADER_BYTES];
+    for &base in bases {
+        let mut file = File::open(SegmentMeta::log_path(dir, base))?;
+        let file_len = file.metadata()?.len();
+        let mut pos = 0u64;
+        while pos + HEADER_BYTES as u64 <= file_len {
+            file.seek(SeekFrom::Start(pos))?;
+            buf.resize(HEADER_BYTES, 0);
+            file.read_exact(&mut buf)?;
+            let h = match batch::parse_header(&buf) {
+                Ok(h)
+                    if h.size_bytes <= MAX_BATCH_BYTES && pos + h.size_bytes as u64 <= file_len =>
+                {
+                    h
+                }
+                _ => break, // recovery already cut the log at its first bad batch
+            };
+            let commits = if h.is_transactional() && h.is_control() {
+                buf.resize(h.size_bytes, 0);
+                file.read_exact(&mut buf[HEADER_BYTES..])?;
+                crate::protocol::control::commits(&buf)
+            } else {
+                None
+            };
+            rebuilder.note(&h, commits);
+            pos += h.size_bytes as u64;
+        }
+    }
+    Ok(rebuilder.finish().0)
 }
 
 pub fn remove_segment(dir: &Path, base: i64) -> io::Result<()> {

@@ -5,9 +5,11 @@
 //! (i16, 0), producer id, the transaction's first offset, its last offset (the marker's), and
 //! the last stable offset once it was aborted.
 //!
-//! The file is derived data: recovery rebuilds it from the batches (`Rebuilder`) when it is
-//! missing or damaged, and `decode` says which. Not served yet: the transaction coordinator
-//! that writes markers is issue 18's next part.
+//! One file per partition (`aborted-transactions`, Kafka keeps one per segment), in marker
+//! order. An entry is appended and synced *before* its abort marker is written, so a marker
+//! that survived a crash always has its entry; an entry whose marker did not survive lies at or
+//! past the recovered log end and is dropped on load (`load`). A damaged file is rebuilt from
+//! the log's batches (`Rebuilder`, via `storage::recovery::rebuild_aborted`).
 
 use crate::protocol::batch::BatchHeader;
 use std::collections::BTreeMap;
@@ -76,10 +78,13 @@ pub fn decode(raw: &[u8]) -> (Vec<AbortedTxn>, bool) {
 
 /// What a read_committed fetch returning offsets `from..upper` carries: the aborted
 /// transactions with records there, as (producer id, first offset), in first-offset order.
+/// `entries` are in marker order (as `decode` keeps them), so those whose marker lies before
+/// `from` are skipped without a look.
 pub fn aborted_between(entries: &[AbortedTxn], from: i64, upper: i64) -> Vec<(i64, i64)> {
-    let mut out: Vec<(i64, i64)> = entries
+    let skip = entries.partition_point(|e| e.last_offset < from);
+    let mut out: Vec<(i64, i64)> = entries[skip..]
         .iter()
-        .filter(|e| e.last_offset >= from && e.first_offset < upper)
+        .filter(|e| e.first_offset < upper)
         .map(|e| (e.producer_id, e.first_offset))
         .collect();
     out.sort_by_key(|&(_, first)| first);
@@ -132,6 +137,51 @@ impl Rebuilder {
     pub fn finish(self) -> (Vec<AbortedTxn>, BTreeMap<i64, i64>) {
         (self.entries, self.open)
     }
+}
+
+/// The partition directory's index file.
+pub const FILE: &str = "aborted-transactions";
+
+/// The entries of `dir`'s index whose markers lie in `log_start..log_end` (what recovery kept),
+/// and whether the file was intact (a damaged one must be rebuilt: `Rebuilder`).
+pub fn load(dir: &std::path::Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool) {
+    let raw = match std::fs::read(dir.join(FILE)) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), true),
+        Err(e) => {
+            log::warn!("{}: cannot read {FILE}: {e}; rebuilding it", dir.display());
+            return (Vec::new(), false);
+        }
+    };
+    let (mut entries, intact) = decode(&raw);
+    entries.retain(|e| e.last_offset < log_end && e.last_offset >= log_start);
+    (entries, intact)
+}
+
+/// Appends one entry to `dir`'s index and syncs it (blocking: the caller runs it off the
+/// shard's thread). Aborts are rare next to appends, so one sync each is cheap.
+pub fn append_synced(dir: &std::path::Path, entry: &AbortedTxn) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(FILE))?;
+    f.write_all(&entry.encode())?;
+    f.sync_data()
+}
+
+/// Replaces `dir`'s index with `entries` (after a truncation or a rebuild): written aside,
+/// synced, renamed over the old file.
+pub fn rewrite(dir: &std::path::Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    for e in entries {
+        f.write_all(&e.encode())?;
+    }
+    f.sync_data()?;
+    std::fs::rename(&tmp, dir.join(FILE))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

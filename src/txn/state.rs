@@ -125,9 +125,17 @@ struct Txn {
 }
 
 /// The coordinator's transactions (of the `__transaction_state` partitions it leads).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Coordinator {
     txns: BTreeMap<String, Txn>,
+    /// The longest transaction timeout a producer may ask for.
+    max_timeout_ms: i32,
+}
+
+impl Default for Coordinator {
+    fn default() -> Self {
+        Coordinator::new(MAX_TIMEOUT_MS)
+    }
 }
 
 fn fail<T>(e: ResponseError) -> Result<T, ResponseError> {
@@ -135,6 +143,13 @@ fn fail<T>(e: ResponseError) -> Result<T, ResponseError> {
 }
 
 impl Coordinator {
+    pub fn new(max_timeout_ms: i32) -> Coordinator {
+        Coordinator {
+            txns: BTreeMap::new(),
+            max_timeout_ms,
+        }
+    }
+
     pub fn get(&self, id: &str) -> Option<&TxnRecord> {
         self.txns.get(id).map(|t| &t.record)
     }
@@ -211,7 +226,7 @@ impl Coordinator {
         new_producer_id: i64,
         now_ms: i64,
     ) -> Result<(Step, bool), ResponseError> {
-        if timeout_ms <= 0 || timeout_ms > MAX_TIMEOUT_MS {
+        if timeout_ms <= 0 || timeout_ms > self.max_timeout_ms {
             return fail(ResponseError::InvalidTransactionTimeout);
         }
         let fresh = TxnRecord {

@@ -462,16 +462,6 @@ def test_produce_to_an_invalid_topic_name_fails_at_once(make_broker):
         assert struct.pack(">h", 17) + kw.string("bad name!") in resp
 
 
-def test_transactional_producer_fails_fast(make_broker):
-    """Until transactions exist, a transactional producer learns so at once with a
-    non-retriable error instead of retrying until its timeout."""
-    broker = make_broker(shards=1)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-1"})
-    with pytest.raises(KafkaException) as e:
-        producer.init_transactions(30)
-    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-
-
 def test_error_codes_on_the_wire(make_broker):
     """The exact codes, as a client library would see them in the frames."""
     broker = make_broker(shards=1)
@@ -483,10 +473,6 @@ def test_error_codes_on_the_wire(make_broker):
         s.sendall(kw.request(0, 8, 1, kw.produce_v3("bounded", 0, old)))
         error, record_errors, message = kw.produce_v8_result(kw.read_response(s))
         assert (error, [i for i, _ in record_errors]) == (32, [0, 1]) and message
-        # FindCoordinator v1 for a transactional id (key type 1): 53, not retriable.
-        s.sendall(kw.request(10, 1, 2, kw.string("tx-1") + b"\x01"))
-        (code,) = struct.unpack_from(">h", kw.read_response(s), 4 + 4)
-        assert code == 53
         # A static broker key: INVALID_REQUEST (42) naming it.
         edits = [("log.dirs", 0, "/elsewhere")]
         s.sendall(kw.request(44, 0, 3, kw.incremental_alter_configs_v0(4, "0", edits)))

@@ -1,0 +1,173 @@
+//! One typed request per transaction operation, each run on its id's coordinator shard
+//! (`service::route`).
+
+use super::service::{persist, start_markers, TxnRequest, TxnService};
+use super::state::{TxnPartition, TxnRecord};
+use crate::shard::Shard;
+use futures::future::LocalBoxFuture;
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+fn now_ms(shard: &Shard) -> i64 {
+    shard.clock().wall_ms() as i64
+}
+
+/// InitProducerId with a transactional id: Ok((producer id, epoch)).
+pub struct Init {
+    pub id: String,
+    pub timeout_ms: i32,
+}
+
+impl TxnRequest for Init {
+    type Reply = Result<(i64, i16), ResponseError>;
+    fn transactional_id(&self) -> &str {
+        &self.id
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move {
+            let service = shard.service::<TxnService>();
+            // A fresh producer id only where one is needed: a new id, or an epoch used up.
+            let needs_id = service
+                .coordinator
+                .borrow()
+                .get(&self.id)
+                .is_none_or(|r| r.producer_epoch >= i16::MAX - 1);
+            let new_id = if needs_id {
+                match crate::controller::allocate_producer_id(&shard).await {
+                    Ok(Ok(id)) => id,
+                    Ok(Err(code)) => {
+                        return Err(ResponseError::try_from_code(code)
+                            .unwrap_or(ResponseError::CoordinatorNotAvailable))
+                    }
+                    Err(_) => return Err(ResponseError::CoordinatorNotAvailable),
+                }
+            } else {
+                -1
+            };
+            let (step, fenced) = service.coordinator.borrow_mut().init_producer_id(
+                &self.id,
+                self.timeout_ms,
+                new_id,
+                now_ms(&shard),
+            )?;
+            persist(&shard, &self.id, step).await?;
+            if fenced {
+                // The ongoing transaction of the previous instance is aborted first; the
+                // client retries once its markers are written.
+                start_markers(&shard, &self.id);
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            let r = service.coordinator.borrow().get(&self.id).cloned();
+            let r: TxnRecord = r.ok_or(ResponseError::CoordinatorNotAvailable)?;
+            Ok((r.producer_id, r.producer_epoch))
+        })
+    }
+}
+
+/// AddPartitionsToTxn and AddOffsetsToTxn (with the group's offsets partition).
+pub struct AddPartitions {
+    pub id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub partitions: Vec<TxnPartition>,
+}
+
+impl TxnRequest for AddPartitions {
+    type Reply = Result<(), ResponseError>;
+    fn transactional_id(&self) -> &str {
+        &self.id
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move {
+            let service = shard.service::<TxnService>();
+            let step = service.coordinator.borrow_mut().add_partitions(
+                &self.id,
+                self.producer_id,
+                self.epoch,
+                &self.partitions,
+                now_ms(&shard),
+            )?;
+            persist(&shard, &self.id, step).await
+        })
+    }
+}
+
+/// Whether each partition is in the producer's ongoing transaction (KIP-890 part 1: asked by
+/// Produce before it takes transactional batches).
+pub struct Verify {
+    pub id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub partitions: Vec<TxnPartition>,
+}
+
+impl TxnRequest for Verify {
+    type Reply = Vec<bool>;
+    fn transactional_id(&self) -> &str {
+        &self.id
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        let service = shard.service::<TxnService>();
+        let c = service.coordinator.borrow();
+        let out = self
+            .partitions
+            .iter()
+            .map(|p| c.verify(&self.id, self.producer_id, self.epoch, p))
+            .collect();
+        Box::pin(async move { out })
+    }
+}
+
+/// EndTxn: the Prepare state is persisted, then answered; markers follow in the background.
+pub struct End {
+    pub id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub commit: bool,
+}
+
+impl TxnRequest for End {
+    type Reply = Result<(), ResponseError>;
+    fn transactional_id(&self) -> &str {
+        &self.id
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move {
+            let service = shard.service::<TxnService>();
+            let step = service.coordinator.borrow_mut().end_txn(
+                &self.id,
+                self.producer_id,
+                self.epoch,
+                self.commit,
+                now_ms(&shard),
+            )?;
+            let Some(step) = step else {
+                return Ok(()); // a retry of an end already complete
+            };
+            persist(&shard, &self.id, step).await?;
+            start_markers(&shard, &self.id);
+            Ok(())
+        })
+    }
+}
+
+/// DescribeTransactions (KIP-664): an id's record, if it is known here.
+pub struct Describe {
+    pub id: String,
+}
+
+impl TxnRequest for Describe {
+    type Reply = Option<TxnRecord>;
+    fn transactional_id(&self) -> &str {
+        &self.id
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        let r = shard
+            .service::<TxnService>()
+            .coordinator
+            .borrow()
+            .get(&self.id)
+            .cloned();
+        Box::pin(async move { r })
+    }
+}
