@@ -140,7 +140,7 @@ fn append_and_read(c: &mut Criterion) {
 /// about 16 times: the key map learned from it, then the segment compacted (the latest record
 /// of each key kept, most batches rewritten).
 fn compaction(c: &mut Criterion) {
-    use sluice::storage::compaction::{compact, KeyMap};
+    use sluice::storage::compaction::{compact, Aborted, KeyMap};
     let value = vec![b'v'; 256];
     let keys: Vec<Vec<u8>> = (0..1000)
         .map(|k| format!("key-{k:05}").into_bytes())
@@ -163,17 +163,17 @@ fn compaction(c: &mut Criterion) {
     g.bench_function("learn_4MiB", |bench| {
         bench.iter(|| {
             let mut map = KeyMap::new(64 << 20);
-            assert!(map.learn(&segment));
+            assert!(map.learn(&segment, Aborted(&[])));
             map
         })
     });
     let mut map = KeyMap::new(64 << 20);
-    assert!(map.learn(&segment));
+    assert!(map.learn(&segment, Aborted(&[])));
     g.bench_function("compact_4MiB", |bench| {
         let mut out = Vec::with_capacity(segment.len());
         bench.iter(|| {
             out.clear();
-            compact(&segment, &map, false, &mut out)
+            compact(&segment, &map, Aborted(&[]), false, &mut out)
         })
     });
     g.finish();

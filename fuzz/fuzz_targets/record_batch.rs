@@ -2,14 +2,16 @@
 //! valid batch, then compact them as a segment (every batch left must still validate), then
 //! apply a topic's append rules (keys, timestamps, conversion to a codec: every batch that
 //! comes out must validate). The first byte chooses whether the CRC is fixed up first, so
-//! that the fuzzer also reaches the code behind the CRC check, and which rules apply.
+//! that the fuzzer also reaches the code behind the CRC check, which rules apply, and whether
+//! the transactional batches count as aborted.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice::partition::ingest::{self, Rules};
 use sluice::protocol::batch;
 use sluice::protocol::compression::Codec;
-use sluice::storage::compaction::{compact, KeyMap};
+use sluice::storage::compaction::{compact, Aborted, KeyMap};
+use sluice::storage::txn_index::AbortedTxn;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -35,10 +37,22 @@ fuzz_target!(|data: &[u8]| {
             at += h.size_bytes;
         }
         assert_eq!(at, buf.len(), "validate_all must account for every byte");
+        // Bit 3 (shared with the codec choice below): every transactional producer's batches
+        // count as aborted, so that the removal of aborted transactions runs too.
+        let aborted: Vec<AbortedTxn> = headers
+            .iter()
+            .filter(|h| mode & 8 != 0 && h.is_transactional())
+            .map(|h| AbortedTxn {
+                producer_id: h.producer_id,
+                first_offset: i64::MIN,
+                last_offset: i64::MAX,
+                last_stable_offset: 0,
+            })
+            .collect();
         let mut map = KeyMap::new(1 << 20);
-        map.learn(&buf);
+        map.learn(&buf, Aborted(&aborted));
         let mut out = Vec::new();
-        compact(&buf, &map, mode & 2 == 2, &mut out);
+        compact(&buf, &map, Aborted(&aborted), mode & 2 == 2, &mut out);
         let mut at = 0;
         while at < out.len() {
             let size = batch::peek_size(&out[at..]).expect("compaction writes whole batches");

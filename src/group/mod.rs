@@ -14,7 +14,7 @@ pub mod state;
 
 use crate::clock::Ids;
 use crate::metrics::{add, LogLimiter};
-use crate::partition::{Partition, TopicPartition};
+use crate::partition::{Partition, Source, TopicPartition};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -58,7 +58,16 @@ pub struct GroupService {
     /// leader generation they were loaded in. A group of another partition this node leads is
     /// answered COORDINATOR_LOAD_IN_PROGRESS.
     loaded: RefCell<HashMap<i32, u64>>,
+    /// Transaction markers committed on a `__consumer_offsets` partition while its groups were
+    /// loading: (partition, producer id, commit), settled once the load restored them
+    /// (`replay::load_led`). A marker written after the replay's last read would be lost
+    /// otherwise.
+    unsettled: RefCell<Vec<(i32, i64, bool)>>,
 }
+
+/// Markers held while a partition loads; each marker write waits for its commit, so a load
+/// sees at most a few per transactional id.
+const MAX_UNSETTLED: usize = 100_000;
 
 /// A shard's coordinator, bounded by the broker's config.
 pub fn coordinator(now_ms: u64, config: &crate::config::Config, ids: Box<dyn Ids>) -> Coordinator {
@@ -84,6 +93,7 @@ impl GroupService {
             refusals_logged: LogLimiter::new(REFUSAL_LOG_INTERVAL_MS),
             load_waits_logged: LogLimiter::new(REFUSAL_LOG_INTERVAL_MS),
             loaded: RefCell::new(HashMap::new()),
+            unsettled: RefCell::new(Vec::new()),
         }
     }
 }
@@ -229,7 +239,7 @@ fn persist_group(shard: &Rc<Shard>, groups: &GroupService, group_id: String) {
             group: group_id.clone(),
         };
         let records = [(key.encode(), Some(records::encode_group(&g)))];
-        if let Err(code) = append(&shard, &group_id, &records, 1).await {
+        if let Err(code) = append(&shard, &group_id, &records, 1, None).await {
             log::warn!("group {group_id}: metadata not persisted (error {code})");
         }
     })
@@ -248,12 +258,14 @@ fn offsets_partition_of(shard: &Shard, group: &str) -> Result<Rc<Partition>, i16
     shard.partition(tp).ok_or(not_available)
 }
 
-/// Appends internal records to the group's `__consumer_offsets` partition (owned by this shard).
+/// Appends internal records to the group's `__consumer_offsets` partition (owned by this
+/// shard); in `txn`'s transaction (producer id, epoch) when given: a TxnOffsetCommit.
 async fn append(
     shard: &Rc<Shard>,
     group: &str,
     records: &[(Bytes, Option<Bytes>)],
     acks: i16,
+    txn: Option<(i64, i16)>,
 ) -> Result<(), i16> {
     let partition = offsets_partition_of(shard, group)?;
     let refs: Vec<crate::protocol::batch::KeyValue<'_>> = records
@@ -261,12 +273,59 @@ async fn append(
         .map(|(k, v)| (Some(&k[..]), v.as_deref()))
         .collect();
     let wall_ms = shard.clock().wall_ms() as i64;
-    let batch = Bytes::from(crate::protocol::batch::build(&refs, wall_ms));
+    let (batch, source) = match txn {
+        None => (
+            crate::protocol::batch::build(&refs, wall_ms),
+            Source::Client,
+        ),
+        Some((producer_id, epoch)) => {
+            // A fenced producer's late commit must not open a transaction here that no
+            // coordinator will end: the partition knows the epoch its markers carried.
+            if partition
+                .producer_epoch(producer_id)
+                .is_some_and(|e| e > epoch)
+            {
+                return Err(ResponseError::ProducerFenced.code());
+            }
+            let b = crate::protocol::control::transactional(&refs, producer_id, epoch, wall_ms);
+            (b, Source::Coordinator)
+        }
+    };
     shard
-        .produce(&partition, batch, acks, APPEND_TIMEOUT_MS)
+        .produce(
+            &partition,
+            Bytes::from(batch),
+            source,
+            acks,
+            APPEND_TIMEOUT_MS,
+        )
         .await
         .map(|_| ())
         .map_err(|e| e.code())
+}
+
+/// A transaction's marker is committed on `__consumer_offsets` partition `index` (owned by
+/// this shard): the producer's pending offset commits there are settled.
+pub fn settle_txn(shard: &Shard, index: i32, producer_id: i64, commit: bool) {
+    let Some(topic) = shard.catalog().topics.get(OFFSETS_TOPIC).cloned() else {
+        return;
+    };
+    let partitions = topic.record.partitions;
+    let groups = shard.service::<GroupService>();
+    if !groups.loaded.borrow().contains_key(&index) {
+        let mut held = groups.unsettled.borrow_mut();
+        assert!(
+            held.len() < MAX_UNSETTLED,
+            "{OFFSETS_TOPIC}-{index}: {MAX_UNSETTLED} transaction markers wait for one load"
+        );
+        held.push((index, producer_id, commit));
+        return;
+    }
+    groups.coordinator.borrow_mut().settle_txn(
+        |g| offsets_partition(g, partitions) == index,
+        producer_id,
+        commit,
+    );
 }
 
 /// Delivers a join or sync reply: at once, or once the coordinator answers the parked member

@@ -121,13 +121,20 @@ impl GroupRequest for Leave {
     }
 }
 
-/// OffsetCommit: one error code per offset, answered once the commit is durable.
+/// OffsetCommit, or (with `txn`) TxnOffsetCommit: one error code per offset, answered once
+/// the commit is durable.
+///
+/// A transactional commit (KIP-98, KIP-447) is written in the producer's transaction, which
+/// the transaction coordinator verified holds the group's offsets partition; its offsets stay
+/// pending (not served by OffsetFetch) until the transaction's marker settles them.
 pub struct Commit {
     pub group: String,
     pub member: String,
     pub generation: i32,
     pub instance: Option<String>,
     pub offsets: Vec<OffsetEntry>,
+    /// The producer (id, epoch) of a TxnOffsetCommit.
+    pub txn: Option<(i64, i16)>,
 }
 
 impl GroupRequest for Commit {
@@ -142,89 +149,135 @@ impl GroupRequest for Commit {
 
 async fn commit(shard: &Rc<Shard>, c: Commit) -> Vec<i16> {
     let groups = shard.service::<GroupService>();
-    let checked = groups.coordinator.borrow_mut().check_commit(
-        &c.group,
-        &c.member,
-        c.generation,
-        c.instance.as_deref(),
-    );
-    process_outputs(shard); // a refused admission is counted there
-    if let Err(e) = checked {
-        return c.offsets.iter().map(|_| e.code()).collect();
+    // Kafka's rule: a transactional commit without membership (v0–2, or generation -1 and no
+    // member id) is not checked against the group's members.
+    let unchecked = c.txn.is_some() && c.generation < 0 && c.member.is_empty();
+    if !unchecked {
+        let checked = groups.coordinator.borrow_mut().check_commit(
+            &c.group,
+            &c.member,
+            c.generation,
+            c.instance.as_deref(),
+        );
+        process_outputs(shard); // a refused admission is counted there
+        if let Err(e) = checked {
+            return c.offsets.iter().map(|_| e.code()).collect();
+        }
     }
     let now_ms = shard.clock().wall_ms() as i64;
-    let mut codes = vec![0i16; c.offsets.len()];
-    let mut records = Vec::new();
-    let mut accepted = Vec::new();
-    for (i, (topic, partition, offset, epoch, metadata)) in c.offsets.into_iter().enumerate() {
-        if metadata.len() > MAX_OFFSET_METADATA_BYTES {
-            codes[i] = ResponseError::OffsetMetadataTooLarge.code();
-            continue;
-        }
-        let value = CommittedOffset {
-            offset,
-            leader_epoch: epoch,
-            metadata,
-            commit_timestamp_ms: now_ms,
-        };
-        let key = Key::Offset {
-            group: c.group.clone(),
-            topic: topic.clone(),
-            partition,
-        };
-        records.push((key.encode(), Some(records::encode_offset(&value))));
-        accepted.push(((topic, partition), value));
-    }
-    if records.is_empty() {
-        return codes;
+    let mut batch = OffsetBatch::new(&c.group, c.offsets, now_ms);
+    if batch.records.is_empty() {
+        return batch.codes;
     }
     // Like produce with acks=all: answered once the commit is durable.
-    if let Err(code) = append(shard, &c.group, &records, -1).await {
-        for c in codes.iter_mut().filter(|c| **c == 0) {
-            *c = code;
-        }
-        return codes;
+    if let Err(code) = append(shard, &c.group, &batch.records, -1, c.txn).await {
+        batch.fail(code);
+        return batch.codes;
     }
     let mut coordinator = groups.coordinator.borrow_mut();
     let g = coordinator.group_mut(&c.group);
-    for (key, value) in accepted {
-        g.offsets.insert(key, value);
+    match c.txn {
+        None => g.offsets.extend(batch.accepted),
+        Some((producer_id, _)) => g
+            .pending_offsets
+            .entry(producer_id)
+            .or_default()
+            .extend(batch.accepted),
     }
-    codes
+    batch.codes
 }
 
-/// OffsetFetch for one group: the listed partitions, or (None) every committed one.
+/// The records of an offset commit: one per offset whose metadata fits, and a code per
+/// offset.
+struct OffsetBatch {
+    codes: Vec<i16>,
+    records: Vec<(Bytes, Option<Bytes>)>,
+    accepted: Vec<((String, i32), CommittedOffset)>,
+}
+
+impl OffsetBatch {
+    fn new(group: &str, offsets: Vec<OffsetEntry>, now_ms: i64) -> OffsetBatch {
+        let mut b = OffsetBatch {
+            codes: vec![0i16; offsets.len()],
+            records: Vec::new(),
+            accepted: Vec::new(),
+        };
+        for (i, (topic, partition, offset, epoch, metadata)) in offsets.into_iter().enumerate() {
+            if metadata.len() > MAX_OFFSET_METADATA_BYTES {
+                b.codes[i] = ResponseError::OffsetMetadataTooLarge.code();
+                continue;
+            }
+            let value = CommittedOffset {
+                offset,
+                leader_epoch: epoch,
+                metadata,
+                commit_timestamp_ms: now_ms,
+            };
+            let key = Key::Offset {
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition,
+            };
+            b.records
+                .push((key.encode(), Some(records::encode_offset(&value))));
+            b.accepted.push(((topic, partition), value));
+        }
+        b
+    }
+
+    /// The append failed: every offset that was to be written answers `code`.
+    fn fail(&mut self, code: i16) {
+        for c in self.codes.iter_mut().filter(|c| **c == 0) {
+            *c = code;
+        }
+    }
+}
+
+/// OffsetFetch for one group: the listed partitions, or (None) every committed one, each with
+/// an error code. With `require_stable` (KIP-447), a partition a transaction not yet ended
+/// holds an offset for answers UNSTABLE_OFFSET_COMMIT, which the client retries.
 pub struct FetchOffsets {
     pub group: String,
     pub partitions: Option<Vec<(String, i32)>>,
+    pub require_stable: bool,
 }
 
 impl GroupRequest for FetchOffsets {
-    type Reply = Vec<OffsetEntry>;
+    type Reply = Vec<(OffsetEntry, i16)>;
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<OffsetEntry>> {
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
             let groups = shard.service::<GroupService>();
             let c = groups.coordinator.borrow();
-            let stored = c.groups.get(&self.group).map(|g| &g.offsets);
-            let entry = |t: &str, p: i32| -> OffsetEntry {
-                match stored.and_then(|o| o.get(&(t.to_string(), p))) {
-                    Some(o) => (
-                        t.to_string(),
-                        p,
-                        o.offset,
-                        o.leader_epoch,
-                        o.metadata.clone(),
-                    ),
-                    None => (t.to_string(), p, -1, -1, String::new()),
+            let group = c.groups.get(&self.group);
+            let none = |t: &str, p: i32| (t.to_string(), p, -1, -1, String::new());
+            let entry = |t: &str, p: i32| -> (OffsetEntry, i16) {
+                let Some(g) = group else {
+                    return (none(t, p), 0);
+                };
+                if self.require_stable && g.is_unstable(t, p) {
+                    return (none(t, p), ResponseError::UnstableOffsetCommit.code());
+                }
+                match g.offsets.get(&(t.to_string(), p)) {
+                    Some(o) => {
+                        let e = (
+                            t.to_string(),
+                            p,
+                            o.offset,
+                            o.leader_epoch,
+                            o.metadata.clone(),
+                        );
+                        (e, 0)
+                    }
+                    None => (none(t, p), 0),
                 }
             };
             match self.partitions {
                 Some(ps) => ps.iter().map(|(t, p)| entry(t, *p)).collect(),
-                None => stored
-                    .map(|o| o.keys().map(|(t, p)| entry(t, *p)).collect())
+                None => group
+                    .map(|g| g.offsets.keys().map(|(t, p)| entry(t, *p)).collect())
                     .unwrap_or_default(),
             }
         })
@@ -359,7 +412,7 @@ async fn delete(shard: &Rc<Shard>, group: String) -> i16 {
         group: group.clone(),
     };
     tombstones.push((key.encode(), None));
-    match append(shard, &group, &tombstones, -1).await {
+    match append(shard, &group, &tombstones, -1, None).await {
         Ok(()) => 0,
         Err(code) => code,
     }
@@ -415,7 +468,7 @@ async fn delete_offsets(
         .iter()
         .map(|(topic, partition)| offset_tombstone(&group, topic.clone(), *partition))
         .collect();
-    if let Err(code) = append(shard, &group, &tombstones, -1).await {
+    if let Err(code) = append(shard, &group, &tombstones, -1, None).await {
         return (code, Vec::new());
     }
     let mut c = groups.coordinator.borrow_mut();

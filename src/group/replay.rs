@@ -20,11 +20,16 @@ use std::rc::Rc;
 /// Bytes read from a partition at a time during replay.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
+/// A committed offset's key: (group, topic, partition).
+type OffsetKey = (String, String, i32);
+
 /// The latest value seen per key (None: deleted, or not decodable).
 #[derive(Default)]
 pub struct Latest {
     groups: BTreeMap<String, Option<StoredGroup>>,
     offsets: BTreeMap<(String, String, i32), Option<CommittedOffset>>,
+    /// Transactional offset commits by producer id, until their transaction's marker.
+    pending: BTreeMap<i64, Vec<(OffsetKey, CommittedOffset)>>,
     records: u64,
     undecodable: u64,
 }
@@ -75,7 +80,13 @@ pub async fn load_led(shard: &Rc<Shard>) {
                     note_load_wait(shard, &service, &p, epoch_start);
                     continue;
                 }
+                // Markers committed from here on may come after the replay's last read.
+                service
+                    .unsettled
+                    .borrow_mut()
+                    .retain(|(i, _, _)| *i != index);
                 load(shard, &p).await;
+                settle_held(&service, index, topic.record.partitions);
                 if p.leadership().is_some_and(|(g, _)| g == generation) {
                     service.loaded.borrow_mut().insert(index, generation);
                 }
@@ -83,6 +94,26 @@ pub async fn load_led(shard: &Rc<Shard>) {
             (None, Some(_)) => unload(shard, &service, index, topic.record.partitions),
             (None, None) => {}
         }
+    }
+}
+
+/// Settles the transactions whose markers were committed on partition `index` during its
+/// load. One the replay saw already is settled again, which changes nothing: no transaction
+/// could write new offsets to a group that was not loaded.
+fn settle_held(service: &GroupService, index: i32, partitions: u32) {
+    let held: Vec<(i32, i64, bool)> = {
+        let mut all = service.unsettled.borrow_mut();
+        let (mine, rest) = all.drain(..).partition(|(i, _, _)| *i == index);
+        *all = rest;
+        mine
+    };
+    let mut c = service.coordinator.borrow_mut();
+    for (_, producer_id, commit) in held {
+        c.settle_txn(
+            |g| super::offsets_partition(g, partitions) == index,
+            producer_id,
+            commit,
+        );
     }
 }
 
@@ -178,9 +209,16 @@ fn learn_batches(partition: &str, data: &Bytes, latest: &mut Latest) -> Option<i
         let size = batch::peek_size(&data[at..])?;
         let bytes = &data[at..(at + size).min(data.len())];
         let h = batch::parse_header(bytes).ok()?;
+        next = Some(h.next_offset());
+        at += size;
+        if h.is_control() {
+            latest.end_txn(partition, &h, bytes);
+            continue;
+        }
+        let txn = h.is_transactional().then_some(h.producer_id);
         for r in batch::records(bytes).unwrap_or_default() {
             latest.records += 1;
-            if !learn(r.key, r.value, latest) {
+            if !latest.learn_in(txn, r.key, r.value) {
                 latest.undecodable += 1;
                 if latest.undecodable == 1 {
                     log::warn!(
@@ -190,8 +228,6 @@ fn learn_batches(partition: &str, data: &Bytes, latest: &mut Latest) -> Option<i
                 }
             }
         }
-        next = Some(h.next_offset());
-        at += size;
     }
     next
 }
@@ -247,6 +283,50 @@ fn restore(shard: &Shard, partition: &str, latest: Latest) {
 }
 
 impl Latest {
+    /// Learns one record, of producer `txn`'s transaction when given: a transactional offset
+    /// commit waits for its marker. False when it cannot be decoded.
+    fn learn_in(&mut self, txn: Option<i64>, key: Option<&[u8]>, value: Option<&[u8]>) -> bool {
+        let Some(producer_id) = txn else {
+            return learn(key, value, self);
+        };
+        let key = key.and_then(|k| Key::decode(k).ok());
+        let value = value.map(records::decode_offset);
+        let (
+            Some(Key::Offset {
+                group,
+                topic,
+                partition,
+            }),
+            Some(Ok(v)),
+        ) = (key, value)
+        else {
+            return false;
+        };
+        let pending = self.pending.entry(producer_id).or_default();
+        pending.push(((group, topic, partition), v));
+        true
+    }
+
+    /// A marker: its producer's transactional offset commits take effect here, in log order
+    /// (commit), or are dropped (abort).
+    fn end_txn(&mut self, partition: &str, h: &batch::BatchHeader, bytes: &[u8]) {
+        let Some(commit) = crate::protocol::control::commits(bytes) else {
+            log::warn!(
+                "{partition}: an unknown control record in the batch at offset {}; skipped",
+                h.base_offset
+            );
+            return;
+        };
+        let Some(pending) = self.pending.remove(&h.producer_id) else {
+            return;
+        };
+        if commit {
+            for (key, value) in pending {
+                self.offsets.insert(key, Some(value));
+            }
+        }
+    }
+
     /// Gives the coordinator every group and offset found (deleted ones stay away).
     pub fn restore_into(self, c: &mut Coordinator, now_ms: u64) {
         for (group, stored) in self.groups {
@@ -259,5 +339,83 @@ impl Latest {
                 c.restore_offset(&group, topic, partition, v);
             }
         }
+        for (producer_id, pending) in self.pending {
+            for ((group, topic, partition), v) in pending {
+                c.restore_pending_offset(&group, producer_id, (topic, partition), v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::state::CoordinatorConfig;
+    use crate::protocol::control;
+
+    fn offset_record(group: &str, partition: i32, offset: i64) -> (Bytes, Bytes) {
+        let key = Key::Offset {
+            group: group.to_string(),
+            topic: "t".to_string(),
+            partition,
+        };
+        let value = CommittedOffset {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: 0,
+        };
+        (key.encode(), records::encode_offset(&value))
+    }
+
+    /// Batches laid end to end with offsets assigned, as a log holds them.
+    fn log(batches: Vec<Vec<u8>>) -> Bytes {
+        let mut out = Vec::new();
+        let mut next = 0i64;
+        for mut b in batches {
+            b[0..8].copy_from_slice(&next.to_be_bytes());
+            next += batch::parse_header(&b).unwrap().last_offset_delta as i64 + 1;
+            out.extend(b);
+        }
+        Bytes::from(out)
+    }
+
+    fn txn_offsets(producer_id: i64, partition: i32, offset: i64) -> Vec<u8> {
+        let (k, v) = offset_record("g", partition, offset);
+        control::transactional(&[(Some(&k[..]), Some(&v[..]))], producer_id, 0, 0)
+    }
+
+    #[test]
+    fn transactional_offsets_take_effect_at_their_commit_marker_only() {
+        let (k, v) = offset_record("g", 0, 5);
+        let plain = batch::build(&[(Some(&k[..]), Some(&v[..]))], 0);
+        let data = log(vec![
+            plain,
+            txn_offsets(10, 0, 7), // committed below
+            txn_offsets(11, 1, 9), // aborted below
+            txn_offsets(12, 2, 4), // no marker yet
+            control::marker(11, 0, false, 0, 0),
+            control::marker(10, 0, true, 0, 0),
+        ]);
+        let mut latest = Latest::default();
+        assert_eq!(learn_batches("p", &data, &mut latest), Some(6));
+        assert_eq!(latest.undecodable, 0);
+        let config = CoordinatorConfig {
+            initial_rebalance_delay_ms: 0,
+            min_session_timeout_ms: 6000,
+            max_groups: 10,
+            max_member_timers: 10,
+        };
+        let mut c = Coordinator::new(0, config, Box::new(crate::clock::SeededIds::new(1)));
+        latest.restore_into(&mut c, 0);
+        let g = &c.groups["g"];
+        let committed: Vec<(i32, i64)> =
+            g.offsets.iter().map(|((_, p), o)| (*p, o.offset)).collect();
+        assert_eq!(committed, vec![(0, 7)]);
+        assert!(g.is_unstable("t", 2) && !g.is_unstable("t", 1));
+        let g = c.group_mut("g");
+        g.settle_txn(12, true);
+        assert_eq!(g.offsets[&("t".to_string(), 2)].offset, 4);
+        assert!(!g.is_unstable("t", 2));
     }
 }

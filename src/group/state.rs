@@ -100,6 +100,9 @@ pub struct Group {
     /// The rebalance of an empty group waits out the initial delay even once all have joined.
     rebalance_timer_initial: bool,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Transactional offset commits (TxnOffsetCommit) by producer id, durable but waiting for
+    /// their transaction's marker: a commit marker makes them `offsets`, an abort drops them.
+    pub pending_offsets: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
 }
 
 impl Group {
@@ -117,6 +120,25 @@ impl Group {
             rebalance_timer: None,
             rebalance_timer_initial: false,
             offsets: BTreeMap::new(),
+            pending_offsets: BTreeMap::new(),
+        }
+    }
+
+    /// Whether a transaction not yet ended holds an offset commit for (`topic`, `partition`):
+    /// OffsetFetch with require_stable then answers UNSTABLE_OFFSET_COMMIT (KIP-447).
+    pub fn is_unstable(&self, topic: &str, partition: i32) -> bool {
+        let key = (topic.to_string(), partition);
+        self.pending_offsets.values().any(|o| o.contains_key(&key))
+    }
+
+    /// Ends `producer_id`'s transaction here: its pending offsets become the committed ones
+    /// (`commit`) or are dropped.
+    pub fn settle_txn(&mut self, producer_id: i64, commit: bool) {
+        let Some(pending) = self.pending_offsets.remove(&producer_id) else {
+            return;
+        };
+        if commit {
+            self.offsets.extend(pending);
         }
     }
 
@@ -1257,6 +1279,32 @@ impl Coordinator {
             self.group_mut(group_id)
                 .offsets
                 .insert((topic, partition), value);
+        }
+    }
+
+    /// Restores a transactional offset commit whose transaction had not ended when the
+    /// replay reached the end of the log; its marker settles it later (`Group::settle_txn`).
+    pub fn restore_pending_offset(
+        &mut self,
+        group_id: &str,
+        producer_id: i64,
+        key: (String, i32),
+        value: CommittedOffset,
+    ) {
+        if self.group_room(group_id) {
+            let g = self.group_mut(group_id);
+            g.pending_offsets
+                .entry(producer_id)
+                .or_default()
+                .insert(key, value);
+        }
+    }
+
+    /// Ends `producer_id`'s transaction for every group `which` names (the groups of the
+    /// `__consumer_offsets` partition its marker was written to).
+    pub fn settle_txn(&mut self, which: impl Fn(&str) -> bool, producer_id: i64, commit: bool) {
+        for (_, g) in self.groups.iter_mut().filter(|(id, _)| which(id)) {
+            g.settle_txn(producer_id, commit);
         }
     }
 

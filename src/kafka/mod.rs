@@ -1,6 +1,7 @@
 //! Kafka API handlers, one file per API, and the dispatch table. Each handler decodes its
 //! request, routes per-partition work to the owning shards, and encodes the response body.
 
+pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod api_versions;
@@ -34,6 +35,7 @@ pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 use crate::partition::TopicPartition;
 use crate::protocol::chunk::Chunk;
@@ -79,7 +81,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
@@ -148,7 +152,9 @@ pub async fn dispatch(
         ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
         ApiKey::InitProducerId => init_producer_id::handle(shard, v, body).await,
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(shard, v, body).await,
+        ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(shard, v, body).await,
         ApiKey::EndTxn => end_txn::handle(shard, v, body).await,
+        ApiKey::TxnOffsetCommit => txn_offset_commit::handle(shard, v, body).await,
         ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
         ApiKey::AlterConfigs => alter_configs::handle(shard, v, body).await,
         ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(shard, v, body).await,

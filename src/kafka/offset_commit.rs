@@ -1,4 +1,5 @@
-//! OffsetCommit: durable (fsynced) in `__consumer_offsets` before it is answered.
+//! OffsetCommit: durable (fsynced) in `__consumer_offsets` before it is answered. The layout
+//! helpers are TxnOffsetCommit's too.
 
 use super::{decode, encode, Reply};
 use crate::group::{ops, route, OffsetEntry};
@@ -8,17 +9,34 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 /// Per request topic, each partition's index and either an index into the offsets to commit
 /// or an error found here.
-type Layout = Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)>;
+pub type Layout = Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)>;
+
+/// One partition's commit as a request carries it: index, offset, leader epoch, metadata.
+pub type Requested<'a> = (i32, i64, i32, Option<&'a StrBytes>);
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: OffsetCommitRequest = decode(body, version)?;
     let group = req.group_id.0.to_string();
-    let (offsets, layout) = listed(shard, version, &req);
+    let topics = req.topics.iter().map(|t| {
+        let partitions = t.partitions.iter().map(|p| {
+            // The leader epoch is v6+.
+            let epoch = if version >= 6 {
+                p.committed_leader_epoch
+            } else {
+                -1
+            };
+            let metadata = p.committed_metadata.as_ref();
+            (p.partition_index, p.committed_offset, epoch, metadata)
+        });
+        (&t.name, partitions.collect())
+    });
+    let (offsets, layout) = listed(shard, topics);
     let n = offsets.len();
     let codes: Vec<i16> = if group.is_empty() {
         vec![ResponseError::InvalidGroupId.code(); n]
@@ -31,18 +49,17 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             generation: req.generation_id_or_member_epoch,
             instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
             offsets,
+            txn: None,
         };
         route(shard, op).await.unwrap_or_else(|c| vec![c; n])
     };
-    let topics = layout
-        .into_iter()
+    let topics = answered(layout, &codes)
         .map(|(name, row)| {
             let partitions = row
-                .into_iter()
-                .map(|(p, slot)| {
+                .map(|(p, code)| {
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p)
-                        .with_error_code(slot.map_or_else(|c| c, |i| codes[i]))
+                        .with_error_code(code)
                 })
                 .collect();
             OffsetCommitResponseTopic::default()
@@ -57,42 +74,43 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
 }
 
 /// The offsets to commit (partitions that exist) and the response's layout.
-fn listed(shard: &Shard, version: i16, req: &OffsetCommitRequest) -> (Vec<OffsetEntry>, Layout) {
+pub fn listed<'a>(
+    shard: &Shard,
+    topics: impl Iterator<Item = (&'a TopicName, Vec<Requested<'a>>)>,
+) -> (Vec<OffsetEntry>, Layout) {
     let catalog = shard.catalog();
     let mut offsets = Vec::new();
-    let mut layout = Vec::with_capacity(req.topics.len());
-    for t in &req.topics {
-        let name = t.name.0.to_string();
+    let mut layout = Vec::new();
+    for (topic, partitions) in topics {
+        let name = topic.0.to_string();
         let known = catalog.topics.get(&name);
-        let row = t
-            .partitions
-            .iter()
-            .map(|p| {
-                if !known.is_some_and(|k| k.has_partition(p.partition_index)) {
+        let row = partitions
+            .into_iter()
+            .map(|(index, offset, epoch, metadata)| {
+                if !known.is_some_and(|k| k.has_partition(index)) {
                     let unknown = ResponseError::UnknownTopicOrPartition.code();
-                    return (p.partition_index, Err(unknown));
+                    return (index, Err(unknown));
                 }
-                let epoch = if version >= 6 {
-                    p.committed_leader_epoch
-                } else {
-                    -1
-                };
-                let metadata = p
-                    .committed_metadata
-                    .as_ref()
-                    .map(|m| m.to_string())
-                    .unwrap_or_default();
-                offsets.push((
-                    name.clone(),
-                    p.partition_index,
-                    p.committed_offset,
-                    epoch,
-                    metadata,
-                ));
-                (p.partition_index, Ok(offsets.len() - 1))
+                let metadata = metadata.map(|m| m.to_string()).unwrap_or_default();
+                offsets.push((name.clone(), index, offset, epoch, metadata));
+                (index, Ok(offsets.len() - 1))
             })
             .collect();
-        layout.push((t.name.clone(), row));
+        layout.push((topic.clone(), row));
     }
     (offsets, layout)
+}
+
+/// Each topic of the layout with its partitions' codes: the error found here, or the code
+/// the commit answered for it.
+pub fn answered<'a>(
+    layout: Layout,
+    codes: &'a [i16],
+) -> impl Iterator<Item = (TopicName, impl Iterator<Item = (i32, i16)> + 'a)> + 'a {
+    layout.into_iter().map(move |(name, row)| {
+        let row = row
+            .into_iter()
+            .map(move |(p, slot)| (p, slot.map_or_else(|c| c, |i| codes[i])));
+        (name, row)
+    })
 }

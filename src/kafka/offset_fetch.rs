@@ -12,14 +12,19 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse,
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+/// A committed offset and its partition's error code.
+type Fetched = (OffsetEntry, i16);
+
 async fn fetch(
     shard: &Rc<Shard>,
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
-) -> Result<Vec<OffsetEntry>, i16> {
+    require_stable: bool,
+) -> Result<Vec<Fetched>, i16> {
     let fetch = ops::FetchOffsets {
         group: group.to_string(),
         partitions,
+        require_stable,
     };
     route(shard, fetch).await
 }
@@ -35,10 +40,10 @@ fn requested<'a>(
 }
 
 /// Groups entries by topic, keeping their order.
-fn by_topic(entries: Vec<OffsetEntry>) -> BTreeMap<String, Vec<OffsetEntry>> {
-    let mut out: BTreeMap<String, Vec<OffsetEntry>> = BTreeMap::new();
+fn by_topic(entries: Vec<Fetched>) -> BTreeMap<String, Vec<Fetched>> {
+    let mut out: BTreeMap<String, Vec<Fetched>> = BTreeMap::new();
     for e in entries {
-        out.entry(e.0.clone()).or_default().push(e);
+        out.entry(e.0 .0.clone()).or_default().push(e);
     }
     out
 }
@@ -63,7 +68,8 @@ async fn handle_groups(
             .topics
             .as_ref()
             .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
-        let group = match fetch(shard, g.group_id.0.as_str(), partitions).await {
+        let fetched = fetch(shard, g.group_id.0.as_str(), partitions, req.require_stable).await;
+        let group = match fetched {
             Ok(entries) => OffsetFetchResponseGroup::default()
                 .with_group_id(g.group_id.clone())
                 .with_topics(
@@ -74,12 +80,13 @@ async fn handle_groups(
                                 .with_name(TopicName(str_bytes(&t)))
                                 .with_partitions(
                                     es.into_iter()
-                                        .map(|(_, p, o, e, m)| {
+                                        .map(|((_, p, o, e, m), code)| {
                                             OffsetFetchResponsePartitions::default()
                                                 .with_partition_index(p)
                                                 .with_committed_offset(o)
                                                 .with_committed_leader_epoch(e)
                                                 .with_metadata(Some(str_bytes(&m)))
+                                                .with_error_code(code)
                                         })
                                         .collect(),
                                 )
@@ -106,7 +113,9 @@ async fn handle_group(
         .as_ref()
         .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
     let group: &GroupId = &req.group_id;
-    let resp = match fetch(shard, group.0.as_str(), partitions).await {
+    // Only v7+ asks for stable offsets.
+    let require_stable = version >= 7 && req.require_stable;
+    let resp = match fetch(shard, group.0.as_str(), partitions, require_stable).await {
         Ok(entries) => OffsetFetchResponse::default().with_topics(
             by_topic(entries)
                 .into_iter()
@@ -115,11 +124,12 @@ async fn handle_group(
                         .with_name(TopicName(str_bytes(&t)))
                         .with_partitions(
                             es.into_iter()
-                                .map(|(_, p, o, e, m)| {
+                                .map(|((_, p, o, e, m), code)| {
                                     let mut r = OffsetFetchResponsePartition::default()
                                         .with_partition_index(p)
                                         .with_committed_offset(o)
-                                        .with_metadata(Some(str_bytes(&m)));
+                                        .with_metadata(Some(str_bytes(&m)))
+                                        .with_error_code(code);
                                     if version >= 5 {
                                         r = r.with_committed_leader_epoch(e);
                                     }

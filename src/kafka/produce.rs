@@ -261,7 +261,7 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> HashSe
     partitions
         .into_iter()
         .zip(answers)
-        .filter_map(|(p, ok)| ok.then_some(p))
+        .filter_map(|(p, verdict)| verdict.is_ok().then_some(p))
         .collect()
 }
 

@@ -9,10 +9,11 @@
 
 use super::Partition;
 use crate::protocol::batch;
-use crate::storage::compaction::{self, Compacted, KeyMap};
+use crate::storage::compaction::{self, Aborted, Compacted, KeyMap};
 use crate::storage::log::{create_file, PartitionLog};
 use crate::storage::recovery::CLEANED_SUFFIX;
 use crate::storage::segment::{self, SegmentMeta};
+use crate::storage::txn_index::AbortedTxn;
 use glommio::io::BufferedFile;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -52,10 +53,11 @@ impl Closed {
     }
 }
 
-/// What a pass found to clean: the closed segments below the high watermark, and where the
-/// dirty part (new since the last pass) starts.
+/// What a pass found to clean: the closed segments below the last stable offset, where the
+/// dirty part (new since the last pass) starts, and the aborted transactions.
 struct Survey {
     closed: Vec<Closed>,
+    aborted: Vec<AbortedTxn>,
     cleaned_to: i64,
     dir: PathBuf,
     index_interval_bytes: u32,
@@ -88,7 +90,9 @@ impl Partition {
         if dirty_bytes == 0 || !(dirty_enough || overdue) {
             return Ok(());
         }
-        let (map, covered) = learn_keys(&survey.closed, policy.dedupe_buffer_bytes).await?;
+        let aborted = Aborted(&survey.aborted);
+        let budget_bytes = policy.dedupe_buffer_bytes;
+        let (map, covered) = learn_keys(&survey.closed, aborted, budget_bytes).await?;
         if covered == 0 {
             log::warn!(
                 "partition {}: the keys of segment {} do not fit log.cleaner_dedupe_buffer_bytes; not compacted",
@@ -114,18 +118,18 @@ impl Partition {
         Ok(())
     }
 
-    /// The closed segments wholly below the high watermark, up to the first younger than
-    /// `min_lag_ms`; None when the log is offline.
+    /// The closed segments wholly below the last stable offset (so every transaction in them
+    /// has ended), up to the first younger than `min_lag_ms`; None when the log is offline.
     fn survey(&self, min_lag_ms: i64, now_ms: u64) -> Option<Survey> {
         let log = self.log.borrow();
         if log.failed {
             return None;
         }
-        let hw = log.high_watermark();
+        let lso = self.last_stable_offset();
         let closed = log
             .segments
             .windows(2)
-            .take_while(|w| w[1].meta.base_offset <= hw)
+            .take_while(|w| w[1].meta.base_offset <= lso)
             .map(|w| Closed {
                 base_offset: w[0].meta.base_offset,
                 size_bytes: w[0].meta.size_bytes,
@@ -137,6 +141,7 @@ impl Partition {
             .collect();
         Some(Survey {
             closed,
+            aborted: log.aborted.clone(),
             cleaned_to: log.cleaned_to,
             dir: log.dir.clone(),
             index_interval_bytes: log.settings.index_interval_bytes,
@@ -159,12 +164,19 @@ impl Partition {
                 .join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
             let drop_tombstones = c.past(policy.delete_retention_ms, self.env.clock.wall_ms());
             let interval = survey.index_interval_bytes;
-            let compacted = write_compacted(c, map, drop_tombstones, &cleaned, interval).await?;
+            let aborted = Aborted(&survey.aborted);
+            let compacted =
+                write_compacted(c, (map, aborted), drop_tombstones, &cleaned, interval).await?;
             let Some((meta, segment_done)) = compacted else {
                 continue; // nothing to remove in this one
             };
             let _turn = self.append_lock.lock().await;
-            if PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta).await? {
+            let replaced =
+                PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta).await?;
+            // The LSO's cached place lies above the cleaned segments; forgotten anyway, as a
+            // swapped segment's byte positions are not its old ones.
+            self.stable_position.set(None);
+            if replaced {
                 done.records_removed += segment_done.records_removed;
                 done.batches_removed += segment_done.batches_removed;
             }
@@ -195,14 +207,18 @@ impl Partition {
 
 /// Learns the keys of the closed segments, oldest first; a segment whose keys do not all fit
 /// ends the pass there. Returns the map and how many segments it covers.
-async fn learn_keys(closed: &[Closed], budget_bytes: usize) -> std::io::Result<(KeyMap, usize)> {
+async fn learn_keys(
+    closed: &[Closed],
+    aborted: Aborted<'_>,
+    budget_bytes: usize,
+) -> std::io::Result<(KeyMap, usize)> {
     let mut map = KeyMap::new(budget_bytes);
     let mut covered = 0;
     for c in closed {
         let mut at = 0;
         while at < c.size_bytes {
             let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
-            if !map.learn(&chunk) {
+            if !map.learn(&chunk, aborted) {
                 return Ok((map, covered));
             }
             at += chunk.len() as u64;
@@ -216,7 +232,7 @@ async fn learn_keys(closed: &[Closed], budget_bytes: usize) -> std::io::Result<(
 /// bookkeeping and what was removed, or None (and no file) when nothing would be.
 async fn write_compacted(
     c: &Closed,
-    map: &KeyMap,
+    (map, aborted): (&KeyMap, Aborted<'_>),
     drop_tombstones: bool,
     path: &std::path::Path,
     index_interval_bytes: u32,
@@ -230,7 +246,7 @@ async fn write_compacted(
         let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
         at += chunk.len() as u64;
         out.clear();
-        let chunk_done = compaction::compact(&chunk, map, drop_tombstones, &mut out);
+        let chunk_done = compaction::compact(&chunk, map, aborted, drop_tombstones, &mut out);
         done.records_removed += chunk_done.records_removed;
         done.batches_removed += chunk_done.batches_removed;
         let mut pos = 0;

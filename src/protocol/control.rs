@@ -32,8 +32,32 @@ pub fn marker(
     let key = [0, 0, 0, commit as u8];
     let mut value = vec![0, 0];
     value.extend_from_slice(&coordinator_epoch.to_be_bytes());
-    let mut b = batch::build(&[(Some(&key[..]), Some(&value[..]))], timestamp_ms);
-    b[21..23].copy_from_slice(&(ATTR_TRANSACTIONAL | ATTR_CONTROL).to_be_bytes());
+    let b = batch::build(&[(Some(&key[..]), Some(&value[..]))], timestamp_ms);
+    stamp(
+        b,
+        producer_id,
+        producer_epoch,
+        ATTR_TRANSACTIONAL | ATTR_CONTROL,
+    )
+}
+
+/// A batch of the broker's own records (`batch::build`) written in (`producer_id`,
+/// `producer_epoch`)'s transaction: a transactional offset commit. It carries no sequence
+/// number: the producer's sequences count its own batches, and the partition skips the
+/// sequence check for the broker's coordinators (`partition::txn::Source::Coordinator`).
+pub fn transactional(
+    records: &[batch::KeyValue<'_>],
+    producer_id: i64,
+    producer_epoch: i16,
+    timestamp_ms: i64,
+) -> Vec<u8> {
+    let b = batch::build(records, timestamp_ms);
+    stamp(b, producer_id, producer_epoch, ATTR_TRANSACTIONAL)
+}
+
+/// Sets a built batch's attributes and producer, and seals it again.
+fn stamp(mut b: Vec<u8>, producer_id: i64, producer_epoch: i16, attributes: i16) -> Vec<u8> {
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
     b[43..51].copy_from_slice(&producer_id.to_be_bytes());
     b[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
     batch::seal(&mut b);
@@ -71,5 +95,12 @@ mod tests {
         }
         let plain = batch::build(&[(None, Some(&b"x"[..]))], 0);
         assert!(!batch::parse_header(&plain).unwrap().is_control());
+        let t = transactional(&[(Some(&b"k"[..]), Some(&b"v"[..]))], 4000, 3, 0);
+        let h = batch::validate(&t).expect("a valid batch");
+        assert!(h.is_transactional() && !h.is_control());
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (4000, 3, -1)
+        );
     }
 }

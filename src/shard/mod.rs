@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::metrics::ShardMetrics;
 use crate::partition::env::Environment;
 use crate::partition::monitor::Waiter;
-use crate::partition::{Appended, Partition, TopicPartition};
+use crate::partition::{Appended, Partition, Source, TopicPartition};
 use crate::storage::catalog::{Catalog, TopicMeta};
 use crate::timer::Timers;
 use bytes::Bytes;
@@ -261,18 +261,22 @@ impl Shard {
 
     // ---- produce and wait --------------------------------------------------------------
 
-    /// Appends `records` to `partition` (owned by this shard) and waits for the durability
-    /// `acks` asks: none for 0 and 1, the commit for -1 (all), until `timeout_ms`
+    /// Appends `records` from `source` to `partition` (owned by this shard) and waits for the
+    /// durability `acks` asks: none for 0 and 1, the commit for -1 (all), until `timeout_ms`
     /// (REQUEST_TIMED_OUT). A retried duplicate waits for its original records' commit.
     pub async fn produce(
         &self,
         partition: &Rc<Partition>,
         records: Bytes,
+        source: Source,
         acks: i16,
         timeout_ms: i32,
     ) -> Result<Appended, ResponseError> {
         partition.check_insync(acks)?;
-        let appended = partition.append(records).await.map_err(|r| r.error)?;
+        let appended = partition
+            .append_from(records, source)
+            .await
+            .map_err(|r| r.error)?;
         if acks == -1 {
             let deadline_ms = self.clock().monotonic_ms() + timeout_ms.max(0) as u64;
             self.wait_committed(partition, appended.end_offset, deadline_ms)

@@ -19,9 +19,47 @@
 //! A batch whose records all go is removed whole, also an idempotent producer's (Kafka keeps
 //! those as empty batches to remember the producer's last sequence): here producer state lives
 //! in snapshots and is rebuilt from the active segment, which compaction never touches.
+//!
+//! Transactions (Kafka's cleaner rules, the conservative half): only segments below the last
+//! stable offset are cleaned, so every transaction there has ended. An aborted transaction's
+//! batches are removed whole and their keys are not learned (an aborted value never hides a
+//! committed one). Markers (control batches) are kept whole, and forever: a read_committed
+//! reader and recovery's aborted-transaction index need them, and Kafka's removal of markers
+//! once their transaction's records are gone is left for later.
 
-use crate::protocol::batch::{self, HEADER_BYTES, LOG_OVERHEAD};
+use crate::protocol::batch::{self, BatchHeader, HEADER_BYTES, LOG_OVERHEAD};
+use crate::storage::txn_index::AbortedTxn;
 use std::collections::HashMap;
+
+/// The partition's aborted transactions (its index, ordered by marker offset), to tell a
+/// batch of an aborted transaction from one of a committed one.
+#[derive(Clone, Copy)]
+pub struct Aborted<'a>(pub &'a [AbortedTxn]);
+
+impl Aborted<'_> {
+    /// Whether `h` is a data batch of an aborted transaction. A producer's transactions do
+    /// not overlap, so the producer's first entry whose marker lies at or after the batch is
+    /// the only one that can hold it.
+    fn holds(&self, h: &BatchHeader) -> bool {
+        if !h.is_transactional() || h.is_control() {
+            return false;
+        }
+        let from = self.0.partition_point(|e| e.last_offset < h.base_offset);
+        self.0[from..]
+            .iter()
+            .find(|e| e.producer_id == h.producer_id)
+            .is_some_and(|e| e.first_offset <= h.base_offset)
+    }
+}
+
+/// What compaction does with a whole batch before looking at its records.
+fn kept_whole_or_removed(b: &[u8], aborted: Aborted<'_>) -> Option<bool> {
+    let h = batch::parse_header(b).ok()?;
+    if h.is_control() {
+        return Some(true);
+    }
+    aborted.holds(&h).then_some(false)
+}
 
 /// Bytes a key costs in the map beyond its own length (hash table slot, Vec header, offset).
 const ENTRY_OVERHEAD_BYTES: usize = 64;
@@ -44,8 +82,11 @@ impl KeyMap {
 
     /// Learns the keys of a segment's whole batches. False if the budget ran out: the map then
     /// holds only part of this segment, and must not be used to compact it or later segments.
-    pub fn learn(&mut self, data: &[u8]) -> bool {
+    pub fn learn(&mut self, data: &[u8], aborted: Aborted<'_>) -> bool {
         for b in Batches(data) {
+            if kept_whole_or_removed(b, aborted).is_some() {
+                continue; // a marker, or an aborted transaction's: its keys do not count
+            }
             let Some(records) = batch::records(b) else {
                 continue; // compressed (or unreadable): kept whole, keys not learned
             };
@@ -79,13 +120,32 @@ pub struct Compacted {
     pub batches_removed: u64,
 }
 
-/// Appends to `out` the segment bytes `data` less the records `map` says are superseded, and
-/// less its tombstones when `drop_tombstones`. Batches are rewritten only when they lose
-/// records: same header (base offset, last offset delta, timestamps, producer fields), new
-/// length, record count and CRC.
-pub fn compact(data: &[u8], map: &KeyMap, drop_tombstones: bool, out: &mut Vec<u8>) -> Compacted {
+/// Appends to `out` the segment bytes `data` less the records `map` says are superseded, less
+/// its tombstones when `drop_tombstones`, and less the batches of `aborted` transactions.
+/// Batches are rewritten only when they lose records: same header (base offset, last offset
+/// delta, timestamps, producer fields), new length, record count and CRC.
+pub fn compact(
+    data: &[u8],
+    map: &KeyMap,
+    aborted: Aborted<'_>,
+    drop_tombstones: bool,
+    out: &mut Vec<u8>,
+) -> Compacted {
     let mut done = Compacted::default();
     for b in Batches(data) {
+        match kept_whole_or_removed(b, aborted) {
+            Some(true) => {
+                out.extend_from_slice(b);
+                continue;
+            }
+            Some(false) => {
+                done.records_removed +=
+                    batch::parse_header(b).map_or(0, |h| h.record_count.max(0)) as u64;
+                done.batches_removed += 1;
+                continue;
+            }
+            None => {}
+        }
         let Some(records) = batch::records(b) else {
             out.extend_from_slice(b);
             continue;
@@ -153,6 +213,9 @@ pub fn whole_batches_len(data: &[u8]) -> usize {
 mod tests {
     use super::*;
     use crate::protocol::batch::build;
+    use crate::protocol::control;
+
+    const NONE: Aborted<'static> = Aborted(&[]);
 
     /// Batches of (key, value) records, given base offsets in turn.
     fn segment(batches: &[&[(Option<&str>, Option<&str>)]]) -> Vec<u8> {
@@ -187,6 +250,46 @@ mod tests {
     }
 
     #[test]
+    fn an_aborted_transaction_is_removed_and_hides_nothing_and_markers_stay() {
+        let kv = |k: &'static str, v: &'static str| [(Some(k.as_bytes()), Some(v.as_bytes()))];
+        let mut batches = [
+            build(&kv("k", "committed-old"), 1000),
+            control::transactional(&kv("k", "committed"), 7, 0, 1000), // committed below
+            control::transactional(&kv("k", "aborted"), 8, 0, 1000),   // aborted below
+            control::marker(8, 0, false, 0, 1000),
+            control::marker(7, 0, true, 0, 1000),
+        ];
+        let mut data = Vec::new();
+        for (offset, b) in batches.iter_mut().enumerate() {
+            batch::assign(b, offset as i64, 0, None);
+            data.extend_from_slice(b);
+        }
+        let index = [AbortedTxn {
+            producer_id: 8,
+            first_offset: 2,
+            last_offset: 3,
+            last_stable_offset: 4,
+        }];
+        let aborted = Aborted(&index);
+        let mut map = KeyMap::new(1 << 20);
+        assert!(map.learn(&data, aborted));
+        let mut out = Vec::new();
+        let done = compact(&data, &map, aborted, true, &mut out);
+        assert_eq!(
+            done,
+            Compacted {
+                records_removed: 2,
+                batches_removed: 2
+            }
+        );
+        let left: Vec<(i64, bool)> = Batches(&out)
+            .map(|b| batch::parse_header(b).unwrap())
+            .map(|h| (h.base_offset, h.is_control()))
+            .collect();
+        assert_eq!(left, vec![(1, false), (3, true), (4, true)]);
+    }
+
+    #[test]
     fn keeps_the_latest_record_of_each_key_at_its_offset() {
         let data = segment(&[
             &[(Some("a"), Some("a1")), (Some("b"), Some("b1"))],
@@ -194,9 +297,9 @@ mod tests {
             &[(Some("b"), None), (Some("c"), Some("c1"))],
         ]);
         let mut map = KeyMap::new(1 << 20);
-        assert!(map.learn(&data));
+        assert!(map.learn(&data, NONE));
         let mut out = Vec::new();
-        let done = compact(&data, &map, false, &mut out);
+        let done = compact(&data, &map, NONE, false, &mut out);
         assert_eq!(done.records_removed, 2);
         assert_eq!(done.batches_removed, 1, "the first batch lost both records");
         let own = |s: &str| Some(s.to_string());
@@ -211,11 +314,17 @@ mod tests {
         );
         // Compacting again changes nothing.
         let mut again = Vec::new();
-        assert_eq!(compact(&out, &map, false, &mut again), Compacted::default());
+        assert_eq!(
+            compact(&out, &map, NONE, false, &mut again),
+            Compacted::default()
+        );
         assert_eq!(again, out);
         // Once the segment is past delete.retention.ms, the tombstone and its key go too.
         let mut gone = Vec::new();
-        assert_eq!(compact(&out, &map, true, &mut gone).records_removed, 1);
+        assert_eq!(
+            compact(&out, &map, NONE, true, &mut gone).records_removed,
+            1
+        );
         assert_eq!(
             contents(&gone),
             vec![
@@ -237,9 +346,9 @@ mod tests {
         let mut later = segment(&[&[(Some("k"), Some("2"))]]);
         batch::assign(&mut later, 2, 0, None);
         let mut map = KeyMap::new(1 << 20);
-        assert!(map.learn(&data) && map.learn(&later));
+        assert!(map.learn(&data, NONE) && map.learn(&later, NONE));
         let mut out = Vec::new();
-        compact(&data, &map, false, &mut out);
+        compact(&data, &map, NONE, false, &mut out);
         let h = batch::validate(&out).unwrap();
         assert_eq!((h.record_count, h.base_offset, h.last_offset()), (1, 0, 1));
         assert_eq!((h.producer_id, h.base_sequence), (7, 0));
@@ -251,7 +360,7 @@ mod tests {
     fn a_full_map_says_so() {
         let data = segment(&[&[(Some("a"), Some("1")), (Some("b"), Some("1"))]]);
         let mut map = KeyMap::new(ENTRY_OVERHEAD_BYTES + 1);
-        assert!(!map.learn(&data));
+        assert!(!map.learn(&data, NONE));
     }
 
     #[test]

@@ -92,8 +92,9 @@ impl TxnRequest for AddPartitions {
     }
 }
 
-/// Whether each partition is in the producer's ongoing transaction (KIP-890 part 1: asked by
-/// Produce before it takes transactional batches).
+/// Whether each partition is in the producer's ongoing transaction, or why not (see
+/// `Coordinator::in_transaction`): asked by Produce before it takes transactional batches
+/// (KIP-890 part 1), and by TxnOffsetCommit for the group's offsets partition.
 pub struct Verify {
     pub id: String,
     pub producer_id: i64,
@@ -102,7 +103,7 @@ pub struct Verify {
 }
 
 impl TxnRequest for Verify {
-    type Reply = Vec<bool>;
+    type Reply = Vec<Result<(), ResponseError>>;
     fn transactional_id(&self) -> &str {
         &self.id
     }
@@ -112,7 +113,7 @@ impl TxnRequest for Verify {
         let out = self
             .partitions
             .iter()
-            .map(|p| c.verify(&self.id, self.producer_id, self.epoch, p))
+            .map(|p| c.in_transaction(&self.id, self.producer_id, self.epoch, p))
             .collect();
         Box::pin(async move { out })
     }

@@ -8,7 +8,7 @@
 
 use super::records;
 use super::state::{Coordinator, Markers, Step, TxnRecord};
-use crate::partition::{Partition, TopicPartition};
+use crate::partition::{Partition, Source, TopicPartition};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -139,7 +139,13 @@ async fn append(shard: &Rc<Shard>, id: &str, record: &TxnRecord) -> Result<(), R
     let wall_ms = shard.clock().wall_ms() as i64;
     let batch = crate::protocol::batch::build(&[(Some(&key[..]), value.as_deref())], wall_ms);
     shard
-        .produce(&partition, Bytes::from(batch), -1, APPEND_TIMEOUT_MS)
+        .produce(
+            &partition,
+            Bytes::from(batch),
+            Source::Client,
+            -1,
+            APPEND_TIMEOUT_MS,
+        )
         .await
         .map(|_| ())
 }
@@ -240,7 +246,17 @@ impl Request for MarkerOnOwner {
             let deadline_ms = shard.clock().monotonic_ms() + APPEND_TIMEOUT_MS as u64;
             shard
                 .wait_committed(&p, appended.end_offset, deadline_ms)
-                .await
+                .await?;
+            let offsets = shard
+                .catalog()
+                .topics
+                .get(crate::group::OFFSETS_TOPIC)
+                .cloned();
+            if offsets.is_some_and(|t| t.record.id == self.tp.topic_id) {
+                let index = self.tp.partition;
+                crate::group::settle_txn(&shard, index, self.producer_id, self.commit);
+            }
+            Ok(())
         })
     }
 }

@@ -320,14 +320,31 @@ impl Coordinator {
 
     /// Whether `id`'s ongoing transaction of (`producer_id`, `epoch`) holds `partition`: the
     /// check a partition leader makes before it takes a transactional write (KIP-890).
-    pub fn verify(&self, id: &str, producer_id: i64, epoch: i16, partition: &TxnPartition) -> bool {
-        self.txns.get(id).is_some_and(|t| {
-            let r = &t.record;
-            r.producer_id == producer_id
-                && r.producer_epoch == epoch
-                && r.state == State::Ongoing
-                && r.partitions.contains(partition)
-        })
+    ///
+    /// Refused: the id maps to another producer (INVALID_PRODUCER_ID_MAPPING), the epoch is old
+    /// (PRODUCER_FENCED), or the partition is not in an ongoing transaction
+    /// (INVALID_TXN_STATE).
+    pub fn in_transaction(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: &TxnPartition,
+    ) -> Result<(), ResponseError> {
+        let Some(t) = self.txns.get(id) else {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        };
+        let r = &t.record;
+        if r.producer_id != producer_id {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        }
+        if r.producer_epoch != epoch {
+            return fail(ResponseError::ProducerFenced);
+        }
+        if r.state != State::Ongoing || !r.partitions.contains(partition) {
+            return fail(ResponseError::InvalidTxnState);
+        }
+        Ok(())
     }
 
     /// EndTxn: Ok(Some(step)) prepares the commit or abort (markers follow once persisted);

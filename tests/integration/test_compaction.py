@@ -172,3 +172,49 @@ def test_min_compaction_lag_holds_young_segments_back(make_broker):
     admin.incremental_alter_configs([res])[res].result(timeout=10)
     wait_until(lambda: total(metrics_addr, "sluice_compaction_records_removed_total") > 0,
                what="the segments to be cleaned once the lag allows it")
+
+
+def test_compaction_removes_aborted_transactions_and_keeps_what_was_committed(make_broker):
+    """In a compacted topic written by a transactional producer, the cleaner removes aborted
+    records (an aborted value never hides the committed one of its key) and keeps the markers:
+    read_committed still sees every key's latest committed value, read_uncommitted no longer
+    sees aborted records below the active segment."""
+    broker = make_broker(config=CONFIG)
+    bootstrap = broker.bootstrap
+    ck.create_topic(bootstrap, "cmp-tx", 1, {"cleanup.policy": "compact", "segment.bytes": "16384",
+                                             "min.cleanable.dirty.ratio": "0"})
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "cmp-tx", "linger.ms": 2})
+    p.init_transactions(60)
+    committed = {}
+    for rnd in range(30):
+        for outcome in ("commit", "abort"):
+            p.begin_transaction()
+            for k in range(10):
+                key, value = b"key-%d" % k, b"%s-%d-%d-" % (outcome.encode(), rnd, k) + b"x" * 200
+                p.produce("cmp-tx", key=key, value=value, partition=0)
+                if outcome == "commit":
+                    committed[key] = value
+            assert p.flush(30) == 0
+            if outcome == "commit":
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+
+    def aborted_below_active():
+        active = segment_bases(broker, "cmp-tx", 0)[-1]
+        return [o for o, _, v in read_all(bootstrap, "cmp-tx", 0) if o < active and v.startswith(b"abort")]
+
+    wait_until(lambda: len(segment_bases(broker, "cmp-tx", 0)) > 3 and not aborted_below_active(),
+               timeout_s=60, what="the aborted transactions to be removed")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "rc", "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("cmp-tx", 0, 0)])
+    latest = {}
+    deadline = time.monotonic() + 60
+    while latest != committed and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            assert not m.value().startswith(b"abort"), m.offset()
+            latest[m.key()] = m.value()
+    c.close()
+    assert latest == committed

@@ -189,3 +189,95 @@ def test_kafka_python_transactions(broker):
     got = sorted(m.value for m in c)
     c.close()
     assert got == sorted(b"committed-%d" % i for i in range(10))
+
+
+def test_exactly_once_processing_survives_two_sigkills(make_broker):
+    """A consume-transform-produce loop (tests/clients/eos_processor.py) commits its consumed
+    offsets in each transaction; the broker is SIGKILLed twice mid-run and the processor starts
+    itself again each time. The output, read with read_committed, holds each input once."""
+    import sys
+    import threading
+    broker = make_broker()
+    total = 600
+    ck.create_topic(broker.bootstrap, "eos-in", 3)
+    ck.create_topic(broker.bootstrap, "eos-out", 3)
+    plain = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    inputs = [b"in-%d" % i for i in range(total)]
+    for i, v in enumerate(inputs):
+        plain.produce("eos-in", value=v, partition=i % 3)
+    assert plain.flush(30) == 0
+    proc = subprocess.Popen([sys.executable, str(CLIENTS / "eos_processor.py"), broker.bootstrap, "eos-in",
+                             "eos-out", "eos-group", "eos-proc", str(total)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    progress = {"committed": 0, "done": False}
+    def follow():
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("{"):
+                event = json.loads(line)
+                progress["committed"] += event.get("committed", 0)
+                progress["done"] |= event.get("done", False)
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        for share in (total // 3, 2 * total // 3):
+            deadline = time.monotonic() + 120
+            while progress["committed"] < share and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert progress["committed"] >= share, "".join(lines[-30:])
+            broker.kill()
+            broker.start()
+        assert proc.wait(timeout=240) == 0, "".join(lines[-30:])
+        reader.join(10)
+        assert progress["done"], "".join(lines[-30:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    restarts = [line for line in lines if '"restart"' in line]
+    got = read_all(broker, "eos-out", 3, "read_committed", expect=total)
+    assert len(got) == total and sorted(got) == sorted(b"out-" + v for v in inputs), (
+        len(got), len(set(got)), restarts)
+
+
+def committed_offset(broker, group, topic, isolation, timeout_s=10):
+    """The group's committed offset of `topic`-0 as a consumer at `isolation` reads it
+    (read_committed asks for stable offsets: KIP-447); None when the read timed out."""
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "isolation.level": isolation})
+    try:
+        return c.committed([TopicPartition(topic, 0)], timeout_s)[0].offset
+    except KafkaException:
+        return None
+    finally:
+        c.close()
+
+
+def test_offsets_sent_to_a_transaction_take_effect_with_its_commit(make_broker):
+    """send_offsets_to_transaction: the offsets stay pending (unstable for read_committed
+    readers, unseen by others) until the commit, an abort drops them, and pending offsets
+    survive a SIGKILL until their transaction ends."""
+    broker = make_broker()
+    ck.create_topic(broker.bootstrap, "src", 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-off"})
+    meta = consumer.consumer_group_metadata()
+    p = txn_producer(broker, "tx-off")
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("src", 0, 7)], meta, 30)
+    assert committed_offset(broker, "g-off", "src", "read_uncommitted") < 0
+    assert committed_offset(broker, "g-off", "src", "read_committed", timeout_s=3) is None
+    p.commit_transaction(30)
+    assert committed_offset(broker, "g-off", "src", "read_committed") == 7
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("src", 0, 9)], meta, 30)
+    p.abort_transaction(30)
+    assert committed_offset(broker, "g-off", "src", "read_committed") == 7
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("src", 0, 11)], meta, 30)
+    broker.kill()
+    broker.start()
+    # Replayed as pending; the producer's commit (retried across the restart) settles them.
+    assert committed_offset(broker, "g-off", "src", "read_uncommitted") == 7
+    p.commit_transaction(60)
+    assert committed_offset(broker, "g-off", "src", "read_committed") == 11
+    consumer.close()

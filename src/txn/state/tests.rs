@@ -195,10 +195,15 @@ fn idle_ids_expire_and_a_failed_persist_changes_nothing() {
 fn verification_holds_only_partitions_of_the_ongoing_transaction() {
     let mut c = Coordinator::default();
     let (pid, epoch) = initialised(&mut c, "t");
-    assert!(!c.verify("t", pid, epoch, &p("a", 0)));
+    let txn_state = Err(ResponseError::InvalidTxnState);
+    assert_eq!(c.in_transaction("t", pid, epoch, &p("a", 0)), txn_state);
     let step = c.add_partitions("t", pid, epoch, &[p("a", 0)], 1).unwrap();
     persist(&mut c, "t", step);
-    assert!(c.verify("t", pid, epoch, &p("a", 0)));
-    assert!(!c.verify("t", pid, epoch, &p("a", 1)));
-    assert!(!c.verify("t", pid, epoch + 1, &p("a", 0)));
+    assert_eq!(c.in_transaction("t", pid, epoch, &p("a", 0)), Ok(()));
+    assert_eq!(c.in_transaction("t", pid, epoch, &p("a", 1)), txn_state);
+    let fenced = Err(ResponseError::ProducerFenced);
+    assert_eq!(c.in_transaction("t", pid, epoch + 1, &p("a", 0)), fenced);
+    let mapping = Err(ResponseError::InvalidProducerIdMapping);
+    assert_eq!(c.in_transaction("t", pid + 1, epoch, &p("a", 0)), mapping);
+    assert_eq!(c.in_transaction("unknown", pid, epoch, &p("a", 0)), mapping);
 }

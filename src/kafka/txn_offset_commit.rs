@@ -1,0 +1,84 @@
+//! TxnOffsetCommit v0–3: a transactional producer commits a group's offsets in its
+//! transaction. The transaction coordinator first confirms that AddOffsetsToTxn put the
+//! group's offsets partition in the producer's ongoing transaction (KIP-890 part 1: nothing is
+//! written to a transaction no coordinator will end); the group coordinator then writes them
+//! as a transactional batch, and they take effect with the transaction's commit marker.
+
+use super::add_offsets_to_txn::group_partition;
+use super::offset_commit::{answered, listed};
+use super::{decode, encode, Reply};
+use crate::group::{ops, route};
+use crate::shard::Shard;
+use crate::txn::{ops as txn_ops, service};
+use bytes::Bytes;
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    let req: TxnOffsetCommitRequest = decode(body, version)?;
+    let topics = req.topics.iter().map(|t| {
+        let partitions = t.partitions.iter().map(|p| {
+            let metadata = p.committed_metadata.as_ref();
+            let epoch = p.committed_leader_epoch; // -1 before v2, as decoded
+            (p.partition_index, p.committed_offset, epoch, metadata)
+        });
+        (&t.name, partitions.collect())
+    });
+    let (offsets, layout) = listed(shard, topics);
+    let n = offsets.len();
+    let codes = match verify(shard, &req).await {
+        Err(e) => vec![e.code(); n],
+        Ok(()) if n == 0 => Vec::new(),
+        Ok(()) => {
+            let op = ops::Commit {
+                group: req.group_id.0.to_string(),
+                member: req.member_id.to_string(),
+                generation: req.generation_id,
+                instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
+                offsets,
+                txn: Some((req.producer_id.0, req.producer_epoch)),
+            };
+            route(shard, op).await.unwrap_or_else(|c| vec![c; n])
+        }
+    };
+    let topics = answered(layout, &codes)
+        .map(|(name, row)| {
+            let partitions = row
+                .map(|(p, code)| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_error_code(code)
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    encode(
+        &TxnOffsetCommitResponse::default().with_topics(topics),
+        version,
+    )
+}
+
+/// Whether the group's offsets partition is in the producer's ongoing transaction.
+async fn verify(shard: &Rc<Shard>, req: &TxnOffsetCommitRequest) -> Result<(), ResponseError> {
+    if req.group_id.is_empty() {
+        return Err(ResponseError::InvalidGroupId);
+    }
+    let check = txn_ops::Verify {
+        id: req.transactional_id.0.to_string(),
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+        partitions: vec![group_partition(shard, &req.group_id)?],
+    };
+    let verdicts = service::route(shard, check).await?;
+    verdicts
+        .into_iter()
+        .next()
+        .unwrap_or(Err(ResponseError::InvalidTxnState))
+}
