@@ -109,7 +109,20 @@ pub struct BenchArgs {
     /// Write every figure as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Idempotent producers (librdkafka's `enable.idempotence`): the baseline that
+    /// --transaction-records is compared with. Needs --acks all.
+    #[arg(long)]
+    pub idempotence: bool,
+    /// Transactional producers: each commits a transaction every N records (and at the end);
+    /// the report adds commits per second and the commit latency (the flush of the
+    /// transaction's last records, then EndTxn). Needs --acks all.
+    #[arg(long)]
+    pub transaction_records: Option<u64>,
 }
+
+/// The largest --transaction-records: a transaction's records are held by the client until it
+/// commits.
+pub const TRANSACTION_RECORDS_MAX: u64 = 1_000_000;
 
 /// Bytes at the start of each payload: intended send time (ns since the run's epoch),
 /// producer id, sequence number.
@@ -144,6 +157,16 @@ impl BenchArgs {
             if !(r > 0.0 && r.is_finite()) {
                 return Err("--rate must be positive".into());
             }
+        }
+        if let Some(n) = self.transaction_records {
+            if !(1..=TRANSACTION_RECORDS_MAX).contains(&n) {
+                return Err(format!(
+                    "--transaction-records must be in 1..={TRANSACTION_RECORDS_MAX}"
+                ));
+            }
+        }
+        if (self.idempotence || self.transaction_records.is_some()) && self.acks != Acks::All {
+            return Err("--idempotence and --transaction-records need --acks all".into());
         }
         if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
             return Err("--warmup must be zero or positive".into());

@@ -38,6 +38,8 @@ pub struct Report {
     /// e2e only: send to acknowledgement, from the same records' intended send times.
     pub ack_latency_ms: Option<Latency>,
     pub elapsed_s: f64,
+    /// --transaction-records only: the transactions committed.
+    pub transactions: Option<TransactionReport>,
     /// e2e only: records acknowledged to the producers but never received.
     pub e2e_missing: u64,
     pub e2e_duplicates: u64,
@@ -45,6 +47,15 @@ pub struct Report {
     pub nproc: usize,
     pub kernel: String,
     pub sluice_version: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TransactionReport {
+    pub records_per_transaction: u64,
+    pub commits: u64,
+    pub commits_per_sec: f64,
+    /// From the commit call to its return: the flush of the last records, then EndTxn.
+    pub commit_latency_ms: Latency,
 }
 
 /// What the worker threads share with the main thread during a run.
@@ -101,6 +112,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
             epoch,
             acked_total: AtomicU64::new(0),
             printed: AtomicU64::new(0),
+            commits: Meter::new(args.producers),
         }),
         producing: args.mode != Mode::Consume,
         consuming: args.mode != Mode::Produce,
@@ -208,6 +220,7 @@ fn watch(run: &Run, producer_threads: &Workers) -> Instant {
         let now = Instant::now();
         if !warmed && now - begin >= warmup {
             run.producers.meter.reset();
+            run.producers.commits.reset();
             run.consumers.meter.reset();
             (measured_from, warmed, last) = (now, true, (now, 0, 0));
         }
@@ -281,6 +294,15 @@ fn report(run: &Run, elapsed: Duration, missing: u64) -> Report {
         ack_latency_ms: (run.args.mode == Mode::E2e)
             .then(|| Latency::from_histogram(&run.producers.meter.merged())),
         elapsed_s: secs,
+        transactions: run.args.transaction_records.map(|n| {
+            let commits = run.producers.commits.records.load(Ordering::Relaxed);
+            TransactionReport {
+                records_per_transaction: n,
+                commits,
+                commits_per_sec: commits as f64 / secs,
+                commit_latency_ms: Latency::from_histogram(&run.producers.commits.merged()),
+            }
+        }),
         e2e_missing: missing,
         e2e_duplicates: run.consumers.duplicates.load(Ordering::Relaxed),
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -372,6 +394,11 @@ fn print_summary(r: &Report) {
     print_latency("latency", &r.latency_ms);
     if let Some(ack) = &r.ack_latency_ms {
         print_latency("ack", ack);
+    }
+    if let Some(t) = &r.transactions {
+        println!("{:<14} {:>14}", "commits", t.commits);
+        println!("{:<14} {:>14.1}", "commits/s", t.commits_per_sec);
+        print_latency("commit", &t.commit_latency_ms);
     }
 }
 

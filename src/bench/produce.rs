@@ -23,6 +23,8 @@ pub struct Shared {
     pub acked_total: AtomicU64,
     /// Errors printed so far; only the first few are printed.
     pub printed: AtomicU64,
+    /// Transactions committed, with each commit's latency (--transaction-records).
+    pub commits: Meter,
 }
 
 const PRINTED_ERRORS_MAX: u64 = 5;
@@ -89,7 +91,20 @@ pub fn run(
         shared: shared.clone(),
         worker,
     };
-    let producer: BaseProducer<Context> = client_config(args).create_with_context(ctx)?;
+    let mut config = client_config(args);
+    if args.idempotence || args.transaction_records.is_some() {
+        config.set("enable.idempotence", "true");
+    }
+    if args.transaction_records.is_some() {
+        // Unique per run and worker, so that one run never fences another's producers.
+        let id = format!("sluice-bench-{}-{worker}", std::process::id());
+        config.set("transactional.id", id);
+    }
+    let producer: BaseProducer<Context> = config.create_with_context(ctx)?;
+    let mut txn = args
+        .transaction_records
+        .map(|n| Transactions::begin(&producer, n))
+        .transpose()?;
     let per_producer_rate = args.rate.map(|r| r / args.producers as f64);
     let start = Instant::now();
     let mut buf = payload::filler(args.message_size);
@@ -133,6 +148,12 @@ pub fn run(
         send(&producer, &shared, record);
         sent += 1;
         producer.poll(Duration::ZERO);
+        if let Some(t) = &mut txn {
+            t.sent(&producer, &shared, worker);
+        }
+    }
+    if let Some(t) = &mut txn {
+        t.commit(&producer, &shared, worker);
     }
     if producer.flush(Duration::from_secs(30)).is_err() {
         let left = producer.in_flight_count();
@@ -144,6 +165,63 @@ pub fn run(
         ));
     }
     Ok(())
+}
+
+/// A transactional producer's open transaction: committed every `records_per_txn` records.
+struct Transactions {
+    records_per_txn: u64,
+    in_txn: u64,
+}
+
+/// How long a transaction's init, commit or abort may take before it counts as failed.
+const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Transactions {
+    fn begin(producer: &BaseProducer<Context>, records_per_txn: u64) -> Result<Self, KafkaError> {
+        producer.init_transactions(TXN_TIMEOUT)?;
+        producer.begin_transaction()?;
+        Ok(Transactions {
+            records_per_txn,
+            in_txn: 0,
+        })
+    }
+
+    fn sent(&mut self, producer: &BaseProducer<Context>, shared: &Shared, worker: usize) {
+        self.in_txn += 1;
+        if self.in_txn >= self.records_per_txn {
+            self.commit(producer, shared, worker);
+            if let Err(e) = producer.begin_transaction() {
+                shared.report_error(&format!("begin transaction failed: {e}"));
+            }
+        }
+    }
+
+    /// Commits the open transaction (an empty one is left open); a failed commit is aborted
+    /// and counted as an error.
+    fn commit(&mut self, producer: &BaseProducer<Context>, shared: &Shared, worker: usize) {
+        if self.in_txn == 0 {
+            return;
+        }
+        self.in_txn = 0;
+        let started = Instant::now();
+        // Deliveries first, served as they come: the crate's own flush inside
+        // commit_transaction polls in 100 ms steps, which would be most of what is measured.
+        while producer.in_flight_count() > 0 && started.elapsed() < TXN_TIMEOUT {
+            producer.poll(Duration::from_millis(1));
+        }
+        match producer.commit_transaction(TXN_TIMEOUT) {
+            Ok(()) => {
+                let us = started.elapsed().as_micros() as u64;
+                shared.commits.record(worker, 0, us);
+            }
+            Err(e) => {
+                shared.report_error(&format!("commit failed: {e}"));
+                if let Err(e) = producer.abort_transaction(TXN_TIMEOUT) {
+                    shared.report_error(&format!("abort failed: {e}"));
+                }
+            }
+        }
+    }
 }
 
 /// When the `sent`-th record of a paced producer is due, or now when unpaced. Latency counts

@@ -26,7 +26,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let req: AddOffsetsToTxnRequest = decode(body, version)?;
     let code = match add(shard, &req).await {
         Ok(()) => 0,
-        Err(e) => e.code(),
+        Err(e) => super::txn_error_code(e, version, 2),
     };
     encode(
         &AddOffsetsToTxnResponse::default().with_error_code(code),

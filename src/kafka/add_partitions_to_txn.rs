@@ -38,7 +38,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         };
         match service::route(shard, add).await {
             Ok(Ok(())) => 0,
-            Ok(Err(e)) | Err(e) => e.code(),
+            Ok(Err(e)) | Err(e) => super::txn_error_code(e, version, 2),
         }
     } else {
         ResponseError::OperationNotAttempted.code()

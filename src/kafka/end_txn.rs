@@ -19,7 +19,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     };
     let code = match service::route(shard, end).await {
         Ok(Ok(())) => 0,
-        Ok(Err(e)) | Err(e) => e.code(),
+        Ok(Err(e)) | Err(e) => super::txn_error_code(e, version, 2),
     };
     encode(&EndTxnResponse::default().with_error_code(code), version)
 }

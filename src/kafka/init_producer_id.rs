@@ -2,7 +2,8 @@
 //! epoch 0. A transactional one is answered by its id's transaction coordinator: the id's
 //! producer id with its epoch bumped, which fences every older instance (an ongoing
 //! transaction of theirs is aborted first: CONCURRENT_TRANSACTIONS until it is, which clients
-//! retry).
+//! retry). A producer that names the id and epoch it has (v3+, KIP-360) must hold the
+//! current ones, or be retrying the bump that made them: an older one is PRODUCER_FENCED.
 
 use super::{decode, encode, Reply};
 use crate::shard::Shard;
@@ -16,12 +17,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     let req: InitProducerIdRequest = decode(body, version)?;
     let answer = match &req.transactional_id {
         Some(id) => {
+            let known = (req.producer_id.0 >= 0 && req.producer_epoch >= 0)
+                .then_some((req.producer_id.0, req.producer_epoch));
             let init = ops::Init {
                 id: id.0.to_string(),
                 timeout_ms: req.transaction_timeout_ms,
+                producer: known,
             };
             match service::route(shard, init).await {
-                Ok(answer) => answer.map_err(|e| e.code()),
+                Ok(answer) => answer.map_err(|e| super::txn_error_code(e, version, 4)),
                 Err(e) => Err(e.code()),
             }
         }

@@ -15,6 +15,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_quorum;
+pub mod describe_transactions;
 pub mod elect_leaders;
 pub mod end_txn;
 pub mod fetch;
@@ -27,6 +28,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -84,6 +86,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
@@ -155,6 +159,8 @@ pub async fn dispatch(
         ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(shard, v, body).await,
         ApiKey::EndTxn => end_txn::handle(shard, v, body).await,
         ApiKey::TxnOffsetCommit => txn_offset_commit::handle(shard, v, body).await,
+        ApiKey::DescribeTransactions => describe_transactions::handle(shard, v, body).await,
+        ApiKey::ListTransactions => list_transactions::handle(shard, v, body).await,
         ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
         ApiKey::AlterConfigs => alter_configs::handle(shard, v, body).await,
         ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(shard, v, body).await,
@@ -250,6 +256,17 @@ pub fn encode_body<M: Encodable>(message: &M, version: i16) -> anyhow::Result<Ve
     let mut buf = BytesMut::new();
     message.encode(&mut buf, version)?;
     Ok(vec![buf.freeze().into()])
+}
+
+/// `e`'s code as a transactional API at `version` may answer it: versions before `since`
+/// predate PRODUCER_FENCED (KIP-588) and get INVALID_PRODUCER_EPOCH, as Kafka answers them.
+pub fn txn_error_code(e: ResponseError, version: i16, since: i16) -> i16 {
+    match e {
+        ResponseError::ProducerFenced if version < since => {
+            ResponseError::InvalidProducerEpoch.code()
+        }
+        e => e.code(),
+    }
 }
 
 pub fn str_bytes(s: &str) -> StrBytes {

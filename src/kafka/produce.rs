@@ -24,7 +24,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// One partition's answer.
@@ -188,11 +188,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
 }
 
 /// The items to route (with their owners) and the response's layout.
-fn route(
-    shard: &Shard,
-    req: &ProduceRequest,
-    verified: &HashSet<(String, i32)>,
-) -> (Routed, Slots) {
+fn route(shard: &Shard, req: &ProduceRequest, verified: &Verdicts) -> (Routed, Slots) {
     let catalog = shard.catalog();
     let acks_valid = matches!(req.acks, -1..=1);
     let mut items = Vec::new();
@@ -206,16 +202,16 @@ fn route(
                 Some(t) if t.has_partition(p.index) && !catalog.leads(t, p.index) => {
                     Err(ResponseError::NotLeaderOrFollower)
                 }
-                Some(t) if t.has_partition(p.index) => {
+                Some(t) if t.has_partition(p.index) => 'routed: {
+                    // Transactional batches go in only where the coordinator verified them.
+                    let source = match verified.get(&(topic.name.clone(), p.index)) {
+                        Some(Err(e)) => break 'routed Err(*e),
+                        Some(Ok(())) => Source::VerifiedTransaction,
+                        None => Source::Client,
+                    };
                     let tp = TopicPartition {
                         topic_id: t.record.id,
                         partition: p.index,
-                    };
-                    // Transactional batches go in only where the coordinator verified them.
-                    let source = if verified.contains(&(topic.name.clone(), p.index)) {
-                        Source::VerifiedTransaction
-                    } else {
-                        Source::Client
                     };
                     let item = (tp, p.records.clone(), source);
                     items.push((shard.owner(&t.name, p.index), item));
@@ -230,12 +226,18 @@ fn route(
     (items, slots)
 }
 
-/// The partitions of a transactional producer's request that its coordinator has in the
-/// producer's ongoing transaction at the batches' epoch (KIP-890 part 1). One question to the
-/// coordinator per request; the others' transactional batches are refused by the partition.
-async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> HashSet<(String, i32)> {
+/// Per partition of a transactional producer's request: whether its coordinator has the
+/// partition in the producer's ongoing transaction at the batches' epoch (KIP-890 part 1), or
+/// the error Produce answers instead.
+type Verdicts = HashMap<(String, i32), Result<(), ResponseError>>;
+
+/// Asks the coordinator about the request's transactional batches, once per request. A
+/// fenced producer gets INVALID_PRODUCER_EPOCH (Produce has no PRODUCER_FENCED), a partition
+/// outside the transaction INVALID_TXN_STATE, and a coordinator that cannot answer now
+/// NOT_ENOUGH_REPLICAS, which producers retry (as Kafka's verification answers).
+async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> Verdicts {
     let Some(id) = &req.transactional_id else {
-        return HashSet::new();
+        return Verdicts::new();
     };
     let mut producer = None;
     let mut partitions = Vec::new();
@@ -249,7 +251,7 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> HashSe
         }
     }
     let Some((producer_id, epoch)) = producer else {
-        return HashSet::new();
+        return Verdicts::new();
     };
     let verify = ops::Verify {
         id: id.clone(),
@@ -257,11 +259,19 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> HashSe
         epoch,
         partitions: partitions.clone(),
     };
-    let answers = service::route(shard, verify).await.unwrap_or_default();
+    let answers = match service::route(shard, verify).await {
+        Ok(answers) => answers,
+        Err(_) => vec![Err(ResponseError::NotEnoughReplicas); partitions.len()],
+    };
+    let as_produce = |e| match e {
+        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        ResponseError::NotEnoughReplicas => e,
+        _ => ResponseError::InvalidTxnState,
+    };
     partitions
         .into_iter()
         .zip(answers)
-        .filter_map(|(p, verdict)| verdict.is_ok().then_some(p))
+        .map(|(p, verdict)| (p, verdict.map_err(as_produce)))
         .collect()
 }
 

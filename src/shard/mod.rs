@@ -294,6 +294,18 @@ impl Shard {
         end_offset: i64,
         deadline_ms: u64,
     ) -> Result<(), ResponseError> {
+        // The leadership the write was appended under. Should it end before the high watermark
+        // passes the write (this node follows, and learns a high watermark from the new
+        // leader, which may cover other records at those offsets), the write is not known to
+        // be committed: NOT_LEADER_OR_FOLLOWER, as Kafka answers a delayed produce then.
+        let appended_under = partition.leadership().map(|(generation, _)| generation);
+        if appended_under.is_none() {
+            return Err(if partition.is_failed() {
+                ResponseError::KafkaStorageError
+            } else {
+                ResponseError::NotLeaderOrFollower
+            });
+        }
         let mut wait = self
             .wait_for_offset(partition, end_offset, deadline_ms)
             .await;
@@ -309,7 +321,8 @@ impl Shard {
         if partition.is_failed() {
             return Err(ResponseError::KafkaStorageError);
         }
-        if partition.high_watermark() < end_offset && !partition.is_leader() {
+        let led_since = partition.leadership().map(|(generation, _)| generation);
+        if led_since != appended_under {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         if wait == Wait::Deadline {

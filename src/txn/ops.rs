@@ -1,12 +1,17 @@
 //! One typed request per transaction operation, each run on its id's coordinator shard
 //! (`service::route`).
 
-use super::service::{persist, start_markers, TxnRequest, TxnService};
-use super::state::{TxnPartition, TxnRecord};
+use super::service::{persist, start_markers, when_settled, TxnRequest, TxnService};
+use super::state::{ListFilter, State, TxnPartition, TxnRecord};
+use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
+
+/// How long AddPartitionsToTxn waits for the transaction before to complete before it answers
+/// CONCURRENT_TRANSACTIONS (`service::when_settled`).
+const SETTLE_WAIT_MS: u64 = 50;
 
 fn now_ms(shard: &Shard) -> i64 {
     shard.clock().wall_ms() as i64
@@ -16,6 +21,8 @@ fn now_ms(shard: &Shard) -> i64 {
 pub struct Init {
     pub id: String,
     pub timeout_ms: i32,
+    /// The producer id and epoch the producer has (v3+, KIP-360), if any.
+    pub producer: Option<(i64, i16)>,
 }
 
 impl TxnRequest for Init {
@@ -26,6 +33,15 @@ impl TxnRequest for Init {
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
             let service = shard.service::<TxnService>();
+            if let Some((producer_id, epoch)) = self.producer {
+                let c = service.coordinator.borrow();
+                if c.is_init_retry(&self.id, producer_id, epoch)? {
+                    let r = c
+                        .get(&self.id)
+                        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+                    return Ok((r.producer_id, r.producer_epoch));
+                }
+            }
             // A fresh producer id only where one is needed: a new id, or an epoch used up.
             let needs_id = service
                 .coordinator
@@ -80,13 +96,16 @@ impl TxnRequest for AddPartitions {
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
             let service = shard.service::<TxnService>();
-            let step = service.coordinator.borrow_mut().add_partitions(
-                &self.id,
-                self.producer_id,
-                self.epoch,
-                &self.partitions,
-                now_ms(&shard),
-            )?;
+            let step = when_settled(&shard, SETTLE_WAIT_MS, || {
+                service.coordinator.borrow_mut().add_partitions(
+                    &self.id,
+                    self.producer_id,
+                    self.epoch,
+                    &self.partitions,
+                    now_ms(&shard),
+                )
+            })
+            .await?;
             persist(&shard, &self.id, step).await
         })
     }
@@ -168,7 +187,31 @@ impl TxnRequest for Describe {
             .coordinator
             .borrow()
             .get(&self.id)
+            .filter(|r| r.producer_id >= 0) // still being created: not known yet
             .cloned();
         Box::pin(async move { r })
+    }
+}
+
+/// ListTransactions (KIP-664), on one shard: the ids it coordinates that pass the filter, or
+/// COORDINATOR_LOAD_IN_PROGRESS while one of its `__transaction_state` partitions loads.
+pub struct List {
+    pub filter: ListFilter,
+}
+
+impl Request for List {
+    type Reply = Result<Vec<(String, i64, State)>, ResponseError>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        let listed = if super::service::loading(&shard) {
+            Err(ResponseError::CoordinatorLoadInProgress)
+        } else {
+            let service = shard.service::<TxnService>();
+            let listed = service
+                .coordinator
+                .borrow()
+                .list(&self.filter, now_ms(&shard));
+            Ok(listed)
+        };
+        Box::pin(async move { listed })
     }
 }

@@ -7,7 +7,7 @@
 //! markers for partitions led by other nodes (WriteTxnMarkers) are not sent yet.
 
 use super::records;
-use super::state::{Coordinator, Markers, Step, TxnRecord};
+use super::state::{Coordinator, ListFilter, Markers, State, Step, TxnRecord};
 use crate::partition::{Partition, Source, TopicPartition};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
@@ -36,6 +36,9 @@ pub struct TxnService {
     pub(super) coordinator: RefCell<Coordinator>,
     /// The `__transaction_state` partitions whose ids are loaded.
     loaded: RefCell<HashSet<i32>>,
+    /// Notified whenever a persisted move was applied or abandoned: requests that found their
+    /// id busy (CONCURRENT_TRANSACTIONS) look again.
+    pub(super) settled: event_listener::Event,
 }
 
 impl TxnService {
@@ -43,6 +46,7 @@ impl TxnService {
         TxnService {
             coordinator: RefCell::new(Coordinator::new(config.transactions.max_timeout_ms)),
             loaded: RefCell::new(HashSet::new()),
+            settled: event_listener::Event::new(),
         }
     }
 }
@@ -117,16 +121,47 @@ pub async fn persist(shard: &Rc<Shard>, id: &str, step: Step) -> Result<(), Resp
     };
     let service = shard.service::<TxnService>();
     let appended = append(shard, id, &record).await;
-    let mut c = service.coordinator.borrow_mut();
-    match appended {
-        Ok(()) => {
-            c.complete(id, &record);
-            Ok(())
+    let settled = {
+        let mut c = service.coordinator.borrow_mut();
+        match appended {
+            Ok(()) => {
+                c.complete(id, &record);
+                Ok(())
+            }
+            Err(e) => {
+                log::warn!("transactional id {id}: state not persisted ({e:?})");
+                c.abandon(id, &record);
+                Err(ResponseError::CoordinatorNotAvailable)
+            }
         }
-        Err(e) => {
-            log::warn!("transactional id {id}: state not persisted ({e:?})");
-            c.abandon(id, &record);
-            Err(ResponseError::CoordinatorNotAvailable)
+    };
+    service.settled.notify(usize::MAX);
+    settled
+}
+
+/// Runs `attempt` until it is not CONCURRENT_TRANSACTIONS or `wait_ms` passed, trying again
+/// each time a move settles. A client told CONCURRENT_TRANSACTIONS backs off for its retry
+/// backoff (librdkafka: 100 ms), while the move it waits for (the markers and the completion
+/// of the transaction before, one fsync or two) takes a millisecond: a producer that begins
+/// its next transaction right after a commit would wait out the backoff every time.
+pub async fn when_settled<T>(
+    shard: &Rc<Shard>,
+    wait_ms: u64,
+    mut attempt: impl FnMut() -> Result<T, ResponseError>,
+) -> Result<T, ResponseError> {
+    let service = shard.service::<TxnService>();
+    let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
+    loop {
+        let settled = service.settled.listen();
+        match attempt() {
+            Err(ResponseError::ConcurrentTransactions)
+                if shard.clock().monotonic_ms() < deadline_ms =>
+            {
+                let timeout = shard.housekeeping_sleep_until(deadline_ms);
+                futures::pin_mut!(timeout);
+                futures::future::select(timeout, settled).await;
+            }
+            outcome => return outcome,
         }
     }
 }
@@ -158,16 +193,14 @@ pub fn spawn_markers(shard: &Rc<Shard>, markers: Markers) {
     glommio::spawn_local(async move {
         let coordinator_epoch =
             state_partition_of(&shard, &markers.transactional_id).map_or(0, |p| p.leader_epoch());
-        for (topic, index) in &markers.partitions {
-            while let Err(e) =
-                write_marker(&shard, &markers, topic, *index, coordinator_epoch).await
-            {
-                if !still_preparing(&shard, &markers) || shard.is_shutting_down() {
-                    return;
-                }
-                log::debug!("marker for {topic}-{index}: {e:?}; retrying");
-                shard.housekeeping_sleep(MARKER_RETRY_MS).await;
-            }
+        // Every partition's marker at once: their fsyncs group, so a transaction over many
+        // partitions completes in about one.
+        let writes = markers.partitions.iter().map(|(topic, index)| {
+            marker_until_written(&shard, &markers, topic, *index, coordinator_epoch)
+        });
+        let written = futures::future::join_all(writes).await;
+        if written.iter().any(|w| !w) {
+            return; // the transaction moved on, or the shard stops: nothing to complete
         }
         let now_ms = shard.clock().wall_ms() as i64;
         let step = shard
@@ -181,6 +214,25 @@ pub fn spawn_markers(shard: &Rc<Shard>, markers: Markers) {
         }
     })
     .detach();
+}
+
+/// Writes one partition's marker, retrying until it is committed (true) or the transaction
+/// moved on or the shard stops (false).
+async fn marker_until_written(
+    shard: &Rc<Shard>,
+    markers: &Markers,
+    topic: &str,
+    index: i32,
+    coordinator_epoch: i32,
+) -> bool {
+    while let Err(e) = write_marker(shard, markers, topic, index, coordinator_epoch).await {
+        if !still_preparing(shard, markers) || shard.is_shutting_down() {
+            return false;
+        }
+        log::debug!("marker for {topic}-{index}: {e:?}; retrying");
+        shard.housekeeping_sleep(MARKER_RETRY_MS).await;
+    }
+    true
 }
 
 fn still_preparing(shard: &Shard, m: &Markers) -> bool {
@@ -296,6 +348,37 @@ pub fn start_markers(shard: &Rc<Shard>, id: &str) {
     if let Some(m) = markers {
         spawn_markers(shard, m);
     }
+}
+
+/// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet.
+pub fn loading(shard: &Shard) -> bool {
+    let Some(topic) = shard.catalog().topics.get(TXN_STATE_TOPIC).cloned() else {
+        return false;
+    };
+    let service = shard.service::<TxnService>();
+    let loaded = service.loaded.borrow();
+    shard.partition_list().iter().any(|p| {
+        p.id().topic_id == topic.record.id
+            && p.leadership().is_some()
+            && !loaded.contains(&p.id().partition)
+    })
+}
+
+/// Every shard's ids that pass `filter` (ListTransactions). Shards that are stopping are
+/// skipped; one still loading its ids makes the answer COORDINATOR_LOAD_IN_PROGRESS.
+pub async fn list_all(
+    shard: &Rc<Shard>,
+    filter: ListFilter,
+) -> Result<Vec<(String, i64, State)>, ResponseError> {
+    let calls = (0..shard.router.shards()).map(|s| {
+        let filter = filter.clone();
+        shard.call(s, super::ops::List { filter })
+    });
+    let mut all = Vec::new();
+    for listed in futures::future::join_all(calls).await.into_iter().flatten() {
+        all.extend(listed?);
+    }
+    Ok(all)
 }
 
 /// Loads each `__transaction_state` partition this shard owns and leads, once: replays its

@@ -75,6 +75,13 @@ impl State {
         }
     }
 
+    /// The state Kafka calls `name` (ListTransactions' state filters), if any.
+    pub fn from_name(name: &str) -> Option<State> {
+        (0..=6)
+            .filter_map(State::from_code)
+            .find(|s| s.name() == name)
+    }
+
     fn preparing(self) -> bool {
         matches!(self, State::PrepareCommit | State::PrepareAbort)
     }
@@ -94,6 +101,26 @@ pub struct TxnRecord {
     /// Wall times (ms): the last change, and when the ongoing transaction began (-1: none).
     pub last_update_ms: i64,
     pub start_ms: i64,
+}
+
+/// ListTransactions' filters: an empty list, or a negative duration, lets everything through.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub states: Vec<State>,
+    pub producer_ids: Vec<i64>,
+    /// Only transactions that began longer ago than this (ms); < 0: no filter.
+    pub min_duration_ms: i64,
+}
+
+impl ListFilter {
+    fn matches(&self, r: &TxnRecord, now_ms: i64) -> bool {
+        let state = self.states.is_empty() || self.states.contains(&r.state);
+        let producer = self.producer_ids.is_empty() || self.producer_ids.contains(&r.producer_id);
+        // An id with no transaction begun (start -1) has run for no time at all.
+        let duration = self.min_duration_ms < 0
+            || (r.start_ms >= 0 && now_ms - r.start_ms > self.min_duration_ms);
+        state && producer && duration
+    }
 }
 
 /// What the shell must do for a request it was told to carry out.
@@ -157,6 +184,15 @@ impl Coordinator {
     /// Every id, with its record.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &TxnRecord)> {
         self.txns.iter().map(|(id, t)| (id, &t.record))
+    }
+
+    /// The ids ListTransactions (KIP-664) answers for `filter` at `now_ms`: (id, producer id,
+    /// state). An id still being created (its first record not yet durable) is not listed.
+    pub fn list(&self, filter: &ListFilter, now_ms: i64) -> Vec<(String, i64, State)> {
+        self.iter()
+            .filter(|(_, r)| r.producer_id >= 0 && filter.matches(r, now_ms))
+            .map(|(id, r)| (id.clone(), r.producer_id, r.state))
+            .collect()
     }
 
     /// A record read back from `__transaction_state` (the latest per id wins; Dead removes).
@@ -269,6 +305,36 @@ impl Coordinator {
             ..bumped
         };
         Ok((self.begin(id, empty), false))
+    }
+
+    /// KIP-360: an InitProducerId (v3+) that names the producer id and epoch its producer has.
+    /// Ok(false): go on and bump the epoch, as for any InitProducerId. Ok(true): a retry of
+    /// the bump that produced the current epoch (its answer was lost), answered with the
+    /// current epoch and nothing persisted. PRODUCER_FENCED: an older instance, or one whose
+    /// transaction was aborted on its timeout (which bumped the epoch past it).
+    pub fn is_init_retry(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<bool, ResponseError> {
+        let Some(t) = self.txns.get(id).filter(|t| t.record.producer_id >= 0) else {
+            return Ok(false); // an id not known here: it gets a producer id as a new one
+        };
+        let r = &t.record;
+        if r.producer_id != producer_id {
+            return fail(ResponseError::ProducerFenced);
+        }
+        if epoch == r.producer_epoch {
+            return Ok(false);
+        }
+        // Only an InitProducerId leaves a bumped epoch in Empty: a timeout's or a fencing
+        // instance's abort leaves CompleteAbort.
+        let bumped_by_init = r.state == State::Empty && t.pending.is_none();
+        if bumped_by_init && epoch.checked_add(1) == Some(r.producer_epoch) {
+            return Ok(true);
+        }
+        fail(ResponseError::ProducerFenced)
     }
 
     /// The checks every request of an ongoing producer passes: its id maps to this producer,

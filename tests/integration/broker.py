@@ -23,14 +23,25 @@ def _ephemeral_ports() -> range:
         return range(32768, 61000)
 
 
+def _worker_ports() -> range:
+    """This test process's share of ports 10000-30000: the whole of it, or under pytest-xdist
+    (scripts/test runs two workers) the worker's own slice, so that two workers never hand out
+    the same port between its check and the broker's bind."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    width = 20_000 // max(workers, 1)
+    return range(10_000 + worker * width, 10_000 + (worker + 1) * width)
+
+
 def free_port() -> int:
     """A port nobody holds now, outside the kernel's ephemeral range, and never given twice in
     this process. glommio binds with SO_REUSEPORT, so a clash would go unnoticed; and a port
     from the ephemeral range (what binding port 0 returns) can be taken by any client's
     outgoing connection before the broker binds it (seen: an RPC listener's EADDRINUSE)."""
     ephemeral = _ephemeral_ports()
+    ports = _worker_ports()
     while True:
-        port = random.randint(10_000, 30_000)
+        port = random.choice(ports)
         if port in _GIVEN_PORTS or port in ephemeral:
             continue
         with socket.socket() as s:
@@ -102,6 +113,25 @@ class Broker:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+    def freeze(self, timeout_s: float = 10.0):
+        """SIGSTOP, and wait until every thread has stopped: kill(2) returns before the signal
+        takes effect, and a broker thread still running may serve a request sent meanwhile
+        (seen under load: a "frozen" leader committed a produce sent after the SIGSTOP)."""
+        self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout_s
+        while not self._all_threads_stopped():
+            assert time.monotonic() < deadline, f"broker {self.proc.pid} did not stop"
+            time.sleep(0.01)
+
+    def _all_threads_stopped(self) -> bool:
+        states = []
+        for stat in Path(f"/proc/{self.proc.pid}/task").glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue  # a thread that just ended
+        return bool(states) and all(state in ("T", "t") for state in states)
 
     def stop(self, timeout_s: float = 15.0) -> int:
         """SIGTERM and wait: the broker must finish requests and flush."""

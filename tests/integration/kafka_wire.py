@@ -59,13 +59,13 @@ def request(api_key: int, version: int, correlation_id: int, body: bytes, client
     return struct.pack(">i", len(payload)) + payload
 
 
-def produce_v3(topic: str, partition: int, records: bytes, acks=-1, timeout_ms=5000) -> bytes:
-    return produce_v3_partitions(topic, [(partition, records)], acks, timeout_ms)
+def produce_v3(topic: str, partition: int, records: bytes, acks=-1, timeout_ms=5000, transactional_id=None) -> bytes:
+    return produce_v3_partitions(topic, [(partition, records)], acks, timeout_ms, transactional_id)
 
 
-def produce_v3_partitions(topic: str, partitions, acks=-1, timeout_ms=5000) -> bytes:
+def produce_v3_partitions(topic: str, partitions, acks=-1, timeout_ms=5000, transactional_id=None) -> bytes:
     """One topic's [(partition, records)], in that order."""
-    body = string(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + string(topic)
+    body = string(transactional_id) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + string(topic)
     body += struct.pack(">i", len(partitions))
     for partition, records in partitions:
         body += struct.pack(">i", partition) + struct.pack(">i", len(records)) + records

@@ -3,7 +3,7 @@ record of each key is left, at its original offset and byte-equal; what is left 
 SIGKILL; and `__consumer_offsets` is compacted the same way without losing a commit."""
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 import ck
@@ -19,18 +19,25 @@ def segment_bases(broker, topic, p):
 
 
 def read_all(bootstrap, topic, p, timeout_s=60):
-    """(offset, key, value) of every record of the partition, up to its high watermark."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    """(offset, key, value) of every record of the partition, up to its high watermark. The
+    end is the consumer's partition EOF, not the last record's offset: the last offsets of a
+    transactional topic are markers, which consumers never see."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
     try:
         _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
         c.assign([TopicPartition(topic, p, 0)])
         out = []
         deadline = time.monotonic() + timeout_s
-        while (not out or out[-1][0] < high - 1) and time.monotonic() < deadline:
+        while high > 0 and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is None:
                 continue
             if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= high:
+                    break
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
                 raise KafkaException(m.error())
             out.append((m.offset(), m.key(), m.value()))
         return out

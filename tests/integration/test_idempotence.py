@@ -112,8 +112,9 @@ def test_crafted_sequences_get_kafkas_error_codes(broker):
 def test_client_markers_and_unverified_transactional_batches_are_refused(broker):
     """A control batch comes only from a transaction coordinator (Kafka: INVALID_RECORD), and a
     transactional batch only for a partition the coordinator added to the producer's ongoing
-    transaction (KIP-890: INVALID_TXN_STATE); none is served yet, so none is verified. Taking
-    one would open a transaction here that nothing ends, holding back the last stable offset."""
+    transaction (KIP-890: INVALID_TXN_STATE); this producer has no transactional id, so no
+    coordinator verified it. Taking one would open a transaction here that nothing ends,
+    holding back the last stable offset."""
     ck.create_topic(broker.bootstrap, "txn-guard", 1)
     s = connect(broker)
     pid, epoch = init_producer(s)

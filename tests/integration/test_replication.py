@@ -379,7 +379,7 @@ def check_an_isolated_leader(cluster: Cluster, topic: str, isolate, heal, heal_b
 def test_a_frozen_leader_acknowledges_nothing_and_truncates_its_divergent_tail(make_cluster):
     # Frozen past its session; it reads the produce waiting in its socket only once thawed.
     check_an_isolated_leader(make_cluster(3), "frozen",
-                             isolate=lambda n: n.proc.send_signal(signal.SIGSTOP),
+                             isolate=lambda n: n.freeze(),
                              heal=lambda n: n.proc.send_signal(signal.SIGCONT), heal_before_answer=True)
 
 
@@ -525,7 +525,7 @@ def test_an_unclean_election_happens_only_where_the_topic_allows_it(make_cluster
     wait_until(lambda: all(partition_state(cluster, 1, t, 0)[0] == 4 for t in ("strict", "loose")), 15,
                "4 leading both")
     # 5 falls out of sync (frozen past its session), then 4, the last in-sync replica, dies.
-    cluster.nodes[5].proc.send_signal(signal.SIGSTOP)
+    cluster.nodes[5].freeze()
     wait_until(lambda: all(partition_state(cluster, 1, t, 0)[2] == [4] for t in ("strict", "loose")), 30,
                "5 out of the in-sync sets")
     cluster.nodes[4].kill()
@@ -551,7 +551,7 @@ def test_a_restarted_leader_does_not_serve_its_uncommitted_tail(make_cluster):
     assert producer.flush(30) == 0
     # The followers freeze; acks=1 records reach the leader's log only, never committed.
     for n in others:
-        cluster.nodes[n].proc.send_signal(signal.SIGSTOP)
+        cluster.nodes[n].freeze()
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         for i in range(5):
             s.sendall(kw.request(0, 3, i, kw.produce_v3("tail", 0, kw.record_batch([b"u"] * 10), acks=1)))

@@ -207,3 +207,94 @@ fn verification_holds_only_partitions_of_the_ongoing_transaction() {
     assert_eq!(c.in_transaction("t", pid + 1, epoch, &p("a", 0)), mapping);
     assert_eq!(c.in_transaction("unknown", pid, epoch, &p("a", 0)), mapping);
 }
+
+#[test]
+fn listing_filters_by_state_producer_and_how_long_a_transaction_has_run() {
+    let mut c = Coordinator::default();
+    for (id, pid) in [("a", 1), ("b", 2), ("c", 3)] {
+        let (step, _) = c.init_producer_id(id, 60_000, pid, 0).expect("init");
+        persist(&mut c, id, step);
+    }
+    for (id, pid, at_ms) in [("a", 1, 100), ("b", 2, 900)] {
+        let step = c.add_partitions(id, pid, 0, &[p("t", 0)], at_ms).unwrap();
+        persist(&mut c, id, step);
+    }
+    let ids_of = |c: &Coordinator, f: ListFilter| -> Vec<String> {
+        c.list(&f, 1_000).into_iter().map(|(id, _, _)| id).collect()
+    };
+    let ids = |f: ListFilter| ids_of(&c, f);
+    let all = ListFilter {
+        min_duration_ms: -1,
+        ..ListFilter::default()
+    };
+    assert_eq!(ids(all.clone()), ["a", "b", "c"]);
+    let ongoing = ListFilter {
+        states: vec![State::Ongoing],
+        ..all.clone()
+    };
+    assert_eq!(ids(ongoing), ["a", "b"]);
+    let of_producer = ListFilter {
+        producer_ids: vec![3, 9],
+        ..all.clone()
+    };
+    assert_eq!(ids(of_producer), ["c"]);
+    // Began 900 ms and 100 ms before; "c" has no transaction at all.
+    let long_running = ListFilter {
+        min_duration_ms: 500,
+        ..all.clone()
+    };
+    assert_eq!(ids(long_running), ["a"]);
+    assert_eq!(c.list(&all, 1_000)[0], ("a".to_string(), 1, State::Ongoing));
+    // An id whose first record is not yet durable is not listed.
+    let (_pending, _) = c.init_producer_id("d", 60_000, 4, 0).expect("init");
+    assert_eq!(ids_of(&c, all), ["a", "b", "c"]);
+    assert_eq!(
+        State::from_name("PrepareCommit"),
+        Some(State::PrepareCommit)
+    );
+    assert_eq!(State::from_name("prepareCommit"), None);
+}
+
+#[test]
+fn an_init_naming_its_producer_must_hold_the_current_epoch_or_retry_the_last_bump() {
+    let mut c = Coordinator::default();
+    assert_eq!(
+        c.is_init_retry("new", 5, 0),
+        Ok(false),
+        "unknown ids start afresh"
+    );
+    let (pid, epoch) = initialised(&mut c, "t");
+    assert_eq!(
+        c.is_init_retry("t", pid, epoch),
+        Ok(false),
+        "current: bump it"
+    );
+    let (step, _) = c.init_producer_id("t", 60_000, 99, 1).unwrap();
+    persist(&mut c, "t", step);
+    // The bump's answer was lost: the retry names the epoch before it and gets the current.
+    assert_eq!(c.is_init_retry("t", pid, epoch), Ok(true));
+    assert_eq!(
+        c.is_init_retry("t", pid + 1, epoch + 1),
+        Err(ResponseError::ProducerFenced),
+        "another producer id"
+    );
+    // After a timeout's abort the old epoch is fenced, not a retry.
+    let current = epoch + 1;
+    let step = c
+        .add_partitions("t", pid, current, &[p("a", 0)], 10)
+        .unwrap();
+    persist(&mut c, "t", step);
+    let (id, step) = c.expire_timed_out(70_000).into_iter().next().expect("due");
+    persist(&mut c, &id, step);
+    let markers = c.markers("t").unwrap();
+    let step = c.markers_written(&markers, 70_001).unwrap();
+    persist(&mut c, "t", step);
+    assert_eq!(
+        c.is_init_retry("t", pid, current),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.is_init_retry("t", pid, epoch),
+        Err(ResponseError::ProducerFenced)
+    );
+}

@@ -1,0 +1,218 @@
+"""The transaction coordinator's answers to crafted requests, one error code at a time
+(encoded and decoded with kafka-python's protocol classes over a plain socket), and
+DescribeTransactions / ListTransactions (KIP-664) through kafka-python's admin client."""
+import socket
+import time
+
+import pytest
+from confluent_kafka import Producer
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+    InitProducerIdResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse)
+
+import ck
+import kafka_wire
+
+NONE = 0
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+PRODUCER_FENCED = 90
+TRANSACTIONAL_ID_NOT_FOUND = 105
+RETRIABLE = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
+
+
+class Raw:
+    """One connection that sends kafka-python request objects and decodes their responses."""
+
+    def __init__(self, broker):
+        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+        self.correlation_id = 0
+
+    def call(self, request, response_class, version):
+        self.correlation_id += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self.correlation_id, client_id="raw-txn")
+        self.sock.sendall(request.encode(header=True, framed=True))
+        response = response_class.decode(kafka_wire.read_response(self.sock), version=version, header=True)
+        assert response.header.correlation_id == self.correlation_id
+        return response
+
+    def until_settled(self, make, response_class, version, code_of, timeout_s=30):
+        """Sends make() until its answer is not a retriable coordinator error."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            response = self.call(make(), response_class, version)
+            if code_of(response) not in RETRIABLE or time.monotonic() > deadline:
+                return response
+            time.sleep(0.1)
+
+    def init(self, tid, timeout_ms=60_000, version=3, producer=(-1, -1)):
+        """InitProducerId: (error code, producer id, epoch). `producer`: the (id, epoch) the
+        producer names (KIP-360)."""
+        r = self.until_settled(
+            lambda: InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=timeout_ms,
+                                          producer_id=producer[0], producer_epoch=producer[1]),
+            InitProducerIdResponse, version, lambda r: r.error_code)
+        return r.error_code, r.producer_id, r.producer_epoch
+
+    def add(self, tid, pid, epoch, topic, partitions, version=3):
+        """AddPartitionsToTxn: each partition's code."""
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])
+        r = self.call(request, AddPartitionsToTxnResponse, version)
+        return [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+    def end(self, tid, pid, epoch, commit, version=3):
+        request = EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)
+        return self.call(request, EndTxnResponse, version).error_code
+
+    def close(self):
+        self.sock.close()
+
+
+def coordinator_ready(raw, tid):
+    """FindCoordinator for a transactional id creates `__transaction_state` on first use."""
+    r = raw.until_settled(lambda: FindCoordinatorRequest(key=tid, key_type=1), FindCoordinatorResponse, 2,
+                          lambda r: r.error_code)
+    assert r.error_code == NONE, r
+
+
+def transactional_produce(raw, tid, topic, pid, epoch):
+    """A Produce v3 of one transactional batch to partition 0: its error code."""
+    batch = kafka_wire.record_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                    attributes=0x10)
+    raw.correlation_id += 1
+    body = kafka_wire.produce_v3(topic, 0, batch, transactional_id=tid)
+    raw.sock.sendall(kafka_wire.request(0, 3, raw.correlation_id, body))
+    return kafka_wire.produce_v3_error_code(kafka_wire.read_response(raw.sock))[0]
+
+
+def test_each_coordinator_error_for_crafted_requests(broker):
+    ck.create_topic(broker.bootstrap, "raw-tx", 2)
+    raw = Raw(broker)
+    try:
+        coordinator_ready(raw, "raw-t")
+        assert raw.init("raw-t", timeout_ms=0)[0] == INVALID_TRANSACTION_TIMEOUT
+        assert raw.init("raw-t", timeout_ms=3_600_000)[0] == INVALID_TRANSACTION_TIMEOUT
+        code, pid, epoch = raw.init("raw-t")
+        assert code == NONE and pid >= 0 and epoch >= 0
+
+        # Nothing begun: no end, and no transactional write the coordinator has not verified.
+        assert raw.end("raw-t", pid, epoch, commit=True) == INVALID_TXN_STATE
+        assert transactional_produce(raw, "raw-t", "raw-tx", pid, epoch) == INVALID_TXN_STATE
+        # Another producer id under this transactional id, or an id nobody initialised.
+        assert raw.add("raw-t", pid + 1, epoch, "raw-tx", [0]) == [INVALID_PRODUCER_ID_MAPPING]
+        assert raw.add("raw-unknown", pid, epoch, "raw-tx", [0]) == [INVALID_PRODUCER_ID_MAPPING]
+        assert raw.end("raw-unknown", pid, epoch, commit=False) == INVALID_PRODUCER_ID_MAPPING
+
+        assert raw.add("raw-t", pid, epoch, "raw-tx", [0, 1]) == [NONE, NONE]
+        assert transactional_produce(raw, "raw-t", "raw-tx", pid, epoch) == NONE
+        # A transaction takes no group offsets before AddOffsetsToTxn puts the group in it.
+        offsets = TxnOffsetCommitRequest(
+            transactional_id="raw-t", group_id="raw-g", producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                name="raw-tx",
+                partitions=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                    committed_metadata="")])])
+        r = raw.call(offsets, TxnOffsetCommitResponse, 3)
+        assert [p.error_code for t in r.topics for p in t.partitions] == [INVALID_TXN_STATE]
+
+        # A second instance fences this one: its first InitProducerId aborts the ongoing
+        # transaction and answers CONCURRENT_TRANSACTIONS; the retry gets a newer epoch.
+        second = Raw(broker)
+        try:
+            r = second.call(InitProducerIdRequest(transactional_id="raw-t", transaction_timeout_ms=60_000,
+                                                  producer_id=-1, producer_epoch=-1), InitProducerIdResponse, 3)
+            assert r.error_code == CONCURRENT_TRANSACTIONS
+            code, pid2, epoch2 = second.init("raw-t")
+            assert code == NONE and pid2 == pid and epoch2 > epoch
+        finally:
+            second.close()
+
+        # The fenced instance: PRODUCER_FENCED from v2 on, INVALID_PRODUCER_EPOCH before (KIP-588).
+        assert raw.add("raw-t", pid, epoch, "raw-tx", [0]) == [PRODUCER_FENCED]
+        assert raw.add("raw-t", pid, epoch, "raw-tx", [0], version=1) == [INVALID_PRODUCER_EPOCH]
+        assert raw.end("raw-t", pid, epoch, commit=True) == PRODUCER_FENCED
+        assert raw.end("raw-t", pid, epoch, commit=True, version=1) == INVALID_PRODUCER_EPOCH
+        add_offsets = AddOffsetsToTxnRequest(transactional_id="raw-t", producer_id=pid, producer_epoch=epoch,
+                                             group_id="raw-g")
+        assert raw.call(add_offsets, AddOffsetsToTxnResponse, 3).error_code == PRODUCER_FENCED
+        assert transactional_produce(raw, "raw-t", "raw-tx", pid, epoch) == INVALID_PRODUCER_EPOCH
+        # KIP-360: an InitProducerId naming an older epoch is fenced too...
+        assert raw.init("raw-t", producer=(pid, epoch), version=4)[0] == PRODUCER_FENCED
+        assert raw.init("raw-t", producer=(pid, epoch), version=3)[0] == INVALID_PRODUCER_EPOCH
+        # ...one naming the current epoch bumps it, and its retry (the answer lost) gets the same.
+        bumped = raw.init("raw-t", producer=(pid2, epoch2), version=4)
+        assert bumped == (NONE, pid2, epoch2 + 1)
+        assert raw.init("raw-t", producer=(pid2, epoch2), version=4) == bumped
+        _, pid2, epoch2 = bumped
+        # The new instance's transaction ends normally; a retried end of it is answered again.
+        assert raw.add("raw-t", pid2, epoch2, "raw-tx", [1]) == [NONE]
+        assert raw.end("raw-t", pid2, epoch2, commit=False) == NONE
+        deadline = time.monotonic() + 30
+        while (code := raw.end("raw-t", pid2, epoch2, commit=False)) == CONCURRENT_TRANSACTIONS:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert code == NONE
+        assert raw.end("raw-t", pid2, epoch2, commit=True) == INVALID_TXN_STATE
+    finally:
+        raw.close()
+
+
+def test_transactions_are_described_and_listed_by_the_admin_client(make_broker):
+    from kafka import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+    broker = make_broker(config="[transactions]\ncheck_interval_ms = 100\n")
+    ck.create_topic(broker.bootstrap, "adm-tx", 3)
+    producers = {}
+    for tid in ("adm-open", "adm-done"):
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid, "linger.ms": 5,
+                      "transaction.timeout.ms": 120_000})
+        p.init_transactions(60)
+        p.begin_transaction()
+        for partition in (0, 2):
+            p.produce("adm-tx", value=b"x", partition=partition)
+        assert p.flush(30) == 0
+        producers[tid] = p
+    producers["adm-done"].commit_transaction(30)
+    began_ms = time.time() * 1000
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = admin.describe_transactions(["adm-open", "adm-done"])
+        open_txn, done = described["adm-open"], described["adm-done"]
+        assert str(open_txn.state.value) == "Ongoing"
+        assert {(tp.topic, tp.partition) for tp in open_txn.topic_partitions} == {("adm-tx", 0), ("adm-tx", 2)}
+        assert open_txn.transaction_timeout_ms == 120_000
+        assert 0 < open_txn.transaction_start_time_ms <= began_ms
+        assert str(done.state.value) == "CompleteCommit" and not done.topic_partitions
+        assert open_txn.producer_id != done.producer_id and open_txn.producer_epoch >= 0
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions(["adm-never-initialised"])
+
+        def listed(**filters):
+            return sorted((t.transactional_id, str(t.state.value))
+                          for ts in admin.list_transactions(**filters).values() for t in ts)
+        assert listed() == [("adm-done", "CompleteCommit"), ("adm-open", "Ongoing")]
+        assert listed(state_filters=["Ongoing"]) == [("adm-open", "Ongoing")]
+        assert listed(producer_id_filters=[done.producer_id]) == [("adm-done", "CompleteCommit")]
+        # Hanging-transaction search: ongoing for longer than a duration.
+        time.sleep(1.5)
+        assert listed(state_filters=["Ongoing"], duration_filter_ms=1_000) == [("adm-open", "Ongoing")]
+        assert listed(state_filters=["Ongoing"], duration_filter_ms=600_000) == []
+        producers["adm-open"].abort_transaction(30)
+        deadline = time.monotonic() + 30
+        while listed(state_filters=["Ongoing", "PrepareAbort"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert listed(state_filters=["CompleteAbort"]) == [("adm-open", "CompleteAbort")]
+    finally:
+        admin.close()
