@@ -16,19 +16,21 @@ use std::rc::Rc;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: ListTransactionsRequest = decode(body, version)?;
-    let (states, unknown): (Vec<_>, Vec<_>) = req
-        .state_filters
-        .iter()
-        .map(|name| (State::from_name(name), name.clone()))
-        .partition(|(state, _)| state.is_some());
-    let mut response = ListTransactionsResponse::default()
-        .with_unknown_state_filters(unknown.into_iter().map(|(_, name)| name).collect());
+    let mut states = Vec::new();
+    let mut unknown = Vec::new();
+    for name in &req.state_filters {
+        match State::from_name(name) {
+            Some(state) => states.push(state),
+            None => unknown.push(name.clone()),
+        }
+    }
+    let mut response = ListTransactionsResponse::default().with_unknown_state_filters(unknown);
     if states.is_empty() && !req.state_filters.is_empty() {
         // Only unknown states were asked for: nothing can match.
         return encode(&response, version);
     }
     let filter = ListFilter {
-        states: states.into_iter().filter_map(|(state, _)| state).collect(),
+        states,
         producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: req.duration_filter,
     };

@@ -259,20 +259,15 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> Verdic
         epoch,
         partitions: partitions.clone(),
     };
-    let answers = match service::route(shard, verify).await {
-        Ok(answers) => answers,
-        Err(_) => vec![Err(ResponseError::NotEnoughReplicas); partitions.len()],
-    };
     let as_produce = |e| match e {
         ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
-        ResponseError::NotEnoughReplicas => e,
         _ => ResponseError::InvalidTxnState,
     };
-    partitions
-        .into_iter()
-        .zip(answers)
-        .map(|(p, verdict)| (p, verdict.map_err(as_produce)))
-        .collect()
+    let verdicts: Vec<_> = match service::route(shard, verify).await {
+        Ok(answers) => answers.into_iter().map(|v| v.map_err(as_produce)).collect(),
+        Err(_) => vec![Err(ResponseError::NotEnoughReplicas); partitions.len()],
+    };
+    partitions.into_iter().zip(verdicts).collect()
 }
 
 fn partition_response(index: i32, o: ProduceOutcome, version: i16) -> PartitionProduceResponse {

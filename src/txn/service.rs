@@ -350,18 +350,29 @@ pub fn start_markers(shard: &Rc<Shard>, id: &str) {
     }
 }
 
-/// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet.
-pub fn loading(shard: &Shard) -> bool {
+/// The `__transaction_state` partitions this shard owns and leads whose ids are not loaded
+/// yet, with the topic's partition count.
+fn unloaded(shard: &Shard) -> (Vec<Rc<Partition>>, u32) {
     let Some(topic) = shard.catalog().topics.get(TXN_STATE_TOPIC).cloned() else {
-        return false;
+        return (Vec::new(), 0);
     };
     let service = shard.service::<TxnService>();
     let loaded = service.loaded.borrow();
-    shard.partition_list().iter().any(|p| {
-        p.id().topic_id == topic.record.id
-            && p.leadership().is_some()
-            && !loaded.contains(&p.id().partition)
-    })
+    let partitions = shard
+        .partition_list()
+        .into_iter()
+        .filter(|p| {
+            p.id().topic_id == topic.record.id
+                && p.leadership().is_some()
+                && !loaded.contains(&p.id().partition)
+        })
+        .collect();
+    (partitions, topic.record.partitions)
+}
+
+/// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet.
+pub fn loading(shard: &Shard) -> bool {
+    !unloaded(shard).0.is_empty()
 }
 
 /// Every shard's ids that pass `filter` (ListTransactions). Shards that are stopping are
@@ -391,18 +402,13 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
 }
 
 async fn load_led(shard: &Rc<Shard>) {
-    let Some(topic) = shard.catalog().topics.get(TXN_STATE_TOPIC).cloned() else {
-        return;
-    };
+    let (partitions, state_partitions) = unloaded(shard);
     let service = shard.service::<TxnService>();
-    for p in shard.partition_list() {
-        let index = p.id().partition;
-        if p.id().topic_id != topic.record.id
-            || p.leadership().is_none()
-            || service.loaded.borrow().contains(&index)
-        {
-            continue;
+    for p in partitions {
+        if p.leadership().is_none() {
+            continue; // lost while an earlier partition loaded
         }
+        let index = p.id().partition;
         let mut ids = Vec::new();
         crate::group::replay::read_from_start(&p, |data| learn(data, &mut ids)).await;
         let mut preparing = Vec::new();
@@ -416,7 +422,7 @@ async fn load_led(shard: &Rc<Shard>) {
             }
             preparing.extend(
                 c.iter()
-                    .filter(|(id, _)| state_partition(id, topic.record.partitions) == index)
+                    .filter(|(id, _)| state_partition(id, state_partitions) == index)
                     .map(|(id, _)| id.clone()),
             );
         }

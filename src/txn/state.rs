@@ -48,18 +48,18 @@ impl State {
         }
     }
 
+    const ALL: [State; 7] = [
+        State::Empty,
+        State::Ongoing,
+        State::PrepareCommit,
+        State::PrepareAbort,
+        State::CompleteCommit,
+        State::CompleteAbort,
+        State::Dead,
+    ];
+
     pub fn from_code(code: i8) -> Option<State> {
-        [
-            State::Empty,
-            State::Ongoing,
-            State::PrepareCommit,
-            State::PrepareAbort,
-            State::CompleteCommit,
-            State::CompleteAbort,
-            State::Dead,
-        ]
-        .into_iter()
-        .find(|s| s.code() == code)
+        State::ALL.into_iter().find(|s| s.code() == code)
     }
 
     /// Kafka's names, as DescribeTransactions and ListTransactions give them.
@@ -77,9 +77,7 @@ impl State {
 
     /// The state Kafka calls `name` (ListTransactions' state filters), if any.
     pub fn from_name(name: &str) -> Option<State> {
-        (0..=6)
-            .filter_map(State::from_code)
-            .find(|s| s.name() == name)
+        State::ALL.into_iter().find(|s| s.name() == name)
     }
 
     fn preparing(self) -> bool {

@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from waiting import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "target" / "release" / "sluice"
 
@@ -119,10 +121,7 @@ class Broker:
         takes effect, and a broker thread still running may serve a request sent meanwhile
         (seen under load: a "frozen" leader committed a produce sent after the SIGSTOP)."""
         self.proc.send_signal(signal.SIGSTOP)
-        deadline = time.monotonic() + timeout_s
-        while not self._all_threads_stopped():
-            assert time.monotonic() < deadline, f"broker {self.proc.pid} did not stop"
-            time.sleep(0.01)
+        wait_until(self._all_threads_stopped, timeout_s, f"broker {self.proc.pid} to stop")
 
     def _all_threads_stopped(self) -> bool:
         states = []

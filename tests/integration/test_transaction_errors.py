@@ -14,6 +14,7 @@ from kafka.protocol.producer.transaction import (
 
 import ck
 import kafka_wire
+from waiting import wait_until
 
 NONE = 0
 INVALID_PRODUCER_EPOCH = 47
@@ -158,11 +159,10 @@ def test_each_coordinator_error_for_crafted_requests(broker):
         # The new instance's transaction ends normally; a retried end of it is answered again.
         assert raw.add("raw-t", pid2, epoch2, "raw-tx", [1]) == [NONE]
         assert raw.end("raw-t", pid2, epoch2, commit=False) == NONE
-        deadline = time.monotonic() + 30
-        while (code := raw.end("raw-t", pid2, epoch2, commit=False)) == CONCURRENT_TRANSACTIONS:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        assert code == NONE
+        retried = raw.until_settled(lambda: EndTxnRequest(transactional_id="raw-t", producer_id=pid2,
+                                                          producer_epoch=epoch2, committed=False),
+                                    EndTxnResponse, 3, lambda r: r.error_code)
+        assert retried.error_code == NONE
         assert raw.end("raw-t", pid2, epoch2, commit=True) == INVALID_TXN_STATE
     finally:
         raw.close()
@@ -209,10 +209,7 @@ def test_transactions_are_described_and_listed_by_the_admin_client(make_broker):
         assert listed(state_filters=["Ongoing"], duration_filter_ms=1_000) == [("adm-open", "Ongoing")]
         assert listed(state_filters=["Ongoing"], duration_filter_ms=600_000) == []
         producers["adm-open"].abort_transaction(30)
-        deadline = time.monotonic() + 30
-        while listed(state_filters=["Ongoing", "PrepareAbort"]):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until(lambda: not listed(state_filters=["Ongoing", "PrepareAbort"]), 30, "the abort to complete")
         assert listed(state_filters=["CompleteAbort"]) == [("adm-open", "CompleteAbort")]
     finally:
         admin.close()
