@@ -54,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::AddOffsetsToTxn => decode::<AddOffsetsToTxnRequest>(body, v),
         ApiKey::EndTxn => decode::<EndTxnRequest>(body, v),
         ApiKey::TxnOffsetCommit => decode::<TxnOffsetCommitRequest>(body, v),
+        ApiKey::WriteTxnMarkers => decode::<WriteTxnMarkersRequest>(body, v),
         ApiKey::DescribeTransactions => decode::<DescribeTransactionsRequest>(body, v),
         ApiKey::ListTransactions => decode::<ListTransactionsRequest>(body, v),
         ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(body, v),

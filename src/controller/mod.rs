@@ -629,8 +629,8 @@ fn create_topics(
 
 /// Replicas for `count` new partitions of `topic`: none on a single node (it holds them all);
 /// in a cluster, placed over the live brokers (`placement.rs`). The replication factor -1 is
-/// the default: `default_replication_factor`, or for `__consumer_offsets` min(3, live
-/// brokers).
+/// the default: `default_replication_factor`, or for the internal topics (`__consumer_offsets`,
+/// `__transaction_state`) min(3, live brokers), as Kafka's default of 3 where there are three.
 fn place(
     shard: &Shard,
     record: &CatalogRecord,
@@ -663,7 +663,9 @@ fn place(
         })
         .collect();
     let factor = match replication_factor {
-        -1 if topic == crate::storage::catalog::OFFSETS_TOPIC => live.len().clamp(1, 3),
+        -1 if [catalog::OFFSETS_TOPIC, catalog::TXN_STATE_TOPIC].contains(&topic) => {
+            live.len().clamp(1, 3)
+        }
         -1 => config.default_replication_factor as usize,
         n if n < 1 => {
             return Err(err(

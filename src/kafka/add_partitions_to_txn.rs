@@ -1,14 +1,18 @@
-//! AddPartitionsToTxn v0–3: a transactional producer adds partitions to its ongoing
-//! transaction before it writes to them. Every partition gets the request's one outcome, as
-//! Kafka answers; unknown partitions fail the request (UNKNOWN_TOPIC_OR_PARTITION for them,
-//! OPERATION_NOT_ATTEMPTED for the others).
+//! AddPartitionsToTxn. v0–3, from clients: a transactional producer adds partitions to its
+//! ongoing transaction before it writes to them. Every partition gets the request's one
+//! outcome, as Kafka answers; unknown partitions fail the request (UNKNOWN_TOPIC_OR_PARTITION
+//! for them, OPERATION_NOT_ATTEMPTED for the others). v4–5, from brokers (KIP-890): several
+//! transactions at once, each either added or, with `verify_only`, checked: whether each
+//! partition is in the producer's ongoing transaction, asked by a partition leader before it
+//! takes transactional batches (`txn/remote.rs`).
 
 use super::{decode, encode, Reply};
 use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 use kafka_protocol::ResponseError;
@@ -16,6 +20,9 @@ use std::rc::Rc;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: AddPartitionsToTxnRequest = decode(body, version)?;
+    if version >= crate::txn::remote::VERIFY_VERSION {
+        return from_broker(shard, version, &req).await;
+    }
     let catalog = shard.catalog();
     let known = |topic: &str, p: i32| {
         catalog
@@ -68,4 +75,81 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         .collect();
     let resp = AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics);
     encode(&resp, version)
+}
+
+/// v4–5: each transaction added or verified; every partition answered.
+async fn from_broker(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &AddPartitionsToTxnRequest,
+) -> anyhow::Result<Reply> {
+    if crate::rpc::cut_off() {
+        anyhow::bail!(
+            "a broker's AddPartitionsToTxn while cut off from the other nodes (fault hook)"
+        );
+    }
+    let answers = req.transactions.iter().map(|t| answer(shard, t));
+    let results = futures::future::join_all(answers).await;
+    let resp = AddPartitionsToTxnResponse::default().with_results_by_transaction(results);
+    encode(&resp, version)
+}
+
+async fn answer(shard: &Rc<Shard>, t: &AddPartitionsToTxnTransaction) -> AddPartitionsToTxnResult {
+    let id = t.transactional_id.0.to_string();
+    let partitions: Vec<(String, i32)> = t
+        .topics
+        .iter()
+        .flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|p| (topic.name.0.to_string(), *p))
+        })
+        .collect();
+    let n = partitions.len();
+    let outcomes: Vec<Result<(), ResponseError>> = if t.verify_only {
+        let verify = ops::Verify {
+            id: id.clone(),
+            producer_id: t.producer_id.0,
+            epoch: t.producer_epoch,
+            partitions,
+        };
+        service::route(shard, verify)
+            .await
+            .unwrap_or_else(|e| vec![Err(e); n])
+    } else {
+        let add = ops::AddPartitions {
+            id: id.clone(),
+            producer_id: t.producer_id.0,
+            epoch: t.producer_epoch,
+            partitions,
+        };
+        vec![service::route(shard, add).await.and_then(|added| added); n]
+    };
+    let mut outcomes = outcomes.into_iter();
+    let topic_results = t
+        .topics
+        .iter()
+        .map(|topic| {
+            let results = topic
+                .partitions
+                .iter()
+                .map(|&p| {
+                    let code = outcomes
+                        .next()
+                        .and_then(Result::err)
+                        .map_or(0, |e| e.code());
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_partition_error_code(code)
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_results_by_partition(results)
+        })
+        .collect();
+    AddPartitionsToTxnResult::default()
+        .with_transactional_id(t.transactional_id.clone())
+        .with_topic_results(topic_results)
 }

@@ -1,8 +1,8 @@
 //! FindCoordinator: a group is coordinated by the leader of its `__consumer_offsets` partition
 //! (on a single node, this broker, on the shard that owns the partition, which the broker
 //! routes to internally). A transactional id is coordinated by the leader of its
-//! `__transaction_state` partition, a topic created at the first such request (as Kafka does);
-//! in a cluster transactional ids are refused for now (see `txn/service.rs`). v4 batches keys.
+//! `__transaction_state` partition, a topic created at the first such request (as Kafka does;
+//! in a cluster with min(3, live brokers) replicas). v4 batches keys.
 
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp, NewTopic};
@@ -29,11 +29,6 @@ fn coordinator_of(shard: &Rc<Shard>, key_type: i8, key: &str) -> Result<(i32, St
             let topic = catalog.topics.get(OFFSETS_TOPIC).ok_or(not_available)?;
             (topic, offsets_partition(key, topic.record.partitions))
         }
-        // Not in a cluster yet: told with an error the client does not retry (it would wait
-        // out its timeout on COORDINATOR_NOT_AVAILABLE).
-        KEY_TYPE_TRANSACTION if catalog.is_clustered() => {
-            return Err(ResponseError::TransactionalIdAuthorizationFailed.code())
-        }
         KEY_TYPE_TRANSACTION => match catalog.topics.get(TXN_STATE_TOPIC) {
             Some(topic) => (topic, state_partition(key, topic.record.partitions)),
             None => {
@@ -52,8 +47,9 @@ fn coordinator_of(shard: &Rc<Shard>, key_type: i8, key: &str) -> Result<(i32, St
     Ok((leader, host.to_string(), port))
 }
 
-/// Creates `__transaction_state` (compacted, `transactions.state_partitions` partitions) in
-/// the background; FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile.
+/// Creates `__transaction_state` (compacted, `transactions.state_partitions` partitions, the
+/// internal topics' default replication) in the background, through the active controller in
+/// a cluster; FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile.
 fn create_txn_state_topic(shard: &Rc<Shard>) {
     let topic = NewTopic {
         name: TXN_STATE_TOPIC.to_string(),

@@ -38,6 +38,7 @@ pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
 pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use crate::partition::TopicPartition;
 use crate::protocol::chunk::Chunk;
@@ -82,10 +83,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
@@ -159,6 +161,7 @@ pub async fn dispatch(
         ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(shard, v, body).await,
         ApiKey::EndTxn => end_txn::handle(shard, v, body).await,
         ApiKey::TxnOffsetCommit => txn_offset_commit::handle(shard, v, body).await,
+        ApiKey::WriteTxnMarkers => write_txn_markers::handle(shard, v, body).await,
         ApiKey::DescribeTransactions => describe_transactions::handle(shard, v, body).await,
         ApiKey::ListTransactions => list_transactions::handle(shard, v, body).await,
         ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,

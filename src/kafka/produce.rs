@@ -16,7 +16,7 @@ use crate::protocol::batch;
 use crate::protocol::produce::{self, ProduceRequest};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
-use crate::txn::{ops, service};
+use crate::txn::{ops, remote};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::produce_response::{
@@ -263,7 +263,7 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> Verdic
         ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
         _ => ResponseError::InvalidTxnState,
     };
-    let verdicts: Vec<_> = match service::route(shard, verify).await {
+    let verdicts: Vec<_> = match remote::verify(shard, verify).await {
         Ok(answers) => answers.into_iter().map(|v| v.map_err(as_produce)).collect(),
         Err(_) => vec![Err(ResponseError::NotEnoughReplicas); partitions.len()],
     };

@@ -9,7 +9,7 @@ use super::offset_commit::{answered, listed};
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
 use crate::shard::Shard;
-use crate::txn::{ops as txn_ops, service};
+use crate::txn::{ops as txn_ops, remote};
 use bytes::Bytes;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -76,7 +76,7 @@ async fn verify(shard: &Rc<Shard>, req: &TxnOffsetCommitRequest) -> Result<(), R
         epoch: req.producer_epoch,
         partitions: vec![group_partition(shard, &req.group_id)?],
     };
-    let verdicts = service::route(shard, check).await?;
+    let verdicts = remote::verify(shard, check).await?;
     verdicts
         .into_iter()
         .next()

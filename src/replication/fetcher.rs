@@ -9,10 +9,10 @@
 //! and only then fetch again: the next fetch's offsets tell the leader what is synced here,
 //! which is what its commit rule counts (`partition/commit.rs`).
 
-use super::client::LeaderClient;
 use crate::partition::replica::FollowerView;
 use crate::partition::Partition;
 use crate::protocol::topics::group_by_topic;
+use crate::rpc::kafka_client::KafkaClient;
 use crate::shard::Shard;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -26,6 +26,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+/// Who the leader sees fetching.
+const CLIENT_ID: &str = "sluice-replica-fetcher";
 /// Fetch version the follower speaks: topics by name, replica id in the request.
 const FETCH_VERSION: i16 = 12;
 const EPOCH_VERSION: i16 = 3;
@@ -52,7 +54,7 @@ struct Followed {
 
 /// Follows `leader` for this shard's partitions until none follows it any more.
 pub async fn follow(shard: Rc<Shard>, leader: i32) {
-    let mut client: Option<LeaderClient> = None;
+    let mut client: Option<KafkaClient> = None;
     let mut failures = 0u64;
     while !shard.is_shutting_down() {
         let followed = followed_from(&shard, leader);
@@ -68,7 +70,7 @@ pub async fn follow(shard: Rc<Shard>, leader: i32) {
             continue;
         };
         if client.as_ref().is_none_or(|c| c.addr != addr) {
-            client = Some(LeaderClient::new(addr));
+            client = Some(KafkaClient::new(addr, CLIENT_ID));
         }
         let c = client.as_mut().expect("just made");
         match round(&shard, c, followed).await {
@@ -102,7 +104,7 @@ pub fn followed_from(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, Follower
 
 async fn round(
     shard: &Rc<Shard>,
-    client: &mut LeaderClient,
+    client: &mut KafkaClient,
     followed: Vec<(Rc<Partition>, FollowerView)>,
 ) -> std::io::Result<()> {
     let catalog = shard.catalog();
@@ -132,7 +134,7 @@ async fn round(
 /// Asks the leader where each partition's newest epoch ends and cuts the log there.
 async fn truncate(
     shard: &Shard,
-    client: &mut LeaderClient,
+    client: &mut KafkaClient,
     diverged: &[Followed],
 ) -> std::io::Result<()> {
     let topics = group_by_topic(diverged.iter().map(|f| {
@@ -179,11 +181,7 @@ async fn truncate(
 
 /// One Fetch of every ready partition from its log end; appends what came, waits for its
 /// fsync here, then takes the leader's high watermarks.
-async fn fetch(
-    shard: &Shard,
-    client: &mut LeaderClient,
-    ready: &[Followed],
-) -> std::io::Result<()> {
+async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> std::io::Result<()> {
     let req = fetch_request(shard.catalog().node_id, ready);
     let resp: FetchResponse = client.call(FETCH_VERSION, &req, CALL_LIMIT).await?;
     let by_key: HashMap<(&str, i32), &Followed> =

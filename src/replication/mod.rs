@@ -4,12 +4,11 @@
 //!   leader's Kafka listener, appending, syncing, reporting through its next fetch;
 //! - `isr.rs`: the leader's side of the in-sync set: followers that fell behind leave it,
 //!   caught-up ones join, each change asked of the controller (AlterPartition);
-//! - `client.rs`: the follower's Kafka connection.
+//! - the follower's Kafka connection is `rpc/kafka_client.rs`.
 //!
 //! What commits a record is `partition/commit.rs`; what a partition does as leader or follower
 //! is `partition/replica.rs`.
 
-pub mod client;
 pub mod fetcher;
 pub mod isr;
 

@@ -7,6 +7,7 @@
 //! closes the connection with a log line (never a panic).
 
 pub mod frame;
+pub mod kafka_client;
 
 use frame::{FrameError, Header, HEADER_BYTES};
 use futures::channel::oneshot;

@@ -22,6 +22,8 @@ const MAGIC: &[u8; 7] = b"SLUICAT";
 const FORMAT_VERSION: u8 = 3;
 /// The topic that holds consumer groups' offsets and metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The topic that holds the transaction coordinators' state.
+pub const TXN_STATE_TOPIC: &str = "__transaction_state";
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.

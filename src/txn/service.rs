@@ -1,10 +1,9 @@
 //! The transaction coordinator's shell on one shard: the transactional ids whose
-//! `__transaction_state` partition the shard owns (a hash of the id, as groups), their
-//! persistence (each move appended with acks=all before it is applied), the markers a
-//! prepared transaction writes to its partitions, and the timeouts.
-//!
-//! Served on a single node. In a cluster, FindCoordinator still refuses transactional ids:
-//! markers for partitions led by other nodes (WriteTxnMarkers) are not sent yet.
+//! `__transaction_state` partition the shard owns and leads (a hash of the id, as groups),
+//! their persistence (each move appended with acks=all before it is applied: in a cluster, on
+//! every in-sync replica), the timeouts, and loading: a partition's ids are loaded when its
+//! leadership comes here (once its epoch start is committed) and forgotten when it goes. The
+//! markers a prepared transaction writes are `markers.rs`; calls to other nodes `remote.rs`.
 
 use super::records;
 use super::state::{Coordinator, ListFilter, Markers, State, Step, TxnRecord};
@@ -15,15 +14,13 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::rc::Rc;
 
-pub const TXN_STATE_TOPIC: &str = "__transaction_state";
+pub use crate::storage::catalog::TXN_STATE_TOPIC;
 /// How long a coordinator's append waits for its commit.
 const APPEND_TIMEOUT_MS: i32 = 30_000;
-/// How long a failed marker write waits before it is tried again.
-const MARKER_RETRY_MS: u64 = 100;
-/// How often a shard looks for `__transaction_state` partitions to load.
+/// How often a shard looks for `__transaction_state` partitions whose leadership changed.
 const LOAD_CHECK_MS: u64 = 100;
 
 /// The `__transaction_state` partition that holds a transactional id.
@@ -34,19 +31,23 @@ pub fn state_partition(transactional_id: &str, partitions: u32) -> i32 {
 /// One shard's transaction coordinator.
 pub struct TxnService {
     pub(super) coordinator: RefCell<Coordinator>,
-    /// The `__transaction_state` partitions whose ids are loaded.
-    loaded: RefCell<HashSet<i32>>,
+    /// The `__transaction_state` partitions whose ids are loaded, with the leadership
+    /// generation they were loaded under.
+    loaded: RefCell<HashMap<i32, u64>>,
     /// Notified whenever a persisted move was applied or abandoned: requests that found their
     /// id busy (CONCURRENT_TRANSACTIONS) look again.
     pub(super) settled: event_listener::Event,
+    /// Connections to other nodes (markers, verification).
+    pub(super) remote: super::remote::Remote,
 }
 
 impl TxnService {
     pub fn new(config: &crate::config::Config) -> TxnService {
         TxnService {
             coordinator: RefCell::new(Coordinator::new(config.transactions.max_timeout_ms)),
-            loaded: RefCell::new(HashSet::new()),
+            loaded: RefCell::new(HashMap::new()),
             settled: event_listener::Event::new(),
+            remote: super::remote::Remote::default(),
         }
     }
 }
@@ -67,7 +68,7 @@ impl<R: TxnRequest> Request for OnLoadedCoordinator<R> {
     type Reply = Result<R::Reply, ResponseError>;
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
         let service = shard.service::<TxnService>();
-        if !service.loaded.borrow().contains(&self.partition) {
+        if !service.loaded.borrow().contains_key(&self.partition) {
             return Box::pin(async { Err(ResponseError::CoordinatorLoadInProgress) });
         }
         let run = self.request.run(shard);
@@ -76,7 +77,8 @@ impl<R: TxnRequest> Request for OnLoadedCoordinator<R> {
 }
 
 /// Sends a request to its id's coordinator shard. Err: no coordinator can serve it yet
-/// (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) or here (NOT_COORDINATOR).
+/// (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) or here: another node leads the
+/// id's partition (NOT_COORDINATOR: the client asks FindCoordinator again).
 pub async fn route<R: TxnRequest>(
     shard: &Rc<Shard>,
     request: R,
@@ -87,7 +89,7 @@ pub async fn route<R: TxnRequest>(
         .get(TXN_STATE_TOPIC)
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
     let partition = state_partition(request.transactional_id(), topic.record.partitions);
-    if catalog.is_clustered() || !catalog.leads(topic, partition) {
+    if !catalog.leads(topic, partition) {
         return Err(ResponseError::NotCoordinator);
     }
     let owner = shard.owner(TXN_STATE_TOPIC, partition);
@@ -185,132 +187,10 @@ async fn append(shard: &Rc<Shard>, id: &str, record: &TxnRecord) -> Result<(), R
         .map(|_| ())
 }
 
-/// Writes `markers` to every partition of the transaction (retrying until each is committed or
-/// the transaction moved on), then persists its completion. Runs in the background: the
-/// client's EndTxn was answered once the Prepare state was durable.
-pub fn spawn_markers(shard: &Rc<Shard>, markers: Markers) {
-    let shard = shard.clone();
-    glommio::spawn_local(async move {
-        let coordinator_epoch =
-            state_partition_of(&shard, &markers.transactional_id).map_or(0, |p| p.leader_epoch());
-        // Every partition's marker at once: their fsyncs group, so a transaction over many
-        // partitions completes in about one.
-        let writes = markers.partitions.iter().map(|(topic, index)| {
-            marker_until_written(&shard, &markers, topic, *index, coordinator_epoch)
-        });
-        let written = futures::future::join_all(writes).await;
-        if written.iter().any(|w| !w) {
-            return; // the transaction moved on, or the shard stops: nothing to complete
-        }
-        let now_ms = shard.clock().wall_ms() as i64;
-        let step = shard
-            .service::<TxnService>()
-            .coordinator
-            .borrow_mut()
-            .markers_written(&markers, now_ms);
-        if let Some(step) = step {
-            // A failure leaves the Prepare state: the markers are written again after a load.
-            let _ = persist(&shard, &markers.transactional_id, step).await;
-        }
-    })
-    .detach();
-}
-
-/// Writes one partition's marker, retrying until it is committed (true) or the transaction
-/// moved on or the shard stops (false).
-async fn marker_until_written(
-    shard: &Rc<Shard>,
-    markers: &Markers,
-    topic: &str,
-    index: i32,
-    coordinator_epoch: i32,
-) -> bool {
-    while let Err(e) = write_marker(shard, markers, topic, index, coordinator_epoch).await {
-        if !still_preparing(shard, markers) || shard.is_shutting_down() {
-            return false;
-        }
-        log::debug!("marker for {topic}-{index}: {e:?}; retrying");
-        shard.housekeeping_sleep(MARKER_RETRY_MS).await;
-    }
-    true
-}
-
-fn still_preparing(shard: &Shard, m: &Markers) -> bool {
-    let service = shard.service::<TxnService>();
-    let c = service.coordinator.borrow();
-    c.markers(&m.transactional_id).as_ref() == Some(m)
-}
-
-async fn write_marker(
-    shard: &Rc<Shard>,
-    m: &Markers,
-    topic: &str,
-    index: i32,
-    coordinator_epoch: i32,
-) -> Result<(), ResponseError> {
-    let catalog = shard.catalog();
-    let Some(t) = catalog.topics.get(topic).filter(|t| t.has_partition(index)) else {
-        return Ok(()); // deleted since it joined the transaction: nothing left to mark
-    };
-    let tp = TopicPartition {
-        topic_id: t.record.id,
-        partition: index,
-    };
-    let marker = MarkerOnOwner {
-        tp,
-        producer_id: m.producer_id,
-        producer_epoch: m.producer_epoch,
-        commit: m.commit,
-        coordinator_epoch,
-    };
-    let owner = shard.owner(topic, index);
-    shard
-        .call(owner, marker)
-        .await
-        .map_err(|_| ResponseError::NotLeaderOrFollower)?
-}
-
-/// Writes one marker on the partition's shard and waits for its commit; an offsets partition
-/// then settles the producer's pending transactional offset commits.
-struct MarkerOnOwner {
-    tp: TopicPartition,
-    producer_id: i64,
-    producer_epoch: i16,
-    commit: bool,
-    coordinator_epoch: i32,
-}
-
-impl Request for MarkerOnOwner {
-    type Reply = Result<(), ResponseError>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
-        Box::pin(async move {
-            let p = shard
-                .partition(self.tp)
-                .ok_or(ResponseError::NotLeaderOrFollower)?;
-            let appended = p
-                .append_marker(
-                    self.producer_id,
-                    self.producer_epoch,
-                    self.commit,
-                    self.coordinator_epoch,
-                )
-                .await?;
-            let deadline_ms = shard.clock().monotonic_ms() + APPEND_TIMEOUT_MS as u64;
-            shard
-                .wait_committed(&p, appended.end_offset, deadline_ms)
-                .await?;
-            let offsets = shard
-                .catalog()
-                .topics
-                .get(crate::group::OFFSETS_TOPIC)
-                .cloned();
-            if offsets.is_some_and(|t| t.record.id == self.tp.topic_id) {
-                let index = self.tp.partition;
-                crate::group::settle_txn(&shard, index, self.producer_id, self.commit);
-            }
-            Ok(())
-        })
-    }
+/// The epoch markers of `markers`' transaction carry: the leader epoch of its
+/// `__transaction_state` partition here, as Kafka's coordinator epoch.
+pub(super) fn coordinator_epoch(shard: &Shard, markers: &Markers) -> i32 {
+    state_partition_of(shard, &markers.transactional_id).map_or(0, |p| p.leader_epoch())
 }
 
 /// Aborts transactions past their timeout and forgets idle ids, every
@@ -346,33 +226,32 @@ pub fn start_markers(shard: &Rc<Shard>, id: &str) {
         .borrow()
         .markers(id);
     if let Some(m) = markers {
-        spawn_markers(shard, m);
+        super::markers::spawn(shard, m);
     }
 }
 
-/// The `__transaction_state` partitions this shard owns and leads whose ids are not loaded
-/// yet, with the topic's partition count.
-fn unloaded(shard: &Shard) -> (Vec<Rc<Partition>>, u32) {
+/// This shard's `__transaction_state` partitions, with the topic's partition count.
+fn state_partitions(shard: &Shard) -> (Vec<Rc<Partition>>, u32) {
     let Some(topic) = shard.catalog().topics.get(TXN_STATE_TOPIC).cloned() else {
         return (Vec::new(), 0);
     };
-    let service = shard.service::<TxnService>();
-    let loaded = service.loaded.borrow();
     let partitions = shard
         .partition_list()
         .into_iter()
-        .filter(|p| {
-            p.id().topic_id == topic.record.id
-                && p.leadership().is_some()
-                && !loaded.contains(&p.id().partition)
-        })
+        .filter(|p| p.id().topic_id == topic.record.id)
         .collect();
     (partitions, topic.record.partitions)
 }
 
-/// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet.
+/// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet
+/// (under its present leadership).
 pub fn loading(shard: &Shard) -> bool {
-    !unloaded(shard).0.is_empty()
+    let service = shard.service::<TxnService>();
+    let loaded = service.loaded.borrow();
+    state_partitions(shard).0.iter().any(|p| {
+        p.leadership()
+            .is_some_and(|(g, _)| loaded.get(&p.id().partition) != Some(&g))
+    })
 }
 
 /// Every shard's ids that pass `filter` (ListTransactions). Shards that are stopping are
@@ -392,8 +271,10 @@ pub async fn list_all(
     Ok(all)
 }
 
-/// Loads each `__transaction_state` partition this shard owns and leads, once: replays its
-/// records (the latest per id wins) and finishes the transactions that were preparing.
+/// Keeps the shard's coordinator in step with leadership of its `__transaction_state`
+/// partitions: loads each one this node starts leading (replays its records, the latest per
+/// id wins, and finishes the transactions that were preparing), forgets the ids of each it
+/// stops leading. Runs for as long as the shard does.
 pub async fn follow_leadership(shard: Rc<Shard>) {
     while !shard.is_shutting_down() {
         load_led(&shard).await;
@@ -401,36 +282,71 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
     }
 }
 
+/// One pass of `follow_leadership`. A partition whose epoch start is not committed yet waits
+/// for a later pass (as groups do, `group::replay::may_load`): below it may lie moves an
+/// earlier leader acknowledged. Its ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 async fn load_led(shard: &Rc<Shard>) {
-    let (partitions, state_partitions) = unloaded(shard);
+    let (partitions, count) = state_partitions(shard);
     let service = shard.service::<TxnService>();
     for p in partitions {
-        if p.leadership().is_none() {
-            continue; // lost while an earlier partition loaded
-        }
         let index = p.id().partition;
-        let mut ids = Vec::new();
-        crate::group::replay::read_from_start(&p, |data| learn(data, &mut ids)).await;
-        let mut preparing = Vec::new();
-        {
-            let mut c = service.coordinator.borrow_mut();
-            for (id, record) in ids {
-                match record {
-                    Some(r) => c.restore(&id, r),
-                    None => c.unload(|i| i == id),
+        let loaded = service.loaded.borrow().get(&index).copied();
+        match (p.leadership(), loaded) {
+            (Some((generation, _)), Some(l)) if generation == l => {}
+            (Some((generation, epoch_start)), loaded) => {
+                if loaded.is_some() {
+                    unload(shard, index, count);
+                }
+                if !crate::group::replay::may_load(p.high_watermark(), epoch_start) {
+                    continue;
+                }
+                let preparing = load(shard, &p, count).await;
+                if p.leadership().is_some_and(|(g, _)| g == generation) {
+                    service.loaded.borrow_mut().insert(index, generation);
+                    for id in preparing {
+                        start_markers(shard, &id);
+                    }
                 }
             }
-            preparing.extend(
-                c.iter()
-                    .filter(|(id, _)| state_partition(id, state_partitions) == index)
-                    .map(|(id, _)| id.clone()),
-            );
-        }
-        service.loaded.borrow_mut().insert(index);
-        for id in preparing {
-            start_markers(shard, &id);
+            (None, Some(_)) => unload(shard, index, count),
+            (None, None) => {}
         }
     }
+}
+
+/// Restores the ids of `__transaction_state` partition `p`; returns them.
+async fn load(shard: &Rc<Shard>, p: &Partition, count: u32) -> Vec<String> {
+    let index = p.id().partition;
+    let mut ids = Vec::new();
+    crate::group::replay::read_from_start(p, |data| learn(data, &mut ids)).await;
+    let service = shard.service::<TxnService>();
+    let mut c = service.coordinator.borrow_mut();
+    for (id, record) in ids {
+        match record {
+            Some(r) => c.restore(&id, r),
+            None => c.unload(|i| i == id),
+        }
+    }
+    c.iter()
+        .filter(|(id, _)| state_partition(id, count) == index)
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// Forgets the ids of `__transaction_state` partition `index`: this node no longer leads it.
+/// Their marker writes stop at their next try (`markers::still_preparing`).
+fn unload(shard: &Shard, index: i32, count: u32) {
+    let service = shard.service::<TxnService>();
+    service.loaded.borrow_mut().remove(&index);
+    service
+        .coordinator
+        .borrow_mut()
+        .unload(|id| state_partition(id, count) == index);
+    service.settled.notify(usize::MAX);
+    log::info!(
+        "shard {}: {TXN_STATE_TOPIC}-{index} no longer led here; its transactional ids unloaded",
+        shard.id
+    );
 }
 
 /// The records of the whole batches in `data`, in order; returns the offset after the last.

@@ -10,6 +10,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition, OFFSET_BEGINNING
 
 import ck
+import eos
 
 CLIENTS = Path(__file__).resolve().parent.parent / "clients"
 FAST_CHECKS = "[transactions]\ncheck_interval_ms = 100\n"
@@ -195,8 +196,6 @@ def test_exactly_once_processing_survives_two_sigkills(make_broker):
     """A consume-transform-produce loop (tests/clients/eos_processor.py) commits its consumed
     offsets in each transaction; the broker is SIGKILLed twice mid-run and the processor starts
     itself again each time. The output, read with read_committed, holds each input once."""
-    import sys
-    import threading
     broker = make_broker()
     total = 600
     ck.create_topic(broker.bootstrap, "eos-in", 3)
@@ -206,36 +205,16 @@ def test_exactly_once_processing_survives_two_sigkills(make_broker):
     for i, v in enumerate(inputs):
         plain.produce("eos-in", value=v, partition=i % 3)
     assert plain.flush(30) == 0
-    proc = subprocess.Popen([sys.executable, str(CLIENTS / "eos_processor.py"), broker.bootstrap, "eos-in",
-                             "eos-out", "eos-group", "eos-proc", str(total)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    progress = {"committed": 0, "done": False}
-    def follow():
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("{"):
-                event = json.loads(line)
-                progress["committed"] += event.get("committed", 0)
-                progress["done"] |= event.get("done", False)
-    reader = threading.Thread(target=follow, daemon=True)
-    reader.start()
+    proc = eos.Processor(broker.bootstrap, "eos-in", "eos-out", "eos-group", "eos-proc", total)
     try:
         for share in (total // 3, 2 * total // 3):
-            deadline = time.monotonic() + 120
-            while progress["committed"] < share and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert progress["committed"] >= share, "".join(lines[-30:])
+            proc.wait_for_committed(share)
             broker.kill()
             broker.start()
-        assert proc.wait(timeout=240) == 0, "".join(lines[-30:])
-        reader.join(10)
-        assert progress["done"], "".join(lines[-30:])
+        proc.finish()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    restarts = [line for line in lines if '"restart"' in line]
+        proc.stop()
+    restarts = proc.restarts()
     got = read_all(broker, "eos-out", 3, "read_committed", expect=total)
     assert len(got) == total and sorted(got) == sorted(b"out-" + v for v in inputs), (
         len(got), len(set(got)), restarts)

@@ -1,9 +1,11 @@
-//! A follower's connection to a leader's Kafka listener: one request at a time, encoded and
-//! decoded with kafka-protocol. Replication rides the leader's ordinary Fetch path, so the
-//! leader sends segment bytes with sendfile as it does to consumers; the response's record
-//! bytes are sliced out of the frame buffer, never copied.
+//! A node's connection to another node's Kafka listener: one request at a time, encoded and
+//! decoded with kafka-protocol. Followers replicate over it (the leader's ordinary Fetch path,
+//! so the leader sends segment bytes with sendfile as it does to consumers; the response's
+//! record bytes are sliced out of the frame buffer, never copied), and transaction
+//! coordinators and partition leaders call each other over it (WriteTxnMarkers,
+//! AddPartitionsToTxn's verification), as Kafka's brokers do.
 
-use crate::rpc::within;
+use super::within;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -12,22 +14,24 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, Str
 use std::io::{Error, ErrorKind};
 use std::time::Duration;
 
-/// Bound on a response frame a follower accepts: the fetch's own max_bytes plus room for the
+/// Bound on a response frame a node accepts: a fetch's own max_bytes plus room for the
 /// response's fields. A larger size is garbage, and closes the connection.
 pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const CLIENT_ID: &str = "sluice-replica-fetcher";
 
-pub struct LeaderClient {
+pub struct KafkaClient {
     pub addr: String,
+    /// The client id its requests carry (who is calling, in the other node's logs).
+    client_id: &'static str,
     stream: Option<TcpStream>,
     correlation: i32,
 }
 
-impl LeaderClient {
-    pub fn new(addr: String) -> LeaderClient {
-        LeaderClient {
+impl KafkaClient {
+    pub fn new(addr: String, client_id: &'static str) -> KafkaClient {
+        KafkaClient {
             addr,
+            client_id,
             stream: None,
             correlation: 0,
         }
@@ -41,7 +45,7 @@ impl LeaderClient {
         req: &R,
         limit: Duration,
     ) -> std::io::Result<R::Response> {
-        if crate::rpc::cut_off() {
+        if super::cut_off() {
             self.stream = None;
             return Err(Error::new(ErrorKind::NotConnected, "cut off (fault hook)"));
         }
@@ -64,7 +68,7 @@ impl LeaderClient {
         req: &R,
     ) -> std::io::Result<R::Response> {
         self.correlation = self.correlation.wrapping_add(1);
-        let frame = encode_request(self.correlation, version, req)?;
+        let frame = encode_request(self.correlation, self.client_id, version, req)?;
         let stream = self.connect().await?;
         stream.write_all(&frame).await?;
         let mut size = [0u8; 4];
@@ -108,12 +112,17 @@ fn invalid(e: impl std::fmt::Display) -> Error {
 }
 
 /// A whole request frame: size, header, body.
-fn encode_request<R: Request>(correlation: i32, version: i16, req: &R) -> std::io::Result<Bytes> {
+fn encode_request<R: Request>(
+    correlation: i32,
+    client_id: &'static str,
+    version: i16,
+    req: &R,
+) -> std::io::Result<Bytes> {
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
         .with_request_api_version(version)
         .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        .with_client_id(Some(StrBytes::from_static_str(client_id)));
     let mut buf = BytesMut::new();
     buf.put_i32(0);
     header

@@ -1,0 +1,176 @@
+//! The markers that end a prepared transaction: one control batch per partition of the
+//! transaction, written by the partition's leader. A partition this node leads is reached over
+//! the mesh (`MarkersOnOwner` on its shard); one another node leads, with WriteTxnMarkers to
+//! that node's Kafka listener (`remote.rs`), which runs the same `MarkersOnOwner` there. Each
+//! marker is retried until it is committed or the transaction moved on (its coordinator lost
+//! the id, or completed it); the transaction completes only once every marker is.
+
+use super::service::{persist, TxnService};
+use super::state::Markers;
+use crate::partition::TopicPartition;
+use crate::shard::mesh::Request;
+use crate::shard::Shard;
+use futures::future::LocalBoxFuture;
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+/// How long a marker's append waits for its commit.
+const COMMIT_TIMEOUT_MS: u64 = 30_000;
+/// How long a failed marker write waits before it is tried again.
+const RETRY_MS: u64 = 100;
+
+/// Writes `markers` to every partition of the transaction (retrying until each is committed or
+/// the transaction moved on), then persists its completion. Runs in the background: the
+/// client's EndTxn was answered once the Prepare state was durable.
+pub fn spawn(shard: &Rc<Shard>, markers: Markers) {
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        let coordinator_epoch = super::service::coordinator_epoch(&shard, &markers);
+        // Every partition's marker at once: their fsyncs group, so a transaction over many
+        // partitions completes in about one.
+        let writes = markers.partitions.iter().map(|(topic, index)| {
+            until_written(&shard, &markers, topic, *index, coordinator_epoch)
+        });
+        let written = futures::future::join_all(writes).await;
+        if written.iter().any(|w| !w) {
+            return; // the transaction moved on, or the shard stops: nothing to complete
+        }
+        let now_ms = shard.clock().wall_ms() as i64;
+        let step = shard
+            .service::<TxnService>()
+            .coordinator
+            .borrow_mut()
+            .markers_written(&markers, now_ms);
+        if let Some(step) = step {
+            // A failure leaves the Prepare state: the markers are written again after a load.
+            let _ = persist(&shard, &markers.transactional_id, step).await;
+        }
+    })
+    .detach();
+}
+
+/// Writes one partition's marker, retrying until it is committed (true) or the transaction
+/// moved on or the shard stops (false).
+async fn until_written(
+    shard: &Rc<Shard>,
+    markers: &Markers,
+    topic: &str,
+    index: i32,
+    coordinator_epoch: i32,
+) -> bool {
+    let mut failures = 0u32;
+    while let Err(e) = write(shard, markers, topic, index, coordinator_epoch).await {
+        if !still_preparing(shard, markers) || shard.is_shutting_down() {
+            return false;
+        }
+        failures += 1;
+        // Said once it is more than a leader moving (which takes a few tries), then every
+        // hundredth try: a partition that stays unwritable holds its transaction open.
+        if failures == 20 || failures.is_multiple_of(100) {
+            log::warn!(
+                "transactional id {}: marker for {topic}-{index} not written after {failures} tries ({e:?})",
+                markers.transactional_id
+            );
+        }
+        shard.housekeeping_sleep(RETRY_MS).await;
+    }
+    true
+}
+
+fn still_preparing(shard: &Shard, m: &Markers) -> bool {
+    let service = shard.service::<TxnService>();
+    let c = service.coordinator.borrow();
+    c.markers(&m.transactional_id).as_ref() == Some(m)
+}
+
+/// Writes the marker on the partition's leader: this node's owning shard, or another node.
+async fn write(
+    shard: &Rc<Shard>,
+    m: &Markers,
+    topic: &str,
+    index: i32,
+    coordinator_epoch: i32,
+) -> Result<(), ResponseError> {
+    let catalog = shard.catalog();
+    let Some(t) = catalog.topics.get(topic).filter(|t| t.has_partition(index)) else {
+        return Ok(()); // deleted since it joined the transaction: nothing left to mark
+    };
+    let marker = Marker {
+        tp: TopicPartition {
+            topic_id: t.record.id,
+            partition: index,
+        },
+        producer_id: m.producer_id,
+        producer_epoch: m.producer_epoch,
+        commit: m.commit,
+        coordinator_epoch,
+    };
+    if !catalog.leads(t, index) {
+        let leader = catalog.leader_of(t, index);
+        return super::remote::write_marker(shard, leader, topic, &marker).await;
+    }
+    let owner = shard.owner(topic, index);
+    let codes = shard
+        .call(owner, MarkersOnOwner(vec![marker]))
+        .await
+        .map_err(|_| ResponseError::NotLeaderOrFollower)?;
+    let code = codes.first().copied();
+    super::remote::result_of(code.unwrap_or(ResponseError::UnknownServerError.code()))
+}
+
+/// One partition's marker: the end of (`producer_id`, `producer_epoch`)'s transaction there.
+/// `coordinator_epoch` is the coordinator's leader epoch, as Kafka records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Marker {
+    pub tp: TopicPartition,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
+/// Writes markers on their partitions' shard, each waited for until committed; answers an
+/// error code per marker, in order. An offsets partition then settles the producer's pending
+/// transactional offset commits.
+pub struct MarkersOnOwner(pub Vec<Marker>);
+
+impl Request for MarkersOnOwner {
+    type Reply = Vec<i16>;
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move {
+            let writes = self.0.iter().map(|m| write_here(&shard, m));
+            let written = futures::future::join_all(writes).await;
+            written
+                .into_iter()
+                .map(|w| w.err().map_or(0, |e| e.code()))
+                .collect()
+        })
+    }
+}
+
+async fn write_here(shard: &Rc<Shard>, m: &Marker) -> Result<(), ResponseError> {
+    let p = shard
+        .partition(m.tp)
+        .ok_or(ResponseError::NotLeaderOrFollower)?;
+    let appended = p
+        .append_marker(
+            m.producer_id,
+            m.producer_epoch,
+            m.commit,
+            m.coordinator_epoch,
+        )
+        .await?;
+    let deadline_ms = shard.clock().monotonic_ms() + COMMIT_TIMEOUT_MS;
+    shard
+        .wait_committed(&p, appended.end_offset, deadline_ms)
+        .await?;
+    let offsets = shard
+        .catalog()
+        .topics
+        .get(crate::group::OFFSETS_TOPIC)
+        .cloned();
+    if offsets.is_some_and(|t| t.record.id == m.tp.topic_id) {
+        crate::group::settle_txn(shard, m.tp.partition, m.producer_id, m.commit);
+    }
+    Ok(())
+}

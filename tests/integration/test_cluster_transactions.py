@@ -1,0 +1,159 @@
+"""Transactions in a three-node cluster (issue 18): the coordinator on the leader of the id's
+`__transaction_state` partition (replicated), markers written to partitions other nodes lead
+(WriteTxnMarkers), transactional batches verified with a coordinator on another node
+(AddPartitionsToTxn v4, KIP-890). The coordinator's node is SIGKILLed mid-transaction: the
+survivors elect new leaders, a new coordinator loads the id, and every transaction commits or
+aborts as a whole."""
+import signal
+import time
+
+import eos
+import pytest
+from cluster import Cluster
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition, OFFSET_BEGINNING
+from waiting import wait_until
+
+CONFIG = """
+[cluster]
+broker_heartbeat_interval_ms = 300
+broker_session_timeout_ms = 3000
+metadata_write_timeout_ms = 5000
+replica_lag_time_max_ms = 3000
+
+[transactions]
+state_partitions = 4
+check_interval_ms = 200
+"""
+PARTITIONS = 6
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path / "cluster", 3, 0, CONFIG).start()
+    try:
+        c.wait_for_brokers({1, 2, 3})
+        yield c
+    finally:
+        for n in c.nodes.values():
+            if n.proc is not None and n.alive():
+                n.proc.send_signal(signal.SIGCONT)
+        c.stop()
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def coordinator_of(cluster: Cluster, tid: str) -> int:
+    """The node that leads `tid`'s `__transaction_state` partition (txn/service.rs)."""
+    node = cluster.live()[0].node_id
+    rows = cluster.metadata(node).topics["__transaction_state"]
+    partition = fnv1a(tid.encode()) % len(rows)
+    return next(leader for index, _e, leader, _r, _i in rows if index == partition)
+
+
+def leaders(cluster: Cluster, topic: str) -> set:
+    return {leader for _i, _e, leader, _r, _isr in cluster.metadata(1).topics.get(topic, [])}
+
+
+def read_committed(bootstrap: str, topic: str, settle_s=3.0, timeout_s=90.0, expect=0):
+    """Every value a read_committed consumer sees, once `expect` came and nothing new for
+    `settle_s`."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got, last_new = [], time.monotonic()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+                last_new = time.monotonic()
+            if time.monotonic() - last_new > settle_s and len(got) >= expect:
+                break
+    finally:
+        c.close()
+    return got
+
+
+def send(p: Producer, values):
+    for i, v in enumerate(values):
+        p.produce("tx", value=v, partition=i % PARTITIONS)
+
+
+def test_a_transaction_survives_its_coordinators_death_whole(cluster):
+    """Transactions over six partitions led by all three nodes. Mid-transaction (records sent,
+    no commit yet) the coordinator's node is SIGKILLed; the producer goes on with the survivors
+    and ends that transaction: committed or aborted, read_committed sees all of it or none."""
+    cluster.create_topic(1, "tx", PARTITIONS, 3)
+    wait_until(lambda: leaders(cluster, "tx") == {1, 2, 3}, 30, "leaders on every node")
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    tid = "cluster-tx"
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5,
+                  "transaction.timeout.ms": 20000})
+    p.init_transactions(60)
+    txns = {k: [b"t%d-%d" % (k, i) for i in range(3 * PARTITIONS)] for k in range(6)}
+    outcome = {}
+    for k in (0, 1):
+        p.begin_transaction()
+        send(p, txns[k])
+        p.commit_transaction(60)
+        outcome[k] = "committed"
+    # Transaction 2: sent (and acknowledged), then its coordinator dies before the commit.
+    p.begin_transaction()
+    send(p, txns[2])
+    assert p.flush(30) == 0
+    coordinator = coordinator_of(cluster, tid)
+    cluster.nodes[coordinator].kill()
+    try:
+        p.commit_transaction(60)
+        outcome[2] = "committed"
+    except KafkaException as e:
+        assert e.args[0].txn_requires_abort(), e
+        p.abort_transaction(60)
+        outcome[2] = "aborted"
+    # The producer carries on with the survivors: one committed, one aborted, one committed.
+    for k, commit in ((3, True), (4, False), (5, True)):
+        p.begin_transaction()
+        send(p, txns[k])
+        if commit:
+            p.commit_transaction(60)
+        else:
+            p.abort_transaction(60)
+        outcome[k] = "committed" if commit else "aborted"
+    survivors = ",".join(n.bootstrap for n in cluster.live())
+    expected = [v for k, vs in txns.items() if outcome[k] == "committed" for v in vs]
+    got = read_committed(survivors, "tx", expect=len(expected))
+    assert sorted(got) == sorted(expected), (outcome, len(got), len(set(got)))
+    assert coordinator_of(cluster, tid) != coordinator
+
+
+def test_exactly_once_processing_survives_the_transaction_coordinators_death(cluster):
+    """tests/clients/eos_processor.py reads `eos-in` and writes `eos-out` with its consumed
+    offsets in each transaction (the group's coordinator, the transaction's coordinator and the
+    partitions' leaders on different nodes). Halfway, the transaction coordinator's node is
+    SIGKILLed. The output, read with read_committed, holds each input exactly once."""
+    total = 400
+    for topic in ("eos-in", "tx"):
+        cluster.create_topic(1, topic, PARTITIONS, 3)
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    inputs = [b"in-%d" % i for i in range(total)]
+    for i, v in enumerate(inputs):
+        plain.produce("eos-in", value=v, partition=i % PARTITIONS)
+    assert plain.flush(30) == 0
+    tid = "cluster-eos"
+    proc = eos.Processor(bootstrap, "eos-in", "tx", "eos-group", tid, total)
+    try:
+        proc.wait_for_committed(total // 2)
+        cluster.nodes[coordinator_of(cluster, tid)].kill()
+        proc.finish()
+    finally:
+        proc.stop()
+    survivors = ",".join(n.bootstrap for n in cluster.live())
+    got = read_committed(survivors, "tx", expect=total)
+    assert sorted(got) == sorted(b"out-" + v for v in inputs), (len(got), len(set(got)), proc.restarts())
