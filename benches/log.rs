@@ -140,7 +140,7 @@ fn append_and_read(c: &mut Criterion) {
 /// about 16 times: the key map learned from it, then the segment compacted (the latest record
 /// of each key kept, most batches rewritten).
 fn compaction(c: &mut Criterion) {
-    use sluice::storage::compaction::{compact, Aborted, KeyMap};
+    use sluice::storage::compaction::{compact, Aborted, Cleaning, KeyMap, TxnsKept};
     let value = vec![b'v'; 256];
     let keys: Vec<Vec<u8>> = (0..1000)
         .map(|k| format!("key-{k:05}").into_bytes())
@@ -173,7 +173,14 @@ fn compaction(c: &mut Criterion) {
         let mut out = Vec::with_capacity(segment.len());
         bench.iter(|| {
             out.clear();
-            compact(&segment, &map, Aborted(&[]), false, &mut out)
+            let mut txns = TxnsKept::default();
+            let mut cleaning = Cleaning {
+                map: &map,
+                aborted: Aborted(&[]),
+                past_delete_retention: false,
+                txns: &mut txns,
+            };
+            compact(&segment, &mut cleaning, &mut out)
         })
     });
     g.finish();

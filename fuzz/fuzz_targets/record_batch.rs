@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use sluice::partition::ingest::{self, Rules};
 use sluice::protocol::batch;
 use sluice::protocol::compression::Codec;
-use sluice::storage::compaction::{compact, Aborted, KeyMap};
+use sluice::storage::compaction::{compact, Aborted, Cleaning, KeyMap, TxnsKept};
 use sluice::storage::txn_index::AbortedTxn;
 
 fuzz_target!(|data: &[u8]| {
@@ -52,7 +52,14 @@ fuzz_target!(|data: &[u8]| {
         let mut map = KeyMap::new(1 << 20);
         map.learn(&buf, Aborted(&aborted));
         let mut out = Vec::new();
-        compact(&buf, &map, Aborted(&aborted), mode & 2 == 2, &mut out);
+        let mut txns = TxnsKept::default();
+        let mut cleaning = Cleaning {
+            map: &map,
+            aborted: Aborted(&aborted),
+            past_delete_retention: mode & 2 == 2,
+            txns: &mut txns,
+        };
+        compact(&buf, &mut cleaning, &mut out);
         let mut at = 0;
         while at < out.len() {
             let size = batch::peek_size(&out[at..]).expect("compaction writes whole batches");

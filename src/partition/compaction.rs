@@ -9,7 +9,7 @@
 
 use super::Partition;
 use crate::protocol::batch;
-use crate::storage::compaction::{self, Aborted, Compacted, KeyMap};
+use crate::storage::compaction::{self, Aborted, Cleaning, Compacted, KeyMap, TxnsKept};
 use crate::storage::log::{create_file, PartitionLog};
 use crate::storage::recovery::CLEANED_SUFFIX;
 use crate::storage::segment::{self, SegmentMeta};
@@ -107,12 +107,13 @@ impl Partition {
             &self.env.metrics.compaction_records_removed,
             done.records_removed,
         );
-        if done.records_removed > 0 {
+        if done != Compacted::default() {
             log::info!(
-                "partition {}: compaction removed {} records (superseded, or expired tombstones; {} whole batches) below offset {next_dirty}",
+                "partition {}: compaction removed {} records (superseded, or expired tombstones; {} whole batches, {} of them transaction markers) below offset {next_dirty}",
                 self.name,
                 done.records_removed,
-                done.batches_removed
+                done.batches_removed,
+                done.markers_removed
             );
         }
         Ok(())
@@ -158,15 +159,20 @@ impl Partition {
         policy: CleanPolicy,
     ) -> std::io::Result<Compacted> {
         let mut done = Compacted::default();
+        // Oldest segment first: a transaction's batches are seen before its marker.
+        let mut txns = TxnsKept::default();
         for c in &survey.closed[..covered] {
             let cleaned = survey
                 .dir
                 .join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
-            let drop_tombstones = c.past(policy.delete_retention_ms, self.env.clock.wall_ms());
+            let mut cleaning = Cleaning {
+                map,
+                aborted: Aborted(&survey.aborted),
+                past_delete_retention: c.past(policy.delete_retention_ms, self.env.clock.wall_ms()),
+                txns: &mut txns,
+            };
             let interval = survey.index_interval_bytes;
-            let aborted = Aborted(&survey.aborted);
-            let compacted =
-                write_compacted(c, (map, aborted), drop_tombstones, &cleaned, interval).await?;
+            let compacted = write_compacted(c, &mut cleaning, &cleaned, interval).await?;
             let Some((meta, segment_done)) = compacted else {
                 continue; // nothing to remove in this one
             };
@@ -179,6 +185,7 @@ impl Partition {
             if replaced {
                 done.records_removed += segment_done.records_removed;
                 done.batches_removed += segment_done.batches_removed;
+                done.markers_removed += segment_done.markers_removed;
             }
         }
         Ok(done)
@@ -232,8 +239,7 @@ async fn learn_keys(
 /// bookkeeping and what was removed, or None (and no file) when nothing would be.
 async fn write_compacted(
     c: &Closed,
-    (map, aborted): (&KeyMap, Aborted<'_>),
-    drop_tombstones: bool,
+    cleaning: &mut Cleaning<'_>,
     path: &std::path::Path,
     index_interval_bytes: u32,
 ) -> std::io::Result<Option<(SegmentMeta, Compacted)>> {
@@ -246,9 +252,10 @@ async fn write_compacted(
         let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
         at += chunk.len() as u64;
         out.clear();
-        let chunk_done = compaction::compact(&chunk, map, aborted, drop_tombstones, &mut out);
+        let chunk_done = compaction::compact(&chunk, cleaning, &mut out);
         done.records_removed += chunk_done.records_removed;
         done.batches_removed += chunk_done.batches_removed;
+        done.markers_removed += chunk_done.markers_removed;
         let mut pos = 0;
         while pos < out.len() {
             let size = batch::peek_size(&out[pos..]).expect("compact writes whole batches");
@@ -269,7 +276,7 @@ async fn write_compacted(
             }
         }
     }
-    if done.records_removed == 0 {
+    if done == Compacted::default() {
         file.close().await.map_err(std::io::Error::from)?;
         std::fs::remove_file(path)?;
         return Ok(None);

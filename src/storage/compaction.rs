@@ -20,12 +20,17 @@
 //! those as empty batches to remember the producer's last sequence): here producer state lives
 //! in snapshots and is rebuilt from the active segment, which compaction never touches.
 //!
-//! Transactions (Kafka's cleaner rules, the conservative half): only segments below the last
-//! stable offset are cleaned, so every transaction there has ended. An aborted transaction's
-//! batches are removed whole and their keys are not learned (an aborted value never hides a
-//! committed one). Markers (control batches) are kept whole, and forever: a read_committed
-//! reader and recovery's aborted-transaction index need them, and Kafka's removal of markers
-//! once their transaction's records are gone is left for later.
+//! Transactions (Kafka's cleaner rules): only segments below the last stable offset are
+//! cleaned, so every transaction there has ended. An aborted transaction's batches are removed
+//! whole and their keys are not learned (an aborted value never hides a committed one). A
+//! commit marker is kept whole while any batch of its transaction is kept: a reader and
+//! recovery need it to see the transaction end. Once none is (all superseded), it goes like a
+//! tombstone, when its segment is older than `delete.retention.ms` (consumers had that long to
+//! read past it). Abort markers are kept, for now: the aborted-transaction index (one file per
+//! partition) still names their transactions, and a read_committed reader told of one skips
+//! the producer's batches until its abort marker (Kafka drops the index entry with the marker). A pass cleans a prefix of the log, oldest
+//! first, and a transaction's batches come before its marker, so the pass has seen all of them
+//! when it reaches the marker (`TxnsKept`).
 
 use crate::protocol::batch::{self, BatchHeader, HEADER_BYTES, LOG_OVERHEAD};
 use crate::storage::txn_index::AbortedTxn;
@@ -59,6 +64,28 @@ fn kept_whole_or_removed(b: &[u8], aborted: Aborted<'_>) -> Option<bool> {
         return Some(true);
     }
     aborted.holds(&h).then_some(false)
+}
+
+/// What a pass carries from batch to batch and segment to segment, oldest first: per
+/// producer, whether a batch of its present transaction (the one its next marker ends) was
+/// kept. A producer leaves it at its marker, so it holds at most the producers whose
+/// transactions' batches the pass has read and not yet their markers.
+#[derive(Default)]
+pub struct TxnsKept(HashMap<i64, bool>);
+
+impl TxnsKept {
+    /// Notes a kept batch `h`, if it is a transaction's.
+    fn note(&mut self, h: &BatchHeader) {
+        if h.is_transactional() && !h.is_control() {
+            self.0.insert(h.producer_id, true);
+        }
+    }
+
+    /// Whether the transaction that `producer_id`'s marker ends kept a batch; the producer's
+    /// next transaction starts with none.
+    fn take(&mut self, producer_id: i64) -> bool {
+        self.0.remove(&producer_id).unwrap_or(false)
+    }
 }
 
 /// Bytes a key costs in the map beyond its own length (hash table slot, Vec header, offset).
@@ -118,35 +145,55 @@ impl KeyMap {
 pub struct Compacted {
     pub records_removed: u64,
     pub batches_removed: u64,
+    /// Of the batches removed, transaction markers.
+    pub markers_removed: u64,
+}
+
+/// How a segment is cleaned: the keys' latest offsets, the aborted transactions, whether the
+/// segment is past `delete.retention.ms` (its tombstones, and its markers whose transactions
+/// kept nothing, go), and what the pass has kept of transactions so far.
+pub struct Cleaning<'a> {
+    pub map: &'a KeyMap,
+    pub aborted: Aborted<'a>,
+    pub past_delete_retention: bool,
+    pub txns: &'a mut TxnsKept,
 }
 
 /// Appends to `out` the segment bytes `data` less the records `map` says are superseded, less
-/// its tombstones when `drop_tombstones`, and less the batches of `aborted` transactions.
-/// Batches are rewritten only when they lose records: same header (base offset, last offset
-/// delta, timestamps, producer fields), new length, record count and CRC.
-pub fn compact(
-    data: &[u8],
-    map: &KeyMap,
-    aborted: Aborted<'_>,
-    drop_tombstones: bool,
-    out: &mut Vec<u8>,
-) -> Compacted {
+/// the batches of aborted transactions, and (past `delete.retention.ms`) less its tombstones
+/// and the markers of transactions nothing is kept of. Batches are rewritten only when they
+/// lose records: same header (base offset, last offset delta, timestamps, producer fields),
+/// new length, record count and CRC.
+pub fn compact(data: &[u8], c: &mut Cleaning<'_>, out: &mut Vec<u8>) -> Compacted {
+    let (map, aborted, drop_tombstones) = (c.map, c.aborted, c.past_delete_retention);
     let mut done = Compacted::default();
     for b in Batches(data) {
+        let header = batch::parse_header(b).ok();
         match kept_whole_or_removed(b, aborted) {
             Some(true) => {
-                out.extend_from_slice(b);
+                let ended = header.map(|h| h.producer_id);
+                let kept_some = ended.is_none_or(|p| c.txns.take(p));
+                // Abort markers stay: the aborted-transaction index still names their
+                // transactions, and a read_committed reader skips a producer's batches from an
+                // aborted transaction's first offset until its abort marker.
+                let commit = crate::protocol::control::commits(b) == Some(true);
+                if drop_tombstones && !kept_some && commit {
+                    done.batches_removed += 1;
+                    done.markers_removed += 1;
+                } else {
+                    out.extend_from_slice(b);
+                }
                 continue;
             }
             Some(false) => {
-                done.records_removed +=
-                    batch::parse_header(b).map_or(0, |h| h.record_count.max(0)) as u64;
+                done.records_removed += header.map_or(0, |h| h.record_count.max(0)) as u64;
                 done.batches_removed += 1;
                 continue;
             }
             None => {}
         }
         let Some(records) = batch::records(b) else {
+            header.inspect(|h| c.txns.note(h));
             out.extend_from_slice(b);
             continue;
         };
@@ -163,6 +210,9 @@ pub fn compact(
             .map(|r| r.bytes)
             .collect();
         done.records_removed += (total - kept.len()) as u64;
+        if !kept.is_empty() {
+            header.inspect(|h| c.txns.note(h));
+        }
         if kept.len() == total {
             out.extend_from_slice(b);
             continue;
@@ -216,6 +266,32 @@ mod tests {
     use crate::protocol::control;
 
     const NONE: Aborted<'static> = Aborted(&[]);
+
+    /// `compact` of one segment in a pass of its own.
+    fn compact_alone(
+        data: &[u8],
+        map: &KeyMap,
+        aborted: Aborted<'_>,
+        past_delete_retention: bool,
+        out: &mut Vec<u8>,
+    ) -> Compacted {
+        let mut txns = TxnsKept::default();
+        let mut cleaning = Cleaning {
+            map,
+            aborted,
+            past_delete_retention,
+            txns: &mut txns,
+        };
+        compact(data, &mut cleaning, out)
+    }
+
+    /// (base offset, is a marker) of each batch left.
+    fn batches_left(data: &[u8]) -> Vec<(i64, bool)> {
+        Batches(data)
+            .map(|b| batch::parse_header(b).unwrap())
+            .map(|h| (h.base_offset, h.is_control()))
+            .collect()
+    }
 
     /// Batches of (key, value) records, given base offsets in turn.
     fn segment(batches: &[&[(Option<&str>, Option<&str>)]]) -> Vec<u8> {
@@ -274,19 +350,68 @@ mod tests {
         let mut map = KeyMap::new(1 << 20);
         assert!(map.learn(&data, aborted));
         let mut out = Vec::new();
-        let done = compact(&data, &map, aborted, true, &mut out);
+        let done = compact_alone(&data, &map, aborted, false, &mut out);
         assert_eq!(
             done,
             Compacted {
                 records_removed: 2,
-                batches_removed: 2
+                batches_removed: 2,
+                markers_removed: 0
             }
         );
-        let left: Vec<(i64, bool)> = Batches(&out)
-            .map(|b| batch::parse_header(b).unwrap())
-            .map(|h| (h.base_offset, h.is_control()))
-            .collect();
-        assert_eq!(left, vec![(1, false), (3, true), (4, true)]);
+        assert_eq!(batches_left(&out), vec![(1, false), (3, true), (4, true)]);
+        // Past delete.retention.ms too: the abort marker stays (the index names its
+        // transaction), and the commit marker while its transaction's record does.
+        let mut later = Vec::new();
+        let done = compact_alone(&out, &map, aborted, true, &mut later);
+        assert_eq!(done, Compacted::default());
+        assert_eq!(later, out);
+    }
+
+    #[test]
+    fn a_marker_goes_once_every_record_of_its_transaction_is_superseded() {
+        let kv = |k: &'static str, v: &'static str| [(Some(k.as_bytes()), Some(v.as_bytes()))];
+        // Producer 7 commits k twice in two transactions, then producer 9 writes k untransacted.
+        let mut batches = [
+            control::transactional(&kv("k", "first"), 7, 0, 1000),
+            control::marker(7, 0, true, 0, 1000),
+            control::transactional(&kv("k", "second"), 7, 0, 1000),
+            control::marker(7, 0, true, 0, 1000),
+            build(&kv("j", "other"), 1000),
+        ];
+        let mut segments = [Vec::new(), Vec::new()];
+        for (offset, b) in batches.iter_mut().enumerate() {
+            batch::assign(b, offset as i64, 0, None);
+            segments[usize::from(offset >= 2)].extend_from_slice(b);
+        }
+        let mut map = KeyMap::new(1 << 20);
+        assert!(segments.iter().all(|s| map.learn(s, NONE)));
+        // One pass over both segments, oldest first: the first transaction's record is
+        // superseded by the second's, so its marker goes; the second's record and marker stay.
+        let mut txns = TxnsKept::default();
+        let mut outs = [Vec::new(), Vec::new()];
+        for (segment, out) in segments.iter().zip(outs.iter_mut()) {
+            let mut cleaning = Cleaning {
+                map: &map,
+                aborted: NONE,
+                past_delete_retention: true,
+                txns: &mut txns,
+            };
+            compact(segment, &mut cleaning, out);
+        }
+        assert_eq!(batches_left(&outs[0]), vec![]);
+        assert_eq!(
+            batches_left(&outs[1]),
+            vec![(2, false), (3, true), (4, false)]
+        );
+        assert!(
+            txns.0.is_empty(),
+            "every transaction seen ended at its marker"
+        );
+        // Not yet past delete.retention.ms: the marker stays.
+        let mut out = Vec::new();
+        compact_alone(&segments[0], &map, NONE, false, &mut out);
+        assert_eq!(batches_left(&out), vec![(1, true)]);
     }
 
     #[test]
@@ -299,7 +424,7 @@ mod tests {
         let mut map = KeyMap::new(1 << 20);
         assert!(map.learn(&data, NONE));
         let mut out = Vec::new();
-        let done = compact(&data, &map, NONE, false, &mut out);
+        let done = compact_alone(&data, &map, NONE, false, &mut out);
         assert_eq!(done.records_removed, 2);
         assert_eq!(done.batches_removed, 1, "the first batch lost both records");
         let own = |s: &str| Some(s.to_string());
@@ -315,14 +440,14 @@ mod tests {
         // Compacting again changes nothing.
         let mut again = Vec::new();
         assert_eq!(
-            compact(&out, &map, NONE, false, &mut again),
+            compact_alone(&out, &map, NONE, false, &mut again),
             Compacted::default()
         );
         assert_eq!(again, out);
         // Once the segment is past delete.retention.ms, the tombstone and its key go too.
         let mut gone = Vec::new();
         assert_eq!(
-            compact(&out, &map, NONE, true, &mut gone).records_removed,
+            compact_alone(&out, &map, NONE, true, &mut gone).records_removed,
             1
         );
         assert_eq!(
@@ -348,7 +473,7 @@ mod tests {
         let mut map = KeyMap::new(1 << 20);
         assert!(map.learn(&data, NONE) && map.learn(&later, NONE));
         let mut out = Vec::new();
-        compact(&data, &map, NONE, false, &mut out);
+        compact_alone(&data, &map, NONE, false, &mut out);
         let h = batch::validate(&out).unwrap();
         assert_eq!((h.record_count, h.base_offset, h.last_offset()), (1, 0, 1));
         assert_eq!((h.producer_id, h.base_sequence), (7, 0));

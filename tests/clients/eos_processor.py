@@ -9,7 +9,9 @@ committed positions reach TOTAL.
 
 Usage: eos_processor.py BOOTSTRAP SOURCE DEST GROUP TRANSACTIONAL_ID TOTAL
 """
+import faulthandler
 import json
+import signal
 import sys
 import time
 
@@ -63,6 +65,8 @@ def run_once(bootstrap, source, dest, group, tid, total):
 
 
 def main():
+    # A watchdog that finds it stalled asks for every thread's stack (tests/integration/eos.py).
+    faulthandler.register(signal.SIGUSR1)
     bootstrap, source, dest, group, tid, total = sys.argv[1:7]
     deadline = time.monotonic() + RUN_LIMIT_S
     while time.monotonic() < deadline:

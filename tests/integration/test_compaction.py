@@ -1,12 +1,15 @@
 """Log compaction with real clients: in a compacted topic's closed segments only the latest
 record of each key is left, at its original offset and byte-equal; what is left survives
 SIGKILL; and `__consumer_offsets` is compacted the same way without losing a commit."""
+import socket
+import struct
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 import ck
+import kafka_wire as kw
 from metrics import metrics_config, total
 from waiting import wait_until
 
@@ -181,15 +184,72 @@ def test_min_compaction_lag_holds_young_segments_back(make_broker):
                what="the segments to be cleaned once the lag allows it")
 
 
+def batches_below(broker, topic, end):
+    """(producer id, is a marker) of each batch of partition 0 below offset `end`, as stored
+    (markers and aborted batches included: a raw read_uncommitted Fetch)."""
+    out, offset = [], 0
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        while offset < end:
+            sock.sendall(kw.request(1, 4, 1, kw.fetch_v4(topic, 0, offset, 0)))
+            batches = kw.fetch_v4_batches(kw.read_response(sock))
+            if not batches:
+                break
+            for b in batches:
+                base, = struct.unpack(">q", b[0:8])
+                if base >= end:
+                    return out
+                attributes, last_delta = struct.unpack(">hi", b[21:27])
+                producer_id, = struct.unpack(">q", b[43:51])
+                out.append((producer_id, commit_marker(b) if attributes & 0x20 else None))
+                offset = base + last_delta + 1
+    return out
+
+
+def commit_marker(b: bytes) -> bool:
+    """Whether the control batch `b`'s one record is a commit marker (key: version 0, type 1)."""
+    def varint(at):
+        shift = value = 0
+        while True:
+            byte = b[at]
+            value |= (byte & 0x7F) << shift
+            at += 1
+            if not byte & 0x80:
+                return (value >> 1) ^ -(value & 1), at
+            shift += 7
+    at = 61  # the first record: length, attributes, timestamp delta, offset delta, key
+    _length, at = varint(at)
+    at += 1
+    _ts, at = varint(at)
+    _delta, at = varint(at)
+    key_len, at = varint(at)
+    return b[at:at + key_len] == b"\x00\x00\x00\x01"
+
+
+def every_commit_marker_ends_a_transaction_with_a_batch_left(batches):
+    """Per producer, between a commit marker and its marker before (or its first batch), one
+    of its batches."""
+    open_txn = {}
+    for producer, marker in batches:
+        if marker and not open_txn.pop(producer, False):
+            return False
+        if marker is None:
+            open_txn[producer] = True
+        else:
+            open_txn.pop(producer, None)
+    return True
+
+
 def test_compaction_removes_aborted_transactions_and_keeps_what_was_committed(make_broker):
     """In a compacted topic written by a transactional producer, the cleaner removes aborted
-    records (an aborted value never hides the committed one of its key) and keeps the markers:
-    read_committed still sees every key's latest committed value, read_uncommitted no longer
-    sees aborted records below the active segment."""
+    records (an aborted value never hides the committed one of its key), and past
+    `delete.retention.ms` the commit markers of transactions it left nothing of: read_committed
+    still sees every key's latest committed value, read_uncommitted no longer sees aborted
+    records below the active segment, and every commit marker left there ends a transaction
+    with a batch left."""
     broker = make_broker(config=CONFIG)
     bootstrap = broker.bootstrap
     ck.create_topic(bootstrap, "cmp-tx", 1, {"cleanup.policy": "compact", "segment.bytes": "16384",
-                                             "min.cleanable.dirty.ratio": "0"})
+                                             "min.cleanable.dirty.ratio": "0", "delete.retention.ms": "0"})
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "cmp-tx", "linger.ms": 2})
     p.init_transactions(60)
     committed = {}
@@ -213,6 +273,17 @@ def test_compaction_removes_aborted_transactions_and_keeps_what_was_committed(ma
 
     wait_until(lambda: len(segment_bases(broker, "cmp-tx", 0)) > 3 and not aborted_below_active(),
                timeout_s=60, what="the aborted transactions to be removed")
+    active = segment_bases(broker, "cmp-tx", 0)[-1]
+    stored = []
+
+    def markers_removed():
+        stored[:] = batches_below(broker, "cmp-tx", active)
+        return every_commit_marker_ends_a_transaction_with_a_batch_left(stored)
+    wait_until(markers_removed, timeout_s=60, what="the markers of emptied transactions to be removed")
+    # 30 transactions committed, most of them below the active segment; each key's later
+    # commit superseded the earlier ones, so few of their markers are left. Abort markers stay.
+    assert sum(m is True for _, m in stored) < 5, stored
+    assert sum(m is False for _, m in stored) > 0, stored
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "rc", "isolation.level": "read_committed",
                   "enable.auto.commit": False})
     c.assign([TopicPartition("cmp-tx", 0, 0)])
