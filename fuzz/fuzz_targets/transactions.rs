@@ -10,10 +10,7 @@ use sluice::txn::records;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(id) = records::decode_key(data) {
-        assert_eq!(
-            records::decode_key(&records::encode_key(&id)).ok(),
-            Some(id)
-        );
+        assert_eq!(records::decode_key(&records::encode_key(&id)).ok(), Some(id));
     }
     if let Ok(record) = records::decode_value(data) {
         let again = records::decode_value(&records::encode_value(&record));
@@ -21,14 +18,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let (entries, intact) = txn_index::decode(data);
     let kept: Vec<u8> = entries.iter().flat_map(|e| e.encode()).collect();
-    assert_eq!(
-        &data[..kept.len()],
-        &kept[..],
-        "the entries are the file's prefix"
-    );
+    assert_eq!(&data[..kept.len()], &kept[..], "the entries are the file's prefix");
     assert_eq!(intact, kept.len() == data.len());
-    assert!(entries
-        .windows(2)
-        .all(|w| w[0].last_offset < w[1].last_offset));
+    assert!(entries.windows(2).all(|w| w[0].last_offset < w[1].last_offset));
     assert!(kept.len() % ENTRY_BYTES == 0);
 });

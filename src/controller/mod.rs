@@ -217,6 +217,13 @@ pub async fn submit(shard: &Rc<Shard>, op: ControllerOp) -> Result<Vec<Outcome>,
     shard.call(CONTROLLER_SHARD, Submit(op)).await
 }
 
+/// Whether a cluster has the live brokers an internal topic (`__consumer_offsets`,
+/// `__transaction_state`) waits for before it is created: min(3, voters), so that it gets its
+/// replicas (Kafka's replication factor of 3 where there are three).
+pub fn internal_topic_brokers_live(shard: &Shard) -> bool {
+    shard.catalog().live_brokers().count() >= shard.config.voters.len().clamp(1, 3)
+}
+
 /// A new producer id (from any shard), or an error code. Err: the controller is stopping.
 pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<Result<i64, i16>, ShardGone> {
     shard.call(CONTROLLER_SHARD, AllocateProducerId).await

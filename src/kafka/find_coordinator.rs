@@ -32,11 +32,9 @@ fn coordinator_of(shard: &Rc<Shard>, key_type: i8, key: &str) -> Result<(i32, St
         KEY_TYPE_TRANSACTION => match catalog.topics.get(TXN_STATE_TOPIC) {
             Some(topic) => (topic, state_partition(key, topic.record.partitions)),
             None => {
-                // In a cluster, only once min(3, voters) brokers are live, so that the topic
-                // gets its replicas (as `__consumer_offsets`; Kafka waits for
-                // `transaction.state.log.replication.factor` brokers).
-                let wanted = shard.config.voters.len().clamp(1, 3);
-                if !catalog.is_clustered() || catalog.live_brokers().count() >= wanted {
+                // In a cluster, only once enough brokers are live for its replicas (Kafka
+                // waits for `transaction.state.log.replication.factor` brokers).
+                if !catalog.is_clustered() || controller::internal_topic_brokers_live(shard) {
                     create_txn_state_topic(shard);
                 }
                 return Err(not_available);

@@ -183,9 +183,7 @@ impl Partition {
             // swapped segment's byte positions are not its old ones.
             self.stable_position.set(None);
             if replaced {
-                done.records_removed += segment_done.records_removed;
-                done.batches_removed += segment_done.batches_removed;
-                done.markers_removed += segment_done.markers_removed;
+                done += segment_done;
             }
         }
         Ok(done)
@@ -252,10 +250,7 @@ async fn write_compacted(
         let chunk = read_chunk(&c.file, at, c.size_bytes).await?;
         at += chunk.len() as u64;
         out.clear();
-        let chunk_done = compaction::compact(&chunk, cleaning, &mut out);
-        done.records_removed += chunk_done.records_removed;
-        done.batches_removed += chunk_done.batches_removed;
-        done.markers_removed += chunk_done.markers_removed;
+        done += compaction::compact(&chunk, cleaning, &mut out);
         let mut pos = 0;
         while pos < out.len() {
             let size = batch::peek_size(&out[pos..]).expect("compact writes whole batches");

@@ -466,7 +466,6 @@ async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
     use crate::group::OFFSETS_TOPIC;
     let controller = shard.service::<Controller>();
     let cluster = controller.cluster.clone().expect("a clustered node");
-    let voters = shard.config.voters.len();
     let started_ms = shard.clock().monotonic_ms();
     loop {
         glommio::timer::sleep(Duration::from_millis(OFFSETS_TOPIC_CHECK_MS)).await;
@@ -475,7 +474,7 @@ async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
             return;
         }
         let waited_ms = shard.clock().monotonic_ms() - started_ms;
-        let enough = catalog.live_brokers().count() >= voters.min(3);
+        let enough = controller::internal_topic_brokers_live(&shard);
         if cluster.is_active() && (enough || waited_ms >= OFFSETS_TOPIC_WAIT_MS) {
             ensure_offsets_topic(&shard).await;
         }

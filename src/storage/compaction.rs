@@ -28,13 +28,14 @@
 //! tombstone, when its segment is older than `delete.retention.ms` (consumers had that long to
 //! read past it). Abort markers are kept, for now: the aborted-transaction index (one file per
 //! partition) still names their transactions, and a read_committed reader told of one skips
-//! the producer's batches until its abort marker (Kafka drops the index entry with the marker). A pass cleans a prefix of the log, oldest
-//! first, and a transaction's batches come before its marker, so the pass has seen all of them
-//! when it reaches the marker (`TxnsKept`).
+//! the producer's batches until its abort marker (Kafka drops the index entry with the
+//! marker). A pass cleans a prefix of the log, oldest first, and a transaction's batches come
+//! before its marker, so the pass has seen all of them when it reaches the marker
+//! (`TxnsKept`).
 
 use crate::protocol::batch::{self, BatchHeader, HEADER_BYTES, LOG_OVERHEAD};
 use crate::storage::txn_index::AbortedTxn;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The partition's aborted transactions (its index, ordered by marker offset), to tell a
 /// batch of an aborted transaction from one of a committed one.
@@ -57,34 +58,34 @@ impl Aborted<'_> {
     }
 }
 
-/// What compaction does with a whole batch before looking at its records.
-fn kept_whole_or_removed(b: &[u8], aborted: Aborted<'_>) -> Option<bool> {
-    let h = batch::parse_header(b).ok()?;
+/// What compaction does with a whole batch (its header `h`) before looking at its records.
+fn kept_whole_or_removed(h: Option<&BatchHeader>, aborted: Aborted<'_>) -> Option<bool> {
+    let h = h?;
     if h.is_control() {
         return Some(true);
     }
-    aborted.holds(&h).then_some(false)
+    aborted.holds(h).then_some(false)
 }
 
-/// What a pass carries from batch to batch and segment to segment, oldest first: per
-/// producer, whether a batch of its present transaction (the one its next marker ends) was
-/// kept. A producer leaves it at its marker, so it holds at most the producers whose
-/// transactions' batches the pass has read and not yet their markers.
+/// What a pass carries from batch to batch and segment to segment, oldest first: the
+/// producers a batch of whose present transaction (the one their next marker ends) was kept.
+/// A producer leaves it at its marker, so it holds at most the producers whose transactions'
+/// batches the pass has read and not yet their markers.
 #[derive(Default)]
-pub struct TxnsKept(HashMap<i64, bool>);
+pub struct TxnsKept(HashSet<i64>);
 
 impl TxnsKept {
     /// Notes a kept batch `h`, if it is a transaction's.
     fn note(&mut self, h: &BatchHeader) {
         if h.is_transactional() && !h.is_control() {
-            self.0.insert(h.producer_id, true);
+            self.0.insert(h.producer_id);
         }
     }
 
     /// Whether the transaction that `producer_id`'s marker ends kept a batch; the producer's
     /// next transaction starts with none.
     fn take(&mut self, producer_id: i64) -> bool {
-        self.0.remove(&producer_id).unwrap_or(false)
+        self.0.remove(&producer_id)
     }
 }
 
@@ -111,7 +112,8 @@ impl KeyMap {
     /// holds only part of this segment, and must not be used to compact it or later segments.
     pub fn learn(&mut self, data: &[u8], aborted: Aborted<'_>) -> bool {
         for b in Batches(data) {
-            if kept_whole_or_removed(b, aborted).is_some() {
+            let header = batch::parse_header(b).ok();
+            if kept_whole_or_removed(header.as_ref(), aborted).is_some() {
                 continue; // a marker, or an aborted transaction's: its keys do not count
             }
             let Some(records) = batch::records(b) else {
@@ -149,6 +151,14 @@ pub struct Compacted {
     pub markers_removed: u64,
 }
 
+impl std::ops::AddAssign for Compacted {
+    fn add_assign(&mut self, other: Compacted) {
+        self.records_removed += other.records_removed;
+        self.batches_removed += other.batches_removed;
+        self.markers_removed += other.markers_removed;
+    }
+}
+
 /// How a segment is cleaned: the keys' latest offsets, the aborted transactions, whether the
 /// segment is past `delete.retention.ms` (its tombstones, and its markers whose transactions
 /// kept nothing, go), and what the pass has kept of transactions so far.
@@ -169,15 +179,15 @@ pub fn compact(data: &[u8], c: &mut Cleaning<'_>, out: &mut Vec<u8>) -> Compacte
     let mut done = Compacted::default();
     for b in Batches(data) {
         let header = batch::parse_header(b).ok();
-        match kept_whole_or_removed(b, aborted) {
+        match kept_whole_or_removed(header.as_ref(), aborted) {
             Some(true) => {
                 let ended = header.map(|h| h.producer_id);
                 let kept_some = ended.is_none_or(|p| c.txns.take(p));
                 // Abort markers stay: the aborted-transaction index still names their
                 // transactions, and a read_committed reader skips a producer's batches from an
                 // aborted transaction's first offset until its abort marker.
-                let commit = crate::protocol::control::commits(b) == Some(true);
-                if drop_tombstones && !kept_some && commit {
+                let spent = drop_tombstones && !kept_some;
+                if spent && crate::protocol::control::commits(b) == Some(true) {
                     done.batches_removed += 1;
                     done.markers_removed += 1;
                 } else {
