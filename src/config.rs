@@ -116,6 +116,11 @@ pub struct TransactionConfig {
     /// How often each coordinator aborts transactions past their timeout and forgets expired
     /// ids (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
     pub check_interval_ms: u64,
+    /// The transaction version offered to clients (Kafka's `transaction.version` feature,
+    /// finalized in ApiVersions): 2 lets clients that speak it (Java 4.x) use KIP-890 part 2,
+    /// an epoch bump per transaction and partitions added by their first write; 0 or 1 keeps
+    /// them on AddPartitionsToTxn and one epoch per producer session.
+    pub version: i16,
 }
 
 impl Default for TransactionConfig {
@@ -125,6 +130,7 @@ impl Default for TransactionConfig {
             max_timeout_ms: 900_000, // Kafka's default, as txn::state::MAX_TIMEOUT_MS
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             check_interval_ms: 10_000,
+            version: 2,
         }
     }
 }
@@ -665,6 +671,7 @@ impl Config {
             10,
             3_600_000,
         )?;
+        in_range("transactions.version", t.version, 0, 2)?;
         in_range(
             "group_initial_rebalance_delay_ms",
             self.group_initial_rebalance_delay_ms,

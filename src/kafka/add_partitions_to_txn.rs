@@ -107,25 +107,16 @@ async fn answer(shard: &Rc<Shard>, t: &AddPartitionsToTxnTransaction) -> AddPart
         })
         .collect();
     let n = partitions.len();
-    let outcomes: Vec<Result<(), ResponseError>> = if t.verify_only {
-        let verify = ops::Verify {
-            id: id.clone(),
-            producer_id: t.producer_id.0,
-            epoch: t.producer_epoch,
-            partitions,
-        };
-        service::route(shard, verify)
-            .await
-            .unwrap_or_else(|e| vec![Err(e); n])
-    } else {
-        let add = ops::AddPartitions {
-            id: id.clone(),
-            producer_id: t.producer_id.0,
-            epoch: t.producer_epoch,
-            partitions,
-        };
-        vec![service::route(shard, add).await.and_then(|added| added); n]
+    let verify = ops::Verify {
+        id,
+        producer_id: t.producer_id.0,
+        epoch: t.producer_epoch,
+        partitions,
+        add: !t.verify_only,
     };
+    let outcomes = service::route(shard, verify)
+        .await
+        .unwrap_or_else(|e| vec![Err(e); n]);
     let mut outcomes = outcomes.into_iter();
     let topic_results = t
         .topics

@@ -1,13 +1,18 @@
-//! EndTxn v0–3: commit or abort the producer's ongoing transaction. Answered once the
+//! EndTxn v0–5: commit or abort the producer's ongoing transaction. Answered once the
 //! coordinator's Prepare state is durable; the markers are written after (requests for the id
-//! answer CONCURRENT_TRANSACTIONS until they are).
+//! answer CONCURRENT_TRANSACTIONS until they are). v5 is transaction version 2 (KIP-890 part
+//! 2): the end bumps the producer's epoch, and the answer names the producer id and epoch its
+//! next transaction is written under.
 
 use super::{decode, encode, Reply};
 use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
-use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
+use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 use std::rc::Rc;
+
+/// The first EndTxn version of transaction version 2.
+pub const EPOCH_BUMP_VERSION: i16 = 5;
 
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: EndTxnRequest = decode(body, version)?;
@@ -16,10 +21,16 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         producer_id: req.producer_id.0,
         epoch: req.producer_epoch,
         commit: req.committed,
+        bump_epoch: version >= EPOCH_BUMP_VERSION,
     };
-    let code = match service::route(shard, end).await {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) | Err(e) => super::txn_error_code(e, version, 2),
+    let resp = match service::route(shard, end).await {
+        Ok(Ok((producer_id, epoch))) if version >= EPOCH_BUMP_VERSION => EndTxnResponse::default()
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch),
+        Ok(Ok(_)) => EndTxnResponse::default(),
+        Ok(Err(e)) | Err(e) => {
+            EndTxnResponse::default().with_error_code(super::txn_error_code(e, version, 2))
+        }
     };
-    encode(&EndTxnResponse::default().with_error_code(code), version)
+    encode(&resp, version)
 }

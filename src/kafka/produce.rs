@@ -27,6 +27,10 @@ use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+/// The first Produce version of transaction version 2 (KIP-890 part 2): a transactional
+/// batch adds its partition to the producer's transaction, which sends no AddPartitionsToTxn.
+const IMPLICIT_ADD_VERSION: i16 = 12;
+
 /// One partition's answer.
 #[derive(Debug, Clone)]
 struct ProduceOutcome {
@@ -163,7 +167,7 @@ type Routed = Vec<(usize, (TopicPartition, Option<Bytes>, Source))>;
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
-    let verified = verify_transactional(shard, &req).await;
+    let verified = verify_transactional(shard, &req, version >= IMPLICIT_ADD_VERSION).await;
     let (items, slots) = route(shard, &req, &verified);
     let (acks, timeout_ms) = (req.acks, req.timeout_ms.max(0) as u64);
     let deadline_ms = shard.clock().monotonic_ms() + timeout_ms;
@@ -231,11 +235,13 @@ fn route(shard: &Shard, req: &ProduceRequest, verified: &Verdicts) -> (Routed, S
 /// the error Produce answers instead.
 type Verdicts = HashMap<(String, i32), Result<(), ResponseError>>;
 
-/// Asks the coordinator about the request's transactional batches, once per request. A
-/// fenced producer gets INVALID_PRODUCER_EPOCH (Produce has no PRODUCER_FENCED), a partition
-/// outside the transaction INVALID_TXN_STATE, and a coordinator that cannot answer now
-/// NOT_ENOUGH_REPLICAS, which producers retry (as Kafka's verification answers).
-async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> Verdicts {
+/// Asks the coordinator about the request's transactional batches, once per request (with
+/// `add`, it adds their partitions to the transaction first). A fenced producer gets
+/// INVALID_PRODUCER_EPOCH (Produce has no PRODUCER_FENCED), a partition outside the
+/// transaction INVALID_TXN_STATE, and a coordinator that cannot answer now, or is busy ending
+/// the transaction before, NOT_ENOUGH_REPLICAS, which producers retry (as Kafka's
+/// verification answers).
+async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest, add: bool) -> Verdicts {
     let Some(id) = &req.transactional_id else {
         return Verdicts::new();
     };
@@ -258,9 +264,11 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest) -> Verdic
         producer_id,
         epoch,
         partitions: partitions.clone(),
+        add,
     };
     let as_produce = |e| match e {
         ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        ResponseError::ConcurrentTransactions => ResponseError::NotEnoughReplicas,
         _ => ResponseError::InvalidTxnState,
     };
     let verdicts: Vec<_> = match remote::verify(shard, verify).await {

@@ -1,8 +1,10 @@
-//! TxnOffsetCommit v0–3: a transactional producer commits a group's offsets in its
+//! TxnOffsetCommit v0–5: a transactional producer commits a group's offsets in its
 //! transaction. The transaction coordinator first confirms that AddOffsetsToTxn put the
 //! group's offsets partition in the producer's ongoing transaction (KIP-890 part 1: nothing is
-//! written to a transaction no coordinator will end); the group coordinator then writes them
-//! as a transactional batch, and they take effect with the transaction's commit marker.
+//! written to a transaction no coordinator will end), or from v5 (transaction version 2,
+//! KIP-890 part 2, where the producer sends no AddOffsetsToTxn) adds it; the group
+//! coordinator then writes them as a transactional batch, and they take effect with the
+//! transaction's commit marker.
 
 use super::add_offsets_to_txn::group_partition;
 use super::offset_commit::{answered, listed};
@@ -18,6 +20,9 @@ use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
+/// The first TxnOffsetCommit version of transaction version 2: it adds the offsets partition.
+const IMPLICIT_ADD_VERSION: i16 = 5;
+
 pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
     let req: TxnOffsetCommitRequest = decode(body, version)?;
     let topics = req.topics.iter().map(|t| {
@@ -30,7 +35,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     });
     let (offsets, layout) = listed(shard, topics);
     let n = offsets.len();
-    let codes = match verify(shard, &req).await {
+    let codes = match verify(shard, &req, version >= IMPLICIT_ADD_VERSION).await {
         Err(e) => vec![e.code(); n],
         Ok(()) if n == 0 => Vec::new(),
         Ok(()) => {
@@ -65,8 +70,13 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     )
 }
 
-/// Whether the group's offsets partition is in the producer's ongoing transaction.
-async fn verify(shard: &Rc<Shard>, req: &TxnOffsetCommitRequest) -> Result<(), ResponseError> {
+/// Whether the group's offsets partition is in the producer's ongoing transaction (added
+/// first with `add`).
+async fn verify(
+    shard: &Rc<Shard>,
+    req: &TxnOffsetCommitRequest,
+    add: bool,
+) -> Result<(), ResponseError> {
     if req.group_id.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
@@ -75,6 +85,7 @@ async fn verify(shard: &Rc<Shard>, req: &TxnOffsetCommitRequest) -> Result<(), R
         producer_id: req.producer_id.0,
         epoch: req.producer_epoch,
         partitions: vec![group_partition(shard, &req.group_id)?],
+        add,
     };
     let verdicts = remote::verify(shard, check).await?;
     verdicts

@@ -1,11 +1,13 @@
-//! Hand-written Produce request decoder (v3..=9). Record bytes stay `Bytes` slices of the
-//! request frame: they are not copied here.
+//! Hand-written Produce request decoder (v3..=12). Record bytes stay `Bytes` slices of the
+//! request frame: they are not copied here. v10–12 read as v9: they change only what a
+//! response may carry (KIP-951's leader hints, KIP-890's errors) and, with v12, what a
+//! transactional batch means (it adds its partition: `kafka/produce.rs`).
 
 use super::wire::{Reader, WireResult};
 use bytes::Bytes;
 
 pub const MIN_VERSION: i16 = 3;
-pub const MAX_VERSION: i16 = 9;
+pub const MAX_VERSION: i16 = 12;
 const FIRST_FLEXIBLE: i16 = 9;
 
 #[derive(Debug)]

@@ -136,16 +136,25 @@ impl Reader {
         self.take(len).map(Some)
     }
 
-    /// Skips a tagged-field section (flexible versions only); Sluice reads no tagged fields yet.
+    /// Skips a tagged-field section (flexible versions only).
     pub fn skip_tagged_fields(&mut self) -> WireResult<()> {
+        self.tagged_fields(|_, _| Ok(()))
+    }
+
+    /// Reads a tagged-field section (flexible versions only), handing each field's tag and
+    /// bytes to `field`.
+    pub fn tagged_fields(
+        &mut self,
+        mut field: impl FnMut(u32, Bytes) -> WireResult<()>,
+    ) -> WireResult<()> {
         if !self.flexible {
             return Ok(());
         }
         let count = self.uvarint()?;
         for _ in 0..count {
-            let _tag = self.uvarint()?;
+            let tag = self.uvarint()?;
             let size = self.uvarint()? as usize;
-            self.take(size)?;
+            field(tag, self.take(size)?)?;
         }
         Ok(())
     }

@@ -17,6 +17,19 @@ fn now_ms(shard: &Shard) -> i64 {
     shard.clock().wall_ms() as i64
 }
 
+/// A producer id from the controller, for a new transactional id or one whose epoch is used
+/// up.
+async fn new_producer_id(shard: &Rc<Shard>) -> Result<i64, ResponseError> {
+    match crate::controller::allocate_producer_id(shard).await {
+        Ok(Ok(id)) => Ok(id),
+        Ok(Err(code)) => {
+            Err(ResponseError::try_from_code(code)
+                .unwrap_or(ResponseError::CoordinatorNotAvailable))
+        }
+        Err(_) => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
 /// InitProducerId with a transactional id: Ok((producer id, epoch)).
 pub struct Init {
     pub id: String,
@@ -49,14 +62,7 @@ impl TxnRequest for Init {
                 .get(&self.id)
                 .is_none_or(|r| r.producer_epoch >= i16::MAX - 1);
             let new_id = if needs_id {
-                match crate::controller::allocate_producer_id(&shard).await {
-                    Ok(Ok(id)) => id,
-                    Ok(Err(code)) => {
-                        return Err(ResponseError::try_from_code(code)
-                            .unwrap_or(ResponseError::CoordinatorNotAvailable))
-                    }
-                    Err(_) => return Err(ResponseError::CoordinatorNotAvailable),
-                }
+                new_producer_id(&shard).await?
             } else {
                 -1
             };
@@ -113,12 +119,16 @@ impl TxnRequest for AddPartitions {
 
 /// Whether each partition is in the producer's ongoing transaction, or why not (see
 /// `Coordinator::in_transaction`): asked by Produce before it takes transactional batches
-/// (KIP-890 part 1), and by TxnOffsetCommit for the group's offsets partition.
+/// (KIP-890 part 1), and by TxnOffsetCommit for the group's offsets partition. With `add`
+/// (transaction version 2, KIP-890 part 2: Produce v12, TxnOffsetCommit v5), the partitions
+/// are added to the transaction first, beginning it if none is ongoing, as AddPartitionsToTxn
+/// would: the producer sends no AddPartitionsToTxn of its own.
 pub struct Verify {
     pub id: String,
     pub producer_id: i64,
     pub epoch: i16,
     pub partitions: Vec<TxnPartition>,
+    pub add: bool,
 }
 
 impl TxnRequest for Verify {
@@ -127,6 +137,18 @@ impl TxnRequest for Verify {
         &self.id
     }
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        if self.add {
+            return Box::pin(async move {
+                let n = self.partitions.len();
+                let add = AddPartitions {
+                    id: self.id,
+                    producer_id: self.producer_id,
+                    epoch: self.epoch,
+                    partitions: self.partitions,
+                };
+                vec![add.run(shard).await; n]
+            });
+        }
         let service = shard.service::<TxnService>();
         let c = service.coordinator.borrow();
         let out = self
@@ -139,34 +161,47 @@ impl TxnRequest for Verify {
 }
 
 /// EndTxn: the Prepare state is persisted, then answered; markers follow in the background.
+/// Ok: the producer id and epoch the producer goes on with (EndTxn v5 answers them).
 pub struct End {
     pub id: String,
     pub producer_id: i64,
     pub epoch: i16,
     pub commit: bool,
+    /// Transaction version 2 (EndTxn v5+, KIP-890 part 2): the end bumps the epoch.
+    pub bump_epoch: bool,
 }
 
 impl TxnRequest for End {
-    type Reply = Result<(), ResponseError>;
+    type Reply = Result<(i64, i16), ResponseError>;
     fn transactional_id(&self) -> &str {
         &self.id
     }
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
             let service = shard.service::<TxnService>();
-            let step = service.coordinator.borrow_mut().end_txn(
-                &self.id,
-                self.producer_id,
-                self.epoch,
-                self.commit,
-                now_ms(&shard),
-            )?;
-            let Some(step) = step else {
-                return Ok(()); // a retry of an end already complete
+            let exhausted = service.coordinator.borrow().epoch_exhausted(&self.id);
+            let next_id = if self.bump_epoch && exhausted {
+                new_producer_id(&shard).await?
+            } else {
+                -1
             };
-            persist(&shard, &self.id, step).await?;
-            start_markers(&shard, &self.id);
-            Ok(())
+            let step = {
+                let mut c = service.coordinator.borrow_mut();
+                let (id, pid, epoch, commit) =
+                    (&self.id, self.producer_id, self.epoch, self.commit);
+                if self.bump_epoch {
+                    c.end_txn_bumping(id, pid, epoch, commit, next_id, now_ms(&shard))
+                } else {
+                    c.end_txn(id, pid, epoch, commit, now_ms(&shard))
+                }
+            }?;
+            // None: a retry of an end already complete.
+            if let Some(step) = step {
+                persist(&shard, &self.id, step).await?;
+                start_markers(&shard, &self.id);
+            }
+            let answer = service.coordinator.borrow().producer_for_client(&self.id);
+            answer.ok_or(ResponseError::CoordinatorNotAvailable)
         })
     }
 }

@@ -1,7 +1,7 @@
 //! A node's transaction calls to other nodes, over their Kafka listeners as Kafka's brokers
 //! make them: WriteTxnMarkers to a partition's leader (`markers.rs`), and AddPartitionsToTxn
-//! v4's verification (KIP-890 part 1) from a partition leader or group coordinator to the
-//! transactional id's coordinator. Each shard keeps idle connections per node for reuse, and
+//! v4's verification (KIP-890 part 1) or addition (part 2) from a partition leader or group
+//! coordinator to the transactional id's coordinator. Each shard keeps idle connections per node for reuse, and
 //! bounds its calls in flight: a caller past the bound waits for one to finish.
 
 use super::markers::Marker;
@@ -127,9 +127,9 @@ pub fn result_of(code: i16) -> Result<(), ResponseError> {
     ResponseError::try_from_code(code).map_or(Ok(()), Err)
 }
 
-/// Whether each partition of `verify` is in the producer's ongoing transaction, asked of the
-/// id's coordinator: this node's (over the mesh) or another node's (AddPartitionsToTxn v4,
-/// verify only). Err: no coordinator could answer now (COORDINATOR_NOT_AVAILABLE,
+/// Whether each partition of `verify` is in the producer's ongoing transaction (added first
+/// with `verify.add`), asked of the id's coordinator: this node's (over the mesh) or another
+/// node's (AddPartitionsToTxn v4, `verify_only` unless adding). Err: no coordinator could answer now (COORDINATOR_NOT_AVAILABLE,
 /// NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS).
 pub async fn verify(
     shard: &Rc<Shard>,
@@ -171,7 +171,7 @@ fn verify_request(verify: &Verify) -> AddPartitionsToTxnRequest {
         .with_transactional_id(TransactionalId(str_bytes(&verify.id)))
         .with_producer_id(ProducerId(verify.producer_id))
         .with_producer_epoch(verify.epoch)
-        .with_verify_only(true)
+        .with_verify_only(!verify.add)
         .with_topics(topics);
     AddPartitionsToTxnRequest::default().with_transactions(vec![txn])
 }
@@ -233,6 +233,7 @@ mod tests {
             producer_id: 7,
             epoch: 3,
             partitions: vec![("a".into(), 0), ("b".into(), 1), ("a".into(), 2)],
+            add: false,
         }
     }
 
@@ -272,6 +273,11 @@ mod tests {
             .map(|t| (t.name.0.as_str(), &t.partitions[..]))
             .collect();
         assert_eq!(topics, vec![("a", &[0, 2][..]), ("b", &[1][..])]);
+        let add = Verify {
+            add: true,
+            ..verify()
+        };
+        assert!(!verify_request(&add).transactions[0].verify_only);
     }
 
     #[test]

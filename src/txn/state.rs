@@ -16,6 +16,13 @@
 //! Epochs fence zombies: InitProducerId bumps the epoch (a new producer id once it would
 //! overflow), so requests from an older instance answer PRODUCER_FENCED. A transaction that
 //! outlives its timeout is aborted with a bumped epoch, so its producer is fenced too.
+//!
+//! Transaction version 2 (KIP-890 part 2, EndTxn v5) bumps the epoch at every EndTxn: the
+//! Prepare state and the markers carry the bumped epoch, and the producer writes its next
+//! transaction under it, so a late write of the transaction before is fenced at the
+//! partitions. Once the epoch is used up, the Prepare state names the next producer id
+//! (`next_producer_id`) and the completion moves to it at epoch 0, remembering the old one
+//! (`previous_producer_id`) so that a retried EndTxn is still recognised.
 
 use kafka_protocol::ResponseError;
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,6 +106,10 @@ pub struct TxnRecord {
     /// Wall times (ms): the last change, and when the ongoing transaction began (-1: none).
     pub last_update_ms: i64,
     pub start_ms: i64,
+    /// The producer id before an epoch overflow moved a version-2 producer to a new one
+    /// (-1: none), and the one it moves to once the prepared transaction completes (-1: none).
+    pub previous_producer_id: i64,
+    pub next_producer_id: i64,
 }
 
 /// ListTransactions' filters: an empty list, or a negative duration, lets everything through.
@@ -271,6 +282,8 @@ impl Coordinator {
             partitions: BTreeSet::new(),
             last_update_ms: now_ms,
             start_ms: -1,
+            previous_producer_id: -1,
+            next_producer_id: -1,
         };
         let Some(t) = self.txns.get(id) else {
             return Ok((self.begin(id, fresh), false));
@@ -442,6 +455,109 @@ impl Coordinator {
         Ok(Some(self.begin(id, next)))
     }
 
+    /// EndTxn v5+ (transaction version 2, KIP-890 part 2): the epoch is bumped with the
+    /// Prepare state, so Ok(Some(step)) persists the bumped epoch (and, once the epoch is used
+    /// up, the next producer id: `next_producer_id`, allocated by the shell, -1 otherwise).
+    /// Ok(None) is a retry, at the epoch before the bump, of an end already complete. An
+    /// abort with no transaction ongoing (the producer cannot know whether its first write
+    /// added a partition) is a transaction of no partitions, bumped as any other (Kafka's
+    /// table in TransactionCoordinator.endTransaction).
+    pub fn end_txn_bumping(
+        &mut self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        next_producer_id: i64,
+        now_ms: i64,
+    ) -> Result<Option<Step>, ResponseError> {
+        let Some(t) = self.txns.get(id) else {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        };
+        let r = &t.record;
+        let same = r.producer_id == producer_id;
+        let retry_on_bump = same && epoch.checked_add(1) == Some(r.producer_epoch);
+        let retry_on_overflow =
+            r.previous_producer_id == producer_id && epoch == i16::MAX - 1 && r.producer_epoch == 0;
+        if !same && !retry_on_overflow {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        }
+        let current = same && epoch == r.producer_epoch;
+        let retry = retry_on_bump || retry_on_overflow;
+        let valid = match r.state {
+            State::CompleteCommit
+            | State::CompleteAbort
+            | State::PrepareCommit
+            | State::PrepareAbort => retry || current,
+            State::Empty | State::Ongoing | State::Dead => current,
+        };
+        if !valid {
+            return fail(ResponseError::ProducerFenced);
+        }
+        if t.pending.is_some() {
+            return fail(ResponseError::ConcurrentTransactions);
+        }
+        match (r.state, commit) {
+            (State::Ongoing, _) => {}
+            // The producer's next end while the markers of the one before are written: it
+            // waits for them (Kafka answers PRODUCER_FENCED here, which would be fatal to a
+            // producer that did nothing wrong).
+            (State::PrepareCommit | State::PrepareAbort, _) if current => {
+                return fail(ResponseError::ConcurrentTransactions)
+            }
+            (State::CompleteCommit, true) | (State::CompleteAbort, false) if retry => {
+                return Ok(None)
+            }
+            (State::Empty | State::CompleteCommit | State::CompleteAbort, false) if !retry => {}
+            (State::PrepareCommit, true) | (State::PrepareAbort, false) => {
+                return fail(ResponseError::ConcurrentTransactions)
+            }
+            _ => return fail(ResponseError::InvalidTxnState),
+        }
+        let exhausted = r.producer_epoch >= i16::MAX - 1;
+        assert!(
+            !exhausted || next_producer_id >= 0,
+            "the shell allocates the next producer id once the epoch is used up"
+        );
+        let ongoing = r.state == State::Ongoing;
+        let next = TxnRecord {
+            // Below i16::MAX: only a Prepare state holds i16::MAX, and it returned above.
+            producer_epoch: r.producer_epoch + 1,
+            next_producer_id: if exhausted { next_producer_id } else { -1 },
+            state: if commit {
+                State::PrepareCommit
+            } else {
+                State::PrepareAbort
+            },
+            partitions: if ongoing {
+                r.partitions.clone()
+            } else {
+                BTreeSet::new()
+            },
+            start_ms: if ongoing { r.start_ms } else { now_ms },
+            last_update_ms: now_ms,
+            ..r.clone()
+        };
+        Ok(Some(self.begin(id, next)))
+    }
+
+    /// Whether an EndTxn v5+ for `id` needs a new producer id allocated first: its epoch is
+    /// used up, so the bump moves the producer to a new id.
+    pub fn epoch_exhausted(&self, id: &str) -> bool {
+        self.get(id)
+            .is_some_and(|r| r.producer_epoch >= i16::MAX - 1)
+    }
+
+    /// The producer id and epoch an EndTxn v5+ answers: those the producer writes its next
+    /// transaction under (the next producer id at epoch 0 while an overflowing end completes).
+    pub fn producer_for_client(&self, id: &str) -> Option<(i64, i16)> {
+        let r = self.get(id)?;
+        if r.state.preparing() && r.next_producer_id >= 0 {
+            return Some((r.next_producer_id, 0));
+        }
+        Some((r.producer_id, r.producer_epoch))
+    }
+
     /// The markers a persisted Prepare state of `id` calls for (also after a restart).
     pub fn markers(&self, id: &str) -> Option<Markers> {
         let r = &self.txns.get(id)?.record;
@@ -464,7 +580,7 @@ impl Coordinator {
         if !same || t.pending.is_some() {
             return None;
         }
-        let next = TxnRecord {
+        let complete = TxnRecord {
             state: if markers.commit {
                 State::CompleteCommit
             } else {
@@ -473,6 +589,18 @@ impl Coordinator {
             partitions: BTreeSet::new(),
             last_update_ms: now_ms,
             ..r.clone()
+        };
+        // A version-2 end whose epoch overflowed moves the producer to its next id.
+        let next = if r.next_producer_id >= 0 {
+            TxnRecord {
+                producer_id: r.next_producer_id,
+                producer_epoch: 0,
+                previous_producer_id: r.producer_id,
+                next_producer_id: -1,
+                ..complete
+            }
+        } else {
+            complete
         };
         Some(self.begin(&markers.transactional_id, next))
     }

@@ -1,12 +1,17 @@
 """The transaction coordinator's answers to crafted requests, one error code at a time
-(encoded and decoded with kafka-python's protocol classes over a plain socket), and
-DescribeTransactions / ListTransactions (KIP-664) through kafka-python's admin client."""
+(encoded and decoded with kafka-python's protocol classes over a plain socket), transaction
+version 2 (KIP-890 part 2: EndTxn v5, Produce v12, TxnOffsetCommit v5) the way Java 4.x
+producers speak it, and DescribeTransactions / ListTransactions (KIP-664) through
+kafka-python's admin client."""
 import socket
 import time
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka import Consumer, TopicPartition
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
@@ -24,6 +29,7 @@ INVALID_TRANSACTION_TIMEOUT = 50
 CONCURRENT_TRANSACTIONS = 51
 PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
+API_PRODUCE, API_TXN_OFFSET_COMMIT, API_END_TXN = 0, 28, 26
 RETRIABLE = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
 
 
@@ -85,12 +91,12 @@ def coordinator_ready(raw, tid):
     assert r.error_code == NONE, r
 
 
-def transactional_produce(raw, tid, topic, pid, epoch):
-    """A Produce v3 of one transactional batch to partition 0: its error code."""
-    batch = kafka_wire.record_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+def transactional_produce(raw, tid, topic, pid, epoch, partition=0, sequence=0, value=b"v"):
+    """A Produce v3 of one transactional batch: its error code."""
+    batch = kafka_wire.record_batch([value], producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
                                     attributes=0x10)
     raw.correlation_id += 1
-    body = kafka_wire.produce_v3(topic, 0, batch, transactional_id=tid)
+    body = kafka_wire.produce_v3(topic, partition, batch, transactional_id=tid)
     raw.sock.sendall(kafka_wire.request(0, 3, raw.correlation_id, body))
     return kafka_wire.produce_v3_error_code(kafka_wire.read_response(raw.sock))[0]
 
@@ -168,6 +174,117 @@ def test_each_coordinator_error_for_crafted_requests(broker):
         raw.close()
 
 
+def produce_v12(raw, tid, topic, partition, pid, epoch, sequence, value):
+    """A Produce v12 (transaction version 2) of one transactional batch: its error code."""
+    batch = kafka_wire.record_batch([value], producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
+                                    attributes=0x10)
+    data = ProduceRequest.TopicProduceData(name=topic, partition_data=[
+        ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)])
+    request = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[data])
+    r = raw.call(request, ProduceResponse, 12)
+    return r.responses[0].partition_responses[0].error_code
+
+
+def end_v5(raw, tid, pid, epoch, commit):
+    """EndTxn v5, retried while the coordinator is busy: (error code, producer id, epoch)."""
+    r = raw.until_settled(lambda: EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                committed=commit),
+                          EndTxnResponse, 5, lambda r: r.error_code)
+    return r.error_code, r.producer_id, r.producer_epoch
+
+
+def offsets_v5(raw, tid, group, pid, epoch, topic, offset):
+    """TxnOffsetCommit v5 of `topic`-0 at `offset`, with no AddOffsetsToTxn before: its code."""
+    request = TxnOffsetCommitRequest(
+        transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+        generation_id=-1, member_id="", group_instance_id=None,
+        topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+            name=topic,
+            partitions=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata="")])])
+    r = raw.call(request, TxnOffsetCommitResponse, 5)
+    return [p.error_code for t in r.topics for p in t.partitions][0]
+
+
+def read_values(broker, topic, partitions, isolation, expect):
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tv2-reader", "enable.auto.commit": False,
+                  "isolation.level": isolation, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < expect and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+        extra = c.poll(1.0)  # nothing more may come
+        assert extra is None or extra.error(), extra.value()
+    finally:
+        c.close()
+    return sorted(got)
+
+
+def test_transaction_version_2_bumps_the_epoch_per_transaction(broker):
+    """KIP-890 part 2 as Java 4.x producers speak it: the feature is finalized in ApiVersions;
+    Produce v12 and TxnOffsetCommit v5 add their partitions (no AddPartitionsToTxn or
+    AddOffsetsToTxn); EndTxn v5 bumps the epoch and answers it, a retry at the old epoch is
+    recognised (also after a SIGKILL); a late write of the transaction before is fenced; an
+    abort with nothing ongoing bumps too. read_committed sees exactly the committed records."""
+    ck.create_topic(broker.bootstrap, "tv2", 2)
+    ck.create_topic(broker.bootstrap, "tv2-src", 1)
+    raw = Raw(broker)
+    try:
+        versions = raw.call(ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
+                            ApiVersionsResponse, 3)
+        assert [(f.name, f.min_version_level, f.max_version_level) for f in versions.finalized_features] == \
+            [("transaction.version", 2, 2)]
+        assert [(f.name, f.max_version) for f in versions.supported_features] == [("transaction.version", 2)]
+        served = {k.api_key: k.max_version for k in versions.api_keys}
+        assert (served[API_PRODUCE], served[API_END_TXN], served[API_TXN_OFFSET_COMMIT]) == (12, 5, 5)
+
+        coordinator_ready(raw, "tv2-t")
+        code, pid, epoch = raw.init("tv2-t")
+        assert code == NONE
+        # The first writes add their partitions; the v3 form still only verifies.
+        assert produce_v12(raw, "tv2-t", "tv2", 0, pid, epoch, 0, b"c0") == NONE
+        assert transactional_produce(raw, "tv2-t", "tv2", pid, epoch, 0, 1, b"v") == NONE, "0 is in it now"
+        assert transactional_produce(raw, "tv2-t", "tv2", pid, epoch, 1, 0, b"x") == INVALID_TXN_STATE
+        assert produce_v12(raw, "tv2-t", "tv2", 1, pid, epoch, 0, b"c1") == NONE
+        assert offsets_v5(raw, "tv2-t", "tv2-g", pid, epoch, "tv2-src", 42) == NONE
+
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=True) == (NONE, pid, epoch + 1)
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=True) == (NONE, pid, epoch + 1), "a retry"
+        broker.kill()
+        broker.start()
+        raw.close()
+        raw = Raw(broker)
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=True) == (NONE, pid, epoch + 1), "a retry after SIGKILL"
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=False)[0] == INVALID_TXN_STATE
+        # A late write of the committed transaction is fenced by the bump.
+        assert produce_v12(raw, "tv2-t", "tv2", 0, pid, epoch, 2, b"late") == INVALID_PRODUCER_EPOCH
+
+        # The next transaction, under the bumped epoch, aborts.
+        epoch += 1
+        assert produce_v12(raw, "tv2-t", "tv2", 0, pid, epoch, 0, b"a0") == NONE
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=False) == (NONE, pid, epoch + 1)
+        epoch += 1
+        # Nothing ongoing: an abort still bumps, a commit is refused.
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=True)[0] == INVALID_TXN_STATE
+        assert end_v5(raw, "tv2-t", pid, epoch, commit=False) == (NONE, pid, epoch + 1)
+        assert end_v5(raw, "tv2-t", pid, epoch - 1, commit=False)[0] == PRODUCER_FENCED
+    finally:
+        raw.close()
+    assert read_values(broker, "tv2", 2, "read_committed", 3) == [b"c0", b"c1", b"v"]
+    assert read_values(broker, "tv2", 2, "read_uncommitted", 4) == [b"a0", b"c0", b"c1", b"v"]
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tv2-g", "isolation.level": "read_committed"})
+    try:
+        assert c.committed([TopicPartition("tv2-src", 0)], 10)[0].offset == 42
+    finally:
+        c.close()
+    broker.assert_no_panic()
+
+
 def test_transactions_are_described_and_listed_by_the_admin_client(make_broker):
     from kafka import KafkaAdminClient
     from kafka.errors import TransactionalIdNotFoundError
@@ -213,3 +330,15 @@ def test_transactions_are_described_and_listed_by_the_admin_client(make_broker):
         assert listed(state_filters=["CompleteAbort"]) == [("adm-open", "CompleteAbort")]
     finally:
         admin.close()
+
+
+def test_the_offered_transaction_version_follows_the_config(make_broker):
+    """`transactions.version` sets the finalized feature level clients read in ApiVersions."""
+    broker = make_broker(config="[transactions]\nversion = 1\n")
+    raw = Raw(broker)
+    try:
+        versions = raw.call(ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
+                            ApiVersionsResponse, 3)
+        assert [(f.name, f.max_version_level) for f in versions.finalized_features] == [("transaction.version", 1)]
+    finally:
+        raw.close()

@@ -298,3 +298,170 @@ fn an_init_naming_its_producer_must_hold_the_current_epoch_or_retry_the_last_bum
         Err(ResponseError::ProducerFenced)
     );
 }
+
+/// An EndTxn v5 (transaction version 2) of `id`'s transaction, carried out with its markers.
+fn end_bumping(c: &mut Coordinator, id: &str, producer: (i64, i16), commit: bool) -> Markers {
+    let step = c
+        .end_txn_bumping(id, producer.0, producer.1, commit, -1, 50)
+        .unwrap()
+        .expect("prepares");
+    persist(c, id, step);
+    let markers = c.markers(id).expect("markers due");
+    let step = c.markers_written(&markers, 60).expect("completes");
+    persist(c, id, step);
+    markers
+}
+
+#[test]
+fn a_version_2_end_bumps_the_epoch_and_recognises_its_retry() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    let step = c.add_partitions("t", pid, epoch, &[p("a", 0)], 10).unwrap();
+    persist(&mut c, "t", step);
+    let step = c
+        .end_txn_bumping("t", pid, epoch, true, -1, 20)
+        .unwrap()
+        .expect("prepares");
+    persist(&mut c, "t", step);
+    assert_eq!(c.producer_for_client("t"), Some((pid, epoch + 1)));
+    let markers = c.markers("t").unwrap();
+    assert_eq!(
+        (markers.producer_epoch, markers.commit),
+        (epoch + 1, true),
+        "the markers carry the bumped epoch"
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch, true, -1, 21),
+        Err(ResponseError::ConcurrentTransactions),
+        "a retry while the markers are written waits"
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch + 1, false, -1, 21),
+        Err(ResponseError::ConcurrentTransactions),
+        "the next end, under the bumped epoch, waits for the markers too"
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch + 2, true, -1, 21),
+        Err(ResponseError::ProducerFenced)
+    );
+    let step = c.markers_written(&markers, 30).unwrap();
+    persist(&mut c, "t", step);
+    let r = c.get("t").unwrap();
+    assert_eq!(
+        (r.state, r.producer_epoch),
+        (State::CompleteCommit, epoch + 1)
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch, true, -1, 31),
+        Ok(None),
+        "a retry"
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch, false, -1, 31),
+        Err(ResponseError::InvalidTxnState),
+        "a retry of the other outcome"
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch + 1, true, -1, 31),
+        Err(ResponseError::InvalidTxnState),
+        "a commit with nothing ongoing"
+    );
+    assert_eq!(
+        c.add_partitions("t", pid, epoch, &[p("a", 0)], 32),
+        Err(ResponseError::ProducerFenced),
+        "the transaction before is fenced"
+    );
+    let step = c
+        .add_partitions("t", pid, epoch + 1, &[p("b", 0)], 33)
+        .unwrap();
+    persist(&mut c, "t", step);
+    assert_eq!(c.get("t").unwrap().state, State::Ongoing);
+}
+
+#[test]
+fn a_version_2_abort_with_nothing_ongoing_bumps_the_epoch() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch, true, -1, 1),
+        Err(ResponseError::InvalidTxnState),
+        "no commit from Empty"
+    );
+    let markers = end_bumping(&mut c, "t", (pid, epoch), false);
+    assert!(markers.partitions.is_empty());
+    let r = c.get("t").unwrap();
+    assert_eq!(
+        (r.state, r.producer_epoch),
+        (State::CompleteAbort, epoch + 1)
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch, false, -1, 70),
+        Ok(None),
+        "a retry"
+    );
+    // An abort at the current epoch is a new (empty) transaction's: bumped again.
+    end_bumping(&mut c, "t", (pid, epoch + 1), false);
+    assert_eq!(c.get("t").unwrap().producer_epoch, epoch + 2);
+    assert_eq!(
+        c.end_txn_bumping("t", pid, epoch, false, -1, 80),
+        Err(ResponseError::ProducerFenced),
+        "two bumps back is another transaction's producer"
+    );
+}
+
+#[test]
+fn a_version_2_end_past_the_last_epoch_moves_to_the_next_producer_id() {
+    let mut c = Coordinator::default();
+    let last = i16::MAX - 1;
+    let ongoing = TxnRecord {
+        producer_id: 7,
+        producer_epoch: last,
+        timeout_ms: 60_000,
+        state: State::Ongoing,
+        partitions: [p("a", 0)].into_iter().collect(),
+        last_update_ms: 0,
+        start_ms: 0,
+        previous_producer_id: -1,
+        next_producer_id: -1,
+    };
+    c.restore("t", ongoing);
+    assert!(c.epoch_exhausted("t"));
+    let step = c
+        .end_txn_bumping("t", 7, last, true, 99, 10)
+        .unwrap()
+        .expect("prepares");
+    persist(&mut c, "t", step);
+    assert_eq!(
+        c.producer_for_client("t"),
+        Some((99, 0)),
+        "what the client is told"
+    );
+    let markers = c.markers("t").unwrap();
+    assert_eq!((markers.producer_id, markers.producer_epoch), (7, i16::MAX));
+    let step = c.markers_written(&markers, 20).unwrap();
+    persist(&mut c, "t", step);
+    let r = c.get("t").unwrap();
+    assert_eq!(
+        (
+            r.producer_id,
+            r.producer_epoch,
+            r.previous_producer_id,
+            r.next_producer_id
+        ),
+        (99, 0, 7, -1)
+    );
+    assert!(!c.epoch_exhausted("t"));
+    assert_eq!(
+        c.end_txn_bumping("t", 7, last, true, -1, 21),
+        Ok(None),
+        "a retry"
+    );
+    assert_eq!(c.producer_for_client("t"), Some((99, 0)));
+    assert_eq!(
+        c.add_partitions("t", 7, last, &[p("a", 0)], 22),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    let step = c.add_partitions("t", 99, 0, &[p("a", 0)], 23).unwrap();
+    persist(&mut c, "t", step);
+    assert_eq!(c.get("t").unwrap().state, State::Ongoing);
+}
