@@ -179,6 +179,7 @@ fn compaction(c: &mut Criterion) {
                 aborted: Aborted(&[]),
                 past_delete_retention: false,
                 txns: &mut txns,
+                aborts_removed: Vec::new(),
             };
             compact(&segment, &mut cleaning, &mut out)
         })

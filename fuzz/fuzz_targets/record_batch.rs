@@ -58,6 +58,7 @@ fuzz_target!(|data: &[u8]| {
             aborted: Aborted(&aborted),
             past_delete_retention: mode & 2 == 2,
             txns: &mut txns,
+            aborts_removed: Vec::new(),
         };
         compact(&buf, &mut cleaning, &mut out);
         let mut at = 0;

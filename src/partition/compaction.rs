@@ -11,7 +11,7 @@ use super::Partition;
 use crate::protocol::batch;
 use crate::storage::compaction::{self, Aborted, Cleaning, Compacted, KeyMap, TxnsKept};
 use crate::storage::log::{create_file, PartitionLog};
-use crate::storage::recovery::CLEANED_SUFFIX;
+use crate::storage::recovery;
 use crate::storage::segment::{self, SegmentMeta};
 use crate::storage::txn_index::AbortedTxn;
 use glommio::io::BufferedFile;
@@ -162,23 +162,25 @@ impl Partition {
         // Oldest segment first: a transaction's batches are seen before its marker.
         let mut txns = TxnsKept::default();
         for c in &survey.closed[..covered] {
-            let cleaned = survey
-                .dir
-                .join(format!("{:020}.log.{CLEANED_SUFFIX}", c.base_offset));
+            let cleaned = recovery::cleaned_path(&survey.dir, c.base_offset);
             let mut cleaning = Cleaning {
                 map,
                 aborted: Aborted(&survey.aborted),
                 past_delete_retention: c.past(policy.delete_retention_ms, self.env.clock.wall_ms()),
                 txns: &mut txns,
+                aborts_removed: Vec::new(),
             };
             let interval = survey.index_interval_bytes;
             let compacted = write_compacted(c, &mut cleaning, &cleaned, interval).await?;
             let Some((meta, segment_done)) = compacted else {
                 continue; // nothing to remove in this one
             };
+            // Under the append lock, so that no abort's index entry is appended meanwhile.
             let _turn = self.append_lock.lock().await;
+            let removed = &cleaning.aborts_removed;
             let replaced =
-                PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta).await?;
+                PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta, removed)
+                    .await?;
             // The LSO's cached place lies above the cleaned segments; forgotten anyway, as a
             // swapped segment's byte positions are not its old ones.
             self.stable_position.set(None);

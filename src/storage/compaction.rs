@@ -26,12 +26,13 @@
 //! commit marker is kept whole while any batch of its transaction is kept: a reader and
 //! recovery need it to see the transaction end. Once none is (all superseded), it goes like a
 //! tombstone, when its segment is older than `delete.retention.ms` (consumers had that long to
-//! read past it). Abort markers are kept, for now: the aborted-transaction index (one file per
-//! partition) still names their transactions, and a read_committed reader told of one skips
-//! the producer's batches until its abort marker (Kafka drops the index entry with the
-//! marker). A pass cleans a prefix of the log, oldest first, and a transaction's batches come
-//! before its marker, so the pass has seen all of them when it reaches the marker
-//! (`TxnsKept`).
+//! read past it). An abort marker goes the same way (its transaction's batches were all
+//! removed), and with it the transaction's entry in the aborted-transaction index
+//! (`Cleaning::aborts_removed`; the swap rewrites the index): a read_committed reader told of
+//! an aborted transaction skips the producer's batches until its abort marker, so an entry
+//! must never outlive its marker. A pass cleans a prefix of the log, oldest first, and a
+//! transaction's batches come before its marker, so the pass has seen all of them when it
+//! reaches the marker (`TxnsKept`).
 
 use crate::protocol::batch::{self, BatchHeader, HEADER_BYTES, LOG_OVERHEAD};
 use crate::storage::txn_index::AbortedTxn;
@@ -161,12 +162,34 @@ impl std::ops::AddAssign for Compacted {
 
 /// How a segment is cleaned: the keys' latest offsets, the aborted transactions, whether the
 /// segment is past `delete.retention.ms` (its tombstones, and its markers whose transactions
-/// kept nothing, go), and what the pass has kept of transactions so far.
+/// kept nothing, go), and what the pass has kept of transactions so far. Out: the offsets of
+/// the abort markers removed, whose index entries must go with them.
 pub struct Cleaning<'a> {
     pub map: &'a KeyMap,
     pub aborted: Aborted<'a>,
     pub past_delete_retention: bool,
     pub txns: &'a mut TxnsKept,
+    pub aborts_removed: Vec<i64>,
+}
+
+impl Cleaning<'_> {
+    /// Whether the marker `b` (header `h`) stays: it goes past `delete.retention.ms` once its
+    /// transaction kept nothing, an abort marker noting its offset for its index entry.
+    fn marker_kept(&mut self, b: &[u8], h: Option<&BatchHeader>) -> bool {
+        let kept_some = h.is_none_or(|h| self.txns.take(h.producer_id));
+        if !self.past_delete_retention || kept_some {
+            return true;
+        }
+        match (crate::protocol::control::commits(b), h) {
+            (Some(commit), Some(h)) => {
+                if !commit {
+                    self.aborts_removed.push(h.base_offset);
+                }
+                false
+            }
+            _ => true,
+        }
+    }
 }
 
 /// Appends to `out` the segment bytes `data` less the records `map` says are superseded, less
@@ -181,17 +204,11 @@ pub fn compact(data: &[u8], c: &mut Cleaning<'_>, out: &mut Vec<u8>) -> Compacte
         let header = batch::parse_header(b).ok();
         match kept_whole_or_removed(header.as_ref(), aborted) {
             Some(true) => {
-                let ended = header.map(|h| h.producer_id);
-                let kept_some = ended.is_none_or(|p| c.txns.take(p));
-                // Abort markers stay: the aborted-transaction index still names their
-                // transactions, and a read_committed reader skips a producer's batches from an
-                // aborted transaction's first offset until its abort marker.
-                let spent = drop_tombstones && !kept_some;
-                if spent && crate::protocol::control::commits(b) == Some(true) {
+                if c.marker_kept(b, header.as_ref()) {
+                    out.extend_from_slice(b);
+                } else {
                     done.batches_removed += 1;
                     done.markers_removed += 1;
-                } else {
-                    out.extend_from_slice(b);
                 }
                 continue;
             }
@@ -291,6 +308,7 @@ mod tests {
             aborted,
             past_delete_retention,
             txns: &mut txns,
+            aborts_removed: Vec::new(),
         };
         compact(data, &mut cleaning, out)
     }
@@ -336,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn an_aborted_transaction_is_removed_and_hides_nothing_and_markers_stay() {
+    fn an_aborted_transaction_is_removed_and_hides_nothing_then_its_marker_goes() {
         let kv = |k: &'static str, v: &'static str| [(Some(k.as_bytes()), Some(v.as_bytes()))];
         let mut batches = [
             build(&kv("k", "committed-old"), 1000),
@@ -370,12 +388,28 @@ mod tests {
             }
         );
         assert_eq!(batches_left(&out), vec![(1, false), (3, true), (4, true)]);
-        // Past delete.retention.ms too: the abort marker stays (the index names its
-        // transaction), and the commit marker while its transaction's record does.
+        // Past delete.retention.ms: the abort marker goes (its transaction kept nothing), and
+        // its index entry is to go with it; the commit marker stays while its record does.
         let mut later = Vec::new();
-        let done = compact_alone(&out, &map, aborted, true, &mut later);
-        assert_eq!(done, Compacted::default());
-        assert_eq!(later, out);
+        let mut txns = TxnsKept::default();
+        let mut cleaning = Cleaning {
+            map: &map,
+            aborted,
+            past_delete_retention: true,
+            txns: &mut txns,
+            aborts_removed: Vec::new(),
+        };
+        let done = compact(&out, &mut cleaning, &mut later);
+        assert_eq!(
+            (
+                done.batches_removed,
+                done.markers_removed,
+                done.records_removed
+            ),
+            (1, 1, 0)
+        );
+        assert_eq!(cleaning.aborts_removed, vec![3]);
+        assert_eq!(batches_left(&later), vec![(1, false), (4, true)]);
     }
 
     #[test]
@@ -406,6 +440,7 @@ mod tests {
                 aborted: NONE,
                 past_delete_retention: true,
                 txns: &mut txns,
+                aborts_removed: Vec::new(),
             };
             compact(segment, &mut cleaning, out);
         }

@@ -787,6 +787,7 @@ impl PartitionLog {
         old_size_bytes: u64,
         cleaned: &Path,
         meta: SegmentMeta,
+        aborts_removed: &[i64],
     ) -> std::io::Result<bool> {
         let base = meta.base_offset;
         let (dir, found) = {
@@ -801,18 +802,38 @@ impl PartitionLog {
             std::fs::remove_file(cleaned)?;
             return Ok(false);
         };
+        // The abort markers removed take their index entries with them: the index without
+        // them is made durable aside first, and replaces the old one once the segment is
+        // swapped (recovery finishes or drops it: `txn_index::settle_swaps`).
+        let entries = (!aborts_removed.is_empty()).then(|| {
+            let l = log.borrow();
+            let kept = l
+                .aborted
+                .iter()
+                .filter(|e| !aborts_removed.contains(&e.last_offset));
+            kept.copied().collect::<Vec<_>>()
+        });
+        if let Some(entries) = &entries {
+            txn_index::write_next(&dir, base, entries)?;
+        }
         recovery::remove_indexes(&dir, base)?;
         std::fs::rename(cleaned, SegmentMeta::log_path(&dir, base))?;
         let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
         let (offset_index, time_index) = (meta.offset_index.to_bytes(), meta.time_index.to_bytes());
         write_indexes(&dir, base, offset_index, time_index).await?;
         sync_dir(&dir).await?;
+        if entries.is_some() {
+            txn_index::adopt_next(&dir, base)?;
+        }
         let mut l = log.borrow_mut();
         assert_eq!(
             l.segments[i].meta.base_offset, base,
             "swaps hold the append lock"
         );
         l.segments[i] = Segment::new(meta, file)?;
+        if let Some(entries) = entries {
+            l.aborted = entries;
+        }
         Ok(true)
     }
 
@@ -1417,7 +1438,7 @@ mod tests {
             std::fs::write(&cleaned, b"").unwrap();
             let empty = SegmentMeta::new(bases[0], 0);
             assert!(
-                PartitionLog::replace_segment(&log, sizes[0], &cleaned, empty)
+                PartitionLog::replace_segment(&log, sizes[0], &cleaned, empty, &[])
                     .await
                     .unwrap()
             );
@@ -1429,7 +1450,7 @@ mod tests {
             let cleaned = path.join("second.cleaned");
             std::fs::write(&cleaned, head).unwrap();
             assert!(
-                PartitionLog::replace_segment(&log, sizes[1], &cleaned, meta)
+                PartitionLog::replace_segment(&log, sizes[1], &cleaned, meta, &[])
                     .await
                     .unwrap()
             );
@@ -1437,9 +1458,11 @@ mod tests {
             let stale = path.join("stale.cleaned");
             std::fs::write(&stale, b"").unwrap();
             let m = SegmentMeta::new(bases[1], 0);
-            assert!(!PartitionLog::replace_segment(&log, sizes[1], &stale, m)
-                .await
-                .unwrap());
+            assert!(
+                !PartitionLog::replace_segment(&log, sizes[1], &stale, m, &[])
+                    .await
+                    .unwrap()
+            );
             assert!(!stale.exists());
             let kept: Vec<i64> = (header.base_offset..header.next_offset()).collect();
             let want: Vec<i64> = kept.iter().copied().chain(bases[2]..90).collect();

@@ -10,7 +10,7 @@
 
 use super::index::{OffsetIndex, TimeIndex};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
-use super::txn_index::{AbortedTxn, Rebuilder};
+use super::txn_index::{self, AbortedTxn, Rebuilder};
 use crate::protocol::batch::{self, HEADER_BYTES};
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -32,6 +32,8 @@ pub struct Recovered {
 /// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
 pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> {
     let clean = dir.join(CLEAN_MARKER).exists();
+    // An index left aside by a swap is settled while the copies still tell which swaps ran.
+    txn_index::settle_swaps(dir, |base| cleaned_path(dir, base).exists())?;
     remove_unfinished_compactions(dir)?;
     let mut bases: Vec<i64> = fs::read_dir(dir)?
         .filter_map(|e| e.ok())
@@ -144,6 +146,11 @@ fn remove_unfinished_compactions(dir: &Path) -> io::Result<()> {
 
 /// The extension of a compacted segment copy while it is written (`<base>.log.cleaned`).
 pub const CLEANED_SUFFIX: &str = "cleaned";
+
+/// Where the compacted copy of segment `base` is written before it is swapped in.
+pub fn cleaned_path(dir: &Path, base: i64) -> std::path::PathBuf {
+    dir.join(format!("{base:020}.log.{CLEANED_SUFFIX}"))
+}
 
 fn load_indexes(dir: &Path, base: i64, file_len: u64) -> Option<(OffsetIndex, TimeIndex)> {
     let offsets = fs::read(SegmentMeta::index_path(dir, base)).ok()?;

@@ -13,6 +13,7 @@
 
 use crate::protocol::batch::BatchHeader;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 pub const ENTRY_BYTES: usize = 34;
 const VERSION: i16 = 0;
@@ -144,7 +145,7 @@ pub const FILE: &str = "aborted-transactions";
 
 /// The entries of `dir`'s index whose markers lie in `log_start..log_end` (what recovery kept),
 /// and whether the file was intact (a damaged one must be rebuilt: `Rebuilder`).
-pub fn load(dir: &std::path::Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool) {
+pub fn load(dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool) {
     let raw = match std::fs::read(dir.join(FILE)) {
         Ok(raw) => raw,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), true),
@@ -160,7 +161,7 @@ pub fn load(dir: &std::path::Path, log_start: i64, log_end: i64) -> (Vec<Aborted
 
 /// Appends one entry to `dir`'s index and syncs it (blocking: the caller runs it off the
 /// shard's thread). Aborts are rare next to appends, so one sync each is cheap.
-pub fn append_synced(dir: &std::path::Path, entry: &AbortedTxn) -> std::io::Result<()> {
+pub fn append_synced(dir: &Path, entry: &AbortedTxn) -> std::io::Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -172,16 +173,80 @@ pub fn append_synced(dir: &std::path::Path, entry: &AbortedTxn) -> std::io::Resu
 
 /// Replaces `dir`'s index with `entries` (after a truncation or a rebuild): written aside,
 /// synced, renamed over the old file.
-pub fn rewrite(dir: &std::path::Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
-    use std::io::Write;
+pub fn rewrite(dir: &Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
+    write_synced(&tmp, entries)?;
+    std::fs::rename(&tmp, dir.join(FILE))?;
+    sync_dir(dir)
+}
+
+fn write_synced(path: &Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
     for e in entries {
         f.write_all(&e.encode())?;
     }
-    f.sync_data()?;
-    std::fs::rename(&tmp, dir.join(FILE))?;
+    f.sync_data()
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// The index a compaction's swap of segment `base` leaves (without the entries of the abort
+/// markers it removed), while the swap is under way.
+fn next_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{FILE}.{base:020}.{NEXT_SUFFIX}"))
+}
+
+const NEXT_SUFFIX: &str = "next";
+
+/// Before a segment swap that removes abort markers: the index without their entries, written
+/// aside and durable. The swap itself (the compacted segment renamed over the old one) decides
+/// which index holds: `adopt_next` after it, `settle_swaps` after a crash.
+pub fn write_next(dir: &Path, base: i64, entries: &[AbortedTxn]) -> std::io::Result<()> {
+    write_synced(&next_path(dir, base), entries)?;
+    sync_dir(dir)
+}
+
+/// After the swap of segment `base`: its index replaces the old one.
+pub fn adopt_next(dir: &Path, base: i64) -> std::io::Result<()> {
+    std::fs::rename(next_path(dir, base), dir.join(FILE))?;
+    sync_dir(dir)
+}
+
+/// Recovery, before unfinished compactions are removed: an index left aside for a swap is
+/// adopted if the swap happened (its compacted copy `unswapped(base)` is gone: renamed over the
+/// segment), and removed if not (the old segment, markers and all, still stands).
+pub fn settle_swaps(dir: &Path, unswapped: impl Fn(i64) -> bool) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(base) = name.to_str().and_then(|n| {
+            let middle = n.strip_prefix(FILE)?.strip_prefix('.')?;
+            middle
+                .strip_suffix(NEXT_SUFFIX)?
+                .strip_suffix('.')?
+                .parse::<i64>()
+                .ok()
+        }) else {
+            continue;
+        };
+        if unswapped(base) {
+            log::warn!(
+                "{}: removing the index of an unfinished compaction",
+                dir.display()
+            );
+            std::fs::remove_file(next_path(dir, base))?;
+        } else {
+            log::warn!(
+                "{}: adopting the index of a finished compaction",
+                dir.display()
+            );
+            std::fs::rename(next_path(dir, base), dir.join(FILE))?;
+        }
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

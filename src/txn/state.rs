@@ -153,6 +153,13 @@ pub struct Markers {
     pub partitions: BTreeSet<TxnPartition>,
 }
 
+/// An EndTxn v5+'s epoch: the one before the bump of the end just done (a retry of it), or
+/// the current one.
+struct EndAt {
+    retry: bool,
+    current: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Txn {
     record: TxnRecord,
@@ -176,6 +183,13 @@ impl Default for Coordinator {
 
 fn fail<T>(e: ResponseError) -> Result<T, ResponseError> {
     Err(e)
+}
+
+/// Whether `r` is an end past the last epoch whose markers are being written, and
+/// `producer_id` the id it moves to: the producer, told of it, waits for the move rather than
+/// being taken for a stranger.
+fn moving_to(r: &TxnRecord, producer_id: i64) -> bool {
+    r.state.preparing() && r.next_producer_id >= 0 && r.next_producer_id == producer_id
 }
 
 impl Coordinator {
@@ -355,6 +369,9 @@ impl Coordinator {
             return fail(ResponseError::InvalidProducerIdMapping);
         };
         let r = &t.record;
+        if moving_to(r, producer_id) {
+            return fail(ResponseError::ConcurrentTransactions);
+        }
         if r.producer_id != producer_id {
             return fail(ResponseError::InvalidProducerIdMapping);
         }
@@ -455,6 +472,42 @@ impl Coordinator {
         Ok(Some(self.begin(id, next)))
     }
 
+    /// Who an EndTxn v5+ of (`producer_id`, `epoch`) comes from, with Kafka's checks in their
+    /// order: an unknown producer (INVALID_PRODUCER_ID_MAPPING), an epoch that is neither the
+    /// current one nor, after an end, the one before the bump (PRODUCER_FENCED), a move in
+    /// flight (CONCURRENT_TRANSACTIONS).
+    fn end_at(&self, id: &str, producer_id: i64, epoch: i16) -> Result<EndAt, ResponseError> {
+        let Some(t) = self.txns.get(id) else {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        };
+        let r = &t.record;
+        if moving_to(r, producer_id) {
+            return fail(ResponseError::ConcurrentTransactions);
+        }
+        let same = r.producer_id == producer_id;
+        let retry_on_bump = same && epoch.checked_add(1) == Some(r.producer_epoch);
+        let retry_on_overflow =
+            r.previous_producer_id == producer_id && epoch == i16::MAX - 1 && r.producer_epoch == 0;
+        if !same && !retry_on_overflow {
+            return fail(ResponseError::InvalidProducerIdMapping);
+        }
+        let at = EndAt {
+            retry: retry_on_bump || retry_on_overflow,
+            current: same && epoch == r.producer_epoch,
+        };
+        let valid = match r.state {
+            State::Empty | State::Ongoing | State::Dead => at.current,
+            _ => at.retry || at.current,
+        };
+        if !valid {
+            return fail(ResponseError::ProducerFenced);
+        }
+        if t.pending.is_some() {
+            return fail(ResponseError::ConcurrentTransactions);
+        }
+        Ok(at)
+    }
+
     /// EndTxn v5+ (transaction version 2, KIP-890 part 2): the epoch is bumped with the
     /// Prepare state, so Ok(Some(step)) persists the bumped epoch (and, once the epoch is used
     /// up, the next producer id: `next_producer_id`, allocated by the shell, -1 otherwise).
@@ -471,32 +524,8 @@ impl Coordinator {
         next_producer_id: i64,
         now_ms: i64,
     ) -> Result<Option<Step>, ResponseError> {
-        let Some(t) = self.txns.get(id) else {
-            return fail(ResponseError::InvalidProducerIdMapping);
-        };
-        let r = &t.record;
-        let same = r.producer_id == producer_id;
-        let retry_on_bump = same && epoch.checked_add(1) == Some(r.producer_epoch);
-        let retry_on_overflow =
-            r.previous_producer_id == producer_id && epoch == i16::MAX - 1 && r.producer_epoch == 0;
-        if !same && !retry_on_overflow {
-            return fail(ResponseError::InvalidProducerIdMapping);
-        }
-        let current = same && epoch == r.producer_epoch;
-        let retry = retry_on_bump || retry_on_overflow;
-        let valid = match r.state {
-            State::CompleteCommit
-            | State::CompleteAbort
-            | State::PrepareCommit
-            | State::PrepareAbort => retry || current,
-            State::Empty | State::Ongoing | State::Dead => current,
-        };
-        if !valid {
-            return fail(ResponseError::ProducerFenced);
-        }
-        if t.pending.is_some() {
-            return fail(ResponseError::ConcurrentTransactions);
-        }
+        let EndAt { retry, current } = self.end_at(id, producer_id, epoch)?;
+        let r = &self.txns[id].record;
         match (r.state, commit) {
             (State::Ongoing, _) => {}
             // The producer's next end while the markers of the one before are written: it

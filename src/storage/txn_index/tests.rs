@@ -111,3 +111,31 @@ fn a_damaged_file_keeps_its_good_prefix_and_says_so() {
     assert_eq!(decode(&backwards.encode()), (vec![], false));
     assert_eq!(decode(&[]), (vec![], true));
 }
+
+#[test]
+fn an_index_left_aside_by_a_swap_is_adopted_only_if_the_swap_ran() {
+    let entry = |last_offset| AbortedTxn {
+        producer_id: 5,
+        first_offset: last_offset - 1,
+        last_offset,
+        last_stable_offset: last_offset + 1,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    rewrite(dir, &[entry(10), entry(20), entry(30)]).unwrap();
+    // A swap of segment 0 that removes marker 10, and one of segment 25 that removes 30; the
+    // first ran (its copy is gone), the second did not.
+    write_next(dir, 0, &[entry(20), entry(30)]).unwrap();
+    write_next(dir, 25, &[entry(10), entry(20)]).unwrap();
+    settle_swaps(dir, |base| base == 25).unwrap();
+    assert_eq!(load(dir, 0, 100), (vec![entry(20), entry(30)], true));
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, vec![FILE.to_string()], "nothing left aside");
+    // After a swap: adopted at once.
+    write_next(dir, 40, &[entry(30)]).unwrap();
+    adopt_next(dir, 40).unwrap();
+    assert_eq!(load(dir, 0, 100), (vec![entry(30)], true));
+}

@@ -436,6 +436,15 @@ fn a_version_2_end_past_the_last_epoch_moves_to_the_next_producer_id() {
         Some((99, 0)),
         "what the client is told"
     );
+    assert_eq!(
+        c.add_partitions("t", 99, 0, &[p("a", 0)], 11),
+        Err(ResponseError::ConcurrentTransactions),
+        "the new producer id waits for the move"
+    );
+    assert_eq!(
+        c.end_txn_bumping("t", 99, 0, false, -1, 11),
+        Err(ResponseError::ConcurrentTransactions)
+    );
     let markers = c.markers("t").unwrap();
     assert_eq!((markers.producer_id, markers.producer_epoch), (7, i16::MAX));
     let step = c.markers_written(&markers, 20).unwrap();
