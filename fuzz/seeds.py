@@ -53,6 +53,7 @@ def main():
     rpc_seeds()
     metadata_log_seeds()
     transaction_seeds()
+    sasl_seeds()
 
 
 def rpc_frame(kind: int, correlation: int, payload: bytes) -> bytes:
@@ -89,6 +90,16 @@ def transaction_seeds():
     value += struct.pack(">qq", 1_700_000_000_000, 1_700_000_000_000)
     write("transactions", value)
     write("transactions", struct.pack(">hqqqq", 0, 7, 10, 20, 21) + struct.pack(">hqqqq", 0, 8, 5, 30, 31))
+
+
+
+def sasl_seeds():
+    """A PLAIN message, and SCRAM client-first and client-final messages joined by a NUL as the
+    target splits them (src/security/): RFC 7677's exchange and one with an authorization id."""
+    write("sasl", b"\x00alice\x00alice-secret")
+    nonce = b"rOprNGfwEbeRWgbNEkqOserver-nonce"
+    write("sasl", b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO\x00c=biws,r=" + nonce + b",p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    write("sasl", b"n,a=user,n=user,r=abc\x00c=bixhPXVzZXIs,r=abcserver-nonce,p=AAAA")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ pub mod partition;
 pub mod protocol;
 pub mod replication;
 pub mod rpc;
+pub mod security;
 pub mod server;
 pub mod shard;
 #[cfg(feature = "simulation")]

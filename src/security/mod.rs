@@ -1,0 +1,20 @@
+//! Security (issue 19), the parts without I/O: SASL's SCRAM-SHA-256/512 and PLAIN exchanges
+//! (`scram.rs`, `plain.rs`) over credentials that hold no password, and Kafka's ACL model
+//! (`acl.rs`). Nothing here is served yet: listeners, TLS, the credential and ACL stores and
+//! the checks in each handler come next.
+
+pub mod acl;
+pub mod plain;
+pub mod scram;
+
+/// Why an authentication failed: said to the client (SASL_AUTHENTICATION_FAILED's message)
+/// and logged. Never names whether the user exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaslError(pub &'static str);
+
+pub type SaslResult<T> = Result<T, SaslError>;
+
+/// The principal Kafka gives an authenticated SASL user: `User:<name>`.
+pub fn user_principal(name: &str) -> String {
+    format!("User:{name}")
+}
