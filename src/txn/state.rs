@@ -635,7 +635,10 @@ impl Coordinator {
     }
 
     /// Transactions ongoing for longer than their timeout at `now_ms`: each is aborted with
-    /// its epoch bumped, fencing its producer (Kafka's abortTimedOutTransactions).
+    /// its epoch bumped, fencing its producer (Kafka's abortTimedOutTransactions). Bumped
+    /// twice where the epochs allow, as Kafka's fence and then its version-2 abort do: an
+    /// EndTxn v5 at the producer's epoch must read as fenced, not as a retry of an end (which
+    /// a single bump would make it look like).
     pub fn expire_timed_out(&mut self, now_ms: i64) -> Vec<(String, Step)> {
         let due: Vec<String> = self
             .txns
@@ -650,7 +653,8 @@ impl Coordinator {
         let mut out = Vec::with_capacity(due.len());
         for id in due {
             let r = &self.txns[&id].record;
-            let Some(epoch) = r.producer_epoch.checked_add(1).filter(|e| *e < i16::MAX) else {
+            let bumped = |n| r.producer_epoch.checked_add(n).filter(|e| *e < i16::MAX);
+            let Some(epoch) = bumped(2).or_else(|| bumped(1)) else {
                 continue; // no epoch left to fence with; the producer's own end will settle it
             };
             let next = TxnRecord {

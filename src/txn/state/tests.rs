@@ -170,6 +170,13 @@ fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
         c.end_txn("t", pid, epoch, true, 61_003),
         Err(ResponseError::ProducerFenced)
     );
+    // A version-2 producer too: its abort is no retry of an end of its own.
+    for commit in [true, false] {
+        assert_eq!(
+            c.end_txn_bumping("t", pid, epoch, commit, -1, 61_004),
+            Err(ResponseError::ProducerFenced)
+        );
+    }
 }
 
 #[test]
