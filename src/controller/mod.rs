@@ -619,11 +619,12 @@ fn create_topics(
             }
         };
         if !validate_only {
+            let configs = with_internal_min_isr(&t.name, t.configs, &assignment);
             let topic = TopicRecord {
                 name: t.name.clone(),
                 id: controller.ids.borrow_mut().uuid(),
                 partitions: partitions as u32,
-                configs: t.configs,
+                configs,
                 assignment,
             };
             push(record, out, MetadataRecord::CreateTopic(topic));
@@ -632,6 +633,24 @@ fn create_topics(
         results.push((0, None));
     }
     results
+}
+
+/// `__transaction_state` with three replicas or more takes writes only while two are in sync
+/// (Kafka's `transaction.state.log.min.isr`, 2): a transaction's commit decision is on two
+/// nodes before any client hears of it, so losing the coordinator's node never loses it.
+/// Fewer replicas keep the default (1), so that one node lost leaves it writable; a
+/// min.insync.replicas the creator named stays.
+fn with_internal_min_isr(
+    topic: &str,
+    mut configs: Vec<(String, String)>,
+    assignment: &[catalog::PartitionAssignment],
+) -> Vec<(String, String)> {
+    const KEY: &str = "min.insync.replicas";
+    let replicated = !assignment.is_empty() && assignment.iter().all(|a| a.replicas.len() >= 3);
+    if topic == catalog::TXN_STATE_TOPIC && replicated && !configs.iter().any(|(k, _)| k == KEY) {
+        configs.push((KEY.to_string(), "2".to_string()));
+    }
+    configs
 }
 
 /// Replicas for `count` new partitions of `topic`: none on a single node (it holds them all);

@@ -11,6 +11,7 @@ import eos
 import pytest
 from cluster import Cluster
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka.admin import AdminClient, ConfigResource
 from waiting import wait_until
 
 CONFIG = """
@@ -96,6 +97,12 @@ def test_a_transaction_survives_its_coordinators_death_whole(cluster):
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5,
                   "transaction.timeout.ms": 20000})
     p.init_transactions(60)
+    # Three replicas, and a commit decision on two of them before anyone hears of it (Kafka's
+    # transaction.state.log.min.isr).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "__transaction_state")
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["min.insync.replicas"].value == "2"
     txns = {k: [b"t%d-%d" % (k, i) for i in range(3 * PARTITIONS)] for k in range(6)}
     outcome = {}
     for k in (0, 1):
