@@ -327,6 +327,8 @@ impl Partition {
             if let Some(duplicate) = self.check_sequence(&headers)? {
                 return Ok(duplicate);
             }
+        } else {
+            self.check_markers(&records, &headers)?;
         }
         let now_ms = self.env.clock.wall_ms();
         // Under the turn: one conversion per partition at a time bounds the memory it takes.

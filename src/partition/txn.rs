@@ -10,6 +10,7 @@
 
 use super::{Partition, ReadRequest, ReadResult};
 use crate::protocol::batch::BatchHeader;
+use crate::protocol::control;
 use crate::storage::log::LogPosition;
 use crate::storage::read;
 use crate::storage::txn_index;
@@ -147,6 +148,26 @@ impl Partition {
         self.append_from(Bytes::from(marker), Source::Coordinator)
             .await
             .map_err(|r| r.error)
+    }
+
+    /// A coordinator's markers among `headers` (whole batches of `records`) are refused where
+    /// a newer coordinator already wrote one for the producer here: a zombie coordinator is
+    /// fenced (TRANSACTION_COORDINATOR_FENCED). Checked under the append turn.
+    pub(super) fn check_markers(
+        &self,
+        records: &[u8],
+        headers: &[BatchHeader],
+    ) -> Result<(), ResponseError> {
+        let log = self.log.borrow();
+        let mut at = 0;
+        for h in headers {
+            let bytes = &records[at..at + h.size_bytes];
+            at += h.size_bytes;
+            if let (true, Some(epoch)) = (h.is_control(), control::coordinator_epoch(bytes)) {
+                log.producers.check_marker(h.producer_id, epoch)?;
+            }
+        }
+        Ok(())
     }
 
     /// The producer's epoch as this partition knows it (None: unknown here).

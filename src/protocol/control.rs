@@ -64,6 +64,16 @@ fn stamp(mut b: Vec<u8>, producer_id: i64, producer_epoch: i16, attributes: i16)
     b
 }
 
+/// The transaction coordinator epoch the marker `b` carries (its value: version 0, then the
+/// epoch); None when its record is not such a value.
+pub fn coordinator_epoch(b: &[u8]) -> Option<i32> {
+    let records = batch::records(b)?;
+    match records.first()?.value? {
+        [0, 0, a, b, c, d, ..] => Some(i32::from_be_bytes([*a, *b, *c, *d])),
+        _ => None,
+    }
+}
+
 /// Whether the control batch `b` commits (true) or aborts (false) its transaction; None when
 /// its record is not a marker this broker knows.
 pub fn commits(b: &[u8]) -> Option<bool> {
@@ -82,6 +92,10 @@ mod tests {
     #[test]
     fn markers_are_valid_control_batches_of_their_producer() {
         for commit in [true, false] {
+            assert_eq!(
+                coordinator_epoch(&marker(4000, 3, commit, 7, 1_700_000_000_000)),
+                Some(7)
+            );
             let b = marker(4000, 3, commit, 7, 1_700_000_000_000);
             let h = batch::validate(&b).expect("a valid batch");
             assert!(h.is_control() && h.is_transactional());

@@ -160,7 +160,8 @@ impl SimReplica {
         let mut epochs = self.saved_epochs.clone();
         epochs.truncate_from(end + 1);
         // As `PartitionLog::open` does, from the batches recovery scanned (no snapshot here).
-        let scanned: Vec<BatchHeader> = self.batches.iter().map(Batch::header).collect();
+        // The simulator writes no markers: no coordinator epoch to replay.
+        let scanned: Vec<_> = self.batches.iter().map(|b| (b.header(), -1)).collect();
         let producers = producer_state::rebuild(None, end, &scanned, 0);
         let restarted = SimReplica {
             producers,

@@ -541,6 +541,13 @@ impl PartitionLog {
                 .then(|| self.producers.txn_first_offset(assigned.producer_id))
                 .flatten();
             self.producers.record(&assigned, now_ms as i64);
+            if assigned.is_control() {
+                let bytes = &records[at..at + h.size_bytes];
+                let coordinator_epoch = crate::protocol::control::coordinator_epoch(bytes);
+                let producer_id = assigned.producer_id;
+                self.producers
+                    .note_coordinator_epoch(producer_id, coordinator_epoch.unwrap_or(-1));
+            }
             if let Some(first_offset) = first {
                 if crate::protocol::control::commits(&records[at..at + h.size_bytes]) == Some(false)
                 {
@@ -1013,7 +1020,7 @@ fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
 fn rebuild_producers(
     dir: &Path,
     log_end: i64,
-    scanned: Vec<BatchHeader>,
+    scanned: Vec<producer_state::Scanned>,
     now_ms: u64,
 ) -> ProducerTable {
     let snapshot = std::fs::read(dir.join(producer_state::SNAPSHOT_FILE))

@@ -30,6 +30,8 @@ pub struct ProducerEntry {
     pub last_update_ms: i64,
     /// The first offset of its ongoing transaction in this partition.
     pub txn_first_offset: Option<i64>,
+    /// The newest transaction coordinator epoch of its markers here (-1: none).
+    pub coordinator_epoch: i32,
 }
 
 /// What the log must do with a batch.
@@ -47,6 +49,7 @@ struct Producer {
     batches: VecDeque<BatchMeta>,
     last_update_ms: i64,
     txn_first_offset: Option<i64>,
+    coordinator_epoch: i32,
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -152,6 +155,7 @@ impl ProducerTable {
             batches: VecDeque::new(),
             last_update_ms: now_ms,
             txn_first_offset: None,
+            coordinator_epoch: -1,
         })
     }
 
@@ -186,6 +190,31 @@ impl ProducerTable {
         let first = p.txn_first_offset.take()?;
         self.ongoing.remove(&(first, producer_id));
         Some(first)
+    }
+
+    /// A marker of `producer_id`'s, written by a coordinator of `coordinator_epoch` (read from
+    /// the marker itself), was recorded: markers from older coordinators are fenced from now
+    /// on (`check_marker`). A producer not known here has nothing to fence.
+    pub fn note_coordinator_epoch(&mut self, producer_id: i64, coordinator_epoch: i32) {
+        if let Some(p) = self.producers.get_mut(&producer_id) {
+            p.coordinator_epoch = p.coordinator_epoch.max(coordinator_epoch);
+        }
+    }
+
+    /// Whether a marker for `producer_id` from a coordinator of `coordinator_epoch` may be
+    /// written: not when a newer coordinator already wrote one here (a zombie coordinator,
+    /// TRANSACTION_COORDINATOR_FENCED, as Kafka's partitions answer).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        coordinator_epoch: i32,
+    ) -> Result<(), ResponseError> {
+        match self.producers.get(&producer_id) {
+            Some(p) if coordinator_epoch < p.coordinator_epoch => {
+                Err(ResponseError::TransactionCoordinatorFenced)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The first offset of `producer_id`'s ongoing transaction here, if it has one.
@@ -241,6 +270,7 @@ impl ProducerTable {
                 batches: p.batches.iter().copied().collect(),
                 last_update_ms: p.last_update_ms,
                 txn_first_offset: p.txn_first_offset,
+                coordinator_epoch: p.coordinator_epoch,
             })
             .collect()
     }
@@ -258,6 +288,7 @@ impl ProducerTable {
                     batches: e.batches.into(),
                     last_update_ms: e.last_update_ms,
                     txn_first_offset: e.txn_first_offset,
+                    coordinator_epoch: e.coordinator_epoch,
                 };
                 (e.producer_id, p)
             })
@@ -266,13 +297,17 @@ impl ProducerTable {
     }
 }
 
+/// An idempotent batch recovery scanned: its header, and for a marker the coordinator epoch
+/// it carries (-1 otherwise).
+pub type Scanned = (BatchHeader, i32);
+
 /// Producer state as of a log's end after a restart: `snapshot` if it is at or below
 /// `log_end` (a snapshot past a truncated tail is useless), plus the idempotent batches
 /// recovery scanned past its offset, in log order.
 pub fn rebuild(
     snapshot: Option<Snapshot>,
     log_end: i64,
-    scanned: &[BatchHeader],
+    scanned: &[Scanned],
     now_ms: i64,
 ) -> ProducerTable {
     if crate::inject::active(crate::inject::Bug::ForgetProducerState) {
@@ -283,8 +318,11 @@ pub fn rebuild(
     let mut table = snapshot
         .map(|s| ProducerTable::from_entries(s.producers))
         .unwrap_or_default();
-    for h in scanned.iter().filter(|h| h.base_offset >= from) {
+    for (h, coordinator_epoch) in scanned.iter().filter(|(h, _)| h.base_offset >= from) {
         table.record(h, now_ms);
+        if h.is_control() {
+            table.note_coordinator_epoch(h.producer_id, *coordinator_epoch);
+        }
     }
     table
 }
@@ -298,9 +336,26 @@ pub struct Snapshot {
 
 pub const SNAPSHOT_FILE: &str = "producer.snapshot";
 /// Snapshot files from version 2 on begin with this and a version byte; version 1 files (no
-/// transactions) are the rkyv bytes alone.
+/// transactions) are the rkyv bytes alone. Version 3 adds the coordinator epoch.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
-const SNAPSHOT_VERSION: u8 = 2;
+const SNAPSHOT_VERSION: u8 = 3;
+const SNAPSHOT_V2: u8 = 2;
+
+/// A producer in a version 2 snapshot (no coordinator epoch).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+struct ProducerEntryV2 {
+    producer_id: i64,
+    epoch: i16,
+    batches: Vec<BatchMeta>,
+    last_update_ms: i64,
+    txn_first_offset: Option<i64>,
+}
+
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+struct SnapshotV2 {
+    offset: i64,
+    producers: Vec<ProducerEntryV2>,
+}
 
 /// A producer in a version 1 snapshot.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -328,26 +383,48 @@ pub fn encode_snapshot(s: &Snapshot) -> Vec<u8> {
     out
 }
 
-/// Reads a snapshot of either version; None when it cannot be read (the table is then rebuilt
-/// from the log alone).
+/// Reads a snapshot of any version; None when it cannot be read (the table is then rebuilt
+/// from the log alone). Older versions' producers get what they lacked as unknown.
 pub fn decode_snapshot(raw: &[u8]) -> Option<Snapshot> {
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    let entry = |producer_id, epoch, batches, last_update_ms, txn_first_offset| ProducerEntry {
+        producer_id,
+        epoch,
+        batches,
+        last_update_ms,
+        txn_first_offset,
+        coordinator_epoch: -1,
+    };
     match raw.strip_prefix(&SNAPSHOT_MAGIC[..]) {
         Some([SNAPSHOT_VERSION, body @ ..]) => {
             aligned.extend_from_slice(body);
             rkyv::from_bytes::<Snapshot, rkyv::rancor::Error>(&aligned).ok()
         }
+        Some([SNAPSHOT_V2, body @ ..]) => {
+            aligned.extend_from_slice(body);
+            let v2 = rkyv::from_bytes::<SnapshotV2, rkyv::rancor::Error>(&aligned).ok()?;
+            let producers = v2.producers.into_iter().map(|p| {
+                entry(
+                    p.producer_id,
+                    p.epoch,
+                    p.batches,
+                    p.last_update_ms,
+                    p.txn_first_offset,
+                )
+            });
+            Some(Snapshot {
+                offset: v2.offset,
+                producers: producers.collect(),
+            })
+        }
         Some(_) => None,
         None => {
             aligned.extend_from_slice(raw);
             let v1 = rkyv::from_bytes::<SnapshotV1, rkyv::rancor::Error>(&aligned).ok()?;
-            let producers = v1.producers.into_iter().map(|p| ProducerEntry {
-                producer_id: p.producer_id,
-                epoch: p.epoch,
-                batches: p.batches,
-                last_update_ms: p.last_update_ms,
-                txn_first_offset: None,
-            });
+            let producers = v1
+                .producers
+                .into_iter()
+                .map(|p| entry(p.producer_id, p.epoch, p.batches, p.last_update_ms, None));
             Some(Snapshot {
                 offset: v1.offset,
                 producers: producers.collect(),
@@ -523,5 +600,57 @@ mod tests {
         assert_eq!((s.offset, s.producers[0].producer_id), (5, 9));
         assert_eq!(s.producers[0].txn_first_offset, None);
         assert_eq!(decode_snapshot(b"SLPS\x09rest"), None, "an unknown version");
+        let v2 = SnapshotV2 {
+            offset: 6,
+            producers: vec![ProducerEntryV2 {
+                producer_id: 9,
+                epoch: 2,
+                batches: Vec::new(),
+                last_update_ms: 77,
+                txn_first_offset: Some(4),
+            }],
+        };
+        let mut raw = b"SLPS\x02".to_vec();
+        raw.extend_from_slice(&rkyv::to_bytes::<rkyv::rancor::Error>(&v2).unwrap());
+        let s = decode_snapshot(&raw).expect("a version 2 file");
+        let p = &s.producers[0];
+        assert_eq!((p.txn_first_offset, p.coordinator_epoch), (Some(4), -1));
+    }
+
+    #[test]
+    fn markers_of_an_older_coordinator_are_fenced_across_a_snapshot() {
+        let mut t = ProducerTable::default();
+        assert_eq!(t.check_marker(2, 0), Ok(()), "an unknown producer");
+        t.record(&txn(2, 0, 1, 4), 0);
+        t.record(&marker(2, 0, 5), 0);
+        t.note_coordinator_epoch(2, 3);
+        assert_eq!(t.check_marker(2, 3), Ok(()));
+        assert_eq!(t.check_marker(2, 4), Ok(()));
+        assert_eq!(
+            t.check_marker(2, 2),
+            Err(ResponseError::TransactionCoordinatorFenced)
+        );
+        t.note_coordinator_epoch(2, 1);
+        assert_eq!(
+            t.check_marker(2, 2),
+            Err(ResponseError::TransactionCoordinatorFenced),
+            "never lowered"
+        );
+        let snapshot = Snapshot {
+            offset: 6,
+            producers: t.to_entries(),
+        };
+        let back = decode_snapshot(&encode_snapshot(&snapshot)).unwrap();
+        let t = ProducerTable::from_entries(back.producers);
+        assert_eq!(
+            t.check_marker(2, 2),
+            Err(ResponseError::TransactionCoordinatorFenced)
+        );
+        // Recovery replays a marker's coordinator epoch from the log.
+        let replayed = rebuild(None, 10, &[(txn(2, 0, 1, 4), -1), (marker(2, 0, 5), 7)], 0);
+        assert_eq!(
+            replayed.check_marker(2, 6),
+            Err(ResponseError::TransactionCoordinatorFenced)
+        );
     }
 }

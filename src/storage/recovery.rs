@@ -9,6 +9,7 @@
 //!   by scanning batch headers.
 
 use super::index::{OffsetIndex, TimeIndex};
+use super::producer_state::Scanned;
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
 use super::txn_index::{self, AbortedTxn, Rebuilder};
 use crate::protocol::batch::{self, HEADER_BYTES};
@@ -26,7 +27,7 @@ pub struct Recovered {
     /// Bytes cut from the tail, for the log line and for tests.
     pub truncated_bytes: u64,
     /// Headers of the idempotent batches scanned, in log order, to rebuild producer state.
-    pub idempotent: Vec<batch::BatchHeader>,
+    pub idempotent: Vec<Scanned>,
 }
 
 /// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
@@ -94,7 +95,7 @@ fn recover_segment(
     base: i64,
     shape: (u64, bool, bool),
     settings: (u32, u64),
-    idempotent: &mut Vec<batch::BatchHeader>,
+    idempotent: &mut Vec<Scanned>,
 ) -> io::Result<(SegmentMeta, u64, Option<&'static str>)> {
     let ((file_len, trust_indexes, is_last), (interval, now_ms)) = (shape, settings);
     let path = SegmentMeta::log_path(dir, base);
@@ -122,7 +123,7 @@ fn recover_segment(
             found.valid_end
         );
         meta = SegmentMeta::new(base, now_ms);
-        idempotent.retain(|h| h.base_offset < base);
+        idempotent.retain(|(h, _)| h.base_offset < base);
         found = scan(&path, 0, &mut meta, interval, is_last, idempotent)?;
     }
     Ok((meta, found.valid_end, found.reason))
@@ -175,7 +176,7 @@ fn scan(
     meta: &mut SegmentMeta,
     interval: u32,
     check_crc: bool,
-    idempotent: &mut Vec<batch::BatchHeader>,
+    idempotent: &mut Vec<Scanned>,
 ) -> io::Result<Scan> {
     let mut file = File::open(path)?;
     let file_len = file.metadata()?.len();
@@ -229,7 +230,11 @@ fn scan(
         }
         meta.note_batch(&header, pos, interval);
         if header.is_idempotent() {
-            idempotent.push(header);
+            let coordinator_epoch = header
+                .is_control()
+                .then(|| crate::protocol::control::coordinator_epoch(&buf))
+                .flatten();
+            idempotent.push((header, coordinator_epoch.unwrap_or(-1)));
         }
         expected_base = header.next_offset();
         pos += size as u64;

@@ -15,7 +15,8 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
-    InitProducerIdResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse)
+    InitProducerIdResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse)
 
 import ck
 import kafka_wire
@@ -29,6 +30,7 @@ INVALID_TRANSACTION_TIMEOUT = 50
 CONCURRENT_TRANSACTIONS = 51
 PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
+TRANSACTION_COORDINATOR_FENCED = 52
 API_PRODUCE, API_TXN_OFFSET_COMMIT, API_END_TXN = 0, 28, 26
 RETRIABLE = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
 
@@ -283,6 +285,42 @@ def test_transaction_version_2_bumps_the_epoch_per_transaction(broker):
     finally:
         c.close()
     broker.assert_no_panic()
+
+
+def write_marker(raw, pid, epoch, topic, commit, coordinator_epoch):
+    """WriteTxnMarkers v1 for `topic`-0, as a transaction coordinator sends it: its code."""
+    marker = WriteTxnMarkersRequest.WritableTxnMarker(
+        producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+        topics=[WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])
+    r = raw.call(WriteTxnMarkersRequest(markers=[marker]), WriteTxnMarkersResponse, 1)
+    return r.markers[0].topics[0].partitions[0].error_code
+
+
+def test_markers_of_an_older_coordinator_are_fenced(broker):
+    """A partition remembers the newest coordinator epoch of each producer's markers (also
+    across a SIGKILL) and refuses a marker from an older coordinator: a zombie coordinator's
+    late marker gets TRANSACTION_COORDINATOR_FENCED and changes nothing."""
+    ck.create_topic(broker.bootstrap, "fence-tx", 1)
+    raw = Raw(broker)
+    try:
+        coordinator_ready(raw, "fence-t")
+        code, pid, epoch = raw.init("fence-t")
+        assert code == NONE
+        assert raw.add("fence-t", pid, epoch, "fence-tx", [0]) == [NONE]
+        assert transactional_produce(raw, "fence-t", "fence-tx", pid, epoch, 0, 0, b"one") == NONE
+        assert write_marker(raw, pid, epoch, "fence-tx", True, coordinator_epoch=5) == NONE
+        broker.kill()
+        broker.start()
+        raw.close()
+        raw = Raw(broker)
+        coordinator_ready(raw, "fence-t")
+        assert transactional_produce(raw, "fence-t", "fence-tx", pid, epoch, 0, 1, b"two") == NONE
+        assert write_marker(raw, pid, epoch, "fence-tx", False, coordinator_epoch=4) == \
+            TRANSACTION_COORDINATOR_FENCED
+        assert write_marker(raw, pid, epoch, "fence-tx", True, coordinator_epoch=5) == NONE
+    finally:
+        raw.close()
+    assert read_values(broker, "fence-tx", 1, "read_committed", 2) == [b"one", b"two"]
 
 
 def test_transactions_are_described_and_listed_by_the_admin_client(make_broker):
