@@ -33,6 +33,18 @@ fn authorizer(acls: Vec<Acl>) -> Authorizer {
 }
 
 const ALICE: &str = "User:alice";
+
+/// Alice may write to every topic whose name starts with `logs-`.
+fn alice_writes_logs() -> Acl {
+    acl(
+        ResourceType::Topic,
+        "logs-",
+        PatternType::Prefixed,
+        ALICE,
+        Operation::Write,
+        Permission::Allow,
+    )
+}
 const BOB: &str = "User:bob";
 const HOST: &str = "127.0.0.1";
 
@@ -92,14 +104,7 @@ fn deny_beats_allow_and_wildcards_match_everyone() {
 
 #[test]
 fn prefixed_patterns_hosts_and_super_users() {
-    let logs = acl(
-        ResourceType::Topic,
-        "logs-",
-        PatternType::Prefixed,
-        ALICE,
-        Operation::Write,
-        Permission::Allow,
-    );
+    let logs = alice_writes_logs();
     let mut a = authorizer(vec![logs]);
     assert!(may(&a, ALICE, Operation::Write, "logs-app"));
     assert!(may(&a, ALICE, Operation::Write, "logs-"));
@@ -149,14 +154,7 @@ fn alter_configs_implies_describe_configs_on_the_cluster() {
 
 #[test]
 fn filters_select_describe_and_remove() {
-    let prefixed = acl(
-        ResourceType::Topic,
-        "logs-",
-        PatternType::Prefixed,
-        ALICE,
-        Operation::Write,
-        Permission::Allow,
-    );
+    let prefixed = alice_writes_logs();
     let literal = topic("logs-app", BOB, Operation::Read, Permission::Allow);
     let group = acl(
         ResourceType::Group,
