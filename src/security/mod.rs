@@ -1,10 +1,12 @@
 //! Security (issue 19), the parts without I/O: SASL's SCRAM-SHA-256/512 and PLAIN exchanges
-//! (`scram.rs`, `plain.rs`) over credentials that hold no password, and Kafka's ACL model
-//! (`acl.rs`). Nothing here is served yet: listeners, TLS, the credential and ACL stores and
-//! the checks in each handler come next.
+//! (`scram.rs`, `plain.rs`) over credentials that hold no password, one connection's
+//! handshake-then-authenticate state machine (`sasl.rs`), and Kafka's ACL model (`acl.rs`).
+//! Nothing here is served yet: listeners, TLS, the credential and ACL stores and the checks in
+//! each handler come next.
 
 pub mod acl;
 pub mod plain;
+pub mod sasl;
 pub mod scram;
 
 /// Why an authentication failed: said to the client (SASL_AUTHENTICATION_FAILED's message)
