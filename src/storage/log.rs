@@ -543,24 +543,7 @@ impl PartitionLog {
             self.producers.record(&assigned, now_ms as i64);
             if assigned.is_control() {
                 let bytes = &records[at..at + h.size_bytes];
-                let coordinator_epoch = crate::protocol::control::coordinator_epoch(bytes);
-                let producer_id = assigned.producer_id;
-                self.producers
-                    .note_coordinator_epoch(producer_id, coordinator_epoch.unwrap_or(-1));
-            }
-            if let Some(first_offset) = first {
-                if crate::protocol::control::commits(&records[at..at + h.size_bytes]) == Some(false)
-                {
-                    aborted.push(AbortedTxn {
-                        producer_id: assigned.producer_id,
-                        first_offset,
-                        last_offset: assigned.base_offset,
-                        last_stable_offset: self
-                            .producers
-                            .first_unstable_offset()
-                            .unwrap_or(assigned.next_offset()),
-                    });
-                }
+                aborted.extend(note_marker(&mut self.producers, &assigned, bytes, first));
             }
             next = assigned.next_offset();
             at += h.size_bytes;
@@ -1013,6 +996,27 @@ fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
     } else {
         segment.meta.size_bytes
     }
+}
+
+/// A marker `h` (its batch `bytes`) just recorded in `producers`: its coordinator epoch noted,
+/// and for an abort of a transaction that wrote here (from `first`), the aborted-transaction
+/// index entry to append.
+fn note_marker(
+    producers: &mut ProducerTable,
+    h: &BatchHeader,
+    bytes: &[u8],
+    first: Option<i64>,
+) -> Option<AbortedTxn> {
+    let coordinator_epoch = crate::protocol::control::coordinator_epoch(bytes);
+    producers.note_coordinator_epoch(h.producer_id, coordinator_epoch.unwrap_or(-1));
+    let first_offset = first?;
+    let aborts = crate::protocol::control::commits(bytes) == Some(false);
+    aborts.then(|| AbortedTxn {
+        producer_id: h.producer_id,
+        first_offset,
+        last_offset: h.base_offset,
+        last_stable_offset: producers.first_unstable_offset().unwrap_or(h.next_offset()),
+    })
 }
 
 /// Producer state as of the log end (`producer_state::rebuild`), from the snapshot file and

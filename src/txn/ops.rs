@@ -60,7 +60,7 @@ impl TxnRequest for Init {
                 .coordinator
                 .borrow()
                 .get(&self.id)
-                .is_none_or(|r| r.producer_epoch >= i16::MAX - 1);
+                .is_none_or(TxnRecord::epoch_exhausted);
             let new_id = if needs_id {
                 new_producer_id(&shard).await?
             } else {

@@ -30,6 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Kafka's transaction.max.timeout.ms: the longest transaction timeout a producer may ask for.
 pub const MAX_TIMEOUT_MS: i32 = 900_000;
 
+/// The last epoch a producer is given: a bump past it moves to a new producer id (i16::MAX
+/// itself only marks an overflowing end's markers).
+const LAST_EPOCH: i16 = i16::MAX - 1;
+
 /// A transaction's state, with Kafka's codes in `__transaction_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -110,6 +114,13 @@ pub struct TxnRecord {
     /// (-1: none), and the one it moves to once the prepared transaction completes (-1: none).
     pub previous_producer_id: i64,
     pub next_producer_id: i64,
+}
+
+impl TxnRecord {
+    /// Whether the next bump of this producer's epoch needs a new producer id.
+    pub fn epoch_exhausted(&self) -> bool {
+        self.producer_epoch >= LAST_EPOCH
+    }
 }
 
 /// ListTransactions' filters: an empty list, or a negative duration, lets everything through.
@@ -306,14 +317,15 @@ impl Coordinator {
             return fail(ResponseError::ConcurrentTransactions);
         }
         let r = &t.record;
-        let bumped = match r.producer_epoch.checked_add(1) {
-            Some(e) if e < i16::MAX => TxnRecord {
-                producer_epoch: e,
+        let bumped = if r.epoch_exhausted() {
+            fresh
+        } else {
+            TxnRecord {
+                producer_epoch: r.producer_epoch + 1,
                 timeout_ms,
                 last_update_ms: now_ms,
                 ..r.clone()
-            },
-            _ => fresh,
+            }
         };
         if r.state == State::Ongoing {
             let abort = TxnRecord {
@@ -487,7 +499,7 @@ impl Coordinator {
         let same = r.producer_id == producer_id;
         let retry_on_bump = same && epoch.checked_add(1) == Some(r.producer_epoch);
         let retry_on_overflow =
-            r.previous_producer_id == producer_id && epoch == i16::MAX - 1 && r.producer_epoch == 0;
+            r.previous_producer_id == producer_id && epoch == LAST_EPOCH && r.producer_epoch == 0;
         if !same && !retry_on_overflow {
             return fail(ResponseError::InvalidProducerIdMapping);
         }
@@ -543,7 +555,7 @@ impl Coordinator {
             }
             _ => return fail(ResponseError::InvalidTxnState),
         }
-        let exhausted = r.producer_epoch >= i16::MAX - 1;
+        let exhausted = r.epoch_exhausted();
         assert!(
             !exhausted || next_producer_id >= 0,
             "the shell allocates the next producer id once the epoch is used up"
@@ -573,8 +585,7 @@ impl Coordinator {
     /// Whether an EndTxn v5+ for `id` needs a new producer id allocated first: its epoch is
     /// used up, so the bump moves the producer to a new id.
     pub fn epoch_exhausted(&self, id: &str) -> bool {
-        self.get(id)
-            .is_some_and(|r| r.producer_epoch >= i16::MAX - 1)
+        self.get(id).is_some_and(TxnRecord::epoch_exhausted)
     }
 
     /// The producer id and epoch an EndTxn v5+ answers: those the producer writes its next

@@ -7,8 +7,7 @@ import socket
 import time
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
@@ -20,6 +19,7 @@ from kafka.protocol.producer.transaction import (
 
 import ck
 import kafka_wire
+from test_transactions import read_all
 from waiting import wait_until
 
 NONE = 0
@@ -210,21 +210,9 @@ def offsets_v5(raw, tid, group, pid, epoch, topic, offset):
 
 
 def read_values(broker, topic, partitions, isolation, expect):
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tv2-reader", "enable.auto.commit": False,
-                  "isolation.level": isolation, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < expect and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is not None and not m.error():
-                got.append(m.value())
-        extra = c.poll(1.0)  # nothing more may come
-        assert extra is None or extra.error(), extra.value()
-    finally:
-        c.close()
-    return sorted(got)
+    """The values readable at `isolation`, sorted (test_transactions.read_all: it reads on a
+    moment past `expect`, so that an extra value would show)."""
+    return sorted(read_all(broker, topic, partitions, isolation, expect=expect))
 
 
 def test_transaction_version_2_bumps_the_epoch_per_transaction(broker):
