@@ -7,6 +7,9 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+pub mod security;
+pub use security::{ListenerConfig, SecurityProtocol};
+
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.
 pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
@@ -98,6 +101,11 @@ pub struct Config {
     pub topic_defaults: TopicDefaults,
     pub sharding: ShardingConfig,
     pub transactions: TransactionConfig,
+    /// Listeners (issue 19): replace `listen` and `advertised_listener` when present.
+    pub listeners: Vec<ListenerConfig>,
+    pub tls: Option<security::TlsConfig>,
+    pub sasl: security::SaslConfig,
+    pub authorization: security::AuthorizationConfig,
 }
 
 /// The transaction coordinator (Kafka's `transaction.*` broker settings).
@@ -340,6 +348,10 @@ impl Default for Config {
             topic_defaults: TopicDefaults::default(),
             sharding: ShardingConfig::default(),
             transactions: TransactionConfig::default(),
+            listeners: Vec::new(),
+            tls: None,
+            sasl: security::SaslConfig::default(),
+            authorization: security::AuthorizationConfig::default(),
         }
     }
 }
@@ -405,6 +417,9 @@ impl Config {
             None => Config::default(),
         };
         if let Some(listen) = overrides.listen {
+            if !config.listeners.is_empty() {
+                anyhow::bail!("--listen and [[listeners]] both name listeners; keep one");
+            }
             config.listen = listen;
         }
         if let Some(dir) = overrides.data_dir {
@@ -449,6 +464,7 @@ impl Config {
         self.validate_log()?;
         self.validate_topic_defaults()?;
         self.validate_sharding()?;
+        self.validate_security()?;
         self.validate_cluster()
     }
 

@@ -36,6 +36,12 @@ pub struct ShardMetrics {
     pub request_memory_waits: AtomicU64,
     /// Connections closed because a request's bytes arrived too slowly.
     pub slow_requests_closed: AtomicU64,
+    /// Security (issue 19): failed SASL authentications and TLS handshakes, TLS handshakes
+    /// completed, requests refused by the authorizer.
+    pub authentication_failures: AtomicU64,
+    pub tls_handshake_failures: AtomicU64,
+    pub tls_handshakes: AtomicU64,
+    pub authorization_denials: AtomicU64,
     /// Fetched record bytes the kernel sent straight from segment files (sendfile), and those
     /// copied through user space while waiting for a full socket to drain.
     pub sendfile_bytes: AtomicU64,
@@ -90,6 +96,10 @@ impl Default for ShardMetrics {
             request_memory_bytes: AtomicU64::new(0),
             request_memory_waits: AtomicU64::new(0),
             slow_requests_closed: AtomicU64::new(0),
+            authentication_failures: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
+            tls_handshakes: AtomicU64::new(0),
+            authorization_denials: AtomicU64::new(0),
             sendfile_bytes: AtomicU64::new(0),
             sendfile_copied_bytes: AtomicU64::new(0),
             cold_fetches: AtomicU64::new(0),
@@ -355,6 +365,30 @@ const PER_SHARD: &[PerShard] = &[
         "Connections closed because a request arrived slower than request_read_timeout_ms.",
         "counter",
         |m| &m.slow_requests_closed,
+    ),
+    (
+        "sluice_authentication_failures_total",
+        "SASL authentications that failed (wrong password, unknown user, bad message).",
+        "counter",
+        |m| &m.authentication_failures,
+    ),
+    (
+        "sluice_tls_handshakes_total",
+        "TLS handshakes completed on TLS listeners.",
+        "counter",
+        |m| &m.tls_handshakes,
+    ),
+    (
+        "sluice_tls_handshake_failures_total",
+        "TLS handshakes that failed (plaintext or garbage on a TLS port, a refused certificate).",
+        "counter",
+        |m| &m.tls_handshake_failures,
+    ),
+    (
+        "sluice_authorization_denials_total",
+        "Requests or parts of requests the authorizer refused.",
+        "counter",
+        |m| &m.authorization_denials,
     ),
     (
         "sluice_sendfile_bytes_total",

@@ -166,6 +166,7 @@ mod tests {
             producer_id_block_end: 0,
             broker_configs: Vec::new(),
             brokers,
+            ..CatalogRecord::default()
         }
     }
 

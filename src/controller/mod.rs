@@ -26,6 +26,7 @@ pub mod raft_node;
 pub mod raft_store;
 pub mod reassignment;
 pub mod records;
+pub mod security_ops;
 
 use crate::clock::Ids;
 use crate::partition::commit::{same_set, IsrRequest};
@@ -96,6 +97,8 @@ pub enum ControllerOp {
     /// The controller's own pass: completes every reassignment whose added replicas are all
     /// in sync.
     CompleteReassignments,
+    /// Credential and ACL changes (issue 19).
+    Security(Vec<security_ops::SecurityChange>),
 }
 
 /// A leader's request to change its partition's in-sync replicas.
@@ -171,6 +174,7 @@ impl ControllerOp {
             ControllerOp::ElectLeaders { partitions, .. } => partitions.len(),
             ControllerOp::Reassign { partitions } => partitions.len(),
             ControllerOp::CompleteReassignments => 1,
+            ControllerOp::Security(changes) => changes.len(),
         }
     }
 }
@@ -346,6 +350,7 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             }
             r.0
         }
+        ControllerOp::Security(changes) => security_ops::apply(&mut record, &mut out, changes),
         op @ (ControllerOp::AlterPartition(_)
         | ControllerOp::ShutdownBroker { .. }
         | ControllerOp::ElectLeaders { .. }

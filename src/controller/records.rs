@@ -9,6 +9,7 @@
 use crate::storage::catalog::{
     scope_configs, BrokerRecord, CatalogRecord, PartitionAssignment, TopicRecord,
 };
+use crate::storage::security::{self, AclRecord, ScramCredentialRecord};
 use crate::storage::topic_config::UNCLEAN_LEADER_ELECTION;
 
 /// The entry format this Sluice writes, and the newest it reads.
@@ -89,6 +90,18 @@ pub enum MetadataRecord {
         from: Vec<i32>,
         isr: Vec<i32>,
     },
+    // The variants below were added after entries were first written: an archived entry is an
+    // array of fixed-size variants, so a new one must not be larger than the largest before it
+    // (boxed payloads keep them small; `archived_size_is_stable` checks).
+    /// A user's SCRAM credential for one mechanism, set or replaced
+    /// (AlterUserScramCredentials, bootstrap users).
+    SetScramCredential(Box<ScramCredentialRecord>),
+    /// A user's credential for one mechanism removed.
+    DeleteScramCredential(Box<(String, i8)>),
+    /// An ACL added (CreateAcls); adding one that exists changes nothing.
+    CreateAcl(Box<AclRecord>),
+    /// An ACL removed (DeleteAcls).
+    DeleteAcl(Box<AclRecord>),
 }
 
 /// One log entry's bytes: the version, then the records in rkyv.
@@ -173,6 +186,10 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
         | MetadataRecord::SetAssignment { .. }
         | MetadataRecord::ChangeIsr { .. }
         | MetadataRecord::AlterIsr { .. } => apply_to_partition(c, record)?,
+        MetadataRecord::SetScramCredential(_)
+        | MetadataRecord::DeleteScramCredential(_)
+        | MetadataRecord::CreateAcl(_)
+        | MetadataRecord::DeleteAcl(_) => apply_security(c, record)?,
     }
     if matches!(
         record,
@@ -184,6 +201,38 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
             | MetadataRecord::AlterIsr { .. }
     ) {
         settle_fenced(c);
+    }
+    Ok(())
+}
+
+/// The records that change credentials and ACLs.
+fn apply_security(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), String> {
+    match record {
+        MetadataRecord::SetScramCredential(r) => {
+            r.credential()
+                .ok_or("a credential of an unknown mechanism")?;
+            let new_user = !c.scram_credentials.iter().any(|x| x.user == r.user);
+            if new_user && c.scram_credentials.len() >= security::MAX_CREDENTIALS {
+                return Err("too many credentials".into());
+            }
+            security::set_credential(&mut c.scram_credentials, r);
+        }
+        MetadataRecord::DeleteScramCredential(r) => {
+            if !security::delete_credential(&mut c.scram_credentials, &r.0, r.1) {
+                return Err(format!("user {} has no credential {}", r.0, r.1));
+            }
+        }
+        MetadataRecord::CreateAcl(a) => {
+            a.acl().ok_or("an ACL of unknown codes")?;
+            if !c.acls.contains(a) {
+                if c.acls.len() >= crate::security::acl::MAX_ACLS {
+                    return Err("too many ACLs".into());
+                }
+                c.acls.push((**a).clone());
+            }
+        }
+        MetadataRecord::DeleteAcl(a) => c.acls.retain(|x| x != &**a),
+        _ => unreachable!("not a security record"),
     }
     Ok(())
 }
@@ -418,6 +467,9 @@ fn unclean_allowed(configs: &[(String, String)]) -> Option<bool> {
 mod tests {
     use super::*;
 
+    /// The archived size of a record since format version 1 (SetAssignment's).
+    const ARCHIVED_RECORD_BYTES: usize = 72;
+
     fn broker(id: i32, incarnation: u64) -> BrokerRecord {
         BrokerRecord {
             node_id: id,
@@ -455,7 +507,59 @@ mod tests {
             producer_id_block_end: 0,
             broker_configs: Vec::new(),
             brokers: Vec::new(),
+            ..CatalogRecord::default()
         }
+    }
+
+    #[test]
+    fn archived_size_is_stable() {
+        // An entry is an array of archived records, each the size of the largest variant: a
+        // variant larger than this would move every record of entries already written.
+        assert_eq!(
+            std::mem::size_of::<ArchivedMetadataRecord>(),
+            ARCHIVED_RECORD_BYTES
+        );
+    }
+
+    #[test]
+    fn credentials_and_acls_apply_and_round_trip() {
+        let cred = ScramCredentialRecord {
+            user: "alice".into(),
+            mechanism: 2,
+            salt: vec![1; 16],
+            iterations: 4096,
+            stored_key: vec![2; 64],
+            server_key: vec![3; 64],
+        };
+        let acl = AclRecord {
+            resource_type: 2,
+            name: "logs".into(),
+            pattern: 4,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 4,
+            permission: 3,
+        };
+        let records = vec![
+            MetadataRecord::SetScramCredential(Box::new(cred.clone())),
+            MetadataRecord::CreateAcl(Box::new(acl.clone())),
+            MetadataRecord::CreateAcl(Box::new(acl.clone())),
+        ];
+        assert_eq!(decode(&encode(&records)), Ok(records.clone()));
+        let mut c = empty();
+        apply(&mut c, &records).unwrap();
+        assert_eq!(
+            (c.scram_credentials.clone(), c.acls.clone()),
+            (vec![cred], vec![acl.clone()])
+        );
+        let gone = MetadataRecord::DeleteScramCredential(Box::new(("alice".into(), 1)));
+        assert!(
+            apply(&mut c, std::slice::from_ref(&gone)).is_err(),
+            "no SHA-256 credential"
+        );
+        let gone = MetadataRecord::DeleteScramCredential(Box::new(("alice".into(), 2)));
+        apply(&mut c, &[gone, MetadataRecord::DeleteAcl(Box::new(acl))]).unwrap();
+        assert!(c.scram_credentials.is_empty() && c.acls.is_empty());
     }
 
     #[test]

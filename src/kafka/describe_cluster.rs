@@ -14,7 +14,12 @@ use std::rc::Rc;
 /// ask for; this broker is not a separate controller).
 const BROKERS_ENDPOINT: i8 = 1;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &super::Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DescribeClusterRequest = decode(body, version)?;
     let mut resp = DescribeClusterResponse::default();
     if version >= 1 {
@@ -25,16 +30,17 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         }
     }
     let catalog = shard.catalog();
-    let mut brokers: Vec<DescribeClusterBroker> = super::metadata::brokers(shard, &catalog)
-        .into_iter()
-        .map(|(id, host, port, rack)| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(id))
-                .with_host(str_bytes(&host))
-                .with_port(port)
-                .with_rack(rack.as_deref().map(str_bytes))
-        })
-        .collect();
+    let mut brokers: Vec<DescribeClusterBroker> =
+        super::metadata::brokers(shard, &catalog, &caller.listener)
+            .into_iter()
+            .map(|(id, host, port, rack)| {
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(id))
+                    .with_host(str_bytes(&host))
+                    .with_port(port)
+                    .with_rack(rack.as_deref().map(str_bytes))
+            })
+            .collect();
     if version >= 2 && req.include_fenced_brokers {
         brokers.extend(catalog.brokers.iter().filter(|b| b.fenced).map(|b| {
             DescribeClusterBroker::default()

@@ -4,9 +4,11 @@
 //! `__transaction_state` partition, a topic created at the first such request (as Kafka does;
 //! in a cluster with min(3, live brokers) replicas). v4 batches keys.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp, NewTopic};
 use crate::group::{offsets_partition, OFFSETS_TOPIC};
+use crate::security::acl::{Operation, ResourceType};
 use crate::shard::Shard;
 use crate::txn::service::{state_partition, TXN_STATE_TOPIC};
 use bytes::Bytes;
@@ -18,9 +20,25 @@ use std::rc::Rc;
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// Where a key's coordinator is: Ok((node, host, port)) or Err(error code).
-fn coordinator_of(shard: &Rc<Shard>, key_type: i8, key: &str) -> Result<(i32, String, i32), i16> {
+/// Where a key's coordinator is: Ok((node, host, port)) or Err(error code). Needs DESCRIBE on
+/// the group or transactional id.
+fn coordinator_of(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    key_type: i8,
+    key: &str,
+) -> Result<(i32, String, i32), i16> {
     let not_available = ResponseError::CoordinatorNotAvailable.code();
+    let (kind, denied) = match key_type {
+        KEY_TYPE_GROUP => (ResourceType::Group, ResponseError::GroupAuthorizationFailed),
+        _ => (
+            ResourceType::TransactionalId,
+            ResponseError::TransactionalIdAuthorizationFailed,
+        ),
+    };
+    if !authorize::allowed(shard, caller, Operation::Describe, kind, key) {
+        return Err(denied.code());
+    }
     let catalog = shard.catalog();
     let (topic, partition) = match key_type {
         // Groups need `__consumer_offsets` (created at first start, in a cluster once enough
@@ -44,7 +62,7 @@ fn coordinator_of(shard: &Rc<Shard>, key_type: i8, key: &str) -> Result<(i32, St
     };
     let leader = catalog.leader_of(topic, partition);
     if leader == catalog.node_id {
-        let (host, port) = shard.config.advertised();
+        let (host, port) = caller.listener.advertised();
         return Ok((leader, host, port));
     }
     let (host, port) = catalog.broker_address(leader).ok_or(not_available)?;
@@ -77,9 +95,14 @@ fn create_txn_state_topic(shard: &Rc<Shard>) {
     .detach();
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: FindCoordinatorRequest = decode(body, version)?;
-    let answer = |key: &str| match coordinator_of(shard, req.key_type, key) {
+    let answer = |key: &str| match coordinator_of(shard, caller, req.key_type, key) {
         Ok(found) => (0, found),
         Err(code) => (code, (-1, String::new(), -1)),
     };

@@ -4,6 +4,7 @@
 //! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
 
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
+use crate::config::ListenerConfig;
 use crate::controller::{self, ControllerOp, NewTopic};
 use crate::shard::Shard;
 use crate::storage::catalog::{Catalog, TopicMeta, SINGLE_NODE_LEADER_EPOCH};
@@ -15,7 +16,12 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &super::Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: MetadataRequest = decode(body, version)?;
     // None: every topic. v0 used an empty list for that.
     let requested: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
@@ -72,7 +78,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             t.topic_authorized_operations = authorized_operations::topic();
         }
     }
-    let brokers = brokers(shard, &catalog)
+    let brokers = brokers(shard, &catalog, &caller.listener)
         .into_iter()
         .map(|(id, host, port, rack)| {
             let mut b = MetadataResponseBroker::default()
@@ -100,11 +106,16 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     encode(&resp, version)
 }
 
-/// The brokers clients are told about: (node id, host, port, rack). This one alone on a single
-/// node; the live registered brokers in a cluster.
-pub fn brokers(shard: &Shard, catalog: &Catalog) -> Vec<(i32, String, i32, Option<String>)> {
+/// The brokers clients of `listener` are told about: (node id, host, port, rack). This one
+/// alone on a single node, at the listener's advertised address; the live registered brokers
+/// in a cluster.
+pub fn brokers(
+    shard: &Shard,
+    catalog: &Catalog,
+    listener: &ListenerConfig,
+) -> Vec<(i32, String, i32, Option<String>)> {
     if !catalog.is_clustered() {
-        let (host, port) = shard.config.advertised();
+        let (host, port) = listener.advertised();
         return vec![(shard.config.node_id, host, port, shard.config.rack.clone())];
     }
     catalog

@@ -4,7 +4,9 @@
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
+pub mod authorize;
 pub mod authorized_operations;
 pub mod create_partitions;
 pub mod create_topics;
@@ -16,6 +18,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_quorum;
 pub mod describe_transactions;
+pub mod describe_user_scram_credentials;
 pub mod elect_leaders;
 pub mod end_txn;
 pub mod fetch;
@@ -36,9 +39,13 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
+
+pub use authorize::Caller;
 
 use crate::partition::TopicPartition;
 use crate::protocol::chunk::Chunk;
@@ -99,6 +106,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -120,12 +131,13 @@ pub enum Reply {
 }
 
 /// Runs the handler for a request whose version was checked by `supported`. An Err means the
-/// request could not be decoded: the connection is closed, as Kafka does.
+/// request could not be decoded: the connection is closed, as Kafka does. SaslHandshake and
+/// SaslAuthenticate change the connection's state, so the connection serves them itself.
 pub async fn dispatch(
     shard: &Rc<Shard>,
     header: &RequestHeader,
     body: Bytes,
-    peer_host: &str,
+    caller: &Caller,
 ) -> anyhow::Result<Reply> {
     let v = header.api_version;
     let client_id = header.client_id.as_deref().unwrap_or_default();
@@ -134,19 +146,21 @@ pub async fn dispatch(
         ApiKey::Fetch => fetch::handle(shard, v, body).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, v, body).await,
         ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(shard, v, body).await,
-        ApiKey::Metadata => metadata::handle(shard, v, body).await,
+        ApiKey::Metadata => metadata::handle(shard, caller, v, body).await,
         ApiKey::ApiVersions => api_versions::handle(shard, v),
         ApiKey::CreateTopics => create_topics::handle(shard, v, body).await,
         ApiKey::DeleteTopics => delete_topics::handle(shard, v, body).await,
         ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
-        ApiKey::DescribeCluster => describe_cluster::handle(shard, v, body).await,
+        ApiKey::DescribeCluster => describe_cluster::handle(shard, caller, v, body).await,
         ApiKey::DescribeQuorum => describe_quorum::handle(shard, v, body).await,
         ApiKey::ElectLeaders => elect_leaders::handle(shard, v, body).await,
         ApiKey::AlterPartitionReassignments => partition_reassignments::alter(shard, v, body).await,
         ApiKey::ListPartitionReassignments => partition_reassignments::list(shard, v, body).await,
         ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
-        ApiKey::FindCoordinator => find_coordinator::handle(shard, v, body).await,
-        ApiKey::JoinGroup => join_group::handle(shard, v, body, client_id, peer_host).await,
+        ApiKey::FindCoordinator => find_coordinator::handle(shard, caller, v, body).await,
+        ApiKey::JoinGroup => {
+            join_group::handle(shard, v, body, client_id, &caller.client_host).await
+        }
         ApiKey::SyncGroup => sync_group::handle(shard, v, body).await,
         ApiKey::Heartbeat => heartbeat::handle(shard, v, body).await,
         ApiKey::LeaveGroup => leave_group::handle(shard, v, body).await,
@@ -167,6 +181,12 @@ pub async fn dispatch(
         ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
         ApiKey::AlterConfigs => alter_configs::handle(shard, v, body).await,
         ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(shard, v, body).await,
+        ApiKey::DescribeUserScramCredentials => {
+            describe_user_scram_credentials::handle(shard, caller, v, body)
+        }
+        ApiKey::AlterUserScramCredentials => {
+            alter_user_scram_credentials::handle(shard, caller, v, body).await
+        }
         other => anyhow::bail!("no handler for {other:?}"),
     }
 }

@@ -1,11 +1,12 @@
 //! Security (issue 19), the parts without I/O: SASL's SCRAM-SHA-256/512 and PLAIN exchanges
 //! (`scram.rs`, `plain.rs`) over credentials that hold no password, one connection's
-//! handshake-then-authenticate state machine (`sasl.rs`), and Kafka's ACL model (`acl.rs`).
-//! Nothing here is served yet: listeners, TLS, the credential and ACL stores and the checks in
-//! each handler come next.
+//! handshake-then-authenticate state machine (`sasl.rs`), Kafka's ACL model (`acl.rs`) and
+//! mutual TLS's principal (`principal.rs`). The connection (`server/connection.rs`) drives
+//! them; the catalog (`storage/security.rs`) keeps credentials and ACLs.
 
 pub mod acl;
 pub mod plain;
+pub mod principal;
 pub mod sasl;
 pub mod scram;
 

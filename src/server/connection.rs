@@ -7,9 +7,18 @@
 //!   waiting for its commit, a fetch's long poll) does not hold up the ones after it.
 //!
 //! Every wait on the client is bounded: the idle timeout between requests, and
-//! `request_read_timeout_ms` from a request's first byte to its last.
+//! `request_read_timeout_ms` from a request's first byte to its last (and, on a TLS listener,
+//! from the connection's first byte to the end of the TLS handshake).
+//!
+//! A connection is served over any stream: the TCP socket itself, where records are received
+//! with recv(2) straight into their frame and fetched records go out with sendfile(2), or a TLS
+//! stream (`server/tls.rs`), where both pass through rustls (the copying path). On a SASL
+//! listener only ApiVersions and the SASL requests are served until the client authenticates
+//! (`server/authenticate.rs`).
 
-use crate::kafka::{self, Reply};
+use super::authenticate::{self, Auth};
+use crate::config::ListenerConfig;
+use crate::kafka::{self, Caller, Reply};
 use crate::metrics::{adjust, bump, ShardMetrics};
 use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::{self, FrameError, RequestHeader};
@@ -17,7 +26,7 @@ use crate::shard::Shard;
 use bytes::{Bytes, BytesMut};
 use futures::future::Either;
 use futures::io::{ReadHalf, WriteHalf};
-use futures::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
@@ -35,11 +44,13 @@ enum Incoming {
     },
     /// An ApiVersions at a version not served: answered in v0 (KIP-511).
     ApiVersionsFallback { correlation_id: i32, held: Held },
+    /// A SASL token without a Kafka header, after SaslHandshake v0.
+    BareToken { token: Bytes, held: Held },
 }
 
 /// What one request holds from being read until its response is written: its in-flight slot and
 /// its bytes of the shard's request memory. Dropping it gives both back.
-struct Held {
+pub(super) struct Held {
     _slot: StaticPermit,
     _memory: StaticPermit,
     bytes: u64,
@@ -57,46 +68,80 @@ impl Drop for Held {
 /// connection must close and the reason was logged. The reader ends either way.
 struct Stop;
 
-struct Conn {
-    shard: Rc<Shard>,
-    peer: String,
-    /// The socket, for sendfile; valid while the connection's stream lives.
-    socket: RawFd,
-    /// Kafka reports a member's host as "/<ip>".
-    client_host: String,
+pub(super) struct Conn {
+    pub(super) shard: Rc<Shard>,
+    pub(super) peer: String,
+    /// The TCP socket, for recv and sendfile, where the stream is the socket itself (None
+    /// under TLS); valid while the connection's stream lives.
+    socket: Option<RawFd>,
     in_flight: Rc<Semaphore>,
+    /// Who this connection is, and where its SASL exchange stands.
+    pub(super) auth: Auth,
 }
 
-/// Serves one connection until it closes; `_admission` holds its slot in the connection limits.
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _admission: super::limits::Admission) {
+/// Serves one connection on `listener` until it closes; `_admission` holds its slot in the
+/// connection limits.
+pub async fn serve(
+    shard: Rc<Shard>,
+    listener: Rc<ListenerConfig>,
+    stream: TcpStream,
+    _admission: super::limits::Admission,
+) {
     let peer_addr = stream.peer_addr().ok();
     let peer = peer_addr
         .map(|a| a.to_string())
         .unwrap_or_else(|| "?".into());
-    let client_host = peer_addr
-        .map(|a| format!("/{}", a.ip()))
-        .unwrap_or_default();
+    let host = peer_addr.map(|a| a.ip().to_string()).unwrap_or_default();
     if let Err(e) = stream.set_nodelay(true) {
         log::warn!("{peer}: cannot set TCP_NODELAY: {e}");
     }
-    let socket = stream.as_raw_fd();
-    if let Err(e) = super::sendfile::set_nonblocking(socket) {
-        log::warn!("{peer}: closing: cannot make the socket non-blocking: {e}");
-        return;
-    }
     let max_in_flight = shard.config.max_in_flight_requests_per_connection;
-    let conn = Conn {
+    let protocol = listener.security_protocol;
+    let mut conn = Conn {
+        in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
+        auth: Auth::new(&shard, Caller::new(listener, String::new(), host), protocol),
         shard,
         peer,
-        socket,
-        client_host,
-        in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
+        socket: None,
     };
+    if !protocol.tls() {
+        let socket = stream.as_raw_fd();
+        if let Err(e) = super::sendfile::set_nonblocking(socket) {
+            log::warn!(
+                "{}: closing: cannot make the socket non-blocking: {e}",
+                conn.peer
+            );
+            return;
+        }
+        conn.socket = Some(socket);
+        conn.auth
+            .set_principal(kafka::authorize::ANONYMOUS.to_string());
+        return run(&conn, stream).await;
+    }
+    let Some(stream) = super::tls::handshake(&conn.shard, &conn.peer, protocol, stream).await
+    else {
+        return;
+    };
+    let certificate = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first());
+    let principal = certificate
+        .and_then(|c| crate::security::principal::of_certificate(c))
+        .unwrap_or_else(|| kafka::authorize::ANONYMOUS.to_string());
+    conn.auth.set_principal(principal);
+    run(&conn, stream).await
+}
+
+/// Serves the connection's requests over `stream` until it closes.
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(conn: &Conn, stream: S) {
+    let max_in_flight = conn.shard.config.max_in_flight_requests_per_connection;
     let (read_half, write_half) = stream.split();
     // Never holds more than max_in_flight items: each one holds an in-flight slot.
     let (tx, rx) = local_channel::new_bounded(max_in_flight);
-    let reader = read_requests(&conn, read_half, tx);
-    let processor = serve_requests(&conn, write_half, rx);
+    let reader = read_requests(conn, read_half, tx);
+    let processor = serve_requests(conn, write_half, rx);
     futures::pin_mut!(reader, processor);
     // When the reader stops, the processor still answers what was read; when the processor stops
     // (the socket broke), reading more is pointless.
@@ -147,7 +192,11 @@ impl ReadAhead {
     }
 }
 
-async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSender<Incoming>) {
+async fn read_requests<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn,
+    mut stream: ReadHalf<S>,
+    tx: LocalSender<Incoming>,
+) {
     let shard = &conn.shard;
     let mut ahead = ReadAhead::new();
     loop {
@@ -183,9 +232,9 @@ async fn read_requests(conn: &Conn, mut stream: ReadHalf<TcpStream>, tx: LocalSe
 
 /// A frame's body: what is buffered ahead, then the rest read straight into its buffer within
 /// `request_read_timeout_ms`.
-async fn read_frame_body(
+async fn read_frame_body<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn,
-    stream: &mut ReadHalf<TcpStream>,
+    stream: &mut ReadHalf<S>,
     ahead: &mut ReadAhead,
     size: usize,
 ) -> Result<Bytes, Stop> {
@@ -208,13 +257,16 @@ const WAIT_PIECE_BYTES: usize = 4096;
 /// non-blocking socket, so that no pass zeroes the buffer first (a produce request's records
 /// are copied once, from the socket). While the socket is empty, a small zeroed piece is read
 /// through glommio, which waits until the socket is readable.
-async fn fill(
+async fn fill<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn,
-    stream: &mut ReadHalf<TcpStream>,
+    stream: &mut ReadHalf<S>,
     frame: &mut BytesMut,
     size: usize,
     deadline_ms: u64,
 ) -> Result<(), Stop> {
+    let Some(socket) = conn.socket else {
+        return fill_through(conn, stream, frame, size, deadline_ms).await;
+    };
     while frame.len() < size {
         let want = size - frame.len();
         let spare = frame.spare_capacity_mut();
@@ -227,7 +279,7 @@ async fn fill(
         // buffer's.
         let n = unsafe {
             libc::recv(
-                conn.socket,
+                socket,
                 spare.as_mut_ptr().cast::<libc::c_void>(),
                 want,
                 libc::MSG_DONTWAIT,
@@ -264,9 +316,34 @@ async fn fill(
     Ok(())
 }
 
+/// Reads a frame's remaining bytes through the stream (TLS: the bytes are decrypted into the
+/// frame's buffer, zeroed first).
+async fn fill_through<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn,
+    stream: &mut ReadHalf<S>,
+    frame: &mut BytesMut,
+    size: usize,
+    deadline_ms: u64,
+) -> Result<(), Stop> {
+    let mut at = frame.len();
+    frame.resize(size, 0);
+    while at < size {
+        let n = within_deadline(conn, stream.read(&mut frame[at..]), deadline_ms).await?;
+        if n == 0 {
+            log::warn!("{}: closing: client vanished mid-request", conn.peer);
+            return Err(Stop);
+        }
+        at += n;
+    }
+    Ok(())
+}
+
 /// The request a frame holds, or None when the connection must close (logged).
 fn incoming(conn: &Conn, frame: Bytes, held: Held) -> Option<Incoming> {
     let peer = &conn.peer;
+    if conn.auth.bare_tokens() {
+        return Some(Incoming::BareToken { token: frame, held });
+    }
     match frame::parse_request(frame, kafka::supported) {
         Ok((header, body)) => Some(Incoming::Request { header, body, held }),
         Err(FrameError::UnsupportedVersion {
@@ -298,9 +375,9 @@ fn incoming(conn: &Conn, frame: Bytes, held: Held) -> Option<Incoming> {
 
 /// Reads the next frame's size prefix, then reserves that many bytes of the shard's request
 /// memory (waiting for room if need be: backpressure on this client alone).
-async fn read_frame_size(
+async fn read_frame_size<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn,
-    stream: &mut ReadHalf<TcpStream>,
+    stream: &mut ReadHalf<S>,
     ahead: &mut ReadAhead,
 ) -> Result<(usize, StaticPermit), Stop> {
     let shard = &conn.shard;
@@ -314,12 +391,18 @@ async fn read_frame_size(
     }
     let size = i32::from_be_bytes(ahead.buffered()[..4].try_into().expect("4 bytes"));
     ahead.consume(4);
-    let max = shard.config.request_max_bytes;
-    if size < frame::MIN_HEADER_BYTES as i32 || size as usize > max {
-        log::warn!(
-            "{peer}: closing: frame size {size} is outside {}..={max}",
-            frame::MIN_HEADER_BYTES
-        );
+    // Before authentication a frame is a SASL exchange's (bounded as Kafka's
+    // sasl.server.max.receive.size), and after SaslHandshake v0 a bare token (at least a byte).
+    let max = match conn.auth.authenticated() {
+        true => shard.config.request_max_bytes,
+        false => authenticate::MAX_UNAUTHENTICATED_FRAME_BYTES,
+    };
+    let min = match conn.auth.bare_tokens() {
+        true => 1,
+        false => frame::MIN_HEADER_BYTES,
+    };
+    if size < min as i32 || size as usize > max {
+        log::warn!("{peer}: closing: frame size {size} is outside {min}..={max}");
         return Err(Stop);
     }
     let size = size as usize;
@@ -341,9 +424,9 @@ async fn read_frame_size(
 /// Waits for the first bytes of a request and reads what has arrived ahead. Between requests
 /// a connection may idle for connections_max_idle_ms, timed on the shard's wheel; it counts
 /// as idle only while no earlier request is still being served.
-async fn wait_for_first_bytes(
+async fn wait_for_first_bytes<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn,
-    stream: &mut ReadHalf<TcpStream>,
+    stream: &mut ReadHalf<S>,
     ahead: &mut ReadAhead,
 ) -> Result<(), Stop> {
     let shard = &conn.shard;
@@ -382,9 +465,9 @@ async fn wait_for_first_bytes(
 }
 
 /// Reads at least one more byte ahead before `deadline_ms` (a request's bytes are arriving).
-async fn read_more_before(
+async fn read_more_before<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn,
-    stream: &mut ReadHalf<TcpStream>,
+    stream: &mut ReadHalf<S>,
     ahead: &mut ReadAhead,
     deadline_ms: u64,
 ) -> Result<(), Stop> {
@@ -436,15 +519,33 @@ async fn within_deadline<T>(
 }
 
 /// A response to write, in request order, with what its request holds until it is written.
-struct Outgoing {
-    api_key: ApiKey,
-    api_version: i16,
-    correlation_id: i32,
-    answer: Answer,
-    _held: Held,
+pub(super) struct Outgoing {
+    pub(super) api_key: ApiKey,
+    pub(super) api_version: i16,
+    pub(super) correlation_id: i32,
+    pub(super) answer: Answer,
+    /// A bare SASL token (after SaslHandshake v0): written with its size alone, no header.
+    pub(super) bare: bool,
+    /// Close once this answer is written (a failed authentication).
+    pub(super) then_close: bool,
+    pub(super) _held: Held,
 }
 
-enum Answer {
+impl Outgoing {
+    pub(super) fn now(header: &RequestHeader, body: Vec<Chunk>, held: Held) -> Outgoing {
+        Outgoing {
+            api_key: header.api_key,
+            api_version: header.api_version,
+            correlation_id: header.correlation_id,
+            answer: Answer::Now(body),
+            bare: false,
+            then_close: false,
+            _held: held,
+        }
+    }
+}
+
+pub(super) enum Answer {
     Now(Vec<Chunk>),
     /// A request still in progress in its own task (a produce waiting for its commit, a long
     /// poll); dropping it (the connection broke) cancels the task.
@@ -458,7 +559,11 @@ enum Answer {
 /// answer; the writer writes the answers in request order, waiting for those still in
 /// progress. Requests whose remainder runs later (a produce's commit, a fetch's long poll) so
 /// overlap with the requests after them, up to `max_in_flight_requests_per_connection`.
-async fn serve_requests(conn: &Conn, stream: WriteHalf<TcpStream>, rx: LocalReceiver<Incoming>) {
+async fn serve_requests<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn,
+    stream: WriteHalf<S>,
+    rx: LocalReceiver<Incoming>,
+) {
     let max_in_flight = conn.shard.config.max_in_flight_requests_per_connection;
     // Never holds more than max_in_flight items: each holds its request's in-flight slot.
     let (tx, queued) = local_channel::new_bounded(max_in_flight);
@@ -473,10 +578,20 @@ async fn serve_requests(conn: &Conn, stream: WriteHalf<TcpStream>, rx: LocalRece
 }
 
 async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSender<Outgoing>) {
-    let shard = &conn.shard;
     while let Some(item) = rx.recv().await {
-        let (header, body, held) = match item {
-            Incoming::Request { header, body, held } => (header, body, held),
+        let out = match item {
+            Incoming::Request { header, body, held } => match header.api_key {
+                ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+                    authenticate::request(conn, &header, body, held)
+                }
+                ApiKey::ApiVersions => dispatch(conn, header, body, held).await,
+                key if !conn.auth.authenticated() => {
+                    log::warn!("{}: closing: {key:?} before SASL authentication", conn.peer);
+                    return;
+                }
+                _ => dispatch(conn, header, body, held).await,
+            },
+            Incoming::BareToken { token, held } => authenticate::bare_token(conn, token, held),
             Incoming::ApiVersionsFallback {
                 correlation_id,
                 held,
@@ -484,60 +599,59 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
                 let Ok(Reply::Body(body)) = kafka::api_versions::unsupported() else {
                     return;
                 };
-                let out = Outgoing {
+                let header = RequestHeader {
                     api_key: ApiKey::ApiVersions,
                     api_version: 0,
                     correlation_id,
-                    answer: Answer::Now(body),
-                    _held: held,
+                    client_id: None,
                 };
-                if tx.send(out).await.is_err() {
-                    return;
-                }
-                continue;
+                Some(Outgoing::now(&header, body, held))
             }
         };
-        log::debug!(
-            "{}: {:?} v{} correlation {}",
-            conn.peer,
-            header.api_key,
-            header.api_version,
-            header.correlation_id
-        );
-        shard.metrics().count_request(header.api_key as i16);
-        let answer = match kafka::dispatch(shard, &header, body, &conn.client_host).await {
-            Ok(Reply::None) => continue, // `held` goes: nothing to write
-            Ok(Reply::Body(body)) => Answer::Now(body),
-            Ok(Reply::Later(rest)) => Answer::Later(glommio::spawn_local(rest)),
-            Err(e) => {
-                log::warn!(
-                    "{}: closing: cannot serve {:?} v{}: {e}",
-                    conn.peer,
-                    header.api_key,
-                    header.api_version
-                );
-                Answer::Close
-            }
-        };
-        let close = matches!(answer, Answer::Close);
-        let out = Outgoing {
-            api_key: header.api_key,
-            api_version: header.api_version,
-            correlation_id: header.correlation_id,
-            answer,
-            _held: held,
-        };
+        let Some(out) = out else { continue };
+        let close = matches!(out.answer, Answer::Close) || out.then_close;
         if tx.send(out).await.is_err() || close {
             return;
         }
     }
 }
 
+/// Runs a request's handler: its answer, or None when nothing is written (acks=0).
+async fn dispatch(conn: &Conn, header: RequestHeader, body: Bytes, held: Held) -> Option<Outgoing> {
+    let shard = &conn.shard;
+    log::debug!(
+        "{}: {:?} v{} correlation {}",
+        conn.peer,
+        header.api_key,
+        header.api_version,
+        header.correlation_id
+    );
+    shard.metrics().count_request(header.api_key as i16);
+    let caller = conn.auth.caller();
+    let answer = match kafka::dispatch(shard, &header, body, &caller).await {
+        Ok(Reply::None) => return None, // `held` goes: nothing to write
+        Ok(Reply::Body(body)) => Answer::Now(body),
+        Ok(Reply::Later(rest)) => Answer::Later(glommio::spawn_local(rest)),
+        Err(e) => {
+            log::warn!(
+                "{}: closing: cannot serve {:?} v{}: {e}",
+                conn.peer,
+                header.api_key,
+                header.api_version
+            );
+            Answer::Close
+        }
+    };
+    let mut out = Outgoing::now(&header, Vec::new(), held);
+    out.answer = answer;
+    Some(out)
+}
+
 /// Writes the queued answers in request order; returns when the queue ends, the socket breaks,
 /// or an answer says to close.
-async fn write_responses(
+async fn write_responses<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn,
-    mut stream: WriteHalf<TcpStream>,
+    mut stream: WriteHalf<S>,
     queued: LocalReceiver<Outgoing>,
 ) {
     while let Some(out) = queued.recv().await {
@@ -557,30 +671,39 @@ async fn write_responses(
             },
             Answer::Close => return,
         };
-        let (key, version, id) = (out.api_key, out.api_version, out.correlation_id);
-        if !write_response(conn, &mut stream, key, version, id, body).await {
+        let chunks = match out.bare {
+            true => bare_frame(body),
+            false => frame::frame_response(out.api_key, out.api_version, out.correlation_id, body),
+        };
+        if !write_chunks(conn, &mut stream, chunks).await || out.then_close {
             return;
         }
     }
 }
 
+/// A bare SASL token's frame: its size, then the token.
+fn bare_frame(body: Vec<Chunk>) -> Vec<Chunk> {
+    let len: usize = body.iter().map(Chunk::len).sum();
+    let size = Bytes::copy_from_slice(&(len as i32).to_be_bytes());
+    std::iter::once(Chunk::Bytes(size)).chain(body).collect()
+}
+
 /// Writes a framed response; false if the connection is gone. glommio's stream does not
-/// buffer, so each chunk is in the socket before the next one (maybe a sendfile) starts.
-async fn write_response(
+/// buffer, so each chunk is in the socket before the next one (maybe a sendfile) starts. Under
+/// TLS a file range is read and written through the stream (encrypted in user space).
+async fn write_chunks(
     conn: &Conn,
     stream: &mut (impl AsyncWrite + Unpin),
-    api_key: ApiKey,
-    api_version: i16,
-    correlation_id: i32,
-    body: Vec<Chunk>,
+    chunks: Vec<Chunk>,
 ) -> bool {
     let peer = &conn.peer;
-    for chunk in frame::frame_response(api_key, api_version, correlation_id, body) {
-        let sent = match &chunk {
-            Chunk::Bytes(b) => stream.write_all(b).await,
-            Chunk::File(f) => {
-                super::sendfile::send(conn.socket, stream, f, conn.shard.metrics()).await
+    for chunk in chunks {
+        let sent = match (&chunk, conn.socket) {
+            (Chunk::Bytes(b), _) => stream.write_all(b).await,
+            (Chunk::File(f), Some(socket)) => {
+                super::sendfile::send(socket, stream, f, conn.shard.metrics()).await
             }
+            (Chunk::File(f), None) => super::sendfile::copy(stream, f).await,
         };
         if let Err(e) = sent {
             log::info!("{peer}: connection lost writing a response: {e}");

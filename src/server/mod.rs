@@ -1,10 +1,13 @@
 //! Start-up and shutdown: one pinned glommio executor per shard, joined in a channel mesh, each
 //! accepting on the same port (SO_REUSEPORT) so the kernel spreads connections across shards.
 
+pub mod authenticate;
+pub mod bootstrap_users;
 pub mod connection;
 pub mod fd_budget;
 pub mod limits;
 pub mod sendfile;
+pub mod tls;
 
 use crate::clock::{Clock, RandomIds, SystemClock};
 use crate::config::Config;
@@ -48,7 +51,10 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     keep_freed_memory();
     stop_on_panic();
     let lock = lock_data_dir(&mut config)?;
-    ensure_port_free(&config.listen)?;
+    for listener in config.effective_listeners() {
+        ensure_port_free(&listener.address)?;
+    }
+    tls::load(&config)?;
     let descriptor_limit = fd_budget::apply(&mut config)?;
     crate::metrics::DESCRIPTOR_LIMIT.store(descriptor_limit, Ordering::Relaxed);
     let catalog = load_catalog(&config)?;
@@ -71,7 +77,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     } else {
         config.cpus.clone()
     };
-    watch_signals()?;
+    watch_signals(config.clone())?;
     let metrics: Vec<Arc<ShardMetrics>> = (0..shards)
         .map(|_| Arc::new(ShardMetrics::default()))
         .collect();
@@ -221,12 +227,12 @@ fn cluster_catalog(config: &Config) -> anyhow::Result<crate::storage::catalog::C
     Ok(Catalog::read_at(&copy)?.unwrap_or_default())
 }
 
-/// SIGTERM and SIGINT set the flag every shard polls. With SLUICE_FAULT_HOOKS=1 in the
-/// environment (tests only), SIGUSR1 cuts the node off from the other nodes and SIGUSR2
-/// reconnects it (`rpc::set_cut_off`).
-fn watch_signals() -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
-    let mut wanted = vec![SIGTERM, SIGINT];
+/// SIGTERM and SIGINT set the flag every shard polls; SIGHUP reloads the TLS certificate.
+/// With SLUICE_FAULT_HOOKS=1 in the environment (tests only), SIGUSR1 cuts the node off from
+/// the other nodes and SIGUSR2 reconnects it (`rpc::set_cut_off`).
+fn watch_signals(config: Arc<Config>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut wanted = vec![SIGTERM, SIGINT, SIGHUP];
     if std::env::var("SLUICE_FAULT_HOOKS").as_deref() == Ok("1") {
         log::warn!(
             "fault hooks on: SIGUSR1 cuts this node off from the others, SIGUSR2 reconnects it"
@@ -240,6 +246,7 @@ fn watch_signals() -> anyhow::Result<()> {
             let mut signals = signals;
             for sig in signals.forever() {
                 match sig {
+                    SIGHUP => tls::reload(&config),
                     SIGUSR1 | SIGUSR2 => {
                         log::warn!(
                             "signal {sig}: cut off from the other nodes: {}",
@@ -392,6 +399,7 @@ async fn run_shard(
             }
         }
         glommio::spawn_local(watch_descriptors(shard.clone(), start.descriptor_limit)).detach();
+        glommio::spawn_local(bootstrap_users::ensure(shard.clone())).detach();
     }
     crate::group::replay::load_led(&shard).await;
     glommio::spawn_local(crate::group::replay::follow_leadership(shard.clone())).detach();
@@ -506,18 +514,25 @@ fn wire_services(shard: &Rc<Shard>, start: &ShardStart, cluster: Option<Rc<Clust
     }
 }
 
-/// Accepts connections until shutdown.
+/// Binds every listener and accepts connections on each until shutdown.
 async fn serve_clients(
     shard: &Rc<Shard>,
     limits: Arc<limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
-    let (id, listen) = (shard.id, &shard.config.listen);
-    let listener = TcpListener::bind(listen)
-        .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {listen}: {e}"))?;
-    log::info!(
-        "shard {id}: serving {} partitions on {listen}",
-        shard.partition_count()
-    );
+    let id = shard.id;
+    let mut bound = Vec::new();
+    for l in shard.config.effective_listeners() {
+        let listener = TcpListener::bind(&l.address)
+            .map_err(|e| anyhow::anyhow!("shard {id}: cannot listen on {}: {e}", l.address))?;
+        log::info!(
+            "shard {id}: serving {} partitions on {} ({}, {})",
+            shard.partition_count(),
+            l.address,
+            l.name,
+            l.security_protocol.name()
+        );
+        bound.push((Rc::new(l), listener));
+    }
     shard.metrics().serving.store(1, Ordering::Relaxed);
     let stop = Rc::new(Event::new());
     glommio::spawn_local({
@@ -532,10 +547,26 @@ async fn serve_clients(
         }
     })
     .detach();
+    let loops = bound
+        .into_iter()
+        .map(|(l, listener)| accept_loop(shard, l, listener, &limits, &stop));
+    futures::future::join_all(loops).await;
+    Ok(())
+}
+
+/// Accepts connections on one listener until shutdown.
+async fn accept_loop(
+    shard: &Rc<Shard>,
+    config: Rc<crate::config::ListenerConfig>,
+    listener: TcpListener,
+    limits: &Arc<limits::ConnectionLimits>,
+    stop: &Event,
+) {
+    let id = shard.id;
     loop {
         let stopped = stop.listen();
         if shard.is_shutting_down() {
-            return Ok(());
+            return;
         }
         let accept = listener.accept();
         futures::pin_mut!(accept);
@@ -552,8 +583,9 @@ async fn serve_clients(
                 };
                 match admitted {
                     Ok(admission) => {
-                        glommio::spawn_local(connection::serve(shard.clone(), stream, admission))
-                            .detach();
+                        let serve =
+                            connection::serve(shard.clone(), config.clone(), stream, admission);
+                        glommio::spawn_local(serve).detach();
                     }
                     Err(why) => log::warn!("shard {id}: refusing a connection: {why}"),
                 }
@@ -562,7 +594,7 @@ async fn serve_clients(
                 log::warn!("shard {id}: accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
-            futures::future::Either::Right(_) => return Ok(()),
+            futures::future::Either::Right(_) => return,
         }
     }
 }

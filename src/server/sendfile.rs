@@ -84,3 +84,23 @@ pub async fn send(
     }
     Ok(())
 }
+
+/// Bytes read from a segment file per write on the copying path.
+const COPY_PIECE_BYTES: usize = 64 * 1024;
+
+/// Writes all of `slice` through `stream` by reading it into memory: the path of a stream that
+/// is not the socket itself (TLS encrypts in user space, so sendfile cannot serve it).
+pub async fn copy(stream: &mut (impl AsyncWrite + Unpin), slice: &FileSlice) -> io::Result<()> {
+    // SAFETY: borrows the slice's descriptor for this call; ManuallyDrop keeps the File from
+    // closing it.
+    let file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(slice.fd.as_raw_fd()) });
+    let mut buf = vec![0u8; COPY_PIECE_BYTES.min(slice.len)];
+    let mut done = 0usize;
+    while done < slice.len {
+        let n = (slice.len - done).min(buf.len());
+        file.read_exact_at(&mut buf[..n], slice.position + done as u64)?;
+        stream.write_all(&buf[..n]).await?;
+        done += n;
+    }
+    Ok(())
+}

@@ -6,6 +6,7 @@
 //! broadcasts a change. Readers never take a lock.
 
 use super::broker_config::{self, BrokerSettings};
+use super::security::{AclRecord, ScramCredentialRecord, SecurityView};
 use super::topic_config::{self, Kind, TopicConfig};
 use crate::clock::Ids;
 use crate::config::Config;
@@ -19,7 +20,7 @@ const FILE_NAME: &str = "catalog.rkyv";
 /// Files written before the header existed are read as version 0 and rewritten as the current
 /// version at the next change.
 const MAGIC: &[u8; 7] = b"SLUICAT";
-const FORMAT_VERSION: u8 = 3;
+const FORMAT_VERSION: u8 = 4;
 /// The topic that holds consumer groups' offsets and metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The topic that holds the transaction coordinators' state.
@@ -128,6 +129,10 @@ pub struct CatalogRecord {
     pub broker_configs: Vec<BrokerConfigRecord>,
     /// The cluster's registered brokers (format version 3 on; empty on a single node).
     pub brokers: Vec<BrokerRecord>,
+    /// Users' SCRAM credentials (format version 4 on).
+    pub scram_credentials: Vec<ScramCredentialRecord>,
+    /// The ACLs (format version 4 on).
+    pub acls: Vec<AclRecord>,
 }
 
 /// The overrides stored for one scope ("" or a node id).
@@ -153,6 +158,16 @@ struct CatalogRecordV1 {
     cluster_id: String,
     topics: Vec<TopicRecordV2>,
     producer_id_block_end: i64,
+}
+
+/// The catalog layout of format version 3, before credentials and ACLs.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+struct CatalogRecordV3 {
+    cluster_id: String,
+    topics: Vec<TopicRecord>,
+    producer_id_block_end: i64,
+    broker_configs: Vec<BrokerConfigRecord>,
+    brokers: Vec<BrokerRecord>,
 }
 
 /// The catalog layout of format version 2, before brokers and replica assignments.
@@ -347,6 +362,10 @@ pub struct Catalog {
     pub topic_defaults: TopicConfig,
     /// The cluster's brokers as registered (empty on a single node).
     pub brokers: Vec<BrokerRecord>,
+    /// Credentials and ACLs as stored, and as served.
+    pub scram_credentials: Vec<ScramCredentialRecord>,
+    pub acls: Vec<AclRecord>,
+    pub security: SecurityView,
     /// This node's id: on a single node, the leader of every partition.
     pub node_id: i32,
     /// The active controller's node id, -1 while there is none; on a single node, `node_id`.
@@ -373,6 +392,9 @@ impl Catalog {
             broker: dynamic.settings,
             topic_defaults: dynamic.topic_defaults,
             brokers: record.brokers.clone(),
+            scram_credentials: record.scram_credentials.clone(),
+            acls: record.acls.clone(),
+            security: SecurityView::new(&record.scram_credentials, &record.acls, config)?,
             node_id: config.node_id,
             controller_id: config.node_id,
             registered: record.brokers.is_empty(),
@@ -442,6 +464,8 @@ impl Catalog {
             producer_id_block_end: self.producer_id_block_end,
             broker_configs: self.broker_configs.clone(),
             brokers: self.brokers.clone(),
+            scram_credentials: self.scram_credentials.clone(),
+            acls: self.acls.clone(),
         }
     }
 
@@ -461,8 +485,7 @@ impl Catalog {
                     .to_string(),
                 topics: Vec::new(),
                 producer_id_block_end: 0,
-                broker_configs: Vec::new(),
-                brokers: Vec::new(),
+                ..CatalogRecord::default()
             }),
             Err(e) => Err(anyhow::anyhow!(
                 "cannot read catalog {}: {e}",
@@ -536,13 +559,32 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
     if version == FORMAT_VERSION {
         return rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned).map_err(corrupt);
     }
+    let v3 = if version == 3 {
+        rkyv::from_bytes::<CatalogRecordV3, rkyv::rancor::Error>(&aligned).map_err(corrupt)?
+    } else {
+        decode_before_v3(version, &aligned)?
+    };
+    Ok(CatalogRecord {
+        cluster_id: v3.cluster_id,
+        topics: v3.topics,
+        producer_id_block_end: v3.producer_id_block_end,
+        broker_configs: v3.broker_configs,
+        brokers: v3.brokers,
+        scram_credentials: Vec::new(),
+        acls: Vec::new(),
+    })
+}
+
+/// A catalog of format versions 0 to 2, in version 3's layout.
+fn decode_before_v3(version: u8, aligned: &[u8]) -> Result<CatalogRecordV3, String> {
+    let corrupt = |e: rkyv::rancor::Error| format!("corrupt: {e}");
     // Version 2: no brokers or replica assignments yet (a single node's catalog).
     let old = if version == 2 {
-        rkyv::from_bytes::<CatalogRecordV2, rkyv::rancor::Error>(&aligned).map_err(corrupt)?
+        rkyv::from_bytes::<CatalogRecordV2, rkyv::rancor::Error>(aligned).map_err(corrupt)?
     } else {
         // Versions 0 and 1: no dynamic broker configs either.
         let v1 =
-            rkyv::from_bytes::<CatalogRecordV1, rkyv::rancor::Error>(&aligned).map_err(corrupt)?;
+            rkyv::from_bytes::<CatalogRecordV1, rkyv::rancor::Error>(aligned).map_err(corrupt)?;
         CatalogRecordV2 {
             cluster_id: v1.cluster_id,
             topics: v1.topics,
@@ -550,7 +592,7 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
             broker_configs: Vec::new(),
         }
     };
-    Ok(CatalogRecord {
+    Ok(CatalogRecordV3 {
         cluster_id: old.cluster_id,
         topics: old.topics.into_iter().map(TopicRecord::from).collect(),
         producer_id_block_end: old.producer_id_block_end,
@@ -627,10 +669,45 @@ mod tests {
                 rack: Some("r".into()),
                 fenced: false,
             }],
+            ..CatalogRecord::default()
         };
+        let v3 = CatalogRecordV3 {
+            cluster_id: rec.cluster_id.clone(),
+            topics: rec.topics.clone(),
+            producer_id_block_end: rec.producer_id_block_end,
+            broker_configs: rec.broker_configs.clone(),
+            brokers: rec.brokers.clone(),
+        };
+        let mut v3_file = b"SLUICAT\x03".to_vec();
+        v3_file.extend_from_slice(&rkyv::to_bytes::<rkyv::rancor::Error>(&v3).unwrap());
+        // Version 3 files load with no credentials and no ACLs.
+        assert_eq!(decode_record(&v3_file), Ok(rec.clone()));
+        let mut rec = rec;
+        rec.scram_credentials = vec![ScramCredentialRecord {
+            user: "u".into(),
+            mechanism: 1,
+            salt: vec![1],
+            iterations: 4096,
+            stored_key: vec![2],
+            server_key: vec![3],
+        }];
+        rec.acls = vec![AclRecord {
+            resource_type: 2,
+            name: "t".into(),
+            pattern: 3,
+            principal: "User:u".into(),
+            host: "*".into(),
+            operation: 3,
+            permission: 3,
+        }];
         let bytes = encode_record(&rec).unwrap();
-        assert!(bytes.starts_with(b"SLUICAT\x03"));
+        assert!(bytes.starts_with(b"SLUICAT\x04"));
         assert_eq!(decode_record(&bytes), Ok(rec.clone()));
+        let rec = CatalogRecord {
+            scram_credentials: Vec::new(),
+            acls: Vec::new(),
+            ..rec
+        };
         // Version 2 files load with no brokers and no assignments.
         let v2 = CatalogRecordV2 {
             cluster_id: "c".into(),
@@ -663,8 +740,8 @@ mod tests {
         assert_eq!(decode_record(&v1_file), Ok(migrated));
         // A newer format is refused by name, not misread.
         let mut newer = bytes.clone();
-        newer[7] = 4;
-        assert!(decode_record(&newer).unwrap_err().contains("version 4"));
+        newer[7] = 5;
+        assert!(decode_record(&newer).unwrap_err().contains("version 5"));
         assert!(decode_record(b"SLUICAT").is_err());
     }
 

@@ -11,6 +11,7 @@ pub mod producer_state;
 pub mod read;
 pub mod recovery;
 pub mod retention;
+pub mod security;
 pub mod segment;
 pub mod topic_config;
 pub mod txn_index;

@@ -1,0 +1,161 @@
+//! A connection's identity and its SASL exchange (issue 19). On a SASL listener the connection
+//! serves only ApiVersions, SaslHandshake and SaslAuthenticate until the client authenticates;
+//! after SaslHandshake v0 the tokens arrive as bare frames. A failed authentication is answered
+//! (SaslAuthenticate) and the connection closes after the answer; it is counted and logged, at
+//! most one line a second per shard.
+
+use super::connection::{Answer, Conn, Held, Outgoing};
+use crate::config::SecurityProtocol;
+use crate::kafka::sasl_authenticate::{self, Outcome};
+use crate::kafka::{self, Caller};
+use crate::metrics::{bump, LogLimiter};
+use crate::protocol::chunk::Chunk;
+use crate::protocol::frame::RequestHeader;
+use crate::security::sasl::{Exchange, Mechanism};
+use crate::shard::Shard;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+/// Bound on a frame before authentication (Kafka's `sasl.server.max.receive.size`): SASL
+/// messages are small, and an unauthenticated client must not make the broker read 100 MiB.
+pub const MAX_UNAUTHENTICATED_FRAME_BYTES: usize = 512 * 1024;
+
+thread_local! {
+    static FAILURES_LOGGED: LogLimiter = const { LogLimiter::new(1_000) };
+}
+
+pub struct Auth {
+    caller: RefCell<Rc<Caller>>,
+    /// The SASL exchange, on a SASL listener.
+    exchange: RefCell<Option<Exchange>>,
+    authenticated: Cell<bool>,
+    /// After SaslHandshake v0 and until the exchange ends: frames are bare tokens.
+    bare: Cell<bool>,
+}
+
+impl Auth {
+    pub fn new(shard: &Shard, caller: Caller, protocol: SecurityProtocol) -> Auth {
+        let exchange = protocol.sasl().then(|| {
+            let names = &shard.config.sasl.mechanisms;
+            Exchange::new(
+                names
+                    .iter()
+                    .filter_map(|n| Mechanism::from_name(n))
+                    .collect(),
+            )
+        });
+        Auth {
+            caller: RefCell::new(Rc::new(caller)),
+            exchange: RefCell::new(exchange),
+            authenticated: Cell::new(!protocol.sasl()),
+            bare: Cell::new(false),
+        }
+    }
+
+    pub fn caller(&self) -> Rc<Caller> {
+        self.caller.borrow().clone()
+    }
+
+    pub fn set_principal(&self, principal: String) {
+        let mut caller = (**self.caller.borrow()).clone();
+        caller.principal = principal;
+        *self.caller.borrow_mut() = Rc::new(caller);
+    }
+
+    pub fn authenticated(&self) -> bool {
+        self.authenticated.get()
+    }
+
+    pub fn bare_tokens(&self) -> bool {
+        self.bare.get()
+    }
+}
+
+/// Serves SaslHandshake or SaslAuthenticate; None: close now (undecodable).
+pub(super) fn request(
+    conn: &Conn,
+    header: &RequestHeader,
+    body: Bytes,
+    held: Held,
+) -> Option<Outgoing> {
+    let auth = &conn.auth;
+    let mut exchange = auth.exchange.borrow_mut();
+    let v = header.api_version;
+    let answered = match header.api_key {
+        ApiKey::SaslHandshake => {
+            kafka::sasl_handshake::handle(exchange.as_mut(), v, body).map(|(body, ok)| {
+                auth.bare.set(ok && v == 0);
+                (body, !ok)
+            })
+        }
+        _ => sasl_authenticate::handle(&conn.shard, exchange.as_mut(), v, body)
+            .map(|(body, outcome)| (body, !settle(conn, outcome))),
+    };
+    match answered {
+        Ok((body, then_close)) => {
+            let mut out = Outgoing::now(header, body, held);
+            out.then_close = then_close;
+            Some(out)
+        }
+        Err(e) => {
+            log::warn!(
+                "{}: closing: cannot serve {:?} v{v}: {e}",
+                conn.peer,
+                header.api_key
+            );
+            None
+        }
+    }
+}
+
+/// Serves a bare token (after SaslHandshake v0): its answer as a bare frame, or a close.
+pub(super) fn bare_token(conn: &Conn, token: Bytes, held: Held) -> Option<Outgoing> {
+    let mut exchange = conn.auth.exchange.borrow_mut();
+    let exchange = exchange
+        .as_mut()
+        .expect("bare tokens only on a SASL listener");
+    let (answer, outcome) = sasl_authenticate::token(&conn.shard, exchange, &token);
+    let header = RequestHeader {
+        api_key: ApiKey::SaslAuthenticate,
+        api_version: 0,
+        correlation_id: 0,
+        client_id: None,
+    };
+    let ok = settle(conn, outcome);
+    let mut out = Outgoing::now(&header, Vec::new(), held);
+    out.bare = true;
+    out.answer = match answer {
+        Ok(bytes) if ok => Answer::Now(vec![Chunk::Bytes(bytes.into())]),
+        _ => Answer::Close,
+    };
+    Some(out)
+}
+
+/// Takes a token's outcome into the connection's state; false if the exchange failed.
+fn settle(conn: &Conn, outcome: Outcome) -> bool {
+    let auth = &conn.auth;
+    match outcome {
+        Outcome::Continue => true,
+        Outcome::Authenticated(principal) => {
+            log::debug!("{}: authenticated as {principal}", conn.peer);
+            auth.set_principal(principal);
+            auth.authenticated.set(true);
+            auth.bare.set(false);
+            true
+        }
+        Outcome::Failed(why) => {
+            let shard = &conn.shard;
+            bump(&shard.metrics().authentication_failures);
+            let now_ms = shard.clock().monotonic_ms();
+            if let Some(suppressed) = FAILURES_LOGGED.with(|l| l.admit(now_ms)) {
+                log::warn!(
+                    "{}: authentication failed: {why} ({suppressed} more failures not logged)",
+                    conn.peer
+                );
+            }
+            false
+        }
+    }
+}
