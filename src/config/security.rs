@@ -194,7 +194,8 @@ impl super::Config {
             // listener list.
             return bad(
                 "listeners",
-                "a node of a cluster has one PLAINTEXT listener for now".into(),
+                "a node of a cluster has one PLAINTEXT listener and no authorization for now"
+                    .into(),
             );
         }
         Ok(())

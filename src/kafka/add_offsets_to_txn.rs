@@ -2,8 +2,10 @@
 //! transaction before TxnOffsetCommit: the coordinator puts the group's `__consumer_offsets`
 //! partition in the transaction, so that EndTxn writes a marker there too.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::group::{offsets_partition, OFFSETS_TOPIC};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
@@ -22,12 +24,24 @@ pub fn group_partition(shard: &Shard, group: &str) -> Result<(String, i32), Resp
     Ok((OFFSETS_TOPIC.to_string(), index))
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: AddOffsetsToTxnRequest = decode(body, version)?;
-    let code = match add(shard, &req).await {
-        Ok(()) => 0,
-        Err(e) => super::txn_error_code(e, version, 2),
-    };
+    let code =
+        if !authorize::transactional_id(shard, caller, Operation::Write, &req.transactional_id.0) {
+            ResponseError::TransactionalIdAuthorizationFailed.code()
+        } else if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
+            ResponseError::GroupAuthorizationFailed.code()
+        } else {
+            match add(shard, &req).await {
+                Ok(()) => 0,
+                Err(e) => super::txn_error_code(e, version, 2),
+            }
+        };
     encode(
         &AddOffsetsToTxnResponse::default().with_error_code(code),
         version,

@@ -6,7 +6,9 @@
 //! partition is in the producer's ongoing transaction, asked by a partition leader before it
 //! takes transactional batches (`txn/remote.rs`).
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
@@ -18,24 +20,29 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResp
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: AddPartitionsToTxnRequest = decode(body, version)?;
     if version >= crate::txn::remote::VERIFY_VERSION {
+        // Only brokers send the batched form (KIP-890): CLUSTER_ACTION.
+        if !authorize::cluster(shard, caller, Operation::ClusterAction) {
+            let code = ResponseError::ClusterAuthorizationFailed.code();
+            let resp = AddPartitionsToTxnResponse::default().with_error_code(code);
+            return encode(&resp, version);
+        }
         return from_broker(shard, version, &req).await;
     }
-    let catalog = shard.catalog();
-    let known = |topic: &str, p: i32| {
-        catalog
-            .topics
-            .get(topic)
-            .is_some_and(|t| t.has_partition(p))
-    };
+    let refused = refusals(shard, caller, &req);
     let wanted: Vec<(String, i32)> = req
         .v3_and_below_topics
         .iter()
         .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
         .collect();
-    let all_known = wanted.iter().all(|(t, p)| known(t, *p));
+    let all_known = wanted.iter().all(|(t, p)| refused(t, *p).is_none());
     let outcome = if all_known {
         let add = ops::AddPartitions {
             id: req.v3_and_below_transactional_id.0.to_string(),
@@ -58,11 +65,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 .partitions
                 .iter()
                 .map(|&p| {
-                    let code = if known(&t.name, p) {
-                        outcome
-                    } else {
-                        ResponseError::UnknownTopicOrPartition.code()
-                    };
+                    let code = refused(&t.name, p).map_or(outcome, |e| e.code());
                     AddPartitionsToTxnPartitionResult::default()
                         .with_partition_index(p)
                         .with_partition_error_code(code)
@@ -78,6 +81,38 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
 }
 
 /// v4–5: each transaction added or verified; every partition answered.
+/// A partition's own refusal (v3 and below), found before the coordinator is asked: the
+/// transactional id refused (every partition's), the topic not writable, or unknown.
+fn refusals(
+    shard: &Shard,
+    caller: &Caller,
+    req: &AddPartitionsToTxnRequest,
+) -> impl Fn(&str, i32) -> Option<ResponseError> {
+    let catalog = shard.catalog();
+    let id = &req.v3_and_below_transactional_id.0;
+    let txn_denied = !authorize::transactional_id(shard, caller, Operation::Write, id);
+    let mut writable = std::collections::HashMap::new();
+    for t in &req.v3_and_below_topics {
+        let w = authorize::topic(shard, caller, Operation::Write, &t.name.0);
+        writable.insert(t.name.0.to_string(), w);
+    }
+    move |topic: &str, p: i32| {
+        let known = catalog
+            .topics
+            .get(topic)
+            .is_some_and(|t| t.has_partition(p));
+        if txn_denied {
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        } else if !writable[topic] {
+            Some(ResponseError::TopicAuthorizationFailed)
+        } else if !known {
+            Some(ResponseError::UnknownTopicOrPartition)
+        } else {
+            None
+        }
+    }
+}
+
 async fn from_broker(
     shard: &Rc<Shard>,
     version: i16,

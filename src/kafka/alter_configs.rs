@@ -4,8 +4,10 @@
 //! persists it, and installs it on every shard; open partitions use the new settings from their
 //! next append or roll, and retention from its next pass.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::controller::{self, ConfigChange, ControllerOp};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
@@ -52,6 +54,7 @@ pub(super) struct Resource {
 /// of its own. One outcome per resource, in order.
 pub(super) async fn alter(
     shard: &Rc<Shard>,
+    caller: &Caller,
     resources: Vec<Resource>,
     validate_only: bool,
 ) -> Vec<Outcome> {
@@ -60,6 +63,16 @@ pub(super) async fn alter(
     let node = shard.config.node_id.to_string();
     for r in resources {
         let refused = |m: String| Some((ResponseError::InvalidRequest.code(), Some(m)));
+        if let Some(denied) = configs_refusal(
+            shard,
+            caller,
+            Operation::AlterConfigs,
+            r.resource_type,
+            &r.name,
+        ) {
+            decided.push(Some((denied.code(), None)));
+            continue;
+        }
         match (r.resource_type, r.change) {
             (_, Err(outcome)) => decided.push(Some(outcome)),
             (TOPIC, Ok(change)) => {
@@ -100,6 +113,26 @@ pub(super) async fn alter(
         .collect()
 }
 
+/// The error for a caller without `op` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on a config
+/// resource: on the topic, or on the cluster for a broker's configs.
+pub(super) fn configs_refusal(
+    shard: &Shard,
+    caller: &Caller,
+    op: Operation,
+    resource_type: i8,
+    name: &str,
+) -> Option<ResponseError> {
+    match resource_type {
+        TOPIC if !authorize::topic(shard, caller, op, name) => {
+            Some(ResponseError::TopicAuthorizationFailed)
+        }
+        BROKER if !authorize::cluster(shard, caller, op) => {
+            Some(ResponseError::ClusterAuthorizationFailed)
+        }
+        _ => None,
+    }
+}
+
 async fn submit_one(shard: &Rc<Shard>, op: ControllerOp) -> Outcome {
     match controller::submit(shard, op).await {
         Ok(mut o) => o.pop().expect("one outcome for one scope"),
@@ -107,7 +140,12 @@ async fn submit_one(shard: &Rc<Shard>, op: ControllerOp) -> Outcome {
     }
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: AlterConfigsRequest = decode(body, version)?;
     let resources = req
         .resources
@@ -125,7 +163,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             }
         })
         .collect();
-    let outcomes = alter(shard, resources, req.validate_only).await;
+    let outcomes = alter(shard, caller, resources, req.validate_only).await;
     let responses = resource_responses!(AlterConfigsResourceResponse, req.resources, outcomes);
     encode(
         &AlterConfigsResponse::default().with_responses(responses),

@@ -71,3 +71,18 @@ pub fn allowed(
 pub fn cluster(shard: &Shard, caller: &Caller, op: Operation) -> bool {
     allowed(shard, caller, op, ResourceType::Cluster, CLUSTER_NAME)
 }
+
+/// `allowed` on a consumer group.
+pub fn group(shard: &Shard, caller: &Caller, op: Operation, name: &str) -> bool {
+    allowed(shard, caller, op, ResourceType::Group, name)
+}
+
+/// `allowed` on a topic.
+pub fn topic(shard: &Shard, caller: &Caller, op: Operation, name: &str) -> bool {
+    allowed(shard, caller, op, ResourceType::Topic, name)
+}
+
+/// `allowed` on a transactional id.
+pub fn transactional_id(shard: &Shard, caller: &Caller, op: Operation, id: &str) -> bool {
+    allowed(shard, caller, op, ResourceType::TransactionalId, id)
+}

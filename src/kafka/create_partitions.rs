@@ -1,7 +1,9 @@
 //! CreatePartitions: grows a topic; new partitions open on their owning shards.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
-use crate::controller::{self, ControllerOp};
+use crate::controller::ControllerOp;
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -9,24 +11,29 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: CreatePartitionsRequest = decode(body, version)?;
     let topics: Vec<(String, i32)> = req
         .topics
         .iter()
         .map(|t| (t.name.0.to_string(), t.count))
         .collect();
-    let op = ControllerOp::CreatePartitions {
-        topics: topics.clone(),
-        validate_only: req.validate_only,
+    let allowed: Vec<bool> = topics
+        .iter()
+        .map(|(t, _)| authorize::topic(shard, caller, Operation::Alter, t))
+        .collect();
+    let validate_only = req.validate_only;
+    let op = |topics| ControllerOp::CreatePartitions {
+        topics,
+        validate_only,
     };
-    let outcomes = match controller::submit(shard, op).await {
-        Ok(o) => o,
-        _ => topics
-            .iter()
-            .map(|_| (ResponseError::NotController.code(), None))
-            .collect(),
-    };
+    let denied = ResponseError::TopicAuthorizationFailed;
+    let outcomes = super::submit_allowed(shard, topics, &allowed, op, denied).await;
     let results = req
         .topics
         .iter()

@@ -1,7 +1,9 @@
 //! CreateTopics: validated and executed by the controller shard.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
-use crate::controller::{self, ControllerOp, NewTopic};
+use crate::controller::{ControllerOp, NewTopic};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -9,7 +11,12 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: CreateTopicsRequest = decode(body, version)?;
     let topics: Vec<NewTopic> = req
         .topics
@@ -32,22 +39,19 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         })
         .collect();
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let op = ControllerOp::CreateTopics {
+    // CREATE on the cluster, or on each topic.
+    let anywhere = authorize::cluster(shard, caller, Operation::Create);
+    let allowed: Vec<bool> = names
+        .iter()
+        .map(|n| anywhere || authorize::topic(shard, caller, Operation::Create, n))
+        .collect();
+    let validate_only = req.validate_only;
+    let op = |topics| ControllerOp::CreateTopics {
         topics,
-        validate_only: req.validate_only,
+        validate_only,
     };
-    let outcomes = match controller::submit(shard, op).await {
-        Ok(o) => o,
-        _ => names
-            .iter()
-            .map(|_| {
-                (
-                    ResponseError::NotController.code(),
-                    Some("broker is shutting down".into()),
-                )
-            })
-            .collect(),
-    };
+    let denied = ResponseError::TopicAuthorizationFailed;
+    let outcomes = super::submit_allowed(shard, topics, &allowed, op, denied).await;
     let catalog = shard.catalog();
     let mut results = Vec::with_capacity(names.len());
     for (name, (code, message)) in names.iter().zip(outcomes) {

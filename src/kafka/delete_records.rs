@@ -2,8 +2,10 @@
 //! Each partition's owner does it durably and deletes the segments wholly below the new start
 //! (see storage/retention.rs); the answer is the new low watermark.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, per_partition, Reply};
 use crate::partition::TopicPartition;
+use crate::security::acl::Operation;
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -43,13 +45,22 @@ impl Request for DeleteOnOwner {
     }
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DeleteRecordsRequest = decode(body, version)?;
+    let deletable = |t: &str| authorize::topic(shard, caller, Operation::Delete, t);
     let outcomes = per_partition(
         shard,
-        req.topics
-            .iter()
-            .map(|t| (&t.name, t.partitions.as_slice())),
+        (
+            req.topics
+                .iter()
+                .map(|t| (&t.name, t.partitions.as_slice())),
+            deletable,
+        ),
         |p| p.partition_index,
         |tp, p| (tp, p.offset),
         DeleteOnOwner,

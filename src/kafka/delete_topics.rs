@@ -1,7 +1,9 @@
 //! DeleteTopics, by name or (v6) by topic id.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
-use crate::controller::{self, ControllerOp};
+use crate::controller::ControllerOp;
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -9,7 +11,12 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicN
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DeleteTopicsRequest = decode(body, version)?;
     let catalog = shard.catalog();
     // (name if known, topic id as requested)
@@ -34,21 +41,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .collect()
     };
     let known: Vec<String> = wanted.iter().filter_map(|(n, _)| n.clone()).collect();
-    let mut outcomes = match controller::submit(
-        shard,
-        ControllerOp::DeleteTopics {
-            names: known.clone(),
-        },
-    )
-    .await
-    {
-        Ok(o) => o,
-        _ => known
-            .iter()
-            .map(|_| (ResponseError::NotController.code(), None))
-            .collect(),
-    }
-    .into_iter();
+    let allowed: Vec<bool> = known
+        .iter()
+        .map(|t| authorize::topic(shard, caller, Operation::Delete, t))
+        .collect();
+    let op = |names| ControllerOp::DeleteTopics { names };
+    let denied = ResponseError::TopicAuthorizationFailed;
+    let mut outcomes = super::submit_allowed(shard, known, &allowed, op, denied)
+        .await
+        .into_iter();
     let mut responses = Vec::with_capacity(wanted.len());
     for (name, id) in wanted {
         let (code, message) = match &name {

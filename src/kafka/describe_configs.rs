@@ -2,7 +2,10 @@
 //! read-only flag) and for this broker (the broker key table of `storage/broker_config.rs`:
 //! dynamic keys with their effective values, static ones read-only).
 
+use super::alter_configs::configs_refusal;
+use super::Caller;
 use super::{decode, encode, str_bytes, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::storage::broker_config;
 use crate::storage::catalog::{self, Catalog, TopicMeta};
@@ -46,7 +49,12 @@ fn entry(d: Described, version: i16) -> DescribeConfigsResourceResult {
     e
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DescribeConfigsRequest = decode(body, version)?;
     let catalog = shard.catalog();
     let results = req
@@ -58,6 +66,10 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
                 .with_resource_name(res.resource_name.clone());
             let node = shard.config.node_id.to_string();
             let name = res.resource_name.as_str();
+            let op = Operation::DescribeConfigs;
+            if let Some(e) = configs_refusal(shard, caller, op, res.resource_type, name) {
+                return out.with_error_code(e.code());
+            }
             match res.resource_type {
                 RESOURCE_TOPIC => match catalog.topics.get(name) {
                     Some(t) => out.with_configs(topic_configs(&catalog, &node, t, res, version)),

@@ -1,18 +1,31 @@
 //! DescribeGroups: state, protocol and members of each group.
 
+use super::authorize::{self, Caller};
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::group::{ops, route};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DescribeGroupsRequest = decode(body, version)?;
     let mut groups = Vec::with_capacity(req.groups.len());
     for g in &req.groups {
         let out = DescribedGroup::default().with_group_id(g.clone());
+        if !authorize::group(shard, caller, Operation::Describe, &g.0) {
+            let code = ResponseError::GroupAuthorizationFailed.code();
+            groups.push(out.with_error_code(code));
+            continue;
+        }
         groups.push(
             match route(
                 shard,

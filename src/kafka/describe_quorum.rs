@@ -4,8 +4,10 @@
 //! another node answers NOT_LEADER_OR_FOLLOWER, as does a single node (it has no quorum).
 //! Brokers that are not voters are listed as observers.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::controller::QuorumView;
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::storage::catalog::Catalog;
 use bytes::Bytes;
@@ -16,8 +18,20 @@ use std::rc::Rc;
 
 const METADATA_TOPIC: &str = "__cluster_metadata";
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DescribeQuorumRequest = decode(body, version)?;
+    if !authorize::cluster(shard, caller, Operation::Describe) {
+        let code = ResponseError::ClusterAuthorizationFailed.code();
+        return encode(
+            &DescribeQuorumResponse::default().with_error_code(code),
+            version,
+        );
+    }
     let view = crate::controller::quorum_view(shard).await.ok().flatten();
     let catalog = shard.catalog();
     let mut topics = Vec::with_capacity(req.topics.len());

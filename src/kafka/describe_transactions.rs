@@ -2,7 +2,9 @@
 //! time and partitions, from its coordinator. An id nobody has initialised answers
 //! TRANSACTIONAL_ID_NOT_FOUND; one whose coordinator is not here NOT_COORDINATOR.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::state::TxnRecord;
 use crate::txn::{ops, service};
@@ -14,13 +16,22 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: DescribeTransactionsRequest = decode(body, version)?;
     let described = req.transactional_ids.iter().map(|id| async move {
         let describe = ops::Describe {
             id: id.0.to_string(),
         };
         let state = TransactionState::default().with_transactional_id(id.clone());
+        if !authorize::transactional_id(shard, caller, Operation::Describe, &id.0) {
+            let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+            return state.with_error_code(code);
+        }
         match service::route(shard, describe).await {
             Ok(Some(r)) => described(state, &r),
             Ok(None) => state.with_error_code(ResponseError::TransactionalIdNotFound.code()),

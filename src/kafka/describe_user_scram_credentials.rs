@@ -20,8 +20,18 @@ pub fn handle(shard: &Shard, caller: &Caller, version: i16, body: Bytes) -> anyh
     let req: DescribeUserScramCredentialsRequest = decode(body, version)?;
     let resp = DescribeUserScramCredentialsResponse::default();
     if !authorize::cluster(shard, caller, Operation::Describe) {
+        // Kafka's form: the error at the top and for each named user, with Kafka's message.
         let code = ResponseError::ClusterAuthorizationFailed.code();
-        return encode(&resp.with_error_code(code), version);
+        let why = "Cluster authorization failed.";
+        let users = req.users.unwrap_or_default();
+        let results = users
+            .iter()
+            .map(|u| result(&u.name, code, Some(why), Vec::new()))
+            .collect();
+        let resp = resp
+            .with_error_code(code)
+            .with_error_message(Some(str_bytes(why)));
+        return encode(&resp.with_results(results), version);
     }
     let catalog = shard.catalog();
     let mut infos: BTreeMap<&str, Vec<CredentialInfo>> = BTreeMap::new();

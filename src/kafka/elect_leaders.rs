@@ -1,9 +1,11 @@
 //! ElectLeaders (KIP-183, KIP-460): preferred-replica elections, and unclean elections of
 //! partitions without a leader, by the controller. No partitions named: every partition.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp};
 use crate::protocol::topics::group_by_topic;
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
@@ -11,8 +13,20 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: ElectLeadersRequest = decode(body, version)?;
+    if !authorize::cluster(shard, caller, Operation::Alter) {
+        let code = ResponseError::ClusterAuthorizationFailed.code();
+        return encode(
+            &ElectLeadersResponse::default().with_error_code(code),
+            version,
+        );
+    }
     let partitions: Vec<(String, i32)> = match &req.topic_partitions {
         Some(topics) => topics
             .iter()

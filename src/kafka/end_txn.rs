@@ -4,18 +4,30 @@
 //! 2): the end bumps the producer's epoch, and the answer names the producer id and epoch its
 //! next transaction is written under.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 /// The first EndTxn version of transaction version 2.
 pub const EPOCH_BUMP_VERSION: i16 = 5;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: EndTxnRequest = decode(body, version)?;
+    if !authorize::transactional_id(shard, caller, Operation::Write, &req.transactional_id.0) {
+        let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        return encode(&EndTxnResponse::default().with_error_code(code), version);
+    }
     let end = ops::End {
         id: req.transactional_id.0.to_string(),
         producer_id: req.producer_id.0,

@@ -9,11 +9,13 @@
 //! every partition of its session (the long poll waits on all of them) and answered with those
 //! that changed.
 
+use super::authorize::{self, Caller};
 use super::fetch_session::{Answered, Begin, FetchSessions, Key, Wanted, INVALID_SESSION_ID};
 use super::{decode, Reply};
 use crate::partition::{ReadRequest, ReadResult, TopicPartition, Watch};
 use crate::protocol::chunk::Chunk;
 use crate::protocol::fetch::{self as codec, PartitionResponse, TopicResponse};
+use crate::security::acl::{Operation, ResourceType};
 use crate::shard::mesh::Request;
 use crate::shard::{Shard, Wait};
 use crate::storage::catalog::{Catalog, TopicMeta};
@@ -136,17 +138,30 @@ impl Request for WaitOnOwner {
 
 /// A fetch runs beside the connection's later requests (its long poll would otherwise hold
 /// them up); its answer still goes out in request order.
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: FetchRequest = decode(body, version)?;
     let shard = shard.clone();
+    let caller = caller.clone();
     Ok(Reply::Later(Box::pin(async move {
-        serve(&shard, version, req).await
+        serve(&shard, &caller, version, req).await
     })))
 }
 
-async fn serve(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> anyhow::Result<Vec<Chunk>> {
+async fn serve(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    req: FetchRequest,
+) -> anyhow::Result<Vec<Chunk>> {
     let catalog = shard.catalog();
-    let (requested, unknown) = listed(&catalog, version, &req);
+    let readable =
+        |name: &str| authorize::allowed(shard, caller, Operation::Read, ResourceType::Topic, name);
+    let (requested, unknown) = listed(&catalog, version, &req, &readable);
     let served = if version >= 7 {
         match join_session(shard, &catalog, version, &req, requested) {
             Ok(served) => served,
@@ -222,16 +237,29 @@ fn topic_of(catalog: &Catalog, version: i16, name: &str, id: &[u8; 16]) -> Optio
     }
 }
 
-/// The partitions a request lists, and an error entry for each that does not exist: those
-/// are kept out of any session, so that a session holds at most the partitions there are.
-fn listed(catalog: &Catalog, version: i16, req: &FetchRequest) -> (Vec<(Key, Wanted)>, Vec<Entry>) {
+/// The partitions a request lists, and an error entry for each that does not exist or whose
+/// topic the caller may not read (TOPIC_AUTHORIZATION_FAILED): those are kept out of any
+/// session, so that a session holds at most the partitions there are.
+fn listed(
+    catalog: &Catalog,
+    version: i16,
+    req: &FetchRequest,
+    readable: &dyn Fn(&str) -> bool,
+) -> (Vec<(Key, Wanted)>, Vec<Entry>) {
     let mut requested: Vec<(Key, Wanted)> = Vec::new();
     let mut unknown = Vec::new();
     for topic in &req.topics {
         let id = topic.topic_id.as_bytes();
         let meta = topic_of(catalog, version, &topic.topic.0, id);
+        let denied = meta.as_ref().is_some_and(|t| !readable(&t.name));
         for p in &topic.partitions {
             match &meta {
+                Some(t) if denied => unknown.push(Entry {
+                    name: t.name.clone(),
+                    topic_id: *id,
+                    partition: p.partition,
+                    slot: Err(ResponseError::TopicAuthorizationFailed),
+                }),
                 Some(t) if t.has_partition(p.partition) => {
                     let wanted = Wanted {
                         fetch_offset: p.fetch_offset,

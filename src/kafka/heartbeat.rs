@@ -1,14 +1,26 @@
 //! Heartbeat: keeps a member's session alive and tells it when to rejoin.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: HeartbeatRequest = decode(body, version)?;
+    if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
+        let code = ResponseError::GroupAuthorizationFailed.code();
+        return encode(&HeartbeatResponse::default().with_error_code(code), version);
+    }
     let op = ops::Heartbeat {
         group: req.group_id.0.to_string(),
         member: req.member_id.to_string(),

@@ -3,6 +3,7 @@
 //! send). See `alter_configs.rs` for how a change is applied.
 
 use super::alter_configs::{alter, resource_responses, Resource};
+use super::Caller;
 use super::{decode, encode, Reply};
 use crate::controller::ConfigChange;
 use crate::shard::Shard;
@@ -13,7 +14,12 @@ use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterC
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: IncrementalAlterConfigsRequest = decode(body, version)?;
     let resources = req
         .resources
@@ -43,7 +49,7 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             }
         })
         .collect();
-    let outcomes = alter(shard, resources, req.validate_only).await;
+    let outcomes = alter(shard, caller, resources, req.validate_only).await;
     let responses = resource_responses!(AlterConfigsResourceResponse, req.resources, outcomes);
     encode(
         &IncrementalAlterConfigsResponse::default().with_responses(responses),

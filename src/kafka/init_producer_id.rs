@@ -5,7 +5,9 @@
 //! retry). A producer that names the id and epoch it has (v3+, KIP-360) must hold the
 //! current ones, or be retrying the bump that made them: an older one is PRODUCER_FENCED.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
+use crate::security::acl::{Operation, ResourceType};
 use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
@@ -13,9 +15,22 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: InitProducerIdRequest = decode(body, version)?;
     let answer = match &req.transactional_id {
+        Some(id) if !authorize::transactional_id(shard, caller, Operation::Write, id) => {
+            Err(ResponseError::TransactionalIdAuthorizationFailed.code())
+        }
+        // An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+        // (KIP-679).
+        None if !idempotent_allowed(shard, caller) => {
+            Err(ResponseError::ClusterAuthorizationFailed.code())
+        }
         Some(id) => {
             let known = (req.producer_id.0 >= 0 && req.producer_epoch >= 0)
                 .then_some((req.producer_id.0, req.producer_epoch));
@@ -47,4 +62,15 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
             .with_producer_epoch(-1),
     };
     encode(&resp, version)
+}
+
+fn idempotent_allowed(shard: &Shard, caller: &Caller) -> bool {
+    if authorize::cluster(shard, caller, Operation::IdempotentWrite) {
+        return true;
+    }
+    let catalog = shard.catalog();
+    let (principal, host) = (&caller.principal, &caller.host);
+    catalog
+        .security
+        .allows_any(principal, host, Operation::Write, ResourceType::Topic)
 }

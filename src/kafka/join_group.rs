@@ -1,8 +1,10 @@
 //! JoinGroup: parks until the rebalance completes (see group/state.rs).
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::state::{JoinRequest, JoinResponse};
 use crate::group::{ops, route};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -12,12 +14,17 @@ use std::rc::Rc;
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    caller: &Caller,
     version: i16,
     body: Bytes,
     client_id: &str,
-    client_host: &str,
 ) -> anyhow::Result<Reply> {
     let req: JoinGroupRequest = decode(body, version)?;
+    if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
+        let code = ResponseError::GroupAuthorizationFailed.code();
+        return encode(&JoinGroupResponse::default().with_error_code(code), version);
+    }
+    let client_host = caller.client_host.as_str();
     let group = req.group_id.0.to_string();
     let join = JoinRequest {
         group_id: group.clone(),

@@ -1,15 +1,30 @@
 //! LeaveGroup: one member (v0–v2) or a batch by member or instance id (v3+, KIP-345).
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: LeaveGroupRequest = decode(body, version)?;
+    if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
+        let code = ResponseError::GroupAuthorizationFailed.code();
+        return encode(
+            &LeaveGroupResponse::default().with_error_code(code),
+            version,
+        );
+    }
     let group = req.group_id.0.to_string();
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members

@@ -1,16 +1,28 @@
 //! ListGroups: asks every shard for the groups it coordinates; v4 filters by state.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: ListGroupsRequest = decode(body, version)?;
     let mut groups = Vec::new();
+    // Every group with DESCRIBE on the cluster; else those the caller may describe (Kafka's).
+    let all = authorize::cluster(shard, caller, Operation::Describe);
     for (id, protocol_type, state) in crate::group::list_all(shard).await {
+        if !all && !authorize::group(shard, caller, Operation::Describe, &id) {
+            continue;
+        }
         let wanted = req.states_filter.is_empty()
             || req
                 .states_filter

@@ -1,8 +1,10 @@
 //! ListOffsets: earliest (-2), latest (-1: the high watermark, or for isolation level 1,
 //! read_committed, the last stable offset) and by timestamp.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, per_partition, Reply};
 use crate::partition::TopicPartition;
+use crate::security::acl::Operation;
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -61,14 +63,23 @@ fn failed(e: ResponseError) -> OffsetsOutcome {
     }
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: ListOffsetsRequest = decode(body, version)?;
     let read_committed = req.isolation_level == 1;
+    let describable = |t: &str| authorize::topic(shard, caller, Operation::Describe, t);
     let outcomes = per_partition(
         shard,
-        req.topics
-            .iter()
-            .map(|t| (&t.name, t.partitions.as_slice())),
+        (
+            req.topics
+                .iter()
+                .map(|t| (&t.name, t.partitions.as_slice())),
+            describable,
+        ),
         |p| p.partition_index,
         |tp, p| (tp, p.timestamp),
         |items| ListOnOwner(items, read_committed),

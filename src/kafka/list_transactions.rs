@@ -3,7 +3,9 @@
 //! know come back as `unknown_state_filters` and match nothing. v2's id pattern (a Java
 //! regular expression, KIP-1152) is not served: clients ask for v1 and filter themselves.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::service;
 use crate::txn::state::{ListFilter, State};
@@ -14,7 +16,12 @@ use kafka_protocol::messages::{
 };
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: ListTransactionsRequest = decode(body, version)?;
     let mut states = Vec::new();
     let mut unknown = Vec::new();
@@ -38,6 +45,9 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         Ok(listed) => response.with_transaction_states(
             listed
                 .into_iter()
+                .filter(|(id, _, _)| {
+                    authorize::transactional_id(shard, caller, Operation::Describe, id)
+                })
                 .map(|(id, producer_id, state)| {
                     TransactionState::default()
                         .with_transactional_id(TransactionalId(str_bytes(&id)))

@@ -3,9 +3,11 @@
 //! node's applied metadata: the live (unfenced) brokers and the assignments the controller made.
 //! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
 
+use super::authorize::{self, Caller};
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::config::ListenerConfig;
 use crate::controller::{self, ControllerOp, NewTopic};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::storage::catalog::{Catalog, TopicMeta, SINGLE_NODE_LEADER_EPOCH};
 use bytes::Bytes;
@@ -18,7 +20,7 @@ use std::rc::Rc;
 
 pub async fn handle(
     shard: &Rc<Shard>,
-    caller: &super::Caller,
+    caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
@@ -36,43 +38,10 @@ pub async fn handle(
     let auto_create =
         shard.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     if let (true, Some(list)) = (auto_create, &requested) {
-        let catalog = shard.catalog();
-        let missing: Vec<NewTopic> = list
-            .iter()
-            .filter_map(|(n, _)| n.as_ref())
-            .filter(|n| {
-                !catalog.topics.contains_key(*n)
-                    && crate::storage::catalog::validate_topic_name(n).is_ok()
-            })
-            .map(|n| NewTopic {
-                name: n.clone(),
-                partitions: -1,
-                replication_factor: -1,
-                configs: Vec::new(),
-            })
-            .collect();
-        if !missing.is_empty() {
-            // Outcomes are reflected in the catalog read below; a race with another creator
-            // (TOPIC_ALREADY_EXISTS) is success here.
-            let op = ControllerOp::CreateTopics {
-                topics: missing,
-                validate_only: false,
-            };
-            let _ = controller::submit(shard, op).await;
-        }
+        create_missing(shard, caller, list).await;
     }
     let catalog = shard.catalog();
-    let mut topics: Vec<MetadataResponseTopic> = match requested {
-        None => catalog
-            .topics
-            .values()
-            .map(|t| topic_entry(&catalog, t, version))
-            .collect(),
-        Some(list) => list
-            .iter()
-            .map(|(name, id)| lookup(&catalog, name.as_deref(), id, version))
-            .collect(),
-    };
+    let mut topics = topic_entries(shard, caller, &catalog, requested, version);
     if version >= 8 && req.include_topic_authorized_operations {
         for t in topics.iter_mut().filter(|t| t.error_code == 0) {
             t.topic_authorized_operations = authorized_operations::topic();
@@ -104,6 +73,67 @@ pub async fn handle(
         resp.cluster_authorized_operations = authorized_operations::cluster();
     }
     encode(&resp, version)
+}
+
+/// The topics' entries: every topic the caller may describe, or the named ones (a named one it
+/// may not describe is TOPIC_AUTHORIZATION_FAILED, whether it exists or not).
+fn topic_entries(
+    shard: &Shard,
+    caller: &Caller,
+    catalog: &Catalog,
+    requested: Option<Vec<(Option<String>, uuid::Uuid)>>,
+    version: i16,
+) -> Vec<MetadataResponseTopic> {
+    let describable = |t: &str| authorize::topic(shard, caller, Operation::Describe, t);
+    let Some(list) = requested else {
+        return catalog
+            .topics
+            .values()
+            .filter(|t| describable(&t.name))
+            .map(|t| topic_entry(catalog, t, version))
+            .collect();
+    };
+    list.iter()
+        .map(|(name, id)| {
+            let mut entry = lookup(catalog, name.as_deref(), id, version);
+            let named = entry.name.as_ref().map(|n| n.0.to_string());
+            if named.is_some_and(|n| !describable(&n)) {
+                entry.error_code = ResponseError::TopicAuthorizationFailed.code();
+                entry.partitions.clear();
+            }
+            entry
+        })
+        .collect()
+}
+
+/// Creates the named topics that do not exist (`auto_create_topics`), those the caller may
+/// create (CREATE on the cluster or the topic). Outcomes show in the catalog read after; a race
+/// with another creator (TOPIC_ALREADY_EXISTS) is success here.
+async fn create_missing(shard: &Rc<Shard>, caller: &Caller, list: &[(Option<String>, uuid::Uuid)]) {
+    let catalog = shard.catalog();
+    let anywhere = authorize::cluster(shard, caller, Operation::Create);
+    let missing: Vec<NewTopic> = list
+        .iter()
+        .filter_map(|(n, _)| n.as_ref())
+        .filter(|n| {
+            !catalog.topics.contains_key(*n)
+                && crate::storage::catalog::validate_topic_name(n).is_ok()
+                && (anywhere || authorize::topic(shard, caller, Operation::Create, n))
+        })
+        .map(|n| NewTopic {
+            name: n.clone(),
+            partitions: -1,
+            replication_factor: -1,
+            configs: Vec::new(),
+        })
+        .collect();
+    if !missing.is_empty() {
+        let op = ControllerOp::CreateTopics {
+            topics: missing,
+            validate_only: false,
+        };
+        let _ = controller::submit(shard, op).await;
+    }
 }
 
 /// The brokers clients of `listener` are told about: (node id, host, port, rack). This one

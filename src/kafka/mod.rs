@@ -8,11 +8,14 @@ pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod authorize;
 pub mod authorized_operations;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -110,6 +113,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::CreateAcls, 0, 3),
+    (ApiKey::DescribeAcls, 0, 3),
+    (ApiKey::DeleteAcls, 0, 3),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -142,45 +148,54 @@ pub async fn dispatch(
     let v = header.api_version;
     let client_id = header.client_id.as_deref().unwrap_or_default();
     match header.api_key {
-        ApiKey::Produce => produce::handle(shard, v, body).await,
-        ApiKey::Fetch => fetch::handle(shard, v, body).await,
-        ApiKey::ListOffsets => list_offsets::handle(shard, v, body).await,
-        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(shard, v, body).await,
+        ApiKey::Produce => produce::handle(shard, caller, v, body).await,
+        ApiKey::Fetch => fetch::handle(shard, caller, v, body).await,
+        ApiKey::ListOffsets => list_offsets::handle(shard, caller, v, body).await,
+        ApiKey::OffsetForLeaderEpoch => {
+            offset_for_leader_epoch::handle(shard, caller, v, body).await
+        }
         ApiKey::Metadata => metadata::handle(shard, caller, v, body).await,
         ApiKey::ApiVersions => api_versions::handle(shard, v),
-        ApiKey::CreateTopics => create_topics::handle(shard, v, body).await,
-        ApiKey::DeleteTopics => delete_topics::handle(shard, v, body).await,
-        ApiKey::DescribeConfigs => describe_configs::handle(shard, v, body).await,
+        ApiKey::CreateTopics => create_topics::handle(shard, caller, v, body).await,
+        ApiKey::DeleteTopics => delete_topics::handle(shard, caller, v, body).await,
+        ApiKey::DescribeConfigs => describe_configs::handle(shard, caller, v, body).await,
         ApiKey::DescribeCluster => describe_cluster::handle(shard, caller, v, body).await,
-        ApiKey::DescribeQuorum => describe_quorum::handle(shard, v, body).await,
-        ApiKey::ElectLeaders => elect_leaders::handle(shard, v, body).await,
-        ApiKey::AlterPartitionReassignments => partition_reassignments::alter(shard, v, body).await,
-        ApiKey::ListPartitionReassignments => partition_reassignments::list(shard, v, body).await,
-        ApiKey::CreatePartitions => create_partitions::handle(shard, v, body).await,
-        ApiKey::FindCoordinator => find_coordinator::handle(shard, caller, v, body).await,
-        ApiKey::JoinGroup => {
-            join_group::handle(shard, v, body, client_id, &caller.client_host).await
+        ApiKey::DescribeQuorum => describe_quorum::handle(shard, caller, v, body).await,
+        ApiKey::ElectLeaders => elect_leaders::handle(shard, caller, v, body).await,
+        ApiKey::AlterPartitionReassignments => {
+            partition_reassignments::alter(shard, caller, v, body).await
         }
-        ApiKey::SyncGroup => sync_group::handle(shard, v, body).await,
-        ApiKey::Heartbeat => heartbeat::handle(shard, v, body).await,
-        ApiKey::LeaveGroup => leave_group::handle(shard, v, body).await,
-        ApiKey::OffsetCommit => offset_commit::handle(shard, v, body).await,
-        ApiKey::OffsetFetch => offset_fetch::handle(shard, v, body).await,
-        ApiKey::DescribeGroups => describe_groups::handle(shard, v, body).await,
-        ApiKey::ListGroups => list_groups::handle(shard, v, body).await,
-        ApiKey::DeleteGroups => delete_groups::handle(shard, v, body).await,
-        ApiKey::OffsetDelete => offset_delete::handle(shard, v, body).await,
-        ApiKey::InitProducerId => init_producer_id::handle(shard, v, body).await,
-        ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(shard, v, body).await,
-        ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(shard, v, body).await,
-        ApiKey::EndTxn => end_txn::handle(shard, v, body).await,
-        ApiKey::TxnOffsetCommit => txn_offset_commit::handle(shard, v, body).await,
-        ApiKey::WriteTxnMarkers => write_txn_markers::handle(shard, v, body).await,
-        ApiKey::DescribeTransactions => describe_transactions::handle(shard, v, body).await,
-        ApiKey::ListTransactions => list_transactions::handle(shard, v, body).await,
-        ApiKey::DeleteRecords => delete_records::handle(shard, v, body).await,
-        ApiKey::AlterConfigs => alter_configs::handle(shard, v, body).await,
-        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(shard, v, body).await,
+        ApiKey::ListPartitionReassignments => {
+            partition_reassignments::list(shard, caller, v, body).await
+        }
+        ApiKey::CreatePartitions => create_partitions::handle(shard, caller, v, body).await,
+        ApiKey::FindCoordinator => find_coordinator::handle(shard, caller, v, body).await,
+        ApiKey::JoinGroup => join_group::handle(shard, caller, v, body, client_id).await,
+        ApiKey::SyncGroup => sync_group::handle(shard, caller, v, body).await,
+        ApiKey::Heartbeat => heartbeat::handle(shard, caller, v, body).await,
+        ApiKey::LeaveGroup => leave_group::handle(shard, caller, v, body).await,
+        ApiKey::OffsetCommit => offset_commit::handle(shard, caller, v, body).await,
+        ApiKey::OffsetFetch => offset_fetch::handle(shard, caller, v, body).await,
+        ApiKey::DescribeGroups => describe_groups::handle(shard, caller, v, body).await,
+        ApiKey::ListGroups => list_groups::handle(shard, caller, v, body).await,
+        ApiKey::DeleteGroups => delete_groups::handle(shard, caller, v, body).await,
+        ApiKey::OffsetDelete => offset_delete::handle(shard, caller, v, body).await,
+        ApiKey::InitProducerId => init_producer_id::handle(shard, caller, v, body).await,
+        ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(shard, caller, v, body).await,
+        ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(shard, caller, v, body).await,
+        ApiKey::EndTxn => end_txn::handle(shard, caller, v, body).await,
+        ApiKey::TxnOffsetCommit => txn_offset_commit::handle(shard, caller, v, body).await,
+        ApiKey::WriteTxnMarkers => write_txn_markers::handle(shard, caller, v, body).await,
+        ApiKey::DescribeTransactions => describe_transactions::handle(shard, caller, v, body).await,
+        ApiKey::ListTransactions => list_transactions::handle(shard, caller, v, body).await,
+        ApiKey::DeleteRecords => delete_records::handle(shard, caller, v, body).await,
+        ApiKey::AlterConfigs => alter_configs::handle(shard, caller, v, body).await,
+        ApiKey::IncrementalAlterConfigs => {
+            incremental_alter_configs::handle(shard, caller, v, body).await
+        }
+        ApiKey::CreateAcls => create_acls::handle(shard, caller, v, body).await,
+        ApiKey::DescribeAcls => describe_acls::handle(shard, caller, v, body),
+        ApiKey::DeleteAcls => delete_acls::handle(shard, caller, v, body).await,
         ApiKey::DescribeUserScramCredentials => {
             describe_user_scram_credentials::handle(shard, caller, v, body)
         }
@@ -205,10 +220,14 @@ pub fn api_names() -> crate::metrics::ApiNames {
 /// Unknown topics and partitions are answered `failed(UNKNOWN_TOPIC_OR_PARTITION)` without
 /// leaving this shard, and partitions another node leads (in a cluster)
 /// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients refresh their metadata; so are partitions
-/// of a shard that has stopped (shutdown), so that clients retry elsewhere.
+/// of a shard that has stopped (shutdown), so that clients retry elsewhere. Topics `allowed`
+/// refuses are answered `failed(TOPIC_AUTHORIZATION_FAILED)`.
 pub async fn per_partition<'a, P: 'a, T, R: Copy + 'static, Q>(
     shard: &Rc<Shard>,
-    topics: impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
+    (topics, allowed): (
+        impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
+        impl Fn(&str) -> bool,
+    ),
     index: impl Fn(&P) -> i32,
     make: impl Fn(TopicPartition, &P) -> T,
     request: impl Fn(Vec<T>) -> Q,
@@ -225,11 +244,13 @@ where
         .into_iter()
         .map(|(name, partitions)| {
             let known = catalog.topics.get(name.0.as_str());
+            let denied = !allowed(name.0.as_str());
             let row = partitions
                 .iter()
                 .map(|p| {
                     let i = index(p);
                     let slot = match known {
+                        _ if denied => Err(ResponseError::TopicAuthorizationFailed),
                         Some(t) if t.has_partition(i) && !catalog.leads(t, i) => {
                             Err(ResponseError::NotLeaderOrFollower)
                         }
@@ -294,4 +315,40 @@ pub fn txn_error_code(e: ResponseError, version: i16, since: i16) -> i16 {
 
 pub fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
+}
+
+/// Runs on the controller the items the authorizer lets through (`allowed`, one flag per
+/// item), as the operation `op` builds from them; the others are answered `refused`. One
+/// outcome per item, in order; NOT_CONTROLLER for each when the controller shard is stopping.
+pub async fn submit_allowed<T>(
+    shard: &Rc<Shard>,
+    items: Vec<T>,
+    allowed: &[bool],
+    op: impl FnOnce(Vec<T>) -> crate::controller::ControllerOp,
+    refused: ResponseError,
+) -> Vec<crate::controller::Outcome> {
+    assert_eq!(items.len(), allowed.len(), "one flag per item");
+    let permitted: Vec<T> = items
+        .into_iter()
+        .zip(allowed)
+        .filter_map(|(t, ok)| ok.then_some(t))
+        .collect();
+    let n = permitted.len();
+    let done = match n {
+        0 => Vec::new(),
+        _ => crate::controller::submit(shard, op(permitted))
+            .await
+            .unwrap_or_else(|_| {
+                let gone = ResponseError::NotController.code();
+                vec![(gone, Some("broker is shutting down".into())); n]
+            }),
+    };
+    let mut done = done.into_iter();
+    allowed
+        .iter()
+        .map(|ok| match ok {
+            true => done.next().expect("one outcome per permitted item"),
+            false => (refused.code(), None),
+        })
+        .collect()
 }

@@ -1,8 +1,10 @@
 //! OffsetCommit: durable (fsynced) in `__consumer_offsets` before it is answered. The layout
 //! helpers are TxnOffsetCommit's too.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::group::{ops, route, OffsetEntry};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_commit_response::{
@@ -20,7 +22,12 @@ pub type Layout = Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)>;
 /// One partition's commit as a request carries it: index, offset, leader epoch, metadata.
 pub type Requested<'a> = (i32, i64, i32, Option<&'a StrBytes>);
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: OffsetCommitRequest = decode(body, version)?;
     let group = req.group_id.0.to_string();
     let topics = req.topics.iter().map(|t| {
@@ -36,9 +43,13 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         });
         (&t.name, partitions.collect())
     });
-    let (offsets, layout) = listed(shard, topics);
+    let readable = |t: &str| authorize::topic(shard, caller, Operation::Read, t);
+    let (offsets, mut layout) = listed(shard, topics, &readable);
     let n = offsets.len();
-    let codes: Vec<i16> = if group.is_empty() {
+    let codes: Vec<i16> = if !authorize::group(shard, caller, Operation::Read, &group) {
+        refuse_all(&mut layout, ResponseError::GroupAuthorizationFailed);
+        Vec::new()
+    } else if group.is_empty() {
         vec![ResponseError::InvalidGroupId.code(); n]
     } else if n == 0 {
         Vec::new()
@@ -73,10 +84,21 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     )
 }
 
-/// The offsets to commit (partitions that exist) and the response's layout.
+/// Answers every partition of the layout with `e` (the group is not the caller's to use).
+pub fn refuse_all(layout: &mut Layout, e: ResponseError) {
+    for (_, row) in layout.iter_mut() {
+        for (_, slot) in row.iter_mut() {
+            *slot = Err(e.code());
+        }
+    }
+}
+
+/// The offsets to commit (partitions that exist, of topics the caller may read) and the
+/// response's layout.
 pub fn listed<'a>(
     shard: &Shard,
     topics: impl Iterator<Item = (&'a TopicName, Vec<Requested<'a>>)>,
+    readable: &dyn Fn(&str) -> bool,
 ) -> (Vec<OffsetEntry>, Layout) {
     let catalog = shard.catalog();
     let mut offsets = Vec::new();
@@ -84,9 +106,13 @@ pub fn listed<'a>(
     for (topic, partitions) in topics {
         let name = topic.0.to_string();
         let known = catalog.topics.get(&name);
+        let denied = !readable(&name);
         let row = partitions
             .into_iter()
             .map(|(index, offset, epoch, metadata)| {
+                if denied {
+                    return (index, Err(ResponseError::TopicAuthorizationFailed.code()));
+                }
                 if !known.is_some_and(|k| k.has_partition(index)) {
                     let unknown = ResponseError::UnknownTopicOrPartition.code();
                     return (index, Err(unknown));

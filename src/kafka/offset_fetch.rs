@@ -1,7 +1,9 @@
 //! OffsetFetch: one group (v1–v7) or several (v8).
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::{ops, route, OffsetEntry};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -9,24 +11,44 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// A committed offset and its partition's error code.
 type Fetched = (OffsetEntry, i16);
 
+/// A group's committed offsets: GROUP_AUTHORIZATION_FAILED without DESCRIBE on the group; of
+/// topics the caller may not describe, TOPIC_AUTHORIZATION_FAILED where named and nothing where
+/// all were asked for (Kafka's rule).
 async fn fetch(
     shard: &Rc<Shard>,
+    caller: &Caller,
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
     require_stable: bool,
 ) -> Result<Vec<Fetched>, i16> {
+    if !authorize::group(shard, caller, Operation::Describe, group) {
+        return Err(ResponseError::GroupAuthorizationFailed.code());
+    }
+    let named = partitions.is_some();
     let fetch = ops::FetchOffsets {
         group: group.to_string(),
         partitions,
         require_stable,
     };
-    route(shard, fetch).await
+    let mut entries = route(shard, fetch).await?;
+    let mut describable = std::collections::HashMap::new();
+    entries.retain_mut(|((topic, _, offset, _, _), code)| {
+        let allowed = *describable
+            .entry(topic.clone())
+            .or_insert_with(|| authorize::topic(shard, caller, Operation::Describe, topic));
+        if !allowed && named {
+            (*offset, *code) = (-1, ResponseError::TopicAuthorizationFailed.code());
+        }
+        allowed || named
+    });
+    Ok(entries)
 }
 
 /// The (topic, partition) pairs a request names; the v8 and older layouts are different types
@@ -48,17 +70,23 @@ fn by_topic(entries: Vec<Fetched>) -> BTreeMap<String, Vec<Fetched>> {
     out
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: OffsetFetchRequest = decode(body, version)?;
     if version >= 8 {
-        return handle_groups(shard, version, req).await;
+        return handle_groups(shard, caller, version, req).await;
     }
-    handle_group(shard, version, req).await
+    handle_group(shard, caller, version, req).await
 }
 
 /// v8+: several groups in one request.
 async fn handle_groups(
     shard: &Rc<Shard>,
+    caller: &Caller,
     version: i16,
     req: OffsetFetchRequest,
 ) -> anyhow::Result<Reply> {
@@ -68,7 +96,8 @@ async fn handle_groups(
             .topics
             .as_ref()
             .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
-        let fetched = fetch(shard, g.group_id.0.as_str(), partitions, req.require_stable).await;
+        let group = g.group_id.0.as_str();
+        let fetched = fetch(shard, caller, group, partitions, req.require_stable).await;
         let group = match fetched {
             Ok(entries) => OffsetFetchResponseGroup::default()
                 .with_group_id(g.group_id.clone())
@@ -105,6 +134,7 @@ async fn handle_groups(
 /// v1..=7: one group.
 async fn handle_group(
     shard: &Rc<Shard>,
+    caller: &Caller,
     version: i16,
     req: OffsetFetchRequest,
 ) -> anyhow::Result<Reply> {
@@ -115,7 +145,7 @@ async fn handle_group(
     let group: &GroupId = &req.group_id;
     // Only v7+ asks for stable offsets.
     let require_stable = version >= 7 && req.require_stable;
-    let resp = match fetch(shard, group.0.as_str(), partitions, require_stable).await {
+    let resp = match fetch(shard, caller, group.0.as_str(), partitions, require_stable).await {
         Ok(entries) => OffsetFetchResponse::default().with_topics(
             by_topic(entries)
                 .into_iter()

@@ -2,8 +2,10 @@
 //! follower that starts following a new leader asks where its newest epoch ends and cuts its
 //! log there; a consumer asks after a leader change to detect a truncated log.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, per_partition, Reply};
 use crate::partition::TopicPartition;
+use crate::security::acl::Operation;
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -49,16 +51,25 @@ fn failed(e: ResponseError) -> Outcome {
     (-1, -1, e.code())
 }
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: OffsetForLeaderEpochRequest = decode(body, version)?;
     if req.replica_id.0 >= 0 && crate::rpc::cut_off() {
         anyhow::bail!("a follower's request while cut off from the other nodes (fault hook)");
     }
+    let describable = |t: &str| authorize::topic(shard, caller, Operation::Describe, t);
     let outcomes = per_partition(
         shard,
-        req.topics
-            .iter()
-            .map(|t| (&t.topic, t.partitions.as_slice())),
+        (
+            req.topics
+                .iter()
+                .map(|t| (&t.topic, t.partitions.as_slice())),
+            describable,
+        ),
         |p| p.partition,
         |tp, p| (tp, p.current_leader_epoch, p.leader_epoch),
         EpochEndOnOwner,

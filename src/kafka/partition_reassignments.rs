@@ -2,9 +2,11 @@
 //! replicas to other brokers, by the controller (`controller/reassignment.rs`), and list the
 //! moves in progress from this node's catalog.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp};
 use crate::protocol::topics::group_by_topic;
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
@@ -20,8 +22,20 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn alter(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn alter(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: AlterPartitionReassignmentsRequest = decode(body, version)?;
+    if !authorize::cluster(shard, caller, Operation::Alter) {
+        let code = ResponseError::ClusterAuthorizationFailed.code();
+        return encode(
+            &AlterPartitionReassignmentsResponse::default().with_error_code(code),
+            version,
+        );
+    }
     let partitions: Vec<(String, i32, Option<Vec<i32>>)> = req
         .topics
         .iter()
@@ -64,8 +78,20 @@ pub async fn alter(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Resu
     )
 }
 
-pub async fn list(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn list(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: ListPartitionReassignmentsRequest = decode(body, version)?;
+    if !authorize::cluster(shard, caller, Operation::Describe) {
+        let code = ResponseError::ClusterAuthorizationFailed.code();
+        return encode(
+            &ListPartitionReassignmentsResponse::default().with_error_code(code),
+            version,
+        );
+    }
     let catalog = shard.catalog();
     let wanted = |topic: &str, p: i32| {
         req.topics.as_ref().is_none_or(|ts| {

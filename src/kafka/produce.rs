@@ -9,11 +9,13 @@
 //! requests arrived in (the mesh delivers in order, and an owner takes each append's place in
 //! its partition's order as the request arrives: see `ProduceOnOwner`).
 
+use super::authorize::{self, Caller};
 use super::Reply;
 use crate::partition::ingest::Rejected;
 use crate::partition::{Source, TopicPartition};
 use crate::protocol::batch;
 use crate::protocol::produce::{self, ProduceRequest};
+use crate::security::acl::{Operation, ResourceType};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use crate::txn::{ops, remote};
@@ -24,7 +26,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// The first Produce version of transaction version 2 (KIP-890 part 2): a transactional
@@ -164,11 +166,20 @@ type Slots = Vec<Vec<(i32, Result<usize, ResponseError>)>>;
 /// A partition's records with the shard that owns it.
 type Routed = Vec<(usize, (TopicPartition, Option<Bytes>, Source))>;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
-    let verified = verify_transactional(shard, &req, version >= IMPLICIT_ADD_VERSION).await;
-    let (items, slots) = route(shard, &req, &verified);
+    let refused = refusals(shard, caller, &req);
+    let verified = match refused.transaction {
+        false => verify_transactional(shard, &req, version >= IMPLICIT_ADD_VERSION).await,
+        true => Verdicts::new(),
+    };
+    let (items, slots) = route(shard, &req, &verified, &refused);
     let (acks, timeout_ms) = (req.acks, req.timeout_ms.max(0) as u64);
     let deadline_ms = shard.clock().monotonic_ms() + timeout_ms;
     let started = shard
@@ -191,8 +202,37 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
     })))
 }
 
+/// What the authorizer refuses: the whole request (a transactional producer without WRITE on
+/// its transactional id), or the topics without WRITE.
+struct Refused {
+    transaction: bool,
+    topics: HashSet<String>,
+}
+
+fn refusals(shard: &Shard, caller: &Caller, req: &ProduceRequest) -> Refused {
+    let write = Operation::Write;
+    let transaction = req.transactional_id.as_ref().is_some_and(|id| {
+        !authorize::allowed(shard, caller, write, ResourceType::TransactionalId, id)
+    });
+    let topics = req
+        .topics
+        .iter()
+        .filter(|t| !authorize::allowed(shard, caller, write, ResourceType::Topic, &t.name))
+        .map(|t| t.name.clone())
+        .collect();
+    Refused {
+        transaction,
+        topics,
+    }
+}
+
 /// The items to route (with their owners) and the response's layout.
-fn route(shard: &Shard, req: &ProduceRequest, verified: &Verdicts) -> (Routed, Slots) {
+fn route(
+    shard: &Shard,
+    req: &ProduceRequest,
+    verified: &Verdicts,
+    refused: &Refused,
+) -> (Routed, Slots) {
     let catalog = shard.catalog();
     let acks_valid = matches!(req.acks, -1..=1);
     let mut items = Vec::new();
@@ -203,6 +243,10 @@ fn route(shard: &Shard, req: &ProduceRequest, verified: &Verdicts) -> (Routed, S
         for p in &topic.partitions {
             let slot = match known {
                 _ if !acks_valid => Err(ResponseError::InvalidRequiredAcks),
+                _ if refused.transaction => Err(ResponseError::TransactionalIdAuthorizationFailed),
+                _ if refused.topics.contains(&topic.name) => {
+                    Err(ResponseError::TopicAuthorizationFailed)
+                }
                 Some(t) if t.has_partition(p.index) && !catalog.leads(t, p.index) => {
                     Err(ResponseError::NotLeaderOrFollower)
                 }

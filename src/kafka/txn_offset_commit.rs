@@ -7,9 +7,11 @@
 //! transaction's commit marker.
 
 use super::add_offsets_to_txn::group_partition;
-use super::offset_commit::{answered, listed};
+use super::authorize::{self, Caller};
+use super::offset_commit::{answered, listed, refuse_all};
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::{ops as txn_ops, remote};
 use bytes::Bytes;
@@ -23,7 +25,12 @@ use std::rc::Rc;
 /// The first TxnOffsetCommit version of transaction version 2: it adds the offsets partition.
 const IMPLICIT_ADD_VERSION: i16 = 5;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: TxnOffsetCommitRequest = decode(body, version)?;
     let topics = req.topics.iter().map(|t| {
         let partitions = t.partitions.iter().map(|p| {
@@ -33,9 +40,23 @@ pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Res
         });
         (&t.name, partitions.collect())
     });
-    let (offsets, layout) = listed(shard, topics);
+    let readable = |t: &str| authorize::topic(shard, caller, Operation::Read, t);
+    let (offsets, mut layout) = listed(shard, topics, &readable);
     let n = offsets.len();
+    // WRITE on the transactional id, then READ on the group (Kafka's order).
+    let refused =
+        if !authorize::transactional_id(shard, caller, Operation::Write, &req.transactional_id.0) {
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        } else if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
+            Some(ResponseError::GroupAuthorizationFailed)
+        } else {
+            None
+        };
+    if let Some(e) = refused {
+        refuse_all(&mut layout, e);
+    }
     let codes = match verify(shard, &req, version >= IMPLICIT_ADD_VERSION).await {
+        _ if refused.is_some() => Vec::new(),
         Err(e) => vec![e.code(); n],
         Ok(()) if n == 0 => Vec::new(),
         Ok(()) => {

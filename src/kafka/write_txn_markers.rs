@@ -4,7 +4,9 @@
 //! after every marker is durable; a partition led elsewhere answers NOT_LEADER_OR_FOLLOWER and
 //! the coordinator tries again at its new leader. Only brokers send it.
 
+use super::authorize::{self, Caller};
 use super::{decode, encode, per_partition, Reply};
+use crate::security::acl::Operation;
 use crate::shard::Shard;
 use crate::txn::markers::{Marker, MarkersOnOwner};
 use bytes::Bytes;
@@ -15,29 +17,48 @@ use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(shard: &Rc<Shard>, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
     let req: WriteTxnMarkersRequest = decode(body, version)?;
     if crate::rpc::cut_off() {
         anyhow::bail!("a coordinator's markers while cut off from the other nodes (fault hook)");
     }
+    // Only brokers write markers: CLUSTER_ACTION, else every partition is refused.
+    let allowed = authorize::cluster(shard, caller, Operation::ClusterAction);
     let writes = req.markers.iter().map(|m| async move {
-        let outcomes = per_partition(
-            shard,
-            m.topics
-                .iter()
-                .map(|t| (&t.name, t.partition_indexes.as_slice())),
-            |p| *p,
-            |tp, _| Marker {
-                tp,
-                producer_id: m.producer_id.0,
-                producer_epoch: m.producer_epoch,
-                commit: m.transaction_result,
-                coordinator_epoch: m.coordinator_epoch,
-            },
-            MarkersOnOwner,
-            |e: ResponseError| e.code(),
-        )
-        .await;
+        let listed = m
+            .topics
+            .iter()
+            .map(|t| (&t.name, t.partition_indexes.as_slice()));
+        let outcomes = match allowed {
+            true => {
+                per_partition(
+                    shard,
+                    (listed, |_: &str| true),
+                    |p| *p,
+                    |tp, _| Marker {
+                        tp,
+                        producer_id: m.producer_id.0,
+                        producer_epoch: m.producer_epoch,
+                        commit: m.transaction_result,
+                        coordinator_epoch: m.coordinator_epoch,
+                    },
+                    MarkersOnOwner,
+                    |e: ResponseError| e.code(),
+                )
+                .await
+            }
+            false => listed
+                .map(|(name, ps)| {
+                    let denied = ResponseError::ClusterAuthorizationFailed.code();
+                    (name.clone(), ps.iter().map(|p| (*p, denied)).collect())
+                })
+                .collect(),
+        };
         let topics = outcomes
             .into_iter()
             .map(|(name, row)| {

@@ -199,6 +199,45 @@ impl Authorizer {
         allowed
     }
 
+    /// Whether `principal` from `host` may do `op` on at least one resource of `kind` (Kafka's
+    /// authorizeByResourceType, which an idempotent producer's InitProducerId asks with WRITE
+    /// on topics): a super user; where no ACL names a resource of the kind, the
+    /// `allow_everyone_if_no_acl_found` default; else an ALLOW that no DENY covers whole (a
+    /// DENY on every name, on the same literal name, or on a prefix of its name).
+    pub fn authorize_any(
+        &self,
+        principal: &str,
+        host: &str,
+        op: Operation,
+        kind: ResourceType,
+    ) -> bool {
+        if self.super_users.iter().any(|s| s == principal) {
+            return true;
+        }
+        if !self.acls.iter().any(|a| a.resource_type == kind) {
+            return self.allow_everyone_if_no_acl_found;
+        }
+        let mine = |a: &&Acl| a.resource_type == kind && a.applies_to(principal, host);
+        let denies: Vec<&Acl> = self
+            .acls
+            .iter()
+            .filter(mine)
+            .filter(|a| a.permission == Permission::Deny)
+            .filter(|a| a.operation == op || a.operation == Operation::All)
+            .collect();
+        let covered = |allow: &Acl| {
+            denies.iter().any(|d| match d.pattern {
+                PatternType::Literal => d.name == WILDCARD || d.name == allow.name,
+                _ => allow.name.starts_with(&d.name),
+            })
+        };
+        self.acls
+            .iter()
+            .filter(mine)
+            .filter(|a| a.permission == Permission::Allow && granting(op).contains(&a.operation))
+            .any(|a| !covered(a))
+    }
+
     /// Adds an ACL (already validated); adding one that exists changes nothing. Err: the
     /// authorizer is full (`MAX_ACLS`).
     pub fn add(&mut self, acl: Acl) -> Result<(), &'static str> {

@@ -58,13 +58,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let descriptor_limit = fd_budget::apply(&mut config)?;
     crate::metrics::DESCRIPTOR_LIMIT.store(descriptor_limit, Ordering::Relaxed);
     let catalog = load_catalog(&config)?;
-    let mut rpc_listener = match (&config.rpc_listen, config.is_clustered()) {
-        (Some(addr), true) => Some(
-            crate::rpc::bind(addr)
-                .map_err(|e| anyhow::anyhow!("cannot listen for RPC on {addr}: {e}"))?,
-        ),
-        _ => None,
-    };
+    let mut rpc_listener = bind_rpc(&config)?;
     let config = Arc::new(config);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let router = Arc::new(Router::new(&config));
@@ -127,6 +121,16 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     log::info!("shut down cleanly");
     Ok(())
+}
+
+/// A clustered node's inter-node RPC listener; None on a single node.
+fn bind_rpc(config: &Config) -> anyhow::Result<Option<std::net::TcpListener>> {
+    match (&config.rpc_listen, config.is_clustered()) {
+        (Some(addr), true) => crate::rpc::bind(addr)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("cannot listen for RPC on {addr}: {e}")),
+        _ => Ok(None),
+    }
 }
 
 /// A panic is a broken invariant (ours or a library's, raft-rs's among them): the whole process

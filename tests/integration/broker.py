@@ -77,10 +77,14 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0):
-        args = [str(self.binary), "serve", "--listen", self.bootstrap, "--data-dir", str(self.data_dir), "--shards", str(self.shards)]
+        args = [str(self.binary), "serve", "--data-dir", str(self.data_dir), "--shards", str(self.shards)]
+        # A config with [[listeners]] names its own (@PORT@ stands for this broker's port, where
+        # its PLAINTEXT listener goes); otherwise --listen gives the one listener.
+        if self.config is None or "[[listeners]]" not in self.config:
+            args += ["--listen", self.bootstrap]
         if self.config is not None:
             cfg = self.data_dir.parent / f"sluice-{self.port}.toml"
-            cfg.write_text(self.config)
+            cfg.write_text(self.config.replace("@PORT@", str(self.port)))
             args += ["--config", str(cfg)]
         args += self.extra_args
         self.starts += 1

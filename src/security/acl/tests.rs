@@ -249,3 +249,37 @@ fn invalid_acls_are_named() {
     assert_eq!(PatternType::from_code(4), Some(PatternType::Prefixed));
     assert_eq!(Permission::from_code(0), None);
 }
+
+#[test]
+fn authorize_any_needs_an_allow_no_deny_covers_whole() {
+    let write = Operation::Write;
+    let any = |a: &Authorizer, who| a.authorize_any(who, HOST, write, ResourceType::Topic);
+    let a = authorizer(vec![alice_writes_logs()]);
+    assert!(any(&a, ALICE));
+    assert!(!any(&a, BOB));
+    let denied = vec![
+        alice_writes_logs(),
+        acl(
+            ResourceType::Topic,
+            "logs-",
+            PatternType::Prefixed,
+            ALICE,
+            write,
+            Permission::Deny,
+        ),
+    ];
+    assert!(!any(&authorizer(denied), ALICE));
+    let narrower = vec![
+        alice_writes_logs(),
+        topic("logs-a", ALICE, write, Permission::Deny),
+    ];
+    assert!(
+        any(&authorizer(narrower), ALICE),
+        "other logs- topics stay writable"
+    );
+    let everything = vec![
+        alice_writes_logs(),
+        topic("*", ALICE, write, Permission::Deny),
+    ];
+    assert!(!any(&authorizer(everything), ALICE));
+}
