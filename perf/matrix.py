@@ -66,7 +66,10 @@ def bench(bootstrap, topic, out: Path, **opts):
     args = [str(BINARY), "bench", "--bootstrap", bootstrap, "--topic", topic, "--json", str(out)]
     for k, v in opts.items():
         flag = f"--{k.replace('_', '-')}"
-        args += [flag] if v is True else [flag, str(v)]
+        if isinstance(v, list):  # a repeated flag, e.g. client_config=["KEY=VALUE", ...]
+            args += [a for item in v for a in (flag, str(item))]
+        else:
+            args += [flag] if v is True else [flag, str(v)]
     print("+", " ".join(args[1:]), flush=True)
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode not in (0, 2):  # 2: the run completed with errors, which are in the JSON

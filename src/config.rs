@@ -824,6 +824,14 @@ impl Config {
     }
 }
 
+/// KEY=VALUE, split at the first '='.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
 /// An error naming the key and why its value is refused.
 fn bad(key: &str, why: String) -> anyhow::Result<()> {
     Err(anyhow::anyhow!("invalid value for `{key}`: {why}"))

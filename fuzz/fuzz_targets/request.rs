@@ -68,6 +68,15 @@ fuzz_target!(|data: &[u8]| {
             decode::<AlterPartitionReassignmentsRequest>(body, v)
         }
         ApiKey::ListPartitionReassignments => decode::<ListPartitionReassignmentsRequest>(body, v),
+        ApiKey::SaslHandshake => decode::<SaslHandshakeRequest>(body, v),
+        ApiKey::SaslAuthenticate => decode::<SaslAuthenticateRequest>(body, v),
+        ApiKey::DescribeUserScramCredentials => {
+            decode::<DescribeUserScramCredentialsRequest>(body, v)
+        }
+        ApiKey::AlterUserScramCredentials => decode::<AlterUserScramCredentialsRequest>(body, v),
+        ApiKey::CreateAcls => decode::<CreateAclsRequest>(body, v),
+        ApiKey::DescribeAcls => decode::<DescribeAclsRequest>(body, v),
+        ApiKey::DeleteAcls => decode::<DeleteAclsRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

@@ -118,6 +118,10 @@ pub struct BenchArgs {
     /// transaction's last records, then EndTxn). Needs --acks all.
     #[arg(long)]
     pub transaction_records: Option<u64>,
+    /// Any librdkafka setting for the bench's clients, applied last (repeatable): for a secured
+    /// broker, `-X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 ...`.
+    #[arg(short = 'X', long = "client-config", value_name = "KEY=VALUE", value_parser = crate::config::key_value)]
+    pub client_config: Vec<(String, String)>,
 }
 
 /// The largest --transaction-records: a transaction's records are held by the client until it

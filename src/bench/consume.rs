@@ -31,6 +31,9 @@ pub fn client_config(args: &BenchArgs) -> ClientConfig {
         .set("group.id", format!("sluice-bench-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false");
+    for (k, v) in &args.client_config {
+        c.set(k, v);
+    }
     c
 }
 

@@ -77,6 +77,9 @@ pub fn client_config(args: &BenchArgs) -> ClientConfig {
         .set("queue.buffering.max.kbytes", "262144")
         // The bench measures the broker, not idempotence: keep librdkafka's default off.
         .set("enable.idempotence", "false");
+    for (k, v) in &args.client_config {
+        c.set(k, v);
+    }
     c
 }
 

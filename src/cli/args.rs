@@ -2,6 +2,7 @@
 //! `--brokers` (default `$SLUICE_BROKERS`, else 127.0.0.1:9092), `--format table|json` and
 //! `--timeout-s`.
 
+pub use crate::config::key_value;
 use clap::{Args, Subcommand, ValueEnum};
 
 /// The operator commands, flattened into `sluice`'s own.
@@ -49,14 +50,6 @@ pub struct Common {
     /// security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...
     #[arg(short = 'X', long = "client-config", value_name = "KEY=VALUE", value_parser = key_value)]
     pub client_config: Vec<(String, String)>,
-}
-
-/// KEY=VALUE, split at the first '='.
-pub fn key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .filter(|(k, _)| !k.is_empty())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
