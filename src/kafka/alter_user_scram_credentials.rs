@@ -7,7 +7,7 @@
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::security_ops::SecurityChange;
-use crate::controller::{self, ControllerOp, Outcome};
+use crate::controller::Outcome;
 use crate::security::acl::Operation;
 use crate::security::scram::{self, Credential};
 use crate::shard::Shard;
@@ -105,11 +105,7 @@ async fn submit(
         .iter()
         .filter_map(|(_, _, c)| c.as_ref().ok().cloned())
         .collect();
-    let mut done = match controller::submit(shard, ControllerOp::Security(changes.clone())).await {
-        Ok(o) => o,
-        Err(_) => vec![(ResponseError::NotController.code(), None); changes.len()],
-    }
-    .into_iter();
+    let mut done = super::submit_security(shard, changes).await.into_iter();
     items
         .iter()
         .map(|(_, _, c)| match c {

@@ -5,7 +5,7 @@
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::security_ops::SecurityChange;
-use crate::controller::{self, ControllerOp, Outcome};
+use crate::controller::Outcome;
 use crate::security::acl::{self, Acl};
 use crate::shard::Shard;
 use crate::storage::security::AclRecord;
@@ -36,7 +36,7 @@ pub async fn handle(
         .iter()
         .filter_map(|i| i.as_ref().ok().cloned().map(SecurityChange::CreateAcl))
         .collect();
-    let mut done = submit(shard, changes).await.into_iter();
+    let mut done = super::submit_security(shard, changes).await.into_iter();
     let results = items
         .into_iter()
         .map(|item| {
@@ -66,17 +66,6 @@ pub fn refusal(shard: &Shard, caller: &Caller, op: acl::Operation) -> Option<Out
         return Some((ResponseError::ClusterAuthorizationFailed.code(), None));
     }
     None
-}
-
-/// Runs `changes` on the controller: one outcome each.
-pub async fn submit(shard: &Rc<Shard>, changes: Vec<SecurityChange>) -> Vec<Outcome> {
-    if changes.is_empty() {
-        return Vec::new();
-    }
-    let n = changes.len();
-    controller::submit(shard, ControllerOp::Security(changes))
-        .await
-        .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n])
 }
 
 fn parse(c: &AclCreation) -> Result<Acl, Outcome> {

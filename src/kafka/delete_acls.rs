@@ -3,7 +3,7 @@
 //! on the cluster; SECURITY_DISABLED where authorization is off.
 
 use super::authorize::Caller;
-use super::create_acls::{refusal, submit};
+use super::create_acls::refusal;
 use super::describe_acls::filter;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::security_ops::SecurityChange;
@@ -59,7 +59,7 @@ pub async fn handle(
         .iter()
         .map(|a| SecurityChange::DeleteAcl(AclRecord::new(a)))
         .collect();
-    let outcomes = submit(shard, changes).await;
+    let outcomes = super::submit_security(shard, changes).await;
     let outcome_of = |a: &Acl| {
         let i = gone
             .iter()

@@ -317,6 +317,32 @@ pub fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
+/// Runs `op`, of `n` items, on the controller: one outcome per item, NOT_CONTROLLER for each
+/// when the controller shard is stopping.
+pub async fn submit_op(
+    shard: &Rc<Shard>,
+    op: crate::controller::ControllerOp,
+    n: usize,
+) -> Vec<crate::controller::Outcome> {
+    crate::controller::submit(shard, op)
+        .await
+        .unwrap_or_else(|_| {
+            let gone = ResponseError::NotController.code();
+            vec![(gone, Some("broker is shutting down".into())); n]
+        })
+}
+
+/// Runs credential and ACL changes on the controller: one outcome each.
+pub async fn submit_security(
+    shard: &Rc<Shard>,
+    changes: Vec<crate::controller::security_ops::SecurityChange>,
+) -> Vec<crate::controller::Outcome> {
+    match changes.len() {
+        0 => Vec::new(),
+        n => submit_op(shard, crate::controller::ControllerOp::Security(changes), n).await,
+    }
+}
+
 /// Runs on the controller the items the authorizer lets through (`allowed`, one flag per
 /// item), as the operation `op` builds from them; the others are answered `refused`. One
 /// outcome per item, in order; NOT_CONTROLLER for each when the controller shard is stopping.
@@ -334,16 +360,11 @@ pub async fn submit_allowed<T>(
         .filter_map(|(t, ok)| ok.then_some(t))
         .collect();
     let n = permitted.len();
-    let done = match n {
+    let mut done = match n {
         0 => Vec::new(),
-        _ => crate::controller::submit(shard, op(permitted))
-            .await
-            .unwrap_or_else(|_| {
-                let gone = ResponseError::NotController.code();
-                vec![(gone, Some("broker is shutting down".into())); n]
-            }),
-    };
-    let mut done = done.into_iter();
+        _ => submit_op(shard, op(permitted), n).await,
+    }
+    .into_iter();
     allowed
         .iter()
         .map(|ok| match ok {

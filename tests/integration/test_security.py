@@ -23,6 +23,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
 
 import kafka_wire
 from broker import free_port
+from metrics import metrics_config, total
 from waiting import wait_until
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
@@ -59,6 +60,7 @@ class Secure:
     SSL (client certificates required)."""
 
     def __init__(self, make_broker, pki, authorization=False, extra=""):
+        top, self.metrics = metrics_config()
         self.ports = {"SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SSL": free_port()}
         self.pki = pki
         listeners = "".join(
@@ -66,7 +68,7 @@ class Secure:
             f'security_protocol = "{proto}"\n'
             for proto, port in [("PLAINTEXT", "@PORT@"), *self.ports.items()])
         config = (
-            f"{listeners}"
+            f"{top}{listeners}"
             f'[tls]\ncert_file = "{pki}/server.pem"\nkey_file = "{pki}/server-key.pem"\n'
             f'client_ca_file = "{pki}/ca.pem"\n'
             f'[sasl]\nbootstrap_users = [{{ name = "{ADMIN[0]}", password = "{ADMIN[1]}" }}]\n'
@@ -160,6 +162,7 @@ def test_confluent_kafka_over_sasl_ssl_and_sasl_plaintext(make_broker, pki, mech
     unknown = login_error(s.conf("SASL_SSL", mechanism, user=("nobody", "x")))
     assert unknown is not None and unknown.code() == KafkaError._AUTHENTICATION
     wait_until(lambda: "authentication failed" in s.broker.log(), 10, "the failure logged")
+    assert total(s.metrics, "sluice_authentication_failures_total") >= 2
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -270,6 +273,8 @@ def test_mutual_tls_principal_is_authorized_by_acl(make_broker, pki):
         assert err is not None and err.code() in (
             KafkaError._TRANSPORT, KafkaError._SSL, KafkaError._ALL_BROKERS_DOWN), err
     wait_until(lambda: "TLS handshake failed" in s.broker.log(), 10, "the refusal logged")
+    assert total(s.metrics, "sluice_tls_handshake_failures_total") >= 2
+    assert total(s.metrics, "sluice_tls_handshakes_total") >= 1
 
 
 def bob_conf(s):
@@ -394,6 +399,8 @@ def test_acl_matrix(make_broker, pki):
     assert admin.describe_acls(bobs).result(15) == []
     wait_until(lambda: [e.code() for e in produce(bob, "logs-a", [b"z"])]
                == [KafkaError.TOPIC_AUTHORIZATION_FAILED], 5, "the deletion")
+    assert total(s.metrics, "sluice_authorization_denials_total") >= 10
+    assert "denied: User:bob" in s.broker.log()
 
 
 def expect_refused(call, code):
