@@ -42,6 +42,8 @@ pub struct ShardMetrics {
     pub tls_handshake_failures: AtomicU64,
     pub tls_handshakes: AtomicU64,
     pub authorization_denials: AtomicU64,
+    /// SASL sessions renewed on their connection (KIP-368).
+    pub reauthentications: AtomicU64,
     /// Fetched record bytes the kernel sent straight from segment files (sendfile), and those
     /// copied through user space while waiting for a full socket to drain.
     pub sendfile_bytes: AtomicU64,
@@ -100,6 +102,7 @@ impl Default for ShardMetrics {
             tls_handshake_failures: AtomicU64::new(0),
             tls_handshakes: AtomicU64::new(0),
             authorization_denials: AtomicU64::new(0),
+            reauthentications: AtomicU64::new(0),
             sendfile_bytes: AtomicU64::new(0),
             sendfile_copied_bytes: AtomicU64::new(0),
             cold_fetches: AtomicU64::new(0),
@@ -389,6 +392,12 @@ const PER_SHARD: &[PerShard] = &[
         "Requests or parts of requests the authorizer refused.",
         "counter",
         |m| &m.authorization_denials,
+    ),
+    (
+        "sluice_reauthentications_total",
+        "SASL sessions renewed on their connection (KIP-368, connections_max_reauth_ms).",
+        "counter",
+        |m| &m.reauthentications,
     ),
     (
         "sluice_sendfile_bytes_total",

@@ -91,6 +91,10 @@ pub struct BootstrapUser {
 pub struct SaslConfig {
     pub mechanisms: Vec<String>,
     pub bootstrap_users: Vec<BootstrapUser>,
+    /// Kafka's `connections.max.reauth.ms` (KIP-368): a SASL session's lifetime, after which
+    /// the client must authenticate again on the same connection or be disconnected. 0: no
+    /// lifetime.
+    pub connections_max_reauth_ms: u64,
 }
 
 impl Default for SaslConfig {
@@ -98,6 +102,7 @@ impl Default for SaslConfig {
         SaslConfig {
             mechanisms: SASL_MECHANISMS.map(String::from).to_vec(),
             bootstrap_users: Vec::new(),
+            connections_max_reauth_ms: 0,
         }
     }
 }
@@ -116,6 +121,8 @@ pub struct AuthorizationConfig {
 
 /// The SASL mechanisms Sluice serves (`security::sasl::Mechanism`'s names).
 pub const SASL_MECHANISMS: [&str; 3] = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"];
+/// Bound on `sasl.connections_max_reauth_ms`: a week.
+pub const MAX_REAUTH_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Bound on a user name's length (a SCRAM message is bounded at 4 KiB).
 pub const MAX_USERNAME_BYTES: usize = 255;
 
@@ -214,6 +221,10 @@ impl super::Config {
             .any(|l| l.security_protocol.sasl());
         if needs_sasl && sasl.mechanisms.is_empty() {
             return bad("sasl.mechanisms", "a SASL listener needs one".into());
+        }
+        if sasl.connections_max_reauth_ms > MAX_REAUTH_MS {
+            let why = format!("{} is over {MAX_REAUTH_MS}", sasl.connections_max_reauth_ms);
+            return bad("sasl.connections_max_reauth_ms", why);
         }
         if sasl.bootstrap_users.len() > MAX_CONFIGURED_USERS {
             return bad("sasl.bootstrap_users", "too many".into());

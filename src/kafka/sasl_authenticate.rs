@@ -1,7 +1,8 @@
 //! SaslAuthenticate (v0–2): one token of the exchange SaslHandshake chose (KIP-152). A
 //! failure answers SASL_AUTHENTICATION_FAILED (or ILLEGAL_SASL_STATE) with its reason, and
-//! the connection closes after the answer, as Kafka's does. No session lifetime is set:
-//! re-authentication (KIP-368) is not asked of clients.
+//! the connection closes after the answer, as Kafka's does. With
+//! `sasl.connections_max_reauth_ms` the answer (v1+) gives the session that lifetime, and the
+//! client re-authenticates on the same connection before it ends (KIP-368).
 
 use super::{decode, encode_body};
 use crate::protocol::chunk::Chunk;
@@ -36,8 +37,15 @@ pub fn handle(
             Outcome::Failed("no SASL here".into()),
         ),
     };
+    let lifetime_ms = match &outcome {
+        Outcome::Authenticated(_) => shard.config.sasl.connections_max_reauth_ms as i64,
+        _ => 0,
+    };
     let resp = match answer {
-        Ok(bytes) => SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+        Ok(bytes) => SaslAuthenticateResponse::default()
+            .with_error_message(None)
+            .with_auth_bytes(bytes.into())
+            .with_session_lifetime_ms(lifetime_ms),
         Err(refused) => {
             let (code, why) = match refused {
                 Refused::Failed(e) => (ResponseError::SaslAuthenticationFailed, e.0),

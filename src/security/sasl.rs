@@ -67,6 +67,11 @@ enum State {
 pub struct Exchange {
     enabled: Vec<Mechanism>,
     state: State,
+    /// Whether an authenticated connection may authenticate again (KIP-368: the broker gave
+    /// the session a lifetime).
+    reauthentication: bool,
+    /// During a re-authentication: the principal it must keep.
+    previous: Option<String>,
 }
 
 impl Exchange {
@@ -74,6 +79,8 @@ impl Exchange {
         Exchange {
             enabled,
             state: State::AwaitingHandshake,
+            reauthentication: false,
+            previous: None,
         }
     }
 
@@ -90,10 +97,17 @@ impl Exchange {
         }
     }
 
-    /// SaslHandshake naming `mechanism`.
+    /// Lets an authenticated connection authenticate again (KIP-368), as the same principal.
+    pub fn allow_reauthentication(&mut self) {
+        self.reauthentication = true;
+    }
+
+    /// SaslHandshake naming `mechanism`: the first, or a re-authentication's where allowed.
     pub fn handshake(&mut self, mechanism: &str) -> Result<(), Refused> {
-        if !matches!(self.state, State::AwaitingHandshake) {
-            return Err(Refused::IllegalState);
+        match &self.state {
+            State::AwaitingHandshake => {}
+            State::Authenticated(p) if self.reauthentication => self.previous = Some(p.clone()),
+            _ => return Err(Refused::IllegalState),
         }
         let chosen = Mechanism::from_name(mechanism).filter(|m| self.enabled.contains(m));
         let chosen = chosen.ok_or(Refused::Unsupported)?;
@@ -146,6 +160,13 @@ impl Exchange {
                 return Err(Refused::IllegalState)
             }
         };
+        if let (State::Authenticated(p), Some(previous)) = (&next, &self.previous) {
+            if p != previous {
+                return Err(Refused::Failed(SaslError(
+                    "re-authentication must keep the session's principal",
+                )));
+            }
+        }
         self.state = next;
         Ok(answer)
     }

@@ -33,24 +33,30 @@ pub struct Auth {
     authenticated: Cell<bool>,
     /// After SaslHandshake v0 and until the exchange ends: frames are bare tokens.
     bare: Cell<bool>,
+    /// When the SASL session ends (monotonic ms; KIP-368), if it has a lifetime.
+    expires_ms: Cell<Option<u64>>,
 }
 
 impl Auth {
     pub fn new(shard: &Shard, caller: Caller, protocol: SecurityProtocol) -> Auth {
+        let sasl = &shard.config.sasl;
         let exchange = protocol.sasl().then(|| {
-            let names = &shard.config.sasl.mechanisms;
-            Exchange::new(
-                names
-                    .iter()
-                    .filter_map(|n| Mechanism::from_name(n))
-                    .collect(),
-            )
+            let enabled = sasl
+                .mechanisms
+                .iter()
+                .filter_map(|n| Mechanism::from_name(n));
+            let mut x = Exchange::new(enabled.collect());
+            if sasl.connections_max_reauth_ms > 0 {
+                x.allow_reauthentication();
+            }
+            x
         });
         Auth {
             caller: RefCell::new(Rc::new(caller)),
             exchange: RefCell::new(exchange),
             authenticated: Cell::new(!protocol.sasl()),
             bare: Cell::new(false),
+            expires_ms: Cell::new(None),
         }
     }
 
@@ -70,6 +76,12 @@ impl Auth {
 
     pub fn bare_tokens(&self) -> bool {
         self.bare.get()
+    }
+
+    /// Whether the SASL session's lifetime has passed without a re-authentication (KIP-368):
+    /// the connection then serves nothing but SASL, as Kafka closes it.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.expires_ms.get().is_some_and(|end| now_ms >= end)
     }
 }
 
@@ -139,10 +151,18 @@ fn settle(conn: &Conn, outcome: Outcome) -> bool {
     match outcome {
         Outcome::Continue => true,
         Outcome::Authenticated(principal) => {
+            let shard = &conn.shard;
+            if auth.authenticated.get() {
+                bump(&shard.metrics().reauthentications);
+            }
             log::debug!("{}: authenticated as {principal}", conn.peer);
             auth.set_principal(principal);
             auth.authenticated.set(true);
             auth.bare.set(false);
+            let lifetime_ms = shard.config.sasl.connections_max_reauth_ms;
+            let now_ms = shard.clock().monotonic_ms();
+            auth.expires_ms
+                .set((lifetime_ms > 0).then_some(now_ms + lifetime_ms));
             true
         }
         Outcome::Failed(why) => {

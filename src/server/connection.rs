@@ -589,6 +589,11 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
                     log::warn!("{}: closing: {key:?} before SASL authentication", conn.peer);
                     return;
                 }
+                _ if conn.auth.expired(conn.shard.clock().monotonic_ms()) => {
+                    let why = "the SASL session expired (connections_max_reauth_ms)";
+                    log::info!("{}: closing: {why}", conn.peer);
+                    return;
+                }
                 _ => dispatch(conn, header, body, held).await,
             },
             Incoming::BareToken { token, held } => authenticate::bare_token(conn, token, held),

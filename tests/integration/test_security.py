@@ -59,7 +59,7 @@ class Secure:
     """A broker with four listeners: PLAINTEXT (its own port), SASL_SSL, SASL_PLAINTEXT and
     SSL (client certificates required)."""
 
-    def __init__(self, make_broker, pki, authorization=False, extra=""):
+    def __init__(self, make_broker, pki, authorization=False, extra="", reauth_ms=0):
         top, self.metrics = metrics_config()
         self.ports = {"SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SSL": free_port()}
         self.pki = pki
@@ -72,6 +72,7 @@ class Secure:
             f'[tls]\ncert_file = "{pki}/server.pem"\nkey_file = "{pki}/server-key.pem"\n'
             f'client_ca_file = "{pki}/ca.pem"\n'
             f'[sasl]\nbootstrap_users = [{{ name = "{ADMIN[0]}", password = "{ADMIN[1]}" }}]\n'
+            f"connections_max_reauth_ms = {reauth_ms}\n"
             f"[authorization]\nenabled = {'true' if authorization else 'false'}\n"
             f'super_users = ["User:{ADMIN[0]}"]\n{extra}')
         self.broker = make_broker(config=config)
@@ -515,3 +516,35 @@ def test_certificate_reloads_on_sighup(make_broker, pki):
     finally:
         for f, data in original.items():
             (pki / f).write_bytes(data)
+
+
+def test_sessions_are_reauthenticated(make_broker, pki):
+    """With connections_max_reauth_ms, SaslAuthenticate gives each session that lifetime;
+    librdkafka logs in again on its connections before the lifetime ends (KIP-368), so a
+    producer sending across several lifetimes loses nothing; a raw client that does not is
+    disconnected at its next request."""
+    s = Secure(make_broker, pki, reauth_ms=1500)
+    conf = s.conf("SASL_SSL", "SCRAM-SHA-256")
+    create(AdminClient(conf), "reauth")
+    errors, sent = [], []
+    p = Producer({**conf, "acks": "all", "linger.ms": 5})
+    end = time.monotonic() + 6
+    while time.monotonic() < end:
+        v = b"v%06d" % len(sent)
+        p.produce("reauth", value=v, on_delivery=lambda e, m: errors.append(e) if e else None)
+        sent.append(v)
+        p.poll(0.05)
+    assert p.flush(20) == 0 and errors == []
+    assert total(s.metrics, "sluice_reauthentications_total") >= 2
+    assert sorted(consume(conf, "reauth", len(sent))) == sorted(sent)
+    with socket.create_connection(("127.0.0.1", s.ports["SASL_PLAINTEXT"])) as sock:
+        sock.sendall(frame(17, 1, 1, struct.pack(">h", 5) + b"PLAIN"))
+        assert struct.unpack(">ih", kafka_wire.read_response(sock)[:6]) == (1, 0)
+        token = b"\0admin\0admin-secret"
+        sock.sendall(frame(36, 1, 2, struct.pack(">i", len(token)) + token))
+        body = kafka_wire.read_response(sock)
+        # v1: correlation, error code, error message (null), auth bytes (empty), lifetime.
+        assert struct.unpack(">ihhiq", body[:20]) == (2, 0, -1, 0, 1500)
+        time.sleep(2)
+        sock.sendall(frame(3, 1, 3, struct.pack(">i", -1)))
+        assert closed(sock)

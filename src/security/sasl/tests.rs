@@ -124,3 +124,27 @@ fn handshakes_are_checked() {
         "twice"
     );
 }
+
+#[test]
+fn a_session_reauthenticates_only_where_allowed_and_as_the_same_principal() {
+    let both = |user: &str, m| match user {
+        "alice" => Some(alice(m)),
+        "bob" => Some(Credential::new(m, b"bob-secret", b"salt-of-bob", 4096)),
+        _ => None,
+    };
+    let login = |x: &mut Exchange, token: &[u8]| {
+        x.handshake("PLAIN")?;
+        x.authenticate(token, nonce, both)
+    };
+    let mut fixed = Exchange::new(vec![Mechanism::Plain]);
+    login(&mut fixed, b"\0alice\0alice-secret").unwrap();
+    assert_eq!(fixed.handshake("PLAIN"), Err(Refused::IllegalState));
+    let mut renewing = Exchange::new(vec![Mechanism::Plain]);
+    renewing.allow_reauthentication();
+    login(&mut renewing, b"\0alice\0alice-secret").unwrap();
+    login(&mut renewing, b"\0alice\0alice-secret").unwrap();
+    assert_eq!(renewing.principal(), Some("User:alice"));
+    let as_bob = login(&mut renewing, b"\0bob\0bob-secret");
+    assert!(matches!(as_bob, Err(Refused::Failed(_))), "{as_bob:?}");
+    assert_eq!(renewing.principal(), None);
+}
