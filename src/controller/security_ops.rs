@@ -61,7 +61,7 @@ fn apply_one(
             let new_user = !record.scram_credentials.iter().any(|x| x.user == c.user);
             let full = record.scram_credentials.len() >= crate::storage::security::MAX_CREDENTIALS;
             if new_user && full {
-                return err(ResponseError::ResourceNotFound, "too many credentials");
+                return err(ResponseError::PolicyViolation, "too many credentials");
             }
             MetadataRecord::SetScramCredential(Box::new(c))
         }

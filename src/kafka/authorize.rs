@@ -41,6 +41,22 @@ thread_local! {
     static DENIALS_LOGGED: LogLimiter = const { LogLimiter::new(1_000) };
 }
 
+/// Whether the caller may do `op` on the resource `name` of `kind`, without counting or
+/// logging a denial: for what a refusal only filters (Metadata's topic list, ListGroups) or
+/// what another permission may still allow (CREATE on the cluster, or on the topic), as
+/// Kafka's authorizer is asked there with logging off.
+pub fn permits(
+    shard: &Shard,
+    caller: &Caller,
+    op: Operation,
+    kind: ResourceType,
+    name: &str,
+) -> bool {
+    let catalog = shard.catalog();
+    let security = &catalog.security;
+    security.allows(&caller.principal, &caller.host, op, kind, name)
+}
+
 /// Whether the caller may do `op` on the resource `name` of `kind`; a denial is counted and
 /// logged.
 pub fn allowed(
@@ -50,9 +66,7 @@ pub fn allowed(
     kind: ResourceType,
     name: &str,
 ) -> bool {
-    let catalog = shard.catalog();
-    let security = &catalog.security;
-    if security.allows(&caller.principal, &caller.host, op, kind, name) {
+    if permits(shard, caller, op, kind, name) {
         return true;
     }
     bump(&shard.metrics().authorization_denials);

@@ -3,7 +3,7 @@
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{ControllerOp, NewTopic};
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType::Cluster, CLUSTER_NAME};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -40,7 +40,7 @@ pub async fn handle(
         .collect();
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
     // CREATE on the cluster, or on each topic.
-    let anywhere = authorize::cluster(shard, caller, Operation::Create);
+    let anywhere = authorize::permits(shard, caller, Operation::Create, Cluster, CLUSTER_NAME);
     let allowed: Vec<bool> = names
         .iter()
         .map(|n| anywhere || authorize::topic(shard, caller, Operation::Create, n))

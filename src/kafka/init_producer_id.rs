@@ -64,13 +64,12 @@ pub async fn handle(
     encode(&resp, version)
 }
 
+/// WRITE on some topic (asked quietly), else IDEMPOTENT_WRITE on the cluster (a refusal
+/// counted and logged once).
 fn idempotent_allowed(shard: &Shard, caller: &Caller) -> bool {
-    if authorize::cluster(shard, caller, Operation::IdempotentWrite) {
-        return true;
-    }
     let catalog = shard.catalog();
     let (principal, host) = (&caller.principal, &caller.host);
-    catalog
-        .security
-        .allows_any(principal, host, Operation::Write, ResourceType::Topic)
+    let security = &catalog.security;
+    security.allows_any(principal, host, Operation::Write, ResourceType::Topic)
+        || authorize::cluster(shard, caller, Operation::IdempotentWrite)
 }

@@ -2,7 +2,7 @@
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType, CLUSTER_NAME};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -18,9 +18,11 @@ pub async fn handle(
     let req: ListGroupsRequest = decode(body, version)?;
     let mut groups = Vec::new();
     // Every group with DESCRIBE on the cluster; else those the caller may describe (Kafka's).
-    let all = authorize::cluster(shard, caller, Operation::Describe);
+    let listed =
+        |kind, name: &str| authorize::permits(shard, caller, Operation::Describe, kind, name);
+    let all = listed(ResourceType::Cluster, CLUSTER_NAME);
     for (id, protocol_type, state) in crate::group::list_all(shard).await {
-        if !all && !authorize::group(shard, caller, Operation::Describe, &id) {
+        if !all && !listed(ResourceType::Group, &id) {
             continue;
         }
         let wanted = req.states_filter.is_empty()

@@ -5,7 +5,7 @@
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType};
 use crate::shard::Shard;
 use crate::txn::service;
 use crate::txn::state::{ListFilter, State};
@@ -46,7 +46,13 @@ pub async fn handle(
             listed
                 .into_iter()
                 .filter(|(id, _, _)| {
-                    authorize::transactional_id(shard, caller, Operation::Describe, id)
+                    authorize::permits(
+                        shard,
+                        caller,
+                        Operation::Describe,
+                        ResourceType::TransactionalId,
+                        id,
+                    )
                 })
                 .map(|(id, producer_id, state)| {
                     TransactionState::default()

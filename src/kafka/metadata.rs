@@ -7,7 +7,7 @@ use super::authorize::{self, Caller};
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::config::ListenerConfig;
 use crate::controller::{self, ControllerOp, NewTopic};
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType::Cluster, ResourceType::Topic, CLUSTER_NAME};
 use crate::shard::Shard;
 use crate::storage::catalog::{Catalog, TopicMeta, SINGLE_NODE_LEADER_EPOCH};
 use bytes::Bytes;
@@ -86,10 +86,12 @@ fn topic_entries(
 ) -> Vec<MetadataResponseTopic> {
     let describable = |t: &str| authorize::topic(shard, caller, Operation::Describe, t);
     let Some(list) = requested else {
+        // Every topic: those the caller may not describe are left out, not refused.
+        let listed = |t: &str| authorize::permits(shard, caller, Operation::Describe, Topic, t);
         return catalog
             .topics
             .values()
-            .filter(|t| describable(&t.name))
+            .filter(|t| listed(&t.name))
             .map(|t| topic_entry(catalog, t, version))
             .collect();
     };
@@ -111,7 +113,7 @@ fn topic_entries(
 /// with another creator (TOPIC_ALREADY_EXISTS) is success here.
 async fn create_missing(shard: &Rc<Shard>, caller: &Caller, list: &[(Option<String>, uuid::Uuid)]) {
     let catalog = shard.catalog();
-    let anywhere = authorize::cluster(shard, caller, Operation::Create);
+    let anywhere = authorize::permits(shard, caller, Operation::Create, Cluster, CLUSTER_NAME);
     let missing: Vec<NewTopic> = list
         .iter()
         .filter_map(|(n, _)| n.as_ref())

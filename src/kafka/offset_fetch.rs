@@ -3,7 +3,7 @@
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::{ops, route, OffsetEntry};
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType::Topic};
 use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -42,7 +42,11 @@ async fn fetch(
     entries.retain_mut(|((topic, _, offset, _, _), code)| {
         let allowed = *describable
             .entry(topic.clone())
-            .or_insert_with(|| authorize::topic(shard, caller, Operation::Describe, topic));
+            .or_insert_with(|| match named {
+                true => authorize::topic(shard, caller, Operation::Describe, topic),
+                // All of the group's topics: the others are left out, not refused.
+                false => authorize::permits(shard, caller, Operation::Describe, Topic, topic),
+            });
         if !allowed && named {
             (*offset, *code) = (-1, ResponseError::TopicAuthorizationFailed.code());
         }

@@ -85,13 +85,9 @@ impl Auth {
     }
 }
 
-/// Serves SaslHandshake or SaslAuthenticate; None: close now (undecodable).
-pub(super) fn request(
-    conn: &Conn,
-    header: &RequestHeader,
-    body: Bytes,
-    held: Held,
-) -> Option<Outgoing> {
+/// Serves SaslHandshake or SaslAuthenticate; an undecodable one closes the connection (after
+/// the answers before it), as any undecodable request does.
+pub(super) fn request(conn: &Conn, header: &RequestHeader, body: Bytes, held: Held) -> Outgoing {
     let auth = &conn.auth;
     let mut exchange = auth.exchange.borrow_mut();
     let v = header.api_version;
@@ -105,11 +101,11 @@ pub(super) fn request(
         _ => sasl_authenticate::handle(&conn.shard, exchange.as_mut(), v, body)
             .map(|(body, outcome)| (body, !settle(conn, outcome))),
     };
+    let mut out = Outgoing::now(header, Vec::new(), held);
     match answered {
         Ok((body, then_close)) => {
-            let mut out = Outgoing::now(header, body, held);
+            out.answer = Answer::Now(body);
             out.then_close = then_close;
-            Some(out)
         }
         Err(e) => {
             log::warn!(
@@ -117,13 +113,14 @@ pub(super) fn request(
                 conn.peer,
                 header.api_key
             );
-            None
+            out.answer = Answer::Close;
         }
     }
+    out
 }
 
 /// Serves a bare token (after SaslHandshake v0): its answer as a bare frame, or a close.
-pub(super) fn bare_token(conn: &Conn, token: Bytes, held: Held) -> Option<Outgoing> {
+pub(super) fn bare_token(conn: &Conn, token: Bytes, held: Held) -> Outgoing {
     let mut exchange = conn.auth.exchange.borrow_mut();
     let exchange = exchange
         .as_mut()
@@ -142,7 +139,7 @@ pub(super) fn bare_token(conn: &Conn, token: Bytes, held: Held) -> Option<Outgoi
         Ok(bytes) if ok => Answer::Now(vec![Chunk::Bytes(bytes.into())]),
         _ => Answer::Close,
     };
-    Some(out)
+    out
 }
 
 /// Takes a token's outcome into the connection's state; false if the exchange failed.

@@ -582,7 +582,7 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
         let out = match item {
             Incoming::Request { header, body, held } => match header.api_key {
                 ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
-                    authenticate::request(conn, &header, body, held)
+                    Some(authenticate::request(conn, &header, body, held))
                 }
                 ApiKey::ApiVersions => dispatch(conn, header, body, held).await,
                 key if !conn.auth.authenticated() => {
@@ -596,7 +596,9 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
                 }
                 _ => dispatch(conn, header, body, held).await,
             },
-            Incoming::BareToken { token, held } => authenticate::bare_token(conn, token, held),
+            Incoming::BareToken { token, held } => {
+                Some(authenticate::bare_token(conn, token, held))
+            }
             Incoming::ApiVersionsFallback {
                 correlation_id,
                 held,

@@ -312,8 +312,11 @@ def test_acl_matrix(make_broker, pki):
     user = "User:bob"
     T, G = ResourceType.TOPIC, ResourceType.GROUP
 
-    # Metadata hides topics without DESCRIBE; Produce needs WRITE (PREFIXED here).
+    # Metadata hides topics without DESCRIBE (a filter, not a refusal: nothing is counted);
+    # Produce needs WRITE (PREFIXED here).
+    before = total(s.metrics, "sluice_authorization_denials_total")
     assert "logs-a" not in bob_admin.list_topics(timeout=10).topics
+    assert total(s.metrics, "sluice_authorization_denials_total") == before
     granted_within_a_second(
         lambda: produce(bob, "logs-a", [b"x"]) == [],
         lambda: allow(admin, T, "logs-", user, AclOperation.WRITE, ResourcePatternType.PREFIXED))
@@ -456,6 +459,10 @@ def test_bad_input_on_secured_ports(make_broker, pki):
         assert struct.unpack(">ih", body[:6]) == (2, 33)
         for m in MECHANISMS:
             assert m.encode() in body
+    # A SaslHandshake whose body does not decode: closed, as any undecodable request.
+    with socket.create_connection(("127.0.0.1", sasl_port)) as sock:
+        sock.sendall(frame(17, 1, 5, struct.pack(">h", 50) + b"PL"))
+        assert closed(sock)
     # An unauthenticated frame past 512 KiB: closed before it is read.
     with socket.create_connection(("127.0.0.1", sasl_port)) as sock:
         sock.sendall(struct.pack(">i", 10 << 20) + b"\0" * 1024)
