@@ -211,8 +211,7 @@ fn apply_security(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), 
         MetadataRecord::SetScramCredential(r) => {
             r.credential()
                 .ok_or("a credential of an unknown mechanism")?;
-            let new_user = !c.scram_credentials.iter().any(|x| x.user == r.user);
-            if new_user && c.scram_credentials.len() >= security::MAX_CREDENTIALS {
+            if !security::credential_fits(&c.scram_credentials, &r.user) {
                 return Err("too many credentials".into());
             }
             security::set_credential(&mut c.scram_credentials, r);
@@ -224,10 +223,10 @@ fn apply_security(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), 
         }
         MetadataRecord::CreateAcl(a) => {
             a.acl().ok_or("an ACL of unknown codes")?;
+            if !security::acl_fits(&c.acls, a) {
+                return Err("too many ACLs".into());
+            }
             if !c.acls.contains(a) {
-                if c.acls.len() >= crate::security::acl::MAX_ACLS {
-                    return Err("too many ACLs".into());
-                }
                 c.acls.push((**a).clone());
             }
         }

@@ -5,7 +5,7 @@
 use super::records::MetadataRecord;
 use super::{err, push, Outcome};
 use crate::storage::catalog::CatalogRecord;
-use crate::storage::security::{AclRecord, ScramCredentialRecord};
+use crate::storage::security::{self, AclRecord, ScramCredentialRecord};
 use kafka_protocol::ResponseError;
 
 /// One change to the security metadata.
@@ -58,9 +58,7 @@ fn apply_one(
             if if_absent && has(record, &c.user, c.mechanism) {
                 return (0, None);
             }
-            let new_user = !record.scram_credentials.iter().any(|x| x.user == c.user);
-            let full = record.scram_credentials.len() >= crate::storage::security::MAX_CREDENTIALS;
-            if new_user && full {
+            if !security::credential_fits(&record.scram_credentials, &c.user) {
                 return err(ResponseError::PolicyViolation, "too many credentials");
             }
             MetadataRecord::SetScramCredential(Box::new(c))
@@ -76,7 +74,7 @@ fn apply_one(
             if record.acls.contains(&a) {
                 return (0, None);
             }
-            if record.acls.len() >= crate::security::acl::MAX_ACLS {
+            if !security::acl_fits(&record.acls, &a) {
                 return err(ResponseError::PolicyViolation, "too many ACLs");
             }
             MetadataRecord::CreateAcl(Box::new(a))

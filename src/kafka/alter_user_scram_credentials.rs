@@ -13,6 +13,7 @@ use crate::security::scram::{self, Credential};
 use crate::shard::Shard;
 use crate::storage::security::ScramCredentialRecord;
 use bytes::Bytes;
+use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
@@ -40,31 +41,11 @@ pub async fn handle(
         items.push((
             d.name.to_string(),
             d.mechanism,
-            check(&d.name, d.mechanism, 4096).map(|_| change),
+            mechanism_of(&d.name, d.mechanism).map(|_| change),
         ));
     }
     for u in &req.upsertions {
-        let credential = check(&u.name, u.mechanism, u.iterations).and_then(|m| {
-            let (salt, salted) = (&u.salt, &u.salted_password);
-            let sizes_ok = (1..=MAX_CREDENTIAL_BYTES).contains(&salt.len())
-                && (1..=MAX_CREDENTIAL_BYTES).contains(&salted.len());
-            if !sizes_ok {
-                return Err(unacceptable(
-                    "salt and salted password must be 1 to 1024 bytes",
-                ));
-            }
-            Ok(Credential::from_salted(
-                m,
-                salted,
-                salt,
-                u.iterations as u32,
-            ))
-        });
-        let change = credential.map(|c| SecurityChange::SetCredential {
-            record: ScramCredentialRecord::new(&u.name, &c),
-            if_absent: false,
-        });
-        items.push((u.name.to_string(), u.mechanism, change));
+        items.push((u.name.to_string(), u.mechanism, upsertion(u)));
     }
     refuse_duplicates(&mut items);
     let denied = !authorize::cluster(shard, caller, Operation::Alter);
@@ -115,22 +96,39 @@ async fn submit(
         .collect()
 }
 
-/// The mechanism, if the name, mechanism and iteration count are acceptable.
-fn check(name: &str, mechanism: i8, iterations: i32) -> Result<scram::Mechanism, Outcome> {
+/// An upsertion's change: its credential from the salted password, if acceptable.
+fn upsertion(u: &ScramCredentialUpsertion) -> Result<SecurityChange, Outcome> {
+    let m = mechanism_of(&u.name, u.mechanism)?;
+    if u.iterations < scram::MIN_ITERATIONS as i32 {
+        return Err(unacceptable("Too few iterations"));
+    }
+    if u.iterations > scram::MAX_ITERATIONS as i32 {
+        return Err(unacceptable("Too many iterations"));
+    }
+    let (salt, salted) = (&u.salt, &u.salted_password);
+    let sizes_ok = (1..=MAX_CREDENTIAL_BYTES).contains(&salt.len())
+        && (1..=MAX_CREDENTIAL_BYTES).contains(&salted.len());
+    if !sizes_ok {
+        return Err(unacceptable(
+            "salt and salted password must be 1 to 1024 bytes",
+        ));
+    }
+    let c = Credential::from_salted(m, salted, salt, u.iterations as u32);
+    Ok(SecurityChange::SetCredential {
+        record: ScramCredentialRecord::new(&u.name, &c),
+        if_absent: false,
+    })
+}
+
+/// The mechanism of a deletion or upsertion, if the user name and mechanism are acceptable.
+fn mechanism_of(name: &str, mechanism: i8) -> Result<scram::Mechanism, Outcome> {
     if name.is_empty() {
         return Err(unacceptable("Username must not be empty"));
     }
-    let m = scram::Mechanism::from_code(mechanism).ok_or((
+    scram::Mechanism::from_code(mechanism).ok_or((
         ResponseError::UnsupportedSaslMechanism.code(),
         Some("Unknown SCRAM mechanism".to_string()),
-    ))?;
-    if iterations < scram::MIN_ITERATIONS as i32 {
-        return Err(unacceptable("Too few iterations"));
-    }
-    if iterations > scram::MAX_ITERATIONS as i32 {
-        return Err(unacceptable("Too many iterations"));
-    }
-    Ok(m)
+    ))
 }
 
 fn unacceptable(why: &str) -> Outcome {

@@ -5,7 +5,7 @@
 //! most one line a second per shard.
 
 use super::connection::{Answer, Conn, Held, Outgoing};
-use crate::config::SecurityProtocol;
+use crate::clock::Clock;
 use crate::kafka::sasl_authenticate::{self, Outcome};
 use crate::kafka::{self, Caller};
 use crate::metrics::{bump, LogLimiter};
@@ -38,7 +38,8 @@ pub struct Auth {
 }
 
 impl Auth {
-    pub fn new(shard: &Shard, caller: Caller, protocol: SecurityProtocol) -> Auth {
+    pub fn new(shard: &Shard, caller: Caller) -> Auth {
+        let protocol = caller.listener.security_protocol;
         let sasl = &shard.config.sasl;
         let exchange = protocol.sasl().then(|| {
             let enabled = sasl
@@ -79,9 +80,12 @@ impl Auth {
     }
 
     /// Whether the SASL session's lifetime has passed without a re-authentication (KIP-368):
-    /// the connection then serves nothing but SASL, as Kafka closes it.
-    pub fn expired(&self, now_ms: u64) -> bool {
-        self.expires_ms.get().is_some_and(|end| now_ms >= end)
+    /// the connection then serves nothing but SASL, as Kafka closes it. The clock is read only
+    /// for a session with a lifetime.
+    pub fn expired(&self, clock: &dyn Clock) -> bool {
+        self.expires_ms
+            .get()
+            .is_some_and(|end| clock.monotonic_ms() >= end)
     }
 }
 

@@ -24,10 +24,20 @@ pub async fn ensure(shard: Rc<Shard>) {
     if users.is_empty() {
         return;
     }
+    // On a single node the catalog here is the controller's own: PBKDF2 runs only for what it
+    // lacks (on the shard's thread, so a start with many users would otherwise derive every
+    // password again). In a cluster this node's catalog may lag, so the controller's
+    // `if_absent` decides.
+    let catalog = shard.catalog();
+    let missing =
+        |name: &str, m| catalog.is_clustered() || catalog.security.credential(name, m).is_none();
     let changes: Vec<SecurityChange> = users
         .iter()
         .flat_map(|u| {
-            scram::Mechanism::ALL.into_iter().map(|m| {
+            let absent = scram::Mechanism::ALL
+                .into_iter()
+                .filter(|m| missing(&u.name, *m));
+            absent.map(|m| {
                 let salt = uuid::Uuid::new_v4().into_bytes(); // 122 random bits (getrandom)
                 let c = Credential::new(m, u.password.as_bytes(), &salt, ITERATIONS);
                 SecurityChange::SetCredential {
@@ -37,6 +47,10 @@ pub async fn ensure(shard: Rc<Shard>) {
             })
         })
         .collect();
+    if changes.is_empty() {
+        log::info!("bootstrap users: {} ready", users.len());
+        return;
+    }
     for attempt in 1..=MAX_ATTEMPTS {
         let op = ControllerOp::Security(changes.clone());
         let outcomes = controller::execute(&shard, op).await;

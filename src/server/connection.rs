@@ -95,33 +95,21 @@ pub async fn serve(
     if let Err(e) = stream.set_nodelay(true) {
         log::warn!("{peer}: cannot set TCP_NODELAY: {e}");
     }
-    let max_in_flight = shard.config.max_in_flight_requests_per_connection;
-    let protocol = listener.security_protocol;
-    let mut conn = Conn {
-        in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
-        auth: Auth::new(&shard, Caller::new(listener, String::new(), host), protocol),
-        shard,
-        peer,
-        socket: None,
-    };
-    if !protocol.tls() {
+    let anonymous = || kafka::authorize::ANONYMOUS.to_string();
+    if !listener.security_protocol.tls() {
         let socket = stream.as_raw_fd();
         if let Err(e) = super::sendfile::set_nonblocking(socket) {
-            log::warn!(
-                "{}: closing: cannot make the socket non-blocking: {e}",
-                conn.peer
-            );
+            log::warn!("{peer}: closing: cannot make the socket non-blocking: {e}");
             return;
         }
-        conn.socket = Some(socket);
-        conn.auth
-            .set_principal(kafka::authorize::ANONYMOUS.to_string());
-        return run(&conn, stream).await;
+        let caller = Caller::new(listener, anonymous(), host);
+        return run(&Conn::new(shard, peer, caller, Some(socket)), stream).await;
     }
-    let Some(stream) = super::tls::handshake(&conn.shard, &conn.peer, protocol, stream).await
-    else {
+    let protocol = listener.security_protocol;
+    let Some(stream) = super::tls::handshake(&shard, &peer, protocol, stream).await else {
         return;
     };
+    // Mutual TLS: the client certificate's subject names the principal.
     let certificate = stream
         .get_ref()
         .1
@@ -129,9 +117,23 @@ pub async fn serve(
         .and_then(|c| c.first());
     let principal = certificate
         .and_then(|c| crate::security::principal::of_certificate(c))
-        .unwrap_or_else(|| kafka::authorize::ANONYMOUS.to_string());
-    conn.auth.set_principal(principal);
-    run(&conn, stream).await
+        .unwrap_or_else(anonymous);
+    let caller = Caller::new(listener, principal, host);
+    run(&Conn::new(shard, peer, caller, None), stream).await
+}
+
+impl Conn {
+    /// `socket`: the TCP socket where the stream is the socket itself (None under TLS).
+    fn new(shard: Rc<Shard>, peer: String, caller: Caller, socket: Option<RawFd>) -> Conn {
+        let max_in_flight = shard.config.max_in_flight_requests_per_connection;
+        Conn {
+            in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
+            auth: Auth::new(&shard, caller),
+            shard,
+            peer,
+            socket,
+        }
+    }
 }
 
 /// Serves the connection's requests over `stream` until it closes.
@@ -589,7 +591,7 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
                     log::warn!("{}: closing: {key:?} before SASL authentication", conn.peer);
                     return;
                 }
-                _ if conn.auth.expired(conn.shard.clock().monotonic_ms()) => {
+                _ if conn.auth.expired(conn.shard.clock()) => {
                     let why = "the SASL session expired (connections_max_reauth_ms)";
                     log::info!("{}: closing: {why}", conn.peer);
                     return;

@@ -155,6 +155,17 @@ impl SecurityView {
     }
 }
 
+/// Whether a credential of `user` fits in `records`: a user already there may add or replace
+/// one, a new user only below `MAX_CREDENTIALS`.
+pub fn credential_fits(records: &[ScramCredentialRecord], user: &str) -> bool {
+    records.len() < MAX_CREDENTIALS || records.iter().any(|x| x.user == user)
+}
+
+/// Whether `acl` fits in `acls`: one there already does, a new one only below `MAX_ACLS`.
+pub fn acl_fits(acls: &[AclRecord], acl: &AclRecord) -> bool {
+    acls.len() < acl::MAX_ACLS || acls.contains(acl)
+}
+
 /// Sets `user`'s credential for its mechanism in `records` (replacing one there).
 pub fn set_credential(records: &mut Vec<ScramCredentialRecord>, r: &ScramCredentialRecord) {
     match records
