@@ -58,7 +58,7 @@ def main():
 
 def rpc_frame(kind: int, correlation: int, payload: bytes) -> bytes:
     """An inter-node RPC frame (src/rpc/frame.rs)."""
-    head = struct.pack(">HBBQI", 0x534C, 1, kind, correlation, kw.crc32c(payload))
+    head = struct.pack(">HBBQI", 0x534C, 2, kind, correlation, kw.crc32c(payload))
     return struct.pack(">I", len(head) + len(payload)) + head + payload
 
 
@@ -66,6 +66,9 @@ def rpc_seeds():
     write("rpc_frame", b"\x00" + rpc_frame(1, 0, b"\x00" * 24))
     write("rpc_frame", b"\x00" + rpc_frame(3, 9, bytes(range(64))))
     write("rpc_frame", b"\x07" + bytes(range(48)))
+    # The cluster-secret handshake: HELLO (a nonce), CHALLENGE (nonce and proof).
+    write("rpc_frame", b"\x00" + rpc_frame(0xF0, 0, bytes(range(32))))
+    write("rpc_frame", b"\x00" + rpc_frame(0xF1, 0, bytes(range(64))))
 
 
 def raft_log_record(kind: int, body: bytes) -> bytes:

@@ -103,6 +103,10 @@ pub struct Config {
     pub transactions: TransactionConfig,
     /// Listeners (issue 19): replace `listen` and `advertised_listener` when present.
     pub listeners: Vec<ListenerConfig>,
+    /// The listener nodes of a cluster dial each other on (Kafka's
+    /// `inter.broker.listener.name`): followers' fetches, transaction markers. Every node of
+    /// the cluster has one of this name. Default: the first listener.
+    pub inter_broker_listener: Option<String>,
     pub tls: Option<security::TlsConfig>,
     pub sasl: security::SaslConfig,
     pub authorization: security::AuthorizationConfig,
@@ -220,6 +224,10 @@ pub struct ClusterConfig {
     /// when that is a live in-sync broker, every interval.
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_ms: u64,
+    /// The secret every node of the cluster shares (`security::node`): the RPC handshake
+    /// proves it both ways, and nodes log in to each other's SASL listeners with it. Needed
+    /// once any listener uses TLS or SASL, or authorization is on.
+    pub secret: Option<String>,
 }
 
 impl ClusterConfig {
@@ -267,7 +275,11 @@ impl ClusterConfig {
         for (key, value, lo, hi) in checks {
             in_range(key, value, lo, hi)?;
         }
-        Ok(())
+        let min = security::MIN_CLUSTER_SECRET_BYTES;
+        match &self.secret {
+            Some(s) if s.len() < min => bad("cluster.secret", format!("at least {min} bytes")),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -282,6 +294,7 @@ impl Default for ClusterConfig {
             replica_lag_time_max_ms: 30_000,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: 300_000,
+            secret: None,
         }
     }
 }
@@ -349,6 +362,7 @@ impl Default for Config {
             sharding: ShardingConfig::default(),
             transactions: TransactionConfig::default(),
             listeners: Vec::new(),
+            inter_broker_listener: None,
             tls: None,
             sasl: security::SaslConfig::default(),
             authorization: security::AuthorizationConfig::default(),
@@ -816,12 +830,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// (host, port) that clients are told to connect to.
-    pub fn advertised(&self) -> (String, i32) {
-        let addr = self.advertised_listener.as_deref().unwrap_or(&self.listen);
-        host_port(addr).unwrap_or_else(|| ("127.0.0.1".into(), 9092))
-    }
 }
 
 /// KEY=VALUE, split at the first '='.
@@ -912,7 +920,8 @@ mod tests {
             ..Config::default()
         };
         c.validate().unwrap();
-        assert_eq!(c.advertised(), ("127.0.0.1".to_string(), 9092));
+        let listener = &c.effective_listeners()[0];
+        assert_eq!(listener.advertised(), ("127.0.0.1".to_string(), 9092));
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 /// Bound on listeners: each is a socket per shard.
 pub const MAX_LISTENERS: usize = 16;
+/// Shortest `[cluster] secret` accepted: 128 bits written as hex or base64.
+pub const MIN_CLUSTER_SECRET_BYTES: usize = 16;
 /// Bound on bootstrap users and super users (config lists, read at start).
 pub const MAX_CONFIGURED_USERS: usize = 1000;
 
@@ -32,6 +34,28 @@ impl SecurityProtocol {
             self,
             SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
         )
+    }
+
+    /// Kafka's id (`org.apache.kafka.common.security.auth.SecurityProtocol`), as registrations
+    /// store it.
+    pub fn id(self) -> i16 {
+        match self {
+            SecurityProtocol::Plaintext => 0,
+            SecurityProtocol::Ssl => 1,
+            SecurityProtocol::SaslPlaintext => 2,
+            SecurityProtocol::SaslSsl => 3,
+        }
+    }
+
+    pub fn from_id(id: i16) -> Option<SecurityProtocol> {
+        [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.id() == id)
     }
 
     /// Kafka's name, as DescribeCluster and logs say it.
@@ -75,6 +99,17 @@ pub struct TlsConfig {
     /// PEM: the CAs client certificates must chain to. When set, SSL listeners require a
     /// client certificate (mutual TLS) and SASL_SSL listeners accept one.
     pub client_ca_file: Option<PathBuf>,
+    /// PEM: the CAs this node trusts when it connects to other nodes' TLS listeners (Kafka's
+    /// truststore); defaults to `client_ca_file`. Under mutual TLS the node presents its own
+    /// certificate (`cert_file`).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// The CAs other nodes' certificates are checked against.
+    pub fn trusted_ca_file(&self) -> Option<&PathBuf> {
+        self.ca_file.as_ref().or(self.client_ca_file.as_ref())
+    }
 }
 
 /// A user created at start if it has no credentials yet.
@@ -192,20 +227,57 @@ impl super::Config {
                 return bad("tls", why);
             }
         }
-        let secured = listeners
-            .iter()
-            .any(|l| l.security_protocol != SecurityProtocol::Plaintext);
-        if self.is_clustered() && (listeners.len() > 1 || secured) {
-            // A clustered node registers one endpoint, which other nodes fetch from in plain
-            // Kafka; several listeners and inter-node security come with the registration's
-            // listener list.
-            return bad(
-                "listeners",
-                "a node of a cluster has one PLAINTEXT listener and no authorization for now"
-                    .into(),
-            );
+        self.validate_inter_broker()
+    }
+
+    /// The inter-broker listener exists; in a cluster with security, nodes can prove
+    /// themselves to each other on it and on the RPC port.
+    fn validate_inter_broker(&self) -> anyhow::Result<()> {
+        let listeners = self.effective_listeners();
+        if let Some(name) = &self.inter_broker_listener {
+            if !listeners.iter().any(|l| l.name == *name) {
+                return bad(
+                    "inter_broker_listener",
+                    format!("no listener is named {name:?}"),
+                );
+            }
+        }
+        if !self.is_clustered() {
+            return Ok(());
+        }
+        let secured = self.authorization.enabled
+            || listeners
+                .iter()
+                .any(|l| l.security_protocol != SecurityProtocol::Plaintext);
+        if secured && self.cluster.secret.is_none() {
+            let why = "a cluster with a TLS or SASL listener or authorization needs one: \
+                       nodes prove it to each other";
+            return bad("cluster.secret", why.into());
+        }
+        let protocol = self.inter_broker_listener().security_protocol;
+        let trusted = self
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.trusted_ca_file().is_some());
+        if protocol.tls() && !trusted {
+            let why = "the inter-broker listener uses TLS: ca_file (or client_ca_file) is \
+                       what other nodes' certificates are checked against";
+            return bad("tls.ca_file", why.into());
+        }
+        let scram = self.sasl.mechanisms.iter().any(|m| m.starts_with("SCRAM-"));
+        if protocol.sasl() && !scram {
+            let why = "the inter-broker listener uses SASL: nodes log in with SCRAM";
+            return bad("sasl.mechanisms", why.into());
         }
         Ok(())
+    }
+
+    /// The listener other nodes dial this one on.
+    pub fn inter_broker_listener(&self) -> ListenerConfig {
+        let listeners = self.effective_listeners();
+        let named = self.inter_broker_listener.as_ref();
+        let found = named.and_then(|n| listeners.iter().find(|l| l.name == *n));
+        found.unwrap_or(&listeners[0]).clone()
     }
 
     fn validate_sasl(&self) -> anyhow::Result<()> {
@@ -288,6 +360,51 @@ mod tests {
         assert!(check(&mechanisms).unwrap_err().contains("sasl.mechanisms"));
         let none = format!("{two}\n[sasl]\nmechanisms = []\n");
         assert!(check(&none).unwrap_err().contains("needs one"));
+    }
+
+    #[test]
+    fn a_secured_cluster_needs_a_secret_and_a_usable_inter_broker_listener() {
+        let cluster = r#"
+            node_id = 1
+            rpc_listen = "127.0.0.1:7001"
+            voters = ["1@127.0.0.1:7001"]
+            inter_broker_listener = "internal"
+            [[listeners]]
+            name = "external"
+            address = "127.0.0.1:9092"
+            security_protocol = "SASL_PLAINTEXT"
+            [[listeners]]
+            name = "internal"
+            address = "127.0.0.1:9093"
+            security_protocol = "SASL_SSL"
+            [tls]
+            cert_file = "c.pem"
+            key_file = "k.pem"
+            ca_file = "ca.pem"
+        "#;
+        assert!(check(cluster).unwrap_err().contains("cluster.secret"));
+        let with_secret = format!("{cluster}\n[cluster]\nsecret = \"0123456789abcdef\"\n");
+        let c = check(&with_secret).unwrap();
+        assert_eq!(c.inter_broker_listener().name, "internal");
+        let short = with_secret.replace("0123456789abcdef", "short");
+        assert!(check(&short).unwrap_err().contains("cluster.secret"));
+        let untrusted = with_secret.replace("ca_file = \"ca.pem\"", "");
+        assert!(check(&untrusted).unwrap_err().contains("tls.ca_file"));
+        let plain_only = format!("{with_secret}\n[sasl]\nmechanisms = [\"PLAIN\"]\n");
+        assert!(check(&plain_only).unwrap_err().contains("SCRAM"));
+        let unknown = with_secret.replace(
+            "inter_broker_listener = \"internal\"",
+            "inter_broker_listener = \"x\"",
+        );
+        assert!(check(&unknown)
+            .unwrap_err()
+            .contains("inter_broker_listener"));
+        // Authorization alone in a cluster needs the secret too.
+        let plain =
+            "node_id = 1\nrpc_listen = \"127.0.0.1:7001\"\nvoters = [\"1@127.0.0.1:7001\"]\n";
+        assert!(check(plain).is_ok());
+        let authorizing = format!("{plain}[authorization]\nenabled = true\n");
+        assert!(check(&authorizing).unwrap_err().contains("cluster.secret"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::{ControllerOp, Outcome};
 use crate::clock::Clock;
 use crate::config::{Config, Voter};
 use crate::rpc::{self, Peer};
+use crate::security::node::NodeSecret;
 use crate::shard::Shard;
 use crate::storage::catalog::BrokerRecord;
 use futures::future::LocalBoxFuture;
@@ -67,7 +68,12 @@ impl Cluster {
         let voters = config.voter_list()?;
         let peers = voters
             .iter()
-            .map(|v| (v.id, Rc::new(Peer::new(v.rpc.clone()))))
+            .map(|v| {
+                (
+                    v.id,
+                    Rc::new(Peer::new(v.rpc.clone(), NodeSecret::of(&config))),
+                )
+            })
             .collect();
         let previous_incarnation = read_incarnation(&config);
         let incarnation = loop {
@@ -334,34 +340,30 @@ impl Cluster {
             return Ok(());
         }
         log::info!(
-            "controller: registering broker {} at {}:{} (incarnation {:x})",
+            "controller: registering broker {} at {} (incarnation {:x})",
             hb.node_id,
-            hb.host,
-            hb.port,
+            crate::storage::catalog::describe_endpoints(&hb.listeners),
             hb.incarnation
         );
-        let record = MetadataRecord::RegisterBroker(BrokerRecord {
+        let record = MetadataRecord::RegisterBroker(Box::new(BrokerRecord {
             node_id: hb.node_id,
             incarnation: hb.incarnation,
-            host: hb.host.clone(),
-            port: hb.port,
+            listeners: hb.listeners.clone(),
             rack: hb.rack.clone(),
             fenced: false,
-        });
+        }));
         let result = self.commit(vec![record]).await;
         self.registering.borrow_mut().remove(&hb.node_id);
         result
     }
 
     fn heartbeat(&self) -> BrokerHeartbeat {
-        let (host, port) = self.config.advertised();
         BrokerHeartbeat {
             cluster_id: self.applied.cluster_id(),
             node_id: self.config.node_id,
             incarnation: self.incarnation,
             previous_incarnation: self.previous_incarnation,
-            host,
-            port,
+            listeners: crate::storage::catalog::advertised_endpoints(&self.config),
             rack: self.config.rack.clone(),
             metadata_version: self.applied.version(),
             voter: self.is_voter(),

@@ -142,8 +142,7 @@ mod tests {
             .map(|id| BrokerRecord {
                 node_id: id,
                 incarnation: 1,
-                host: "h".into(),
-                port: 1,
+                listeners: Vec::new(),
                 rack: None,
                 fenced: fenced.contains(&id),
             })

@@ -56,8 +56,9 @@ impl Sessions {
             Some(b) if b.incarnation == incarnation => Decision::Register,
             Some(b) if b.fenced || b.incarnation == previous => Decision::Register,
             Some(b) if self.alive(node_id, now_ms, timeout_ms) => Decision::Duplicate(format!(
-                "node id {node_id} is held by a live broker at {}:{} (incarnation {})",
-                b.host, b.port, b.incarnation
+                "node id {node_id} is held by a live broker at {} (incarnation {})",
+                crate::storage::catalog::describe_endpoints(&b.listeners),
+                b.incarnation
             )),
             Some(_) => Decision::Register,
         };
@@ -90,8 +91,7 @@ mod tests {
         BrokerRecord {
             node_id: id,
             incarnation,
-            host: "h".into(),
-            port: 1,
+            listeners: Vec::new(),
             rack: None,
             fenced,
         }

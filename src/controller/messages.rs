@@ -2,6 +2,7 @@
 //! rkyv-encoded and validated on decode (a peer's bytes are untrusted like a client's).
 
 use super::{ControllerOp, Outcome};
+use crate::storage::catalog::EndpointRecord;
 
 /// One-way: a Raft message between voters (`RaftEnvelope`).
 pub const RAFT: u8 = 1;
@@ -35,8 +36,8 @@ pub struct BrokerHeartbeat {
     /// The incarnation this node's data dir last registered with (0: none): a restart of the
     /// same node may take over its registration at once, another node may not.
     pub previous_incarnation: u64,
-    pub host: String,
-    pub port: i32,
+    /// Its Kafka listeners, as advertised.
+    pub listeners: Vec<EndpointRecord>,
     pub rack: Option<String>,
     /// The metadata version the sender holds; a broker that is not a voter is sent the
     /// catalog when it is behind.
@@ -112,8 +113,12 @@ mod tests {
             node_id: 3,
             incarnation: 7,
             previous_incarnation: 6,
-            host: "127.0.0.1".into(),
-            port: 9092,
+            listeners: vec![EndpointRecord {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
             rack: Some("r1".into()),
             metadata_version: 4,
             voter: true,

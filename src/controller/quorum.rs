@@ -13,6 +13,7 @@ use super::records;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::rpc::{self, Peer};
+use crate::security::node::NodeSecret;
 use crate::storage::catalog::CatalogRecord;
 use crate::storage::disk::OsDisk;
 use futures::channel::oneshot;
@@ -69,7 +70,10 @@ impl Quorum {
         for v in voters.iter().filter(|v| v.id != config.node_id) {
             let (otx, orx) = local_channel::new_bounded(OUTBOX_CAPACITY);
             outboxes.insert(raft_id(v.id), otx);
-            senders.push((Rc::new(Peer::new(v.rpc.clone())), orx));
+            senders.push((
+                Rc::new(Peer::new(v.rpc.clone(), NodeSecret::of(&config))),
+                orx,
+            ));
         }
         let status = node.status();
         log::info!(

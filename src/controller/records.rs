@@ -7,7 +7,7 @@
 //! entry of a newer version by name rather than misreading it.
 
 use crate::storage::catalog::{
-    scope_configs, BrokerRecord, CatalogRecord, PartitionAssignment, TopicRecord,
+    scope_configs, BrokerRecord, BrokerRecordV1, CatalogRecord, PartitionAssignment, TopicRecord,
 };
 use crate::storage::security::{self, AclRecord, ScramCredentialRecord};
 use crate::storage::topic_config::UNCLEAN_LEADER_ELECTION;
@@ -21,9 +21,8 @@ pub const MAX_RECORDS_PER_ENTRY: usize = 100_000;
 pub enum MetadataRecord {
     /// The cluster's id, proposed once by the first controller (the log's first record).
     ClusterId(String),
-    /// A broker (re)registered: replaces its previous registration, unfenced. Partitions left
-    /// without a leader that it holds in sync get it back as leader.
-    RegisterBroker(BrokerRecord),
+    /// `RegisterBroker` as written before listener lists: one PLAINTEXT listener.
+    RegisterBrokerV1(BrokerRecordV1),
     /// A broker's session expired: it leads nothing until it registers again.
     FenceBroker {
         node_id: i32,
@@ -102,6 +101,9 @@ pub enum MetadataRecord {
     CreateAcl(Box<AclRecord>),
     /// An ACL removed (DeleteAcls).
     DeleteAcl(Box<AclRecord>),
+    /// A broker (re)registered, with its listeners: replaces its previous registration,
+    /// unfenced. Partitions left without a leader that it holds in sync get it back as leader.
+    RegisterBroker(Box<BrokerRecord>),
 }
 
 /// One log entry's bytes: the version, then the records in rkyv.
@@ -148,6 +150,7 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
     match record {
         MetadataRecord::ClusterId(id) => c.cluster_id = id.clone(),
         MetadataRecord::RegisterBroker(b) => register(c, b),
+        MetadataRecord::RegisterBrokerV1(b) => register(c, &BrokerRecord::from(b.clone())),
         MetadataRecord::FenceBroker {
             node_id,
             incarnation,
@@ -469,15 +472,20 @@ mod tests {
     /// The archived size of a record since format version 1 (SetAssignment's).
     const ARCHIVED_RECORD_BYTES: usize = 72;
 
-    fn broker(id: i32, incarnation: u64) -> BrokerRecord {
-        BrokerRecord {
+    /// Broker `id`'s registration, as a node writes it.
+    fn broker(id: i32, incarnation: u64) -> MetadataRecord {
+        MetadataRecord::RegisterBroker(Box::new(BrokerRecord {
             node_id: id,
             incarnation,
-            host: "127.0.0.1".into(),
-            port: 9000 + id,
+            listeners: vec![crate::storage::catalog::EndpointRecord {
+                name: "internal".into(),
+                host: "127.0.0.1".into(),
+                port: 9000 + id,
+                security_protocol: 3,
+            }],
             rack: None,
             fenced: false,
-        }
+        }))
     }
 
     fn topic(name: &str, id: u8, leaders: &[i32]) -> TopicRecord {
@@ -565,12 +573,25 @@ mod tests {
     fn entries_round_trip_and_bad_bytes_are_refused() {
         let records = vec![
             MetadataRecord::ClusterId("abc".into()),
-            MetadataRecord::RegisterBroker(broker(1, 7)),
+            broker(1, 7),
             MetadataRecord::CreateTopic(topic("t", 1, &[1, 2])),
             MetadataRecord::ProducerIdBlock { end: 1000 },
         ];
         let bytes = encode(&records);
         assert_eq!(decode(&bytes), Ok(records));
+        // A registration from before listener lists applies as one PLAINTEXT listener.
+        let mut c = empty();
+        let old = crate::storage::catalog::BrokerRecordV1 {
+            node_id: 4,
+            incarnation: 1,
+            host: "h".into(),
+            port: 9,
+            rack: None,
+            fenced: false,
+        };
+        apply(&mut c, &[MetadataRecord::RegisterBrokerV1(old)]).unwrap();
+        let endpoint = c.brokers[0].endpoint("PLAINTEXT").unwrap();
+        assert_eq!((endpoint.host.as_str(), endpoint.port), ("h", 9));
         assert!(decode(&[]).is_err());
         assert!(decode(&[2, 0, 0]).unwrap_err().contains("version 2"));
         assert!(decode(&bytes[..bytes.len() - 3]).is_err());
@@ -580,8 +601,8 @@ mod tests {
     fn fencing_moves_leadership_and_registering_restores_it() {
         let mut c = empty();
         let setup = [
-            MetadataRecord::RegisterBroker(broker(1, 1)),
-            MetadataRecord::RegisterBroker(broker(2, 1)),
+            broker(1, 1),
+            broker(2, 1),
             MetadataRecord::CreateTopic(topic("t", 1, &[1, 2])),
         ];
         apply(&mut c, &setup).unwrap();
@@ -604,7 +625,7 @@ mod tests {
         let p0 = &c.topics[0].assignment[0];
         assert_eq!((p0.leader, p0.leader_epoch, &p0.isr[..]), (-1, 1, &[1][..]));
         assert_eq!(c.topics[0].assignment[1].leader, 2, "other leaders stay");
-        apply(&mut c, &[MetadataRecord::RegisterBroker(broker(1, 2))]).unwrap();
+        apply(&mut c, &[broker(1, 2)]).unwrap();
         let p0 = &c.topics[0].assignment[0];
         assert_eq!((p0.leader, p0.leader_epoch), (1, 2));
         assert!(!c.brokers[0].fenced);
@@ -621,8 +642,8 @@ mod tests {
             t.assignment[0].isr = vec![1];
         }
         let setup = [
-            MetadataRecord::RegisterBroker(broker(1, 1)),
-            MetadataRecord::RegisterBroker(broker(2, 1)),
+            broker(1, 1),
+            broker(2, 1),
             MetadataRecord::CreateTopic(strict),
             MetadataRecord::CreateTopic(loose),
         ];
@@ -733,8 +754,8 @@ mod tests {
         // its epoch again after a restart that had lost the tail its followers copied.
         let mut c = empty();
         let setup = [
-            MetadataRecord::RegisterBroker(broker(1, 1)),
-            MetadataRecord::RegisterBroker(broker(2, 1)),
+            broker(1, 1),
+            broker(2, 1),
             MetadataRecord::FenceBroker {
                 node_id: 1,
                 incarnation: 1,

@@ -42,13 +42,17 @@ pub async fn handle(
             })
             .collect();
     if version >= 2 && req.include_fenced_brokers {
-        brokers.extend(catalog.brokers.iter().filter(|b| b.fenced).map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port)
-                .with_rack(b.rack.as_deref().map(str_bytes))
-                .with_is_fenced(true)
+        let fenced = catalog.brokers.iter().filter(|b| b.fenced);
+        brokers.extend(fenced.filter_map(|b| {
+            let e = b.endpoint(&caller.listener.name)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(&e.host))
+                    .with_port(e.port)
+                    .with_rack(b.rack.as_deref().map(str_bytes))
+                    .with_is_fenced(true),
+            )
         }));
     }
     resp = resp

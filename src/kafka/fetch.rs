@@ -159,8 +159,15 @@ async fn serve(
     req: FetchRequest,
 ) -> anyhow::Result<Vec<Chunk>> {
     let catalog = shard.catalog();
-    let readable =
-        |name: &str| authorize::allowed(shard, caller, Operation::Read, ResourceType::Topic, name);
+    let replica = replica_of(&catalog, version, &req);
+    // A follower's fetch moves high watermarks and in-sync sets, so Kafka asks CLUSTER_ACTION
+    // for it, not READ (a consumer posing as a follower is refused every partition).
+    let follower_allowed =
+        replica >= 0 && authorize::cluster(shard, caller, Operation::ClusterAction);
+    let readable = |name: &str| match replica {
+        0.. => follower_allowed,
+        _ => authorize::allowed(shard, caller, Operation::Read, ResourceType::Topic, name),
+    };
     let (requested, unknown) = listed(&catalog, version, &req, &readable);
     let served = if version >= 7 {
         match join_session(shard, &catalog, version, &req, requested) {
@@ -179,7 +186,6 @@ async fn serve(
     } else {
         req.max_bytes as usize
     };
-    let replica = replica_of(&catalog, version, &req);
     if replica >= 0 && crate::rpc::cut_off() {
         anyhow::bail!("a follower's fetch while cut off from the other nodes (fault hook)");
     }

@@ -65,8 +65,9 @@ fn coordinator_of(
         let (host, port) = caller.listener.advertised();
         return Ok((leader, host, port));
     }
-    let (host, port) = catalog.broker_address(leader).ok_or(not_available)?;
-    Ok((leader, host.to_string(), port))
+    let endpoint = catalog.broker_endpoint(leader, &caller.listener.name);
+    let endpoint = endpoint.ok_or(not_available)?;
+    Ok((leader, endpoint.host.clone(), endpoint.port))
 }
 
 /// Creates `__transaction_state` (compacted, `transactions.state_partitions` partitions, the

@@ -139,8 +139,9 @@ async fn create_missing(shard: &Rc<Shard>, caller: &Caller, list: &[(Option<Stri
 }
 
 /// The brokers clients of `listener` are told about: (node id, host, port, rack). This one
-/// alone on a single node, at the listener's advertised address; the live registered brokers
-/// in a cluster.
+/// alone on a single node, at the listener's advertised address; in a cluster, the live
+/// registered brokers at their listener of the same name (one without it is left out, as
+/// Kafka does).
 pub fn brokers(
     shard: &Shard,
     catalog: &Catalog,
@@ -152,7 +153,10 @@ pub fn brokers(
     }
     catalog
         .live_brokers()
-        .map(|b| (b.node_id, b.host.clone(), b.port, b.rack.clone()))
+        .filter_map(|b| {
+            let e = b.endpoint(&listener.name)?;
+            Some((b.node_id, e.host.clone(), e.port, b.rack.clone()))
+        })
         .collect()
 }
 

@@ -6,6 +6,7 @@
 
 use super::{decode, encode_body};
 use crate::protocol::chunk::Chunk;
+use crate::security::node::{NodeLogin, NODE_USER};
 use crate::security::sasl::{Answer, Exchange, Refused};
 use crate::security::scram;
 use crate::shard::Shard;
@@ -69,7 +70,12 @@ pub fn token(
     token: &[u8],
 ) -> (Result<Vec<u8>, Refused>, Outcome) {
     let catalog = shard.catalog();
-    let lookup = |user: &str, m: scram::Mechanism| catalog.security.credential(user, m);
+    // The node user's credential is derived from the cluster secret, never looked up.
+    let nodes = shard.service::<NodeLogin>();
+    let lookup = |user: &str, m: scram::Mechanism| match user {
+        NODE_USER => nodes.credential(m),
+        _ => catalog.security.credential(user, m),
+    };
     match exchange.authenticate(token, server_nonce, lookup) {
         Ok(Answer::Challenge(bytes)) => (Ok(bytes), Outcome::Continue),
         Ok(Answer::Done { principal, token }) => (Ok(token), Outcome::Authenticated(principal)),

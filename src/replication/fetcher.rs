@@ -13,6 +13,7 @@ use crate::partition::replica::FollowerView;
 use crate::partition::Partition;
 use crate::protocol::topics::group_by_topic;
 use crate::rpc::kafka_client::KafkaClient;
+use crate::security::node::NodeLogin;
 use crate::shard::Shard;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -61,16 +62,13 @@ pub async fn follow(shard: Rc<Shard>, leader: i32) {
         if followed.is_empty() {
             return;
         }
-        let Some(addr) = shard
-            .catalog()
-            .broker_address(leader)
-            .map(|(host, port)| format!("{host}:{port}"))
-        else {
+        let Some(target) = shard.inter_broker_target(leader) else {
             shard.housekeeping_sleep(BACKOFF_MS).await;
             continue;
         };
-        if client.as_ref().is_none_or(|c| c.addr != addr) {
-            client = Some(KafkaClient::new(addr, CLIENT_ID));
+        if client.as_ref().is_none_or(|c| c.target != target) {
+            let login = shard.service::<NodeLogin>();
+            client = Some(KafkaClient::new(target, CLIENT_ID, login));
         }
         let c = client.as_mut().expect("just made");
         match round(&shard, c, followed).await {
@@ -81,7 +79,7 @@ pub async fn follow(shard: Rc<Shard>, leader: i32) {
                     log::warn!(
                         "shard {}: replicating from node {leader} ({}): {e} ({failures} failed rounds)",
                         shard.id,
-                        c.addr
+                        c.target.addr
                     );
                 }
                 shard.housekeeping_sleep(BACKOFF_MS).await;

@@ -11,6 +11,10 @@
 //! ```
 //! All integers big-endian. A frame over `MAX_FRAME_BYTES`, a wrong magic or version, or a bad
 //! checksum is refused; the connection is then closed (the stream cannot be resynchronized).
+//!
+//! Kinds from `HELLO` up belong to this layer: the cluster-secret handshake that opens a
+//! connection when the cluster has a secret (`security::node`). Version 2 came with it and with
+//! brokers' listener lists in heartbeats; a version 1 node is refused by name.
 
 /// Bytes before the payload, the size field included.
 pub const HEADER_BYTES: usize = 4 + 2 + 1 + 1 + 8 + 4;
@@ -18,7 +22,13 @@ pub const HEADER_BYTES: usize = 4 + 2 + 1 + 1 + 8 + 4;
 /// is bounded by `max_topics` and partitions far below this.
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
 const MAGIC: u16 = 0x534C;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The dialer's first frame: its nonce.
+pub const HELLO: u8 = 0xF0;
+/// The server's answer: its nonce and its proof.
+pub const CHALLENGE: u8 = 0xF1;
+/// The dialer's proof.
+pub const PROOF: u8 = 0xF2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {

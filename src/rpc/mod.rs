@@ -2,13 +2,20 @@
 //! hands each frame to the layer above, and `Peer`, an outgoing connection that carries
 //! one-way messages and calls (a request and its reply, paired by correlation id).
 //!
+//! With a cluster secret, each connection opens with a handshake that proves it both ways
+//! (`handshake.rs`); without one, nodes trust their network.
+//!
 //! Bounds, as on the Kafka listener: a frame size limit, a deadline on a frame's bytes once its
 //! first arrived, a bound on connections and on calls in flight per connection, and garbage
 //! closes the connection with a log line (never a panic).
 
 pub mod frame;
+mod handshake;
 pub mod kafka_client;
+pub mod tls;
 
+use crate::metrics::LogLimiter;
+use crate::security::node::NodeSecret;
 use frame::{FrameError, Header, HEADER_BYTES};
 use futures::channel::oneshot;
 use futures::future::{Either, LocalBoxFuture};
@@ -19,7 +26,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A fault hook for tests (a cut network link): while set, this node sends and accepts no
 /// inter-node traffic: no RPC frames (Raft, heartbeats, forwarded writes) and no replication
@@ -54,6 +61,8 @@ pub const MAX_CALLS_PER_CONNECTION: usize = 256;
 const FRAME_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection attempt to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// At most one line per this interval about connections refused at the handshake.
+const REFUSALS_LOG_INTERVAL_MS: u64 = 10_000;
 
 /// Runs `f` until `limit`; None if the time ran out first.
 pub async fn within<T>(limit: Duration, f: impl std::future::Future<Output = T>) -> Option<T> {
@@ -74,12 +83,16 @@ pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
     Ok(listener)
 }
 
-/// Accepts connections for as long as the executor runs, serving each with `handler`.
-pub async fn serve(listener: std::net::TcpListener, handler: Handler) {
+/// Accepts connections for as long as the executor runs, serving each with `handler`; with a
+/// cluster secret, only connections that prove it (`handshake.rs`).
+pub async fn serve(listener: std::net::TcpListener, handler: Handler, secret: Option<NodeSecret>) {
     use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the descriptor is a listening socket handed over whole.
     let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     let open = Rc::new(Cell::new(0usize));
+    // A node with another secret retries every heartbeat: its refusals are logged at most once
+    // per `REFUSALS_LOG_INTERVAL_MS`.
+    let refusals = Rc::new((LogLimiter::new(REFUSALS_LOG_INTERVAL_MS), Instant::now()));
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
@@ -94,13 +107,23 @@ pub async fn serve(listener: std::net::TcpListener, handler: Handler) {
             continue;
         }
         open.set(open.get() + 1);
-        let (open, handler) = (open.clone(), handler.clone());
+        let (open, handler, secret) = (open.clone(), handler.clone(), secret.clone());
+        let refusals = refusals.clone();
         glommio::spawn_local(async move {
             let peer = stream
                 .peer_addr()
                 .map_or_else(|_| "?".to_string(), |a| a.to_string());
-            if let Err(e) = serve_connection(stream, handler).await {
-                log::warn!("rpc: connection from {peer} closed: {e}");
+            match serve_connection(stream, handler, secret).await {
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    let (limiter, born) = &*refusals;
+                    if let Some(n) = limiter.admit(born.elapsed().as_millis() as u64) {
+                        log::warn!(
+                            "rpc: connection from {peer} refused: {e} ({n} more not logged)"
+                        );
+                    }
+                }
+                Err(e) => log::warn!("rpc: connection from {peer} closed: {e}"),
+                Ok(()) => {}
             }
             open.set(open.get() - 1);
         })
@@ -108,10 +131,17 @@ pub async fn serve(listener: std::net::TcpListener, handler: Handler) {
     }
 }
 
-async fn serve_connection(stream: TcpStream, handler: Handler) -> std::io::Result<()> {
+async fn serve_connection(
+    stream: TcpStream,
+    handler: Handler,
+    secret: Option<NodeSecret>,
+) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.split();
     let writer = Rc::new(Writer::new(writer));
+    if let Some(secret) = &secret {
+        handshake::answer(&mut reader, &writer, secret).await?;
+    }
     let calls = Rc::new(Semaphore::new(MAX_CALLS_PER_CONNECTION as u64));
     loop {
         let Some((header, payload)) = read_frame(&mut reader).await? else {
@@ -205,6 +235,12 @@ pub struct Peer {
     pub addr: String,
     conn: RefCell<Option<Rc<Conn>>>,
     next_correlation: Cell<u64>,
+    /// The cluster secret each new connection proves, and has the peer prove.
+    secret: Option<NodeSecret>,
+    /// A peer that fails the handshake is a configuration error, said loudly but at most once
+    /// per `REFUSALS_LOG_INTERVAL_MS` (callers retry every heartbeat); the Instant is the
+    /// limiter's clock origin.
+    refusals: (LogLimiter, Instant),
 }
 
 /// A reply: (kind, payload).
@@ -217,11 +253,13 @@ struct Conn {
 }
 
 impl Peer {
-    pub fn new(addr: String) -> Peer {
+    pub fn new(addr: String, secret: Option<NodeSecret>) -> Peer {
         Peer {
             addr,
             conn: RefCell::new(None),
             next_correlation: Cell::new(1),
+            secret,
+            refusals: (LogLimiter::new(REFUSALS_LOG_INTERVAL_MS), Instant::now()),
         }
     }
 
@@ -270,6 +308,20 @@ impl Peer {
         }
     }
 
+    fn log_refusal(&self, e: &std::io::Error) {
+        let (limiter, born) = &self.refusals;
+        if e.kind() != std::io::ErrorKind::PermissionDenied {
+            return;
+        }
+        if let Some(n) = limiter.admit(born.elapsed().as_millis() as u64) {
+            log::error!(
+                "rpc: node at {} refused: {e}: check that both have the same [cluster] secret \
+                 ({n} more not logged)",
+                self.addr
+            );
+        }
+    }
+
     async fn connection(&self) -> std::io::Result<Rc<Conn>> {
         if cut_off() {
             if let Some(c) = self.conn.borrow_mut().take() {
@@ -286,9 +338,24 @@ impl Peer {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (reader, writer) = stream.split();
+        let (mut reader, writer) = stream.split();
+        let writer = Writer::new(writer);
+        if let Some(secret) = &self.secret {
+            let proven = within(
+                CONNECT_TIMEOUT,
+                handshake::open(&mut reader, &writer, secret),
+            );
+            let proven = proven.await.unwrap_or_else(|| {
+                let why = "RPC handshake timed out";
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
+            });
+            if let Err(e) = proven {
+                self.log_refusal(&e);
+                return Err(e);
+            }
+        }
         let conn = Rc::new(Conn {
-            writer: Writer::new(writer),
+            writer,
             waiters: RefCell::new(HashMap::new()),
             broken: Cell::new(false),
         });

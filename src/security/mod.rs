@@ -1,10 +1,12 @@
 //! Security (issue 19), the parts without I/O: SASL's SCRAM-SHA-256/512 and PLAIN exchanges
 //! (`scram.rs`, `plain.rs`) over credentials that hold no password, one connection's
 //! handshake-then-authenticate state machine (`sasl.rs`), Kafka's ACL model (`acl.rs`) and
-//! mutual TLS's principal (`principal.rs`). The connection (`server/connection.rs`) drives
+//! mutual TLS's principal (`principal.rs`), and how nodes prove the cluster secret to each
+//! other (`node.rs`). The connection (`server/connection.rs`) drives
 //! them; the catalog (`storage/security.rs`) keeps credentials and ACLs.
 
 pub mod acl;
+pub mod node;
 pub mod plain;
 pub mod principal;
 pub mod sasl;

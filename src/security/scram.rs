@@ -265,5 +265,6 @@ pub fn client_final(first: &FirstAnswered, msg: &[u8]) -> SaslResult<Vec<u8>> {
     Ok(format!("v={}", BASE64.encode(server_signature)).into_bytes())
 }
 
+pub mod client;
 #[cfg(test)]
 mod tests;

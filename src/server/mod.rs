@@ -455,7 +455,8 @@ fn run_cluster(
     let applied = cluster.applied.clone();
     glommio::spawn_local(applied::install_changes(shard.clone(), applied)).detach();
     let handler = cluster.handler(shard);
-    glommio::spawn_local(crate::rpc::serve(listener, handler)).detach();
+    let secret = crate::security::node::NodeSecret::of(&shard.config);
+    glommio::spawn_local(crate::rpc::serve(listener, handler, secret)).detach();
     glommio::spawn_local(cluster::heartbeat_loop(cluster.clone(), shard.clone())).detach();
     glommio::spawn_local(cluster::controller_duties(cluster, shard.clone())).detach();
     glommio::spawn_local(ensure_offsets_topic_in_cluster(shard.clone())).detach();
@@ -504,6 +505,7 @@ fn wire_services(shard: &Rc<Shard>, start: &ShardStart, cluster: Option<Rc<Clust
         Box::new(RandomIds),
     )));
     shard.provide(Rc::new(crate::txn::service::TxnService::new(config)));
+    shard.provide(Rc::new(crate::security::node::NodeLogin::new(config)));
     shard.provide(Rc::new(SessionCache::new(FetchSessions::new(
         start.id,
         start.router.shards(),

@@ -8,11 +8,10 @@
 //! for the kernel's `tls` module at start and says which path TLS takes (no offload yet).
 
 use crate::config::{Config, SecurityProtocol};
+use crate::rpc::tls as rpc_tls;
 use futures_rustls::TlsAcceptor;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::sync::{Arc, RwLock};
 
 /// The server configs in force: one per kind of client authentication a listener asks for.
@@ -38,6 +37,9 @@ pub fn load(config: &Config) -> anyhow::Result<()> {
     };
     let acceptors = build(tls)?;
     *CURRENT.write().expect("TLS config lock") = Some(Arc::new(acceptors));
+    if config.is_clustered() {
+        rpc_tls::load(tls)?;
+    }
     if kernel_tls_available() {
         log::info!("TLS: the kernel's tls module is loaded, but Sluice does not offload to it yet; TLS fetches are copied and encrypted in user space");
     } else {
@@ -52,7 +54,13 @@ pub fn reload(config: &Config) {
     if CURRENT.read().expect("TLS config lock").is_none() {
         return;
     }
-    match build(tls) {
+    let reloaded = build(tls).and_then(|a| {
+        if config.is_clustered() {
+            rpc_tls::load(tls)?;
+        }
+        Ok(a)
+    });
+    match reloaded {
         Ok(a) => {
             *CURRENT.write().expect("TLS config lock") = Some(Arc::new(a));
             log::info!("TLS: reloaded {}", tls.cert_file.display());
@@ -76,16 +84,10 @@ fn build(tls: &crate::config::security::TlsConfig) -> anyhow::Result<Acceptors> 
     let file = |p: &std::path::Path, e: &dyn std::fmt::Display| {
         anyhow::anyhow!("[tls] {}: {e}", p.display())
     };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.cert_file)
-        .map_err(|e| file(&tls.cert_file, &e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| file(&tls.cert_file, &e))?;
-    if chain.is_empty() {
-        return Err(file(&tls.cert_file, &"no certificate in the file"));
-    }
-    let key = PrivateKeyDer::from_pem_file(&tls.key_file).map_err(|e| file(&tls.key_file, &e))?;
+    let chain = rpc_tls::certificates(&tls.cert_file)?;
+    let key = rpc_tls::private_key(&tls.key_file)?;
     let config = |verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>| {
-        let builder = ServerConfig::builder_with_provider(provider())
+        let builder = ServerConfig::builder_with_provider(rpc_tls::provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
         let builder = match verifier {
             Some(v) => builder.with_client_cert_verifier(v),
@@ -102,15 +104,9 @@ fn build(tls: &crate::config::security::TlsConfig) -> anyhow::Result<Acceptors> 
             optional: None,
         });
     };
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| file(ca_file, &e))? {
-        roots
-            .add(cert.map_err(|e| file(ca_file, &e))?)
-            .map_err(|e| file(ca_file, &e))?;
-    }
-    let roots = Arc::new(roots);
+    let roots = rpc_tls::roots(ca_file)?;
     let verifier = |optional: bool| {
-        let b = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
+        let b = WebPkiClientVerifier::builder_with_provider(roots.clone(), rpc_tls::provider());
         let b = if optional {
             b.allow_unauthenticated()
         } else {
@@ -123,10 +119,6 @@ fn build(tls: &crate::config::security::TlsConfig) -> anyhow::Result<Acceptors> 
         required: Some(config(Some(verifier(false)?))?),
         optional: Some(config(Some(verifier(true)?))?),
     })
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Whether the kernel's TLS module (kTLS) is loaded.

@@ -109,6 +109,18 @@ impl Shard {
         self.catalog.borrow().clone()
     }
 
+    /// Node `node`'s inter-broker listener (`inter_broker_listener`), if the node is live and
+    /// registered one: where followers and transaction calls dial it.
+    pub fn inter_broker_target(&self, node: i32) -> Option<crate::rpc::kafka_client::Target> {
+        let listener = self.config.inter_broker_listener();
+        let catalog = self.catalog();
+        let e = catalog.broker_endpoint(node, &listener.name)?;
+        let protocol = crate::config::SecurityProtocol::from_id(e.security_protocol)?;
+        Some(crate::rpc::kafka_client::Target::new(
+            &e.host, e.port, protocol,
+        ))
+    }
+
     /// Replaces the catalog snapshot without touching partitions (the controller's own
     /// bookkeeping, such as a producer-id block, that no other shard reads).
     pub fn set_catalog(&self, catalog: Arc<Catalog>) {

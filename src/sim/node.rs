@@ -7,6 +7,7 @@
 
 use super::replica::{Batch, Stamp};
 use super::replication::Tp;
+use crate::config::security::DEFAULT_LISTENER_NAME;
 use crate::config::Config;
 use crate::controller::applied::Applied;
 use crate::controller::liveness::{Decision, Sessions};
@@ -14,7 +15,7 @@ use crate::controller::raft_node::{Handled, RaftNode};
 use crate::controller::raft_store::RaftStore;
 use crate::controller::records::{self, MetadataRecord};
 use crate::controller::{quorum, ControllerOp, IsrChange};
-use crate::storage::catalog::{BrokerRecord, CatalogRecord};
+use crate::storage::catalog::{BrokerRecord, CatalogRecord, EndpointRecord};
 use crate::storage::disk::Disk;
 use raft::prelude::Message;
 use std::collections::BTreeMap;
@@ -245,14 +246,19 @@ impl SimNode {
         match decision {
             Decision::Duplicate(_) => return false,
             Decision::Register => {
-                let rec = MetadataRecord::RegisterBroker(BrokerRecord {
-                    node_id,
-                    incarnation,
+                let listener = EndpointRecord {
+                    name: DEFAULT_LISTENER_NAME.into(),
                     host: "127.0.0.1".into(),
                     port: 9092 + node_id,
+                    security_protocol: 0,
+                };
+                let rec = MetadataRecord::RegisterBroker(Box::new(BrokerRecord {
+                    node_id,
+                    incarnation,
+                    listeners: vec![listener],
                     rack: None,
                     fenced: false,
-                });
+                }));
                 self.propose(vec![rec], format!("register broker {node_id}"));
             }
             Decision::Renew => {}

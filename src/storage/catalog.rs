@@ -20,7 +20,7 @@ const FILE_NAME: &str = "catalog.rkyv";
 /// Files written before the header existed are read as version 0 and rewritten as the current
 /// version at the next change.
 const MAGIC: &[u8; 7] = b"SLUICAT";
-const FORMAT_VERSION: u8 = 4;
+const FORMAT_VERSION: u8 = 5;
 /// The topic that holds consumer groups' offsets and metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The topic that holds the transaction coordinators' state.
@@ -103,12 +103,82 @@ pub struct BrokerRecord {
     pub node_id: i32,
     /// Drawn at each start: a new incarnation is a restart, the same one a heartbeat.
     pub incarnation: u64,
-    /// The advertised Kafka listener.
-    pub host: String,
-    pub port: i32,
+    /// Its Kafka listeners, as advertised: a client of listener name N is told each broker's
+    /// endpoint named N (Kafka's rule: brokers without one are not listed to it), and nodes
+    /// dial each other's inter-broker listener.
+    pub listeners: Vec<EndpointRecord>,
     pub rack: Option<String>,
     /// Fenced: its heartbeats stopped; it leads nothing and is not listed to clients.
     pub fenced: bool,
+}
+
+impl BrokerRecord {
+    /// Its listener named `name`.
+    pub fn endpoint(&self, name: &str) -> Option<&EndpointRecord> {
+        self.listeners.iter().find(|e| e.name == name)
+    }
+}
+
+/// This node's listeners as it registers them: name, advertised address, protocol.
+pub fn advertised_endpoints(config: &Config) -> Vec<EndpointRecord> {
+    let each = config.effective_listeners().into_iter().map(|l| {
+        let (host, port) = l.advertised();
+        EndpointRecord {
+            name: l.name,
+            host,
+            port,
+            security_protocol: l.security_protocol.id(),
+        }
+    });
+    each.collect()
+}
+
+/// Endpoints as logs name them: `internal 10.0.0.1:9094, external broker1:9093`.
+pub fn describe_endpoints(endpoints: &[EndpointRecord]) -> String {
+    let each: Vec<String> = endpoints
+        .iter()
+        .map(|e| format!("{} {}:{}", e.name, e.host, e.port))
+        .collect();
+    each.join(", ")
+}
+
+/// One advertised listener of a broker.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct EndpointRecord {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+    /// Kafka's security protocol id (`SecurityProtocol::id`): how a node dialing it connects.
+    pub security_protocol: i16,
+}
+
+/// A broker as registered before listener lists (catalog formats 3 and 4, and the metadata
+/// log's `RegisterBrokerV1`): one PLAINTEXT listener.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRecordV1 {
+    pub node_id: i32,
+    pub incarnation: u64,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    pub fenced: bool,
+}
+
+impl From<BrokerRecordV1> for BrokerRecord {
+    fn from(b: BrokerRecordV1) -> BrokerRecord {
+        BrokerRecord {
+            node_id: b.node_id,
+            incarnation: b.incarnation,
+            listeners: vec![EndpointRecord {
+                name: crate::config::security::DEFAULT_LISTENER_NAME.into(),
+                host: b.host,
+                port: b.port,
+                security_protocol: crate::config::SecurityProtocol::Plaintext.id(),
+            }],
+            rack: b.rack,
+            fenced: b.fenced,
+        }
+    }
 }
 
 /// Dynamic broker config overrides (see `broker_config.rs`) for one scope: the whole cluster
@@ -127,7 +197,8 @@ pub struct CatalogRecord {
     pub producer_id_block_end: i64,
     /// Dynamic broker configs, per scope (format version 2 on).
     pub broker_configs: Vec<BrokerConfigRecord>,
-    /// The cluster's registered brokers (format version 3 on; empty on a single node).
+    /// The cluster's registered brokers (format version 3 on, with listener lists from 5; empty
+    /// on a single node).
     pub brokers: Vec<BrokerRecord>,
     /// Users' SCRAM credentials (format version 4 on).
     pub scram_credentials: Vec<ScramCredentialRecord>,
@@ -167,7 +238,19 @@ struct CatalogRecordV3 {
     topics: Vec<TopicRecord>,
     producer_id_block_end: i64,
     broker_configs: Vec<BrokerConfigRecord>,
-    brokers: Vec<BrokerRecord>,
+    brokers: Vec<BrokerRecordV1>,
+}
+
+/// The catalog layout of format version 4, before brokers' listener lists.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+struct CatalogRecordV4 {
+    cluster_id: String,
+    topics: Vec<TopicRecord>,
+    producer_id_block_end: i64,
+    broker_configs: Vec<BrokerConfigRecord>,
+    brokers: Vec<BrokerRecordV1>,
+    scram_credentials: Vec<ScramCredentialRecord>,
+    acls: Vec<AclRecord>,
 }
 
 /// The catalog layout of format version 2, before brokers and replica assignments.
@@ -444,11 +527,12 @@ impl Catalog {
         self.clustered
     }
 
-    /// (host, port) of broker `node_id`'s Kafka listener, if it is registered and live.
-    pub fn broker_address(&self, node_id: i32) -> Option<(&str, i32)> {
+    /// Broker `node_id`'s listener named `listener`, if the broker is registered and live and
+    /// has one.
+    pub fn broker_endpoint(&self, node_id: i32, listener: &str) -> Option<&EndpointRecord> {
         self.live_brokers()
             .find(|b| b.node_id == node_id)
-            .map(|b| (b.host.as_str(), b.port))
+            .and_then(|b| b.endpoint(listener))
     }
 
     /// A topic's config: its own overrides on top of the defaults in effect
@@ -559,19 +643,34 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
     if version == FORMAT_VERSION {
         return rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned).map_err(corrupt);
     }
-    let v3 = if version == 3 {
-        rkyv::from_bytes::<CatalogRecordV3, rkyv::rancor::Error>(&aligned).map_err(corrupt)?
-    } else {
-        decode_before_v3(version, &aligned)?
+    let v4 = match version {
+        4 => rkyv::from_bytes::<CatalogRecordV4, rkyv::rancor::Error>(&aligned).map_err(corrupt)?,
+        _ => {
+            let v3 = if version == 3 {
+                rkyv::from_bytes::<CatalogRecordV3, rkyv::rancor::Error>(&aligned)
+                    .map_err(corrupt)?
+            } else {
+                decode_before_v3(version, &aligned)?
+            };
+            CatalogRecordV4 {
+                cluster_id: v3.cluster_id,
+                topics: v3.topics,
+                producer_id_block_end: v3.producer_id_block_end,
+                broker_configs: v3.broker_configs,
+                brokers: v3.brokers,
+                scram_credentials: Vec::new(),
+                acls: Vec::new(),
+            }
+        }
     };
     Ok(CatalogRecord {
-        cluster_id: v3.cluster_id,
-        topics: v3.topics,
-        producer_id_block_end: v3.producer_id_block_end,
-        broker_configs: v3.broker_configs,
-        brokers: v3.brokers,
-        scram_credentials: Vec::new(),
-        acls: Vec::new(),
+        cluster_id: v4.cluster_id,
+        topics: v4.topics,
+        producer_id_block_end: v4.producer_id_block_end,
+        broker_configs: v4.broker_configs,
+        brokers: v4.brokers.into_iter().map(BrokerRecord::from).collect(),
+        scram_credentials: v4.scram_credentials,
+        acls: v4.acls,
     })
 }
 
@@ -648,6 +747,14 @@ mod tests {
             broker: "".into(),
             configs: vec![("log.retention.ms".into(), "7".into())],
         }];
+        let old_broker = BrokerRecordV1 {
+            node_id: 1,
+            incarnation: 9,
+            host: "h".into(),
+            port: 1,
+            rack: Some("r".into()),
+            fenced: false,
+        };
         let mut topic = TopicRecord::from(v2_topic.clone());
         topic.assignment = vec![PartitionAssignment {
             replicas: vec![1, 2],
@@ -661,14 +768,7 @@ mod tests {
             topics: vec![topic],
             producer_id_block_end: 3000,
             broker_configs: scopes.clone(),
-            brokers: vec![BrokerRecord {
-                node_id: 1,
-                incarnation: 9,
-                host: "h".into(),
-                port: 1,
-                rack: Some("r".into()),
-                fenced: false,
-            }],
+            brokers: vec![BrokerRecord::from(old_broker.clone())],
             ..CatalogRecord::default()
         };
         let v3 = CatalogRecordV3 {
@@ -676,12 +776,17 @@ mod tests {
             topics: rec.topics.clone(),
             producer_id_block_end: rec.producer_id_block_end,
             broker_configs: rec.broker_configs.clone(),
-            brokers: rec.brokers.clone(),
+            brokers: vec![old_broker.clone()],
         };
         let mut v3_file = b"SLUICAT\x03".to_vec();
         v3_file.extend_from_slice(&rkyv::to_bytes::<rkyv::rancor::Error>(&v3).unwrap());
-        // Version 3 files load with no credentials and no ACLs.
+        // Version 3 files load with no credentials and no ACLs, and each broker with one
+        // PLAINTEXT listener.
         assert_eq!(decode_record(&v3_file), Ok(rec.clone()));
+        assert_eq!(
+            rec.brokers[0].endpoint("PLAINTEXT").map(|e| e.port),
+            Some(1)
+        );
         let mut rec = rec;
         rec.scram_credentials = vec![ScramCredentialRecord {
             user: "u".into(),
@@ -700,8 +805,27 @@ mod tests {
             operation: 3,
             permission: 3,
         }];
+        // Version 4 files keep their credentials and ACLs.
+        let v4 = CatalogRecordV4 {
+            cluster_id: rec.cluster_id.clone(),
+            topics: rec.topics.clone(),
+            producer_id_block_end: rec.producer_id_block_end,
+            broker_configs: rec.broker_configs.clone(),
+            brokers: vec![old_broker],
+            scram_credentials: rec.scram_credentials.clone(),
+            acls: rec.acls.clone(),
+        };
+        let mut v4_file = b"SLUICAT\x04".to_vec();
+        v4_file.extend_from_slice(&rkyv::to_bytes::<rkyv::rancor::Error>(&v4).unwrap());
+        assert_eq!(decode_record(&v4_file), Ok(rec.clone()));
+        rec.brokers[0].listeners.push(EndpointRecord {
+            name: "internal".into(),
+            host: "10.0.0.1".into(),
+            port: 9094,
+            security_protocol: 3,
+        });
         let bytes = encode_record(&rec).unwrap();
-        assert!(bytes.starts_with(b"SLUICAT\x04"));
+        assert!(bytes.starts_with(b"SLUICAT\x05"));
         assert_eq!(decode_record(&bytes), Ok(rec.clone()));
         let rec = CatalogRecord {
             scram_credentials: Vec::new(),
@@ -740,8 +864,8 @@ mod tests {
         assert_eq!(decode_record(&v1_file), Ok(migrated));
         // A newer format is refused by name, not misread.
         let mut newer = bytes.clone();
-        newer[7] = 5;
-        assert!(decode_record(&newer).unwrap_err().contains("version 5"));
+        newer[7] = 6;
+        assert!(decode_record(&newer).unwrap_err().contains("version 6"));
         assert!(decode_record(b"SLUICAT").is_err());
     }
 

@@ -112,6 +112,11 @@ impl SecurityView {
             view.credentials.insert((r.user.clone(), c.mechanism), c);
         }
         view.authorizer.super_users = config.authorization.super_users.clone();
+        if config.cluster.secret.is_some() {
+            // The other nodes of the cluster (`security::node`).
+            let nodes = crate::security::user_principal(crate::security::node::NODE_USER);
+            view.authorizer.super_users.push(nodes);
+        }
         view.authorizer.allow_everyone_if_no_acl_found =
             config.authorization.allow_everyone_if_no_acl_found;
         for r in acls {

@@ -8,6 +8,7 @@ use super::markers::Marker;
 use super::ops::Verify;
 use super::service::{route, state_partition, TxnService, TXN_STATE_TOPIC};
 use crate::rpc::kafka_client::KafkaClient;
+use crate::security::node::NodeLogin;
 use crate::shard::Shard;
 use kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
@@ -61,10 +62,8 @@ async fn call<R: Request>(
     version: i16,
     req: &R,
 ) -> std::io::Result<R::Response> {
-    let addr = shard
-        .catalog()
-        .broker_address(node)
-        .map(|(host, port)| format!("{host}:{port}"))
+    let target = shard
+        .inter_broker_target(node)
         .ok_or_else(|| std::io::Error::other(format!("node {node} is not live")))?;
     let service = shard.service::<TxnService>();
     let remote = &service.remote;
@@ -79,12 +78,20 @@ async fn call<R: Request>(
         .acquire_permit(1)
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let pooled = remote.idle.borrow_mut().get_mut(&addr).and_then(Vec::pop);
-    let mut client = pooled.unwrap_or_else(|| KafkaClient::new(addr.clone(), CLIENT_ID));
+    let pooled = remote
+        .idle
+        .borrow_mut()
+        .get_mut(&target.addr)
+        .and_then(Vec::pop);
+    let pooled = pooled.filter(|c| c.target == target);
+    let mut client = pooled.unwrap_or_else(|| {
+        let login = shard.service::<NodeLogin>();
+        KafkaClient::new(target.clone(), CLIENT_ID, login)
+    });
     let answer = client.call(version, req, CALL_LIMIT).await;
     if answer.is_ok() {
         let mut idle = remote.idle.borrow_mut();
-        let kept = idle.entry(addr).or_default();
+        let kept = idle.entry(target.addr).or_default();
         if kept.len() < MAX_IDLE_PER_NODE {
             kept.push(client);
         }

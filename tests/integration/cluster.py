@@ -88,12 +88,14 @@ class Node(Broker):
 
 
 class Cluster:
-    def __init__(self, root: Path, voters: int, brokers: int = 0, config: str = FAST):
+    def __init__(self, root: Path, voters: int, brokers: int = 0, config=FAST):
+        """`config`: every node's config, or a function of the node id giving each its own."""
         root.mkdir(parents=True, exist_ok=True)
         ids = list(range(1, voters + brokers + 1))
         rpc = {i: free_port() for i in ids}
         self.voters = ",".join(f"{i}@127.0.0.1:{rpc[i]}" for i in ids[:voters])
-        self.nodes = {i: Node(root, i, self.voters, rpc[i], config) for i in ids}
+        of = config if callable(config) else lambda _: config
+        self.nodes = {i: Node(root, i, self.voters, rpc[i], of(i)) for i in ids}
 
     def start(self):
         for n in self.nodes.values():

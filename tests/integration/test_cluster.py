@@ -300,8 +300,8 @@ def test_garbage_on_the_rpc_port_closes_that_connection_only(make_cluster):
     garbage = [
         kw.request(18, 0, 1, b""),
         bytes(range(256)) * 4,
-        struct.pack(">IHBBQI", 0x7FFFFFF0, 0x534C, 1, 2, 0, 0),
-        struct.pack(">IHBBQI", 20, 0x534C, 1, 2, 5, 12345) + b"\x00" * 4,
+        struct.pack(">IHBBQI", 0x7FFFFFF0, 0x534C, 2, 2, 0, 0),
+        struct.pack(">IHBBQI", 20, 0x534C, 2, 2, 5, 12345) + b"\x00" * 4,
     ]
     for g in garbage:
         with socket.create_connection(("127.0.0.1", rpc), timeout=10) as s:

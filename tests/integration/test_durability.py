@@ -161,7 +161,7 @@ def test_a_data_dir_from_an_older_catalog_format_still_loads(make_broker, tmp_pa
     got = ck.consume(broker.bootstrap, "old", [1], 1)
     assert [(m[0], m[2]) for m in got[1]] == [(0, b"kept")]
     ck.create_topic(broker.bootstrap, "new", 1)
-    assert catalog.read_bytes()[:8] == b"SLUICAT\x04"
+    assert catalog.read_bytes()[:8] == b"SLUICAT\x05"
     broker.kill()
     broker.start()
     assert {"old", "new"} <= set(admin.list_topics(timeout=10).topics)

@@ -23,36 +23,13 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
 
 import kafka_wire
 from broker import free_port
+from conftest import openssl
 from metrics import metrics_config, total
 from waiting import wait_until
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
 ADMIN = ("admin", "admin-secret")
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    """A CA; the broker's certificate (127.0.0.1 and localhost); carol's client certificate
-    signed by the CA; mallory's, self-signed."""
-    d = tmp_path_factory.mktemp("pki")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-            "-days", "2", "-subj", "/CN=sluice-test-ca", cwd=d)
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    (d / "client.ext").write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
-    for name, subject, ext in [("server", "/CN=localhost", "server.ext"),
-                               ("carol", "/O=acme/OU=eng/CN=carol", "client.ext")]:
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}-key.pem", "-out",
-                f"{name}.csr", "-subj", subject, cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", ext, cwd=d)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "mallory-key.pem", "-out",
-            "mallory.pem", "-days", "2", "-subj", "/CN=mallory", cwd=d)
-    return d
 
 
 class Secure:

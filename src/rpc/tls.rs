@@ -1,0 +1,72 @@
+//! TLS as a node dials another node's TLS listener (issue 19): a rustls client (ring
+//! provider, TLS 1.2 and 1.3) that checks the peer's certificate against `[tls] ca_file`
+//! (else `client_ca_file`) and the address dialed, and presents this node's own certificate
+//! where the peer asks for one (mutual TLS). Read at start and again on SIGHUP, as the
+//! server's side (`server/tls.rs`) is; both read PEM files through the helpers here.
+
+use crate::config::security::TlsConfig;
+use futures_rustls::TlsConnector;
+use rustls::ClientConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+static CURRENT: RwLock<Option<TlsConnector>> = RwLock::new(None);
+
+fn unusable(p: &Path, e: &dyn std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("[tls] {}: {e}", p.display())
+}
+
+/// The certificates of a PEM file (a chain, or CAs); Err names the file.
+pub fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let found: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| unusable(path, &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| unusable(path, &e))?;
+    if found.is_empty() {
+        return Err(unusable(path, &"no certificate in the file"));
+    }
+    Ok(found)
+}
+
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn private_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| unusable(path, &e))
+}
+
+/// The CAs of a PEM file, as a trust store.
+pub fn roots(path: &Path) -> anyhow::Result<Arc<rustls::RootCertStore>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates(path)? {
+        roots.add(cert).map_err(|e| unusable(path, &e))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Builds the client side from `[tls]` (start, SIGHUP); nothing where no CA is trusted.
+/// Err: unusable files (at start, start-up stops naming them; on SIGHUP the previous stays).
+pub fn load(tls: &TlsConfig) -> anyhow::Result<()> {
+    let Some(ca_file) = tls.trusted_ca_file() else {
+        return Ok(());
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_root_certificates(roots(ca_file)?);
+    let chain = certificates(&tls.cert_file)?;
+    let key = private_key(&tls.key_file)?;
+    let config = builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| unusable(&tls.key_file, &e))?;
+    *CURRENT.write().expect("TLS client lock") = Some(TlsConnector::from(Arc::new(config)));
+    Ok(())
+}
+
+/// The client side in force, if loaded.
+pub fn connector() -> Option<TlsConnector> {
+    CURRENT.read().expect("TLS client lock").clone()
+}

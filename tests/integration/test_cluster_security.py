@@ -1,0 +1,232 @@
+"""Security in a three-node cluster (issue 19): every node has a PLAINTEXT listener, an
+INTERNAL SASL_SSL listener the nodes replicate and call each other on (`inter_broker_listener`),
+and an EXTERNAL SASL_SSL listener for clients; authorization is on and the nodes share a
+`[cluster] secret`. Followers log in to their leaders as the node user (SCRAM derived from the
+secret), transaction markers cross nodes the same way, ACLs made on one node hold on all, and
+the RPC port admits only connections that prove the secret."""
+import signal
+import socket
+import struct
+import time
+import uuid
+
+import kafka_wire as kw
+import pytest
+from cluster import FAST, Cluster
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
+from broker import free_port
+from metrics import total
+from waiting import wait_until
+
+SECRET = "c2x1aWNlIHRlc3Qgc2VjcmV0IDEyMzQ1Njc4"
+ADMIN = ("admin", "admin-secret")
+BOB = ("bob", "bob-secret")
+TOPIC = "secure"
+PARTITIONS = 3
+
+
+def node_config(pki, ports, metrics, secret=SECRET):
+    """Node n's config: its INTERNAL and EXTERNAL ports are ports[n], metrics on metrics[n]."""
+    def of(n):
+        internal, external = ports[n]
+        listeners = "".join(
+            f'[[listeners]]\nname = "{name}"\naddress = "127.0.0.1:{port}"\nsecurity_protocol = "{proto}"\n'
+            for name, port, proto in [("PLAINTEXT", "@PORT@", "PLAINTEXT"), ("INTERNAL", internal, "SASL_SSL"),
+                                      ("EXTERNAL", external, "SASL_SSL")])
+        return (
+            f'metrics_listen = "{metrics[n]}"\ninter_broker_listener = "INTERNAL"\n{listeners}'
+            f'[tls]\ncert_file = "{pki}/server.pem"\nkey_file = "{pki}/server-key.pem"\n'
+            f'ca_file = "{pki}/ca.pem"\n'
+            f'[sasl]\nbootstrap_users = [{{ name = "{ADMIN[0]}", password = "{ADMIN[1]}" }}, '
+            f'{{ name = "{BOB[0]}", password = "{BOB[1]}" }}]\n'
+            f'[authorization]\nenabled = true\nsuper_users = ["User:{ADMIN[0]}"]\n'
+            f'{FAST}replica_lag_time_max_ms = 3000\nsecret = "{secret}"\n'
+            "[transactions]\nstate_partitions = 2\ncheck_interval_ms = 200\n")
+    return of
+
+
+class Secured:
+    def __init__(self, root, pki, nodes=3, secret=SECRET):
+        self.pki = pki
+        self.ports = {n: (free_port(), free_port()) for n in range(1, nodes + 1)}
+        self.metrics = {n: f"127.0.0.1:{free_port()}" for n in range(1, nodes + 1)}
+        self.cluster = Cluster(root, nodes, 0, node_config(pki, self.ports, self.metrics, secret))
+
+    def conf(self, *nodes, user=ADMIN, **extra):
+        servers = ",".join(f"127.0.0.1:{self.ports[n][1]}" for n in nodes or self.ports)
+        return {"bootstrap.servers": servers, "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(self.pki / "ca.pem"), "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": user[0], "sasl.password": user[1], **extra}
+
+    def admin(self, *nodes):
+        return AdminClient(self.conf(*nodes))
+
+    def partitions(self, admin):
+        return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+
+
+@pytest.fixture
+def secured(tmp_path, pki):
+    s = Secured(tmp_path / "cluster", pki)
+    try:
+        s.cluster.start()
+        s.cluster.wait_for_brokers({1, 2, 3})
+        yield s
+    finally:
+        for n in s.cluster.nodes.values():
+            if n.proc is not None and n.alive():
+                n.proc.send_signal(signal.SIGCONT)
+        s.cluster.stop()
+
+
+def produce(conf, values, **extra):
+    """Produces `values` with acks=all; the delivery errors."""
+    errors = []
+    p = Producer({**conf, "acks": "all", "message.timeout.ms": 30000, **extra})
+    for i, v in enumerate(values):
+        p.produce(TOPIC, value=v, partition=i % PARTITIONS,
+                  on_delivery=lambda err, msg: errors.append(err) if err else None)
+    assert p.flush(45) == 0
+    return errors
+
+
+def consume(conf, count, timeout_s=45, **extra):
+    c = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, **extra})
+    c.subscribe([TOPIC])
+    got, deadline = [], time.monotonic() + timeout_s
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def fully_in_sync(s, admin):
+    try:
+        return all(len(p.isrs) == 3 for p in s.partitions(admin).values())
+    except Exception:
+        return False
+
+
+def values(n, start=0):
+    return [b"%06d-" % i + bytes([65 + i % 26]) * (i % 900) for i in range(start, start + n)]
+
+
+def test_a_secured_cluster_replicates_authorizes_and_survives_a_leader(secured):
+    s = secured
+    admin = s.admin(1)
+    # Clients of the EXTERNAL listener are told every node's EXTERNAL port.
+    brokers = admin.list_topics(timeout=10).brokers
+    assert {b.port for b in brokers.values()} == {p[1] for p in s.ports.values()}
+    for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)]).values():
+        f.result(20)
+    # Followers fetch over SASL_SSL as the node user; they join every in-sync set.
+    wait_until(lambda: fully_in_sync(s, admin), 30, "every replica in sync")
+    first = values(300)
+    assert produce(s.conf(), first) == []
+    assert sorted(consume(s.conf(), 300)) == sorted(first)
+
+    # bob has no ACL: refused. A grant made through node 2 holds on node 3.
+    assert any(e.code() == 29 for e in produce(s.conf(3, user=BOB), values(1)))  # TOPIC_AUTHORIZATION_FAILED
+    binding = AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, f"User:{BOB[0]}", "*",
+                         AclOperation.WRITE, AclPermissionType.ALLOW)
+    admin2 = s.admin(2)  # a client must outlive its futures
+    for f in admin2.create_acls([binding]).values():
+        f.result(15)
+    wait_until(lambda: produce(s.conf(3, user=BOB), values(1, 5000)) == [], 10, "bob's grant on node 3")
+
+    # A consumer posing as a follower is refused: CLUSTER_ACTION, not READ, serves a replica's fetch.
+    binding = AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    for f in admin.create_acls([binding]).values():
+        f.result(15)
+    p0 = s.partitions(admin)[0]
+    leader = s.cluster.nodes[p0.leader]
+    other = next(r for r in p0.replicas if r != p0.leader)
+    wait_until(lambda: fetch_error(leader.port, -1) == 0, 10, "ANONYMOUS's READ grant")
+    assert fetch_error(leader.port, other) == 29
+
+    # Transaction markers cross nodes over the INTERNAL listener.
+    txn = Producer({**s.conf(), "transactional.id": "secure-txn", "acks": "all"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(PARTITIONS):
+        txn.produce(TOPIC, value=b"txn-%d" % i, partition=i)
+    txn.commit_transaction(30)
+    committed = consume(s.conf(), 300 + 1 + PARTITIONS, **{"isolation.level": "read_committed"})
+    assert {b"txn-%d" % i for i in range(PARTITIONS)} <= set(committed)
+
+    # SIGKILL a leader; acknowledged records survive, and the node catches up when back.
+    leader.kill()
+    rest = [n for n in (1, 2, 3) if n != p0.leader]
+    second = values(200, 300)
+    assert produce(s.conf(*rest), second) == []
+    got = consume(s.conf(*rest), 300 + 1 + PARTITIONS + 200)
+    assert set(first + second) <= set(got)
+    leader.start()
+    survivors = s.admin(*rest)
+    wait_until(lambda: fully_in_sync(s, survivors), 45, "the restarted node back in sync")
+    for n, addr in s.metrics.items():
+        assert total(addr, "sluice_authentication_failures_total") == 0, f"node {n}"
+        assert "logging in as __sluice_node" not in s.cluster.nodes[n].log()
+
+
+def fetch_error(port, replica_id):
+    """A Fetch v4 of partition 0 from offset 0 on `port` (PLAINTEXT) as `replica_id`: its error."""
+    body = struct.pack(">i", replica_id) + kw.fetch_v4(TOPIC, 0, 0, 0)[4:]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(kw.request(1, 4, 7, body))
+        return kw.fetch_v4_partition(kw.read_response(sock))[0]
+
+
+def rpc_frame(kind, payload):
+    head = struct.pack(">HBBQI", 0x534C, 2, kind, 0, kw.crc32c(payload))
+    return struct.pack(">I", len(head) + len(payload)) + head + payload
+
+
+def test_the_rpc_port_and_the_node_user_need_the_secret(tmp_path, pki):
+    """One node, then a second whose secret differs: it never joins. Raw RPC connections that
+    skip the handshake or prove a wrong secret are closed; a client cannot log in as the node
+    user without the secret."""
+    s = Secured(tmp_path / "cluster", pki, nodes=1)
+    wrong = Secured(tmp_path / "wrong", pki, nodes=1, secret="x" * 32).cluster
+    try:
+        s.cluster.start()
+        s.cluster.wait_for_brokers({1})
+        node = s.cluster.nodes[1]
+        with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
+            sock.sendall(rpc_frame(1, b"raft?"))
+            assert kw.closed_by_peer(sock, timeout_s=15)
+        with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
+            sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
+            challenge = kw.recv_exact(sock, 4 + 16 + 64)
+            assert challenge[7] == 0xF1  # size, magic, version, then the kind
+            sock.sendall(rpc_frame(0xF2, b"\x00" * 32))
+            assert kw.closed_by_peer(sock, timeout_s=15)
+        # Logged once; later refusals within 10 s are counted into the next line.
+        wait_until(lambda: "refused: expected the cluster-secret handshake" in node.log(), 5,
+                   "the refusal logged")
+        # The node user, guessed: refused like any wrong password.
+        p = Producer(s.conf(user=("__sluice_node", "guess")))
+        with pytest.raises(Exception):
+            p.list_topics(timeout=5)
+        del p
+        assert total(s.metrics[1], "sluice_authentication_failures_total") >= 1
+        # A broker with another secret: its heartbeats to node 1 (the controller) are refused at
+        # the handshake, so it never registers.
+        stranger = wrong.nodes[1]
+        stranger.node_id, stranger.voters = 2, s.cluster.voters
+        stranger.set_args()
+        stranger.start()
+        wait_until(lambda: "does not hold this cluster's secret: check that both have the same"
+                   in stranger.log(), 20, "the stranger to be refused")
+        assert set(s.cluster.metadata(1).brokers) == {1}
+    finally:
+        wrong.stop()
+        s.cluster.stop()
