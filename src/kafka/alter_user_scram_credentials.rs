@@ -125,6 +125,12 @@ fn mechanism_of(name: &str, mechanism: i8) -> Result<scram::Mechanism, Outcome> 
     if name.is_empty() {
         return Err(unacceptable("Username must not be empty"));
     }
+    if name == crate::security::node::NODE_USER {
+        // Its credential is derived from the cluster secret; a stored one would never be used.
+        return Err(unacceptable(
+            "This username is reserved for the cluster's nodes",
+        ));
+    }
     scram::Mechanism::from_code(mechanism).ok_or((
         ResponseError::UnsupportedSaslMechanism.code(),
         Some("Unknown SCRAM mechanism".to_string()),

@@ -13,9 +13,10 @@ import uuid
 import kafka_wire as kw
 import pytest
 from cluster import FAST, Cluster
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
-                                   ResourcePatternType, ResourceType)
+                                   ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
 from broker import free_port
 from metrics import total
 from waiting import wait_until
@@ -217,6 +218,13 @@ def test_the_rpc_port_and_the_node_user_need_the_secret(tmp_path, pki):
         with pytest.raises(Exception):
             p.list_topics(timeout=5)
         del p
+        # Nor can anyone give the node user a stored credential.
+        admin = s.admin(1)
+        upsert = UserScramCredentialUpsertion("__sluice_node", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                              b"guess")
+        with pytest.raises(KafkaException) as refused:
+            admin.alter_user_scram_credentials([upsert])["__sluice_node"].result(15)
+        assert refused.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
         assert total(s.metrics[1], "sluice_authentication_failures_total") >= 1
         # A broker with another secret: its heartbeats to node 1 (the controller) are refused at
         # the handshake, so it never registers.
