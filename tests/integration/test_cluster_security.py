@@ -4,9 +4,11 @@ and an EXTERNAL SASL_SSL listener for clients; authorization is on and the nodes
 `[cluster] secret`. Followers log in to their leaders as the node user (SCRAM derived from the
 secret), transaction markers cross nodes the same way, ACLs made on one node hold on all, and
 the RPC port admits only connections that prove the secret."""
+import json
 import signal
 import socket
 import struct
+import subprocess
 import time
 import uuid
 
@@ -17,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
-from broker import free_port
+from broker import BINARY, free_port
 from metrics import total
 from waiting import wait_until
 
@@ -173,6 +175,12 @@ def test_a_secured_cluster_replicates_authorizes_and_survives_a_leader(secured):
     leader.start()
     survivors = s.admin(*rest)
     wait_until(lambda: fully_in_sync(s, survivors), 45, "the restarted node back in sync")
+    # The operator's command line reaches a secured cluster with -X settings.
+    settings = [f"{k}={v}" for k, v in s.conf().items() if k != "bootstrap.servers"]
+    health = subprocess.run([str(BINARY), "cluster", "health", "--format", "json", "--brokers",
+                             s.conf()["bootstrap.servers"], *[a for kv in settings for a in ("-X", kv)]],
+                            capture_output=True, text=True, timeout=60)
+    assert health.returncode == 0 and json.loads(health.stdout)["healthy"] is True, health.stderr
     for n, addr in s.metrics.items():
         assert total(addr, "sluice_authentication_failures_total") == 0, f"node {n}"
         assert "logging in as __sluice_node" not in s.cluster.nodes[n].log()
