@@ -8,7 +8,9 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::controller::raft_store;
 use sluice::controller::records::{self, MetadataRecord};
-use sluice::storage::catalog::{BrokerRecord, CatalogRecord, PartitionAssignment, TopicRecord};
+use sluice::storage::catalog::{
+    BrokerRecord, CatalogRecord, EndpointRecord, PartitionAssignment, TopicRecord,
+};
 
 /// Records derived from the input, each from a few bytes.
 fn built(data: &[u8]) -> Vec<MetadataRecord> {
@@ -18,14 +20,18 @@ fn built(data: &[u8]) -> Vec<MetadataRecord> {
             let n = *c.get(1).unwrap_or(&0) as i32 % 5;
             match c[0] % 12 {
                 0 => MetadataRecord::ClusterId(format!("c{n}")),
-                1 => MetadataRecord::RegisterBroker(BrokerRecord {
+                1 => MetadataRecord::RegisterBroker(Box::new(BrokerRecord {
                     node_id: n,
                     incarnation: c.len() as u64,
-                    host: "h".into(),
-                    port: n,
+                    listeners: vec![EndpointRecord {
+                        name: "PLAINTEXT".into(),
+                        host: "h".into(),
+                        port: n,
+                        security_protocol: 0,
+                    }],
                     rack: None,
                     fenced: false,
-                }),
+                })),
                 2 => MetadataRecord::FenceBroker {
                     node_id: n,
                     incarnation: c.len() as u64,
