@@ -5,7 +5,7 @@
 //! wrong proof or a wrong size closes the connection with the reason.
 
 use super::frame::{CHALLENGE, HELLO, PROOF};
-use super::{read_frame, Writer};
+use super::{read_frame_of, Writer};
 use crate::security::node::{NodeSecret, Side, NONCE_BYTES, PROOF_BYTES};
 use futures::io::ReadHalf;
 use glommio::net::TcpStream;
@@ -62,7 +62,7 @@ async fn expect(
     kind: u8,
     bytes: usize,
 ) -> std::io::Result<Vec<u8>> {
-    match read_frame(reader).await? {
+    match read_frame_of(reader, bytes).await? {
         Some((h, payload)) if h.kind == kind && payload.len() == bytes => Ok(payload),
         Some((h, _)) => Err(denied(&format!(
             "expected the cluster-secret handshake (frame kind {kind:#x}), got kind {:#x}",

@@ -168,6 +168,16 @@ async fn serve_connection(
 async fn read_frame(
     reader: &mut ReadHalf<TcpStream>,
 ) -> std::io::Result<Option<(Header, Vec<u8>)>> {
+    read_frame_of(reader, frame::MAX_FRAME_BYTES).await
+}
+
+/// `read_frame`, refusing a frame whose payload is over `max_payload_bytes` before its payload
+/// is read: before the cluster-secret handshake a dialer is owed no more memory than a
+/// handshake frame.
+async fn read_frame_of(
+    reader: &mut ReadHalf<TcpStream>,
+    max_payload_bytes: usize,
+) -> std::io::Result<Option<(Header, Vec<u8>)>> {
     let mut head = [0u8; HEADER_BYTES];
     let n = reader.read(&mut head[..1]).await?;
     if n == 0 {
@@ -176,6 +186,14 @@ async fn read_frame(
     let rest = async {
         reader.read_exact(&mut head[1..]).await?;
         let header = frame::decode_header(&head).map_err(invalid)?;
+        if header.payload_bytes > max_payload_bytes {
+            let n = header.payload_bytes;
+            let why = format!("a frame of {n} bytes where at most {max_payload_bytes} fit");
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                why,
+            ));
+        }
         let mut payload = vec![0u8; header.payload_bytes];
         reader.read_exact(&mut payload).await?;
         frame::check_payload(&header, &payload).map_err(invalid)?;
