@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrat
 import kafka_wire as kw  # noqa: E402
 from cluster import metadata_v1  # noqa: E402
 from cost import GIB, cpu_seconds  # noqa: E402
-from matrix import BINARY, ROOT, bench, free_port, listening  # noqa: E402
+from matrix import (BINARY, ROOT, bench, cpu_model, free_port,  # noqa: E402
+                    head_commit, listening, publish)
 from tls import certificates  # noqa: E402
 
 SECRET = "perf-cluster-secret-0123456789"
@@ -149,9 +150,8 @@ def median(rounds, label, key):
 
 
 def write(a, runs):
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    commit = head_commit()
+    cpu = cpu_model()
     lines = [
         f"# Replication over SASL_SSL against PLAINTEXT, {datetime.date.today().isoformat()}, commit {commit}", "",
         f"- Command: `perf/run --cluster-tls --records {a.records} --rounds {a.rounds}`",
@@ -182,9 +182,7 @@ def write(a, runs):
             lines.append(f"- {name} round {i}: {each}")
     lines.append("")
     out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-cluster-tls.md"
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    print(f"written to {out}")
+    publish(lines, out)
 
 
 if __name__ == "__main__":

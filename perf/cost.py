@@ -23,7 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from matrix import BINARY, ROOT, bench, free_port, listening, start_sluice
+from matrix import (BINARY, ROOT, bench, cpu_model, free_port,
+                    head_commit, listening, publish, start_sluice)
 
 GIB = 1 << 30
 
@@ -117,9 +118,8 @@ def write(a, limits, byte_cost, record_cost):
     memcpy, crc = limits["memcpy_gib_per_s"], limits["crc32c_gib_per_s"]
     produce_limit = 2 / memcpy + 1 / crc
     fetch_limit = 1 / memcpy
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    commit = head_commit()
+    cpu = cpu_model()
     lines = [
         f"# Cost per byte and per record, {datetime.date.today().isoformat()}, commit {commit}", "",
         f"- Command: `perf/run --cost --records {a.records}"
@@ -153,9 +153,7 @@ def write(a, limits, byte_cost, record_cost):
         lines.append(f"| {name} | {v:.3f} | {v / base:.2f} |")
     lines.append("")
     out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost.md"
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    print(f"wrote {out}")
+    publish(lines, out)
 
 
 if __name__ == "__main__":

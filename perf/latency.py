@@ -15,12 +15,11 @@ import datetime
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from matrix import ROOT, bench, delete_topic, start_sluice
+from matrix import ROOT, bench, cpu_model, delete_topic, head_commit, start_sluice
 
 RATES = [1_000, 5_000, 20_000, 50_000, 100_000, 200_000]
 ACKS = ["all", "1"]
@@ -70,8 +69,7 @@ def main():
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = head_commit()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency"
@@ -90,7 +88,7 @@ def cells(r):
 
 
 def write_markdown(path, points, targets, a, commit):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = cpu_model()
     names = [n for n, _ in targets]
     other = ""
     if a.compare_binary:

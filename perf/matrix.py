@@ -22,6 +22,24 @@ ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "sluice"
 
 
+def head_commit() -> str:
+    """The short hash of the checked-out commit, for a results file's name and header."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+
+
+def publish(lines: list[str], out: Path):
+    """Writes a results file and shows it."""
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"written to {out}")
+
+
+def cpu_model() -> str:
+    """This machine's CPU model, as /proc/cpuinfo names it."""
+    return next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,7 +130,7 @@ def main():
             p.terminate()
             p.wait(timeout=30)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = head_commit()
     date = datetime.date.today().isoformat()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +191,7 @@ def command_options(a):
 
 
 def write_markdown(path, rows, e2e, targets, peak, a, commit):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = cpu_model()
     lines = [
         f"# sluice bench matrix, {datetime.date.today().isoformat()}, commit {commit}",
         "",

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from cost import GIB, cpu_seconds, measured
-from matrix import BINARY, ROOT, bench, free_port, listening
+from matrix import BINARY, ROOT, bench, cpu_model, free_port, head_commit, listening, publish
 
 USER, PASSWORD = "perf", "perf-secret"
 
@@ -111,9 +111,8 @@ def main():
 
 
 def write(a, med, rate, cpu_ms):
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    commit = head_commit()
+    cpu = cpu_model()
     p, t = med["plaintext"], med["SASL_SSL"]
     lines = [
         f"# TLS against plaintext, {datetime.date.today().isoformat()}, commit {commit}", "",
@@ -136,9 +135,7 @@ def write(a, med, rate, cpu_ms):
         f"{rate:,.0f} per second, broker CPU {cpu_ms:.2f} ms per handshake.", "",
     ]
     out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-tls.md"
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    print(f"written to {out}")
+    publish(lines, out)
 
 
 if __name__ == "__main__":

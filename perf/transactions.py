@@ -10,15 +10,13 @@ import argparse
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from matrix import BINARY, bench, delete_topic, start_sluice
+from matrix import ROOT, bench, delete_topic, head_commit, publish, start_sluice
 
-ROOT = Path(__file__).resolve().parents[1]
 MODES = [("idempotent", {"idempotence": True}),
          ("transactions of 100", {"transaction_records": 100}),
          ("transactions of 1,000", {"transaction_records": 1000})]
@@ -63,8 +61,7 @@ def write_markdown(path, results, a, commit):
         f"{name} {median(results[name], lambda r: r['records_per_sec']) / base:.2f}x" for name, _ in MODES[1:]),
         "", "Errors (all rounds): " + ", ".join(
             f"{name} {sum(r['errors'] for r in results[name] if r)}" for name, _ in MODES), ""]
-    path.write_text("\n".join(lines))
-    print("\n".join(lines))
+    publish(lines, path)
 
 
 def main():
@@ -74,8 +71,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--out", default=str(ROOT / "perf" / "results" / f"{time.strftime('%Y-%m-%d')}-transactions.md"))
     a = ap.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = head_commit()
     work = Path(tempfile.mkdtemp(prefix="sluice-perf-txn-"))
     proc, bootstrap = start_sluice(work / "data", work / "broker.log")
     results = {name: [] for name, _ in MODES}

@@ -14,13 +14,12 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from matrix import BINARY, ROOT, bench, free_port, start_sluice
+from matrix import BINARY, bench, free_port, head_commit, start_sluice
 
 GIB = 1 << 30
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -90,8 +89,7 @@ def main():
     keys = ["produce_cpu_s_per_gib", "consume_cpu_s_per_gib", "produce_mb_per_sec", "consume_mb_per_sec",
             "sendfile_share"]
     med = {m: {k: statistics.median(x[k] for x in results[m]) for k in keys} for m in results}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = head_commit()
     lines = [
         f"# Zero-copy fetch: broker CPU per GiB, on vs off ({datetime.date.today()}, {commit})", "",
         "Command: `.venv/bin/python perf/zero_copy.py " + " ".join(
