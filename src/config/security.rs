@@ -272,12 +272,24 @@ impl super::Config {
         Ok(())
     }
 
+    /// The name of the listener other nodes dial this one on (no copy: followers ask each
+    /// round).
+    pub fn inter_broker_listener_name(&self) -> &str {
+        match (&self.inter_broker_listener, self.listeners.first()) {
+            (Some(name), _) => name,
+            (None, Some(first)) => &first.name,
+            (None, None) => DEFAULT_LISTENER_NAME,
+        }
+    }
+
     /// The listener other nodes dial this one on.
     pub fn inter_broker_listener(&self) -> ListenerConfig {
+        let name = self.inter_broker_listener_name();
         let listeners = self.effective_listeners();
-        let named = self.inter_broker_listener.as_ref();
-        let found = named.and_then(|n| listeners.iter().find(|l| l.name == *n));
-        found.unwrap_or(&listeners[0]).clone()
+        let found = listeners.iter().find(|l| l.name == name);
+        found
+            .expect("validated: the inter-broker listener exists")
+            .clone()
     }
 
     fn validate_sasl(&self) -> anyhow::Result<()> {

@@ -14,7 +14,8 @@ use std::sync::{Arc, RwLock};
 
 static CURRENT: RwLock<Option<TlsConnector>> = RwLock::new(None);
 
-fn unusable(p: &Path, e: &dyn std::fmt::Display) -> anyhow::Error {
+/// An error naming a `[tls]` file and why it cannot be used.
+pub fn unusable(p: &Path, e: &dyn std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("[tls] {}: {e}", p.display())
 }
 

@@ -81,9 +81,6 @@ pub fn acceptor(protocol: SecurityProtocol) -> Option<TlsAcceptor> {
 }
 
 fn build(tls: &crate::config::security::TlsConfig) -> anyhow::Result<Acceptors> {
-    let file = |p: &std::path::Path, e: &dyn std::fmt::Display| {
-        anyhow::anyhow!("[tls] {}: {e}", p.display())
-    };
     let chain = rpc_tls::certificates(&tls.cert_file)?;
     let key = rpc_tls::private_key(&tls.key_file)?;
     let config = |verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>| {
@@ -96,7 +93,7 @@ fn build(tls: &crate::config::security::TlsConfig) -> anyhow::Result<Acceptors> 
         let c = builder.with_single_cert(chain.clone(), key.clone_key())?;
         anyhow::Ok(TlsAcceptor::from(Arc::new(c)))
     };
-    let none = config(None).map_err(|e| file(&tls.cert_file, &e))?;
+    let none = config(None).map_err(|e| rpc_tls::unusable(&tls.cert_file, &e))?;
     let Some(ca_file) = &tls.client_ca_file else {
         return Ok(Acceptors {
             none,
@@ -112,7 +109,7 @@ fn build(tls: &crate::config::security::TlsConfig) -> anyhow::Result<Acceptors> 
         } else {
             b
         };
-        b.build().map_err(|e| file(ca_file, &e))
+        b.build().map_err(|e| rpc_tls::unusable(ca_file, &e))
     };
     Ok(Acceptors {
         none,

@@ -112,9 +112,9 @@ impl Shard {
     /// Node `node`'s inter-broker listener (`inter_broker_listener`), if the node is live and
     /// registered one: where followers and transaction calls dial it.
     pub fn inter_broker_target(&self, node: i32) -> Option<crate::rpc::kafka_client::Target> {
-        let listener = self.config.inter_broker_listener();
+        let listener = self.config.inter_broker_listener_name();
         let catalog = self.catalog();
-        let e = catalog.broker_endpoint(node, &listener.name)?;
+        let e = catalog.broker_endpoint(node, listener)?;
         let protocol = crate::config::SecurityProtocol::from_id(e.security_protocol)?;
         Some(crate::rpc::kafka_client::Target::new(
             &e.host, e.port, protocol,

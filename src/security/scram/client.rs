@@ -2,7 +2,7 @@
 //! node user (`security::node`). Pure: the nonce comes in as a value. The server's final
 //! message is checked, so a node also knows it reached a peer that holds the credential.
 
-use super::{text, Mechanism, BASE64};
+use super::{attribute, text, Mechanism, BASE64};
 use crate::security::{SaslError, SaslResult};
 use base64::Engine;
 use subtle::ConstantTimeEq;
@@ -35,23 +35,16 @@ pub fn start(mechanism: Mechanism, user: &str, password: &str, nonce: &str) -> (
     (started, message)
 }
 
-/// The value of `field` after its `name=` prefix.
-fn field<'a>(field: Option<&'a str>, name: &str) -> SaslResult<&'a str> {
-    field
-        .and_then(|f| f.strip_prefix(name))
-        .ok_or(SaslError("malformed SCRAM server-first message"))
-}
-
 impl Started {
     /// Answers the server-first message: the client-final message, with its proof.
     pub fn answer(self, server_first: &[u8]) -> SaslResult<(Proven, Vec<u8>)> {
         let server_first = text(server_first)?;
         let mut attrs = server_first.split(',');
-        let nonce = field(attrs.next(), "r=")?;
+        let nonce = attribute(attrs.next(), 'r')?;
         let salt = BASE64
-            .decode(field(attrs.next(), "s=")?)
+            .decode(attribute(attrs.next(), 's')?)
             .map_err(|_| SaslError("malformed SCRAM salt"))?;
-        let iterations: u32 = field(attrs.next(), "i=")?
+        let iterations: u32 = attribute(attrs.next(), 'i')?
             .parse()
             .map_err(|_| SaslError("malformed SCRAM iteration count"))?;
         if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
