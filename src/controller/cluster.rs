@@ -8,8 +8,10 @@
 //!   controller registers new incarnations (a log record), renews sessions, and fences brokers
 //!   whose session expired (`liveness.rs`).
 //! - A node refuses, and stops with a message naming why, when the controller says its node
-//!   id is held by another live process or its cluster id differs, or when the quorum's
-//!   leader speaks for another cluster than the one its data dir belongs to.
+//!   id is held by another live process (still so after two session timeouts: a controller
+//!   taking over gives every registered broker a fresh session, so this node's own earlier
+//!   incarnation is refused for up to one, until it expires) or its cluster id differs, or
+//!   when the quorum's leader speaks for another cluster than the one its data dir belongs to.
 
 use super::applied::Applied;
 use super::liveness::{Decision, Sessions};
@@ -57,6 +59,9 @@ pub struct Cluster {
     led_term: Cell<u64>,
     /// Set by a controlled shutdown: heartbeats stop, so the fenced registration stays fenced.
     releasing: Cell<bool>,
+    /// When the controller first refused this node's node id as held by a live broker, since
+    /// the last heartbeat it answered (monotonic ms).
+    refused_since_ms: Cell<Option<u64>>,
 }
 
 impl Cluster {
@@ -97,6 +102,7 @@ impl Cluster {
             registered: Cell::new(false),
             led_term: Cell::new(0),
             releasing: Cell::new(false),
+            refused_since_ms: Cell::new(None),
         })
     }
 
@@ -409,9 +415,10 @@ impl Cluster {
             let Ok(f) = messages::decode::<Failure>(&body) else {
                 return;
             };
-            if f.code == ResponseError::DuplicateBrokerRegistration.code()
-                || f.code == ResponseError::InconsistentClusterId.code()
-            {
+            if f.code == ResponseError::DuplicateBrokerRegistration.code() {
+                self.refused_as_duplicate(shard, target, &f.message);
+            }
+            if f.code == ResponseError::InconsistentClusterId.code() {
                 fatal(&format!(
                     "the controller (node {target}) refused this node: {}",
                     f.message
@@ -425,6 +432,7 @@ impl Cluster {
         let Ok(reply) = messages::decode::<HeartbeatReply>(&body) else {
             return;
         };
+        self.refused_since_ms.set(None);
         if !self.is_voter() {
             self.controller_hint.set(reply.controller_id);
             self.applied.set_controller(reply.controller_id);
@@ -444,6 +452,29 @@ impl Cluster {
         }
         if let Some((version, bytes)) = reply.catalog {
             self.install_from_controller(version, &bytes).await;
+        }
+    }
+
+    /// The controller refused this node's node id as held by a live broker. That broker may be
+    /// this node's own earlier incarnation, whose session a newly active controller started
+    /// afresh (say after the whole cluster lost power and the record of that incarnation with
+    /// it): it expires within one session timeout, so the node retries at every heartbeat and
+    /// stops only once refused for two.
+    fn refused_as_duplicate(&self, shard: &Shard, target: i32, why: &str) {
+        let now_ms = shard.clock().monotonic_ms();
+        let since_ms = self.refused_since_ms.get().unwrap_or(now_ms);
+        self.refused_since_ms.set(Some(since_ms));
+        let patience_ms = 2 * self.config.cluster.broker_session_timeout_ms;
+        if now_ms.saturating_sub(since_ms) >= patience_ms {
+            fatal(&format!(
+                "the controller (node {target}) refused this node for {patience_ms} ms: {why}"
+            ));
+        }
+        if since_ms == now_ms {
+            log::warn!(
+                "the controller (node {target}) refuses this node for now: {why}; retrying \
+                 until that registration's session expires"
+            );
         }
     }
 
@@ -500,10 +531,19 @@ fn read_incarnation(config: &Config) -> u64 {
         .unwrap_or(0)
 }
 
+/// Records durably (write, sync, rename, sync the directory) the incarnation just registered,
+/// which the next start names as its previous one: a restart is then taken at once, without
+/// waiting for the earlier registration's session to expire.
 fn write_incarnation(config: &Config, incarnation: u64) {
+    use crate::storage::disk::Disk;
     let dir = config.data_dir.join("__meta");
-    let write = std::fs::create_dir_all(&dir)
-        .and_then(|_| std::fs::write(dir.join(INCARNATION_FILE), format!("{incarnation:x}\n")));
+    let disk = crate::storage::disk::OsDisk::default();
+    let write = disk.create_dir_all(&dir).and_then(|_| {
+        disk.replace(
+            &dir.join(INCARNATION_FILE),
+            format!("{incarnation:x}\n").as_bytes(),
+        )
+    });
     if let Err(e) = write {
         log::warn!("cannot record this node's incarnation: {e}");
     }
