@@ -11,7 +11,8 @@ from pathlib import Path
 from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-BINARY = ROOT / "target" / "release" / "sluice"
+# SLUICE_BINARY runs the tests against another build (one with a planted bug, to see a test fail).
+BINARY = Path(os.environ.get("SLUICE_BINARY", ROOT / "target" / "release" / "sluice"))
 
 
 _GIVEN_PORTS = set()
@@ -57,8 +58,11 @@ def free_port() -> int:
 
 class Broker:
     def __init__(self, data_dir: Path, shards: int = 2, extra_args=(), config: str | None = None,
-                 nofile: int | None = None, binary: Path = BINARY):
+                 nofile: int | None = None, binary: Path = BINARY, work_dir: Path | None = None):
+        """`work_dir`: where the broker's log and config file go (default: beside the data dir;
+        a test whose data dir is on a disk that loses unsynced writes keeps them elsewhere)."""
         self.data_dir = Path(data_dir)
+        self.work_dir = Path(work_dir) if work_dir is not None else self.data_dir.parent
         self.binary = Path(binary)
         # The broker's descriptor limit (soft and hard), as `ulimit -n` would set it.
         self.nofile = nofile
@@ -67,7 +71,7 @@ class Broker:
         self.config = config
         self.port = free_port()
         self.proc = None
-        self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
+        self.log_path = self.work_dir / f"broker-{self.port}.log"
         self.starts = 0
         # Extra environment for the process (SLUICE_FAULT_HOOKS=1 for the cut-link hook).
         self.env = {}
@@ -83,7 +87,7 @@ class Broker:
         if self.config is None or "[[listeners]]" not in self.config:
             args += ["--listen", self.bootstrap]
         if self.config is not None:
-            cfg = self.data_dir.parent / f"sluice-{self.port}.toml"
+            cfg = self.work_dir / f"sluice-{self.port}.toml"
             cfg.write_text(self.config.replace("@PORT@", str(self.port)))
             args += ["--config", str(cfg)]
         args += self.extra_args

@@ -72,9 +72,10 @@ def metadata_v1(port: int, timeout_s: float = 5) -> Metadata:
 
 
 class Node(Broker):
-    def __init__(self, root: Path, node_id: int, voters: str | None, rpc_port: int, config: str):
+    def __init__(self, root: Path, node_id: int, voters: str | None, rpc_port: int, config: str,
+                 data_root: Path | None = None):
         root.mkdir(parents=True, exist_ok=True)
-        super().__init__(root / f"node-{node_id}", shards=2, config=config)
+        super().__init__((data_root or root) / f"node-{node_id}", shards=2, config=config, work_dir=root)
         self.node_id = node_id
         self.rpc_port = rpc_port
         self.voters = voters
@@ -88,14 +89,15 @@ class Node(Broker):
 
 
 class Cluster:
-    def __init__(self, root: Path, voters: int, brokers: int = 0, config=FAST):
-        """`config`: every node's config, or a function of the node id giving each its own."""
+    def __init__(self, root: Path, voters: int, brokers: int = 0, config=FAST, data_root: Path | None = None):
+        """`config`: every node's config, or a function of the node id giving each its own;
+        `data_root`: where the nodes' data dirs go (default `root`, with their logs)."""
         root.mkdir(parents=True, exist_ok=True)
         ids = list(range(1, voters + brokers + 1))
         rpc = {i: free_port() for i in ids}
         self.voters = ",".join(f"{i}@127.0.0.1:{rpc[i]}" for i in ids[:voters])
         of = config if callable(config) else lambda _: config
-        self.nodes = {i: Node(root, i, self.voters, rpc[i], of(i)) for i in ids}
+        self.nodes = {i: Node(root, i, self.voters, rpc[i], of(i), data_root) for i in ids}
 
     def start(self):
         for n in self.nodes.values():

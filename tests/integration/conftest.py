@@ -3,6 +3,7 @@ import subprocess
 import pytest
 
 from broker import Broker
+from lazy_disk import LazyDisk
 
 
 @pytest.fixture
@@ -10,8 +11,9 @@ def make_broker(tmp_path):
     """Factory for brokers on free ports; every broker is stopped and checked for panics."""
     brokers = []
 
-    def make(shards: int = 2, **kwargs) -> Broker:
-        b = Broker(tmp_path / f"data-{len(brokers)}", shards=shards, **kwargs)
+    def make(shards: int = 2, data_dir=None, **kwargs) -> Broker:
+        """`data_dir`: default a fresh one in the test's temporary dir (the log beside it)."""
+        b = Broker(data_dir or tmp_path / f"data-{len(brokers)}", shards=shards, work_dir=tmp_path, **kwargs)
         brokers.append(b)
         return b.start()
 
@@ -26,6 +28,15 @@ def make_broker(tmp_path):
 @pytest.fixture
 def broker(make_broker) -> Broker:
     return make_broker()
+
+
+@pytest.fixture
+def lazy_disk(tmp_path):
+    """A mounted disk whose `cut()` loses every write not yet synced (lazyfs.py). Put the
+    data dirs of a power-loss test on it; unmounted when the test ends."""
+    disk = LazyDisk(tmp_path / "lazy").start()
+    yield disk
+    disk.stop()
 
 
 def openssl(*args, cwd):

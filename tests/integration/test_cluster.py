@@ -180,7 +180,7 @@ def test_a_node_of_another_cluster_or_a_duplicate_node_id_is_refused(make_cluste
     b.stop()
     node3 = c.nodes[3]
     node3.kill()
-    config = node3.data_dir.parent / f"sluice-{node3.port}.toml"
+    config = node3.work_dir / f"sluice-{node3.port}.toml"
     args = [str(node3.binary), "serve", "--listen", node3.bootstrap, "--data-dir", str(b.data_dir),
             "--shards", "2", "--config", str(config), *node3.extra_args]
     out = subprocess.run(args, capture_output=True, text=True, timeout=60)

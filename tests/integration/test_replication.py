@@ -12,7 +12,8 @@ import time
 import kafka_wire as kw
 import pytest
 from cluster import Cluster
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from history import History, check_history, read_all
 from waiting import wait_until
 
 # Faster timing than production, so fencing and in-sync changes fit a test's bounds.
@@ -29,8 +30,9 @@ replica_lag_time_max_ms = 3000
 def make_cluster(tmp_path):
     made = []
 
-    def make(voters: int, config: str = REPLICATED, start: bool = True, brokers: int = 0) -> Cluster:
-        c = Cluster(tmp_path / f"cluster-{len(made)}", voters, brokers, config)
+    def make(voters: int, config: str = REPLICATED, start: bool = True, brokers: int = 0,
+             data_root=None) -> Cluster:
+        c = Cluster(tmp_path / f"cluster-{len(made)}", voters, brokers, config, data_root)
         made.append(c)
         return c.start() if start else c
 
@@ -65,76 +67,6 @@ def create_replicated(cluster: Cluster, topic: str, partitions: int, min_isr: in
             for n in cluster.live()), 30, f"{topic}[{p}] led with every replica in sync")
 
 
-class History:
-    """Every send and acknowledgement of one idempotent producer: value → acked offset."""
-
-    def __init__(self, bootstrap: str, topic: str):
-        self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 2, "message.timeout.ms": 120000,
-                                  "topic.metadata.refresh.interval.ms": 500})
-        self.sent, self.acked, self.failed = [], {}, []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        i = 0
-        while not self.stop.is_set():
-            value = f"v{i:07d}".encode()
-            try:
-                self.producer.produce(self.topic, value=value, partition=0, on_delivery=self.delivered)
-                self.sent.append(value)
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.001)
-
-    def delivered(self, err, msg):
-        if err is not None:
-            self.failed.append((msg.value(), err))
-        else:
-            self.acked[msg.value()] = msg.offset()
-
-    def finish(self):
-        self.stop.set()
-        self.thread.join(30)
-        assert self.producer.flush(120) == 0, "records never delivered"
-
-
-def read_all(bootstrap: str, topic: str, end: int, timeout_s=60):
-    """Everything in partition 0 below `end`, as (offset, value)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while (not got or got[-1][0] < end - 1) and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append((msg.offset(), msg.value()))
-    finally:
-        c.unsubscribe()
-        c.poll(0)
-        c.close()
-    return got
-
-
-def check_history(h: History, got):
-    """No acknowledged record lost, none twice, offsets dense from 0, every read was sent,
-    and each acknowledged record at the offset it was acknowledged with."""
-    offsets = [o for o, _ in got]
-    assert offsets == list(range(len(got))), "offsets increase without gaps"
-    values = [v for _, v in got]
-    assert len(set(values)) == len(values), "no duplicates with idempotence"
-    sent = set(h.sent)
-    assert all(v in sent for v in values), "every read record was written"
-    at = dict((v, o) for o, v in got)
-    lost = [v for v in h.acked if v not in at]
-    assert not lost, f"{len(lost)} acknowledged records lost, first {lost[:3]}"
-    moved = [(v, o, at[v]) for v, o in h.acked.items() if at[v] != o]
-    assert not moved, f"records not at their acknowledged offsets: {moved[:3]}"
-
-
 def test_leader_killed_under_load_loses_no_acknowledged_record(make_cluster):
     cluster = make_cluster(3)
     create_replicated(cluster, "load", 1, 2)
@@ -160,8 +92,12 @@ def test_leader_killed_under_load_loses_no_acknowledged_record(make_cluster):
                "the restarted node back in sync")
 
 
-def test_whole_cluster_power_loss_loses_no_acknowledged_record(make_cluster):
-    cluster = make_cluster(3)
+def test_whole_cluster_power_loss_loses_no_acknowledged_record(lazy_disk, make_cluster):
+    """Every node's data dir is on one disk that loses what was not synced (lazyfs.py): all
+    nodes are SIGKILLed at once, then the power is cut, then they start again."""
+    # Group commit waits 50 ms before each pass, so that some written bytes always await their
+    # fsync and the cut has something to take.
+    cluster = make_cluster(3, REPLICATED + "[log]\nflush_interval_ms = 50\n", data_root=lazy_disk.mount)
     create_replicated(cluster, "power", 1, 2)
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
     h = History(bootstrap, "power")
@@ -174,6 +110,8 @@ def test_whole_cluster_power_loss_loses_no_acknowledged_record(make_cluster):
     acked = dict(h.acked)
     for n in cluster.nodes.values():
         n.kill()
+    assert lazy_disk.cut() > 0, "the cut lost nothing, so it tested nothing"
+    for n in cluster.nodes.values():
         n.start()
     cluster.wait_for_brokers({1, 2, 3})
     h.acked = acked

@@ -1,0 +1,59 @@
+"""A disk that loses power: a lazyfs.py mount whose unsynced writes `cut()` drops."""
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DAEMON = Path(__file__).with_name("lazyfs.py")
+
+
+class LazyDisk:
+    def __init__(self, work: Path):
+        self.backing = work / "backing"
+        self.mount = work / "mount"
+        self.log = work / "lazyfs.log"
+        self.cuts = 0
+        self.proc = None
+
+    def start(self) -> "LazyDisk":
+        """Mounts it; skips the test where FUSE cannot mount (not root, or no /dev/fuse)."""
+        self.backing.mkdir(parents=True)
+        self.mount.mkdir(parents=True)
+        self.proc = subprocess.Popen([sys.executable, str(DAEMON), str(self.backing), str(self.mount), str(self.log)],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log.with_suffix(".err"), "w"))
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(self.mount):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.skip(f"cannot mount a FUSE file system here: {self.log.with_suffix('.err').read_text()[-300:]}"
+                            " (needs root, /dev/fuse and libfuse2)")
+            time.sleep(0.05)
+        return self
+
+    def cut(self) -> int:
+        """The power cut: every unsynced write is lost. Stop every process using the disk
+        first. Returns the bytes lost."""
+        self.cuts += 1
+        try:
+            os.mkdir(self.mount / f".lazyfs-crash-{self.cuts}")
+            raise AssertionError("the cut was not made")
+        except OSError as e:
+            assert e.errno == errno.ECANCELED, e
+        line = self.log.read_text().splitlines()[-1]
+        assert line.startswith("crash: dropped "), line
+        return int(line.split()[2])
+
+    def stop(self):
+        if self.proc is None:
+            return
+        subprocess.run(["umount", "-l", str(self.mount)], capture_output=True)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
