@@ -1,13 +1,16 @@
 """The cost of a byte, against this machine's own limits measured in the same run.
 
-1. `sluice probe`: memcpy and CRC32C speed on one core, and 4 KiB write + fdatasync latency on
-   the data dir's file system.
+1. `sluice probe`: memcpy and CRC32C speed on one core, 4 KiB write + fdatasync latency on
+   the data dir's file system, and the kernel's floors over loopback TCP: a sender's CPU per GiB
+   of sendfile (fetch), a receiver's per GiB of recv + CRC32C + write + fdatasync (produce),
+   through the page cache and with O_DIRECT.
 2. A fresh broker (2 shards): 1,000,000 records of 1 KiB produced with acks=all by 2 producers
    over 8 partitions, then all of them consumed by 2 consumers. Broker CPU (utime+stime of the
    process, every thread, from /proc) per GiB produced and per GiB fetched.
 3. The limits those are compared with: producing a GiB needs at least one copy out of the
    socket, one CRC32C pass and one copy into the page cache (2/memcpy + 1/crc32c seconds per
-   GiB); fetching one needs one copy (1/memcpy).
+   GiB); fetching one needs one copy (1/memcpy). And the floors above, which add what the
+   kernel's TCP and file paths cost besides the copies.
 4. Cost per record: 1,000,000 records of 100 B, acks=1, broker CPU per million records, and,
    with --compare-binary or --tansu, the same for the other broker in the same run.
 
@@ -128,20 +131,29 @@ def write(a, limits, byte_cost, record_cost):
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; broker and clients share it.",
         "- Broker CPU is utime+stime of the broker process (every thread), from /proc.", "",
         "## This machine's limits (sluice probe, same run)", "",
-        "| memcpy | CRC32C | 4 KiB write+fdatasync p50 | p99 |", "|---|---|---|---|",
+        "| memcpy | CRC32C | 4 KiB write+fdatasync p50 | p99 | overwriting p50 | p99 |",
+        "|---|---|---|---|---|---|",
         f"| {memcpy:.2f} GiB/s | {crc:.2f} GiB/s | {limits['fdatasync_4k_p50_ms']:.3f} ms | "
-        f"{limits['fdatasync_4k_p99_ms']:.3f} ms |", "",
+        f"{limits['fdatasync_4k_p99_ms']:.3f} ms | {limits['fdatasync_4k_overwrite_p50_ms']:.3f} ms | "
+        f"{limits['fdatasync_4k_overwrite_p99_ms']:.3f} ms |", "",
+        "Floors over loopback TCP, CPU s/GiB of the thread doing the work (least of 3 rounds):", "",
+        "| fetch: sendfile | produce: recv + CRC32C + write + fdatasync | the same with O_DIRECT |",
+        "|---|---|---|",
+        f"| {limits['fetch_floor_s_per_gib']:.3f} | {limits['produce_floor_s_per_gib']:.3f} | "
+        f"{limits['produce_floor_direct_s_per_gib']:.3f} |", "",
         f"## Broker CPU per GiB (1 KiB records: produce acks=all, 2 producers, 8 partitions; then consumed;"
         f" median of {a.rounds} runs per broker)", "",
-        "| broker | | broker CPU s/GiB | this machine's limit s/GiB | multiple of the limit |",
-        "|---|---|---|---|---|",
+        "| broker | | broker CPU s/GiB | this machine's limit s/GiB | multiple of the limit | multiple of the floor |",
+        "|---|---|---|---|---|---|",
     ]
+    produce_floor, fetch_floor = limits["produce_floor_s_per_gib"], limits["fetch_floor_s_per_gib"]
     for name, c in byte_cost.items():
+        produce, fetch = c["produce_s_per_gib"], c["fetch_s_per_gib"]
         lines += [
-            f"| {name} | produce | {c['produce_s_per_gib']:.3f} | {produce_limit:.3f} (2 copies + 1 CRC32C) | "
-            f"{c['produce_s_per_gib'] / produce_limit:.2f}× |",
-            f"| {name} | fetch | {c['fetch_s_per_gib']:.3f} | {fetch_limit:.3f} (1 copy) | "
-            f"{c['fetch_s_per_gib'] / fetch_limit:.2f}× |",
+            f"| {name} | produce | {produce:.3f} | {produce_limit:.3f} (2 copies + 1 CRC32C) | "
+            f"{produce / produce_limit:.2f}× | {produce / produce_floor:.2f}× |",
+            f"| {name} | fetch | {fetch:.3f} | {fetch_limit:.3f} (1 copy) | "
+            f"{fetch / fetch_limit:.2f}× | {fetch / fetch_floor:.2f}× |",
         ]
     lines += ["",
         f"## Broker CPU per million 100 B records (acks=1, 2 producers, 8 partitions, {a.records:,} records;"

@@ -4,6 +4,7 @@
 
 pub mod args;
 mod consume;
+mod loopback;
 mod payload;
 pub mod probe;
 mod produce;
