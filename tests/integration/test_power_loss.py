@@ -11,8 +11,10 @@ What must hold after the cut and a restart:
   gap where they were;
 - a consumer group's offsets, once their commit was acknowledged, are still committed."""
 import threading
+import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka.admin import AdminClient
 
 import ck
 from history import History, check_history, read_all
@@ -116,3 +118,53 @@ def test_power_loss_keeps_every_acknowledged_and_every_consumed_record(lazy_disk
     kept = len(set(acked_1) & set(at[1].values()))
     print(f"cut lost {lost_bytes} unsynced bytes; acks=1 kept {kept} of {len(acked_1)} acknowledged")
     h.producer.flush(30)
+
+
+def test_power_loss_keeps_created_topics_and_decided_transactions(lazy_disk, make_broker):
+    """What the broker acknowledged about topics and transactions survives a cut: a topic whose
+    creation was answered exists with its partitions; a committed transaction's records are
+    read_committed-visible and an aborted one's are not; the producer's next transaction after
+    the restart commits (its transactional id and epoch were kept)."""
+    broker = make_broker(data_dir=lazy_disk.mount / "data", config=SLOW_SYNC)
+    ck.create_topic(broker.bootstrap, "decided", 3)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "power-txn", "linger.ms": 5})
+    p.init_transactions(60)
+    for prefix, commit in ((b"committed", True), (b"aborted", False)):
+        p.begin_transaction()
+        for i in range(30):
+            p.produce("decided", value=prefix + b"-%d" % i, partition=i % 3)
+        if commit:
+            p.commit_transaction(60)
+        else:
+            p.abort_transaction(60)
+    ck.create_topic(broker.bootstrap, "created-late", 4)
+    broker.kill()
+    print(f"cut lost {lazy_disk.cut()} unsynced bytes")
+
+    broker.start()
+    admin_topics = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=20).topics
+    assert len(admin_topics["created-late"].partitions) == 4
+    values = read_committed(broker.bootstrap, "decided", 3, expect=30)
+    assert sorted(values) == sorted(b"committed-%d" % i for i in range(30)), values
+    p2 = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "power-txn", "linger.ms": 5})
+    p2.init_transactions(60)
+    p2.begin_transaction()
+    p2.produce("decided", value=b"after", partition=0)
+    p2.commit_transaction(60)
+    assert b"after" in read_committed(broker.bootstrap, "decided", 3, expect=31)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, expect: int, timeout_s=60.0):
+    """The values a read_committed consumer reads from offset 0, once `expect` came or time ran out."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "committed-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    values, deadline = [], time.monotonic() + timeout_s
+    try:
+        while len(values) < expect and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+    finally:
+        c.close()
+    return values
