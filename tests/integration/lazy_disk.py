@@ -6,9 +6,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 DAEMON = Path(__file__).with_name("lazyfs.py")
+
+
+class CannotMount(RuntimeError):
+    """FUSE cannot mount here (not root, no /dev/fuse, or no libfuse2)."""
 
 
 class LazyDisk:
@@ -20,7 +22,7 @@ class LazyDisk:
         self.proc = None
 
     def start(self) -> "LazyDisk":
-        """Mounts it; skips the test where FUSE cannot mount (not root, or no /dev/fuse)."""
+        """Mounts it, or raises CannotMount saying why."""
         self.backing.mkdir(parents=True)
         self.mount.mkdir(parents=True)
         self.proc = subprocess.Popen([sys.executable, str(DAEMON), str(self.backing), str(self.mount), str(self.log)],
@@ -29,8 +31,8 @@ class LazyDisk:
         while not os.path.ismount(self.mount):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                pytest.skip(f"cannot mount a FUSE file system here: {self.log.with_suffix('.err').read_text()[-300:]}"
-                            " (needs root, /dev/fuse and libfuse2)")
+                raise CannotMount(f"cannot mount a FUSE file system here: "
+                                  f"{self.log.with_suffix('.err').read_text()[-300:]} (needs root, /dev/fuse and libfuse2)")
             time.sleep(0.05)
         return self
 
