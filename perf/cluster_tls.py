@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 import kafka_wire as kw  # noqa: E402
 from cluster import metadata_v1  # noqa: E402
-from cost import GIB, cpu_seconds  # noqa: E402
-from matrix import (BINARY, ROOT, bench, cpu_model, free_port,  # noqa: E402
+from cost import GIB  # noqa: E402
+from matrix import (BINARY, ROOT, bench, cpu_model, cpu_seconds, free_port,  # noqa: E402
                     head_commit, listening, publish)
 from tls import certificates  # noqa: E402
 

@@ -26,15 +26,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from matrix import (BINARY, ROOT, bench, cpu_model, free_port,
+from matrix import (BINARY, ROOT, bench, cpu_model, cpu_seconds, free_port,
                     head_commit, listening, publish, start_sluice)
 
 GIB = 1 << 30
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def probe(work: Path) -> dict:

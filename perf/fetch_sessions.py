@@ -15,14 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 import ck  # noqa: E402
 import kafka_wire as kw  # noqa: E402
+from matrix import cpu_seconds  # noqa: E402
 from broker import Broker  # noqa: E402
 
 FETCHES = 2000
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fetch(sock, frame):

@@ -80,6 +80,12 @@ def delete_topic(bootstrap, topic):
         print(f"cannot delete {topic} on {bootstrap}: {e}", file=sys.stderr)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (utime + stime, every thread) process `pid` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench(bootstrap, topic, out: Path, **opts):
     args = [str(BINARY), "bench", "--bootstrap", bootstrap, "--topic", topic, "--json", str(out)]
     for k, v in opts.items():

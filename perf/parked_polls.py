@@ -13,16 +13,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 import ck  # noqa: E402
 import kafka_wire as kw  # noqa: E402
+from matrix import cpu_seconds  # noqa: E402
 from broker import Broker, free_port  # noqa: E402
 from metrics import total  # noqa: E402
 
 PARKED = 1000
 WINDOW_S = 10.0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(pid: int) -> float:

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from cost import GIB, cpu_seconds, measured
-from matrix import BINARY, ROOT, bench, cpu_model, free_port, head_commit, listening, publish
+from cost import GIB, measured
+from matrix import BINARY, ROOT, bench, cpu_model, cpu_seconds, free_port, head_commit, listening, publish
 
 USER, PASSWORD = "perf", "perf-secret"
 

@@ -19,15 +19,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from matrix import BINARY, bench, free_port, head_commit, start_sluice
+from matrix import BINARY, bench, cpu_seconds, free_port, head_commit, start_sluice
 
 GIB = 1 << 30
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def scrape(addr: str, name: str) -> int:
