@@ -462,6 +462,7 @@ impl Cluster {
     /// stops only once refused for two.
     fn refused_as_duplicate(&self, shard: &Shard, target: i32, why: &str) {
         let now_ms = shard.clock().monotonic_ms();
+        let first = self.refused_since_ms.get().is_none();
         let since_ms = self.refused_since_ms.get().unwrap_or(now_ms);
         self.refused_since_ms.set(Some(since_ms));
         let patience_ms = 2 * self.config.cluster.broker_session_timeout_ms;
@@ -470,7 +471,7 @@ impl Cluster {
                 "the controller (node {target}) refused this node for {patience_ms} ms: {why}"
             ));
         }
-        if since_ms == now_ms {
+        if first {
             log::warn!(
                 "the controller (node {target}) refuses this node for now: {why}; retrying \
                  until that registration's session expires"
