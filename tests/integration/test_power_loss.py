@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient
 
 import ck
 from history import History, check_history, read_all
+from test_compaction import read_all as read_partition
+from test_transactions import read_all as read_at
 from waiting import wait_until
 
 
@@ -146,30 +148,15 @@ def test_power_loss_keeps_created_topics_and_decided_transactions(lazy_disk, mak
     broker.start()
     admin_topics = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=20).topics
     assert len(admin_topics["created-late"].partitions) == 4
-    values = read_committed(broker.bootstrap, "decided", 3, expect=30)
+    values = read_at(broker, "decided", 3, "read_committed", expect=30)
     assert sorted(values) == sorted(b"committed-%d" % i for i in range(30)), values
     p2 = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "power-txn", "linger.ms": 5})
     p2.init_transactions(60)
     p2.begin_transaction()
     p2.produce("decided", value=b"after", partition=0)
     p2.commit_transaction(60)
-    assert b"after" in read_committed(broker.bootstrap, "decided", 3, expect=31)
+    assert b"after" in read_at(broker, "decided", 3, "read_committed", expect=31)
 
-
-def read_committed(bootstrap: str, topic: str, partitions: int, expect: int, timeout_s=60.0):
-    """The values a read_committed consumer reads from offset 0, once `expect` came or time ran out."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "committed-reader", "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    values, deadline = [], time.monotonic() + timeout_s
-    try:
-        while len(values) < expect and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-    finally:
-        c.close()
-    return values
 
 
 def test_power_loss_during_compaction_keeps_each_keys_latest_value(lazy_disk, make_broker):
@@ -177,7 +164,6 @@ def test_power_loss_during_compaction_keeps_each_keys_latest_value(lazy_disk, ma
     moments: what is left is byte-equal to what was sent at each offset, and every key's latest
     acknowledged value is there (a cleaning pass cut short must leave the log as it was or as
     the pass made it, never without a key)."""
-    from test_compaction import read_all as read_partition
     broker = make_broker(data_dir=lazy_disk.mount / "data", config=SLOW_SYNC + "cleaner_interval_ms = 200\n")
     ck.create_topic(broker.bootstrap, "cmp", 1, {"cleanup.policy": "compact", "segment.bytes": "16384",
                                                   "min.cleanable.dirty.ratio": "0"})
