@@ -159,6 +159,10 @@ pub struct LogConfig {
     /// How long the flusher waits after the first unflushed append before it issues the group's
     /// fdatasync. 0 means group commit: sync as soon as the previous sync finished.
     pub flush_interval_ms: u64,
+    /// Bytes of each shard's journal (`__journal/shard-N`), where the flusher makes small
+    /// appends durable with one fdatasync per pass instead of one per partition file. 0: no
+    /// journal.
+    pub journal_bytes: u64,
     /// How often each shard deletes segments past their topic's `retention.ms` or
     /// `retention.bytes` (Kafka's `log.retention.check.interval.ms`).
     pub retention_check_interval_ms: u64,
@@ -377,6 +381,7 @@ impl Default for LogConfig {
             segment_ms: 7 * 24 * 3600 * 1000,
             index_interval_bytes: 4096,
             flush_interval_ms: 0,
+            journal_bytes: 16 * 1024 * 1024,
             retention_check_interval_ms: 300_000,
             cleaner_interval_ms: 15_000,
             cleaner_dedupe_buffer_bytes: 128 * 1024 * 1024,
@@ -769,6 +774,14 @@ impl Config {
             1024 * 1024,
             64 * 1024 * 1024 * 1024,
         )?;
+        if log.journal_bytes != 0 {
+            in_range(
+                "log.journal_bytes",
+                log.journal_bytes,
+                1024 * 1024,
+                1024 * 1024 * 1024,
+            )?;
+        }
         in_range("log.flush_interval_ms", log.flush_interval_ms, 0, 60_000)
     }
 

@@ -64,6 +64,8 @@ pub struct ShardMetrics {
     /// they synced.
     pub flush_duration: LatencyHistogram,
     pub fsyncs: AtomicU64,
+    /// Appends the flusher made durable as records of the shard's journal.
+    pub journal_records: AtomicU64,
     /// New groups or members the coordinator refused for want of room (`max_groups_per_shard`
     /// groups, or its member bound): answered COORDINATOR_NOT_AVAILABLE.
     pub groups_refused: AtomicU64,
@@ -125,6 +127,7 @@ impl Default for ShardMetrics {
             replicated_bytes: AtomicU64::new(0),
             flush_duration: LatencyHistogram::default(),
             fsyncs: AtomicU64::new(0),
+            journal_records: AtomicU64::new(0),
         }
     }
 }
@@ -455,9 +458,15 @@ const PER_SHARD: &[PerShard] = &[
     ),
     (
         "sluice_fsyncs_total",
-        "Files the flusher fdatasynced (one per dirty partition file per group-commit pass).",
+        "fdatasyncs the flusher issued: the journal's, and partition files' (one per dirty file per group-commit pass, and when the journal wraps).",
         "counter",
         |m| &m.fsyncs,
+    ),
+    (
+        "sluice_journal_records_total",
+        "Small appends the flusher made durable as records of the shard's journal, not by syncing their files.",
+        "counter",
+        |m| &m.journal_records,
     ),
     (
         "sluice_groups_refused_total",

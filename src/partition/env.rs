@@ -1,7 +1,8 @@
-//! What the partitions of one shard share: the clock, the shard's counters, the flusher's queue
-//! and the rate limit on storage error log lines. The shard creates one and hands it to every
+//! What the partitions of one shard share: the clock, the shard's counters, the flusher's queue,
+//! the shard's journal and the rate limit on storage error log lines. The shard creates one and hands it to every
 //! partition it opens.
 
+use super::journal::Journal;
 use super::Partition;
 use crate::clock::Clock;
 use crate::metrics::{bump, LogLimiter, ShardMetrics};
@@ -17,6 +18,8 @@ pub struct Environment {
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<ShardMetrics>,
     pub sync_queue: SyncQueue,
+    /// Where the flusher makes small appends durable (`journal.rs`); opened by the shard.
+    pub journal: Journal,
     storage_errors: LogLimiter,
 }
 
@@ -26,6 +29,7 @@ impl Environment {
             clock,
             metrics,
             sync_queue: SyncQueue::default(),
+            journal: Journal::disabled(),
             storage_errors: LogLimiter::new(STORAGE_ERROR_LOG_INTERVAL_MS),
         })
     }

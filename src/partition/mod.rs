@@ -28,6 +28,7 @@ pub mod compaction;
 pub mod env;
 pub mod fifo_lock;
 pub mod ingest;
+pub mod journal;
 pub mod monitor;
 pub mod replica;
 pub mod retention;
@@ -36,7 +37,9 @@ pub mod txn;
 use crate::protocol::batch::{self, BatchError, BatchHeader};
 use crate::protocol::chunk::{Chunk, FileSlice};
 use crate::storage::catalog::{TopicId, TopicMeta};
-use crate::storage::log::{LogPosition, LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork};
+use crate::storage::log::{
+    LogPosition, LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork, TOPIC_ID_FILE,
+};
 use crate::storage::producer_state::Verdict;
 use crate::storage::read;
 use crate::storage::topic_config::TopicConfig;
@@ -52,9 +55,6 @@ use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
 pub use txn::{Source, Watch};
-
-/// The file in a partition's directory that names its topic's id.
-const TOPIC_ID_FILE: &str = ".topic_id";
 
 /// A partition's identity on the data path: its topic's id (no name, so no allocation per
 /// lookup) and its index.

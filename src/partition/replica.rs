@@ -291,7 +291,13 @@ impl Partition {
                 "partition {}: truncating the divergent tail {offset}..{end}",
                 self.name
             );
-            if let Err(e) = PartitionLog::truncate_to(&self.log, offset).await {
+            // The journal must not replay the cut tail over what is appended next.
+            let _journal = self.env.journal.lock().await;
+            let cut = match self.env.journal.fence().await {
+                Ok(()) => PartitionLog::truncate_to(&self.log, offset).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = cut {
                 self.env.storage_error(&self.name, "truncate", &e);
                 self.retire();
                 return Err(ResponseError::KafkaStorageError);

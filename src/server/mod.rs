@@ -51,6 +51,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     keep_freed_memory();
     stop_on_panic();
     let lock = lock_data_dir(&mut config)?;
+    replay_journals(&config)?;
     for listener in config.effective_listeners() {
         ensure_port_free(&listener.address)?;
     }
@@ -121,6 +122,39 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     log::info!("shut down cleanly");
     Ok(())
+}
+
+/// Writes what the shards' journals hold into the segment files, before any partition opens.
+fn replay_journals(config: &Config) -> anyhow::Result<()> {
+    let replayed = crate::storage::journal::replay(&config.data_dir, config.shards)
+        .map_err(|e| anyhow::anyhow!("cannot replay the journals: {e}"))?;
+    if replayed.records > 0 || replayed.skipped > 0 {
+        log::info!(
+            "journals replayed: {} records ({} bytes) into {} files, {} skipped",
+            replayed.records,
+            replayed.bytes,
+            replayed.files,
+            replayed.skipped
+        );
+    }
+    Ok(())
+}
+
+/// Opens the shard's journal (`log.journal_bytes` > 0), with a random run id.
+async fn open_journal(shard: &Shard) -> anyhow::Result<()> {
+    let (config, id) = (&shard.config, shard.id);
+    if config.log.journal_bytes == 0 {
+        return Ok(());
+    }
+    let path = crate::storage::journal::path(&config.data_dir, id);
+    let uuid = crate::clock::Ids::uuid(&mut RandomIds);
+    let run = u64::from_le_bytes(uuid[..8].try_into().expect("16 bytes"));
+    shard
+        .env
+        .journal
+        .open(&path, config.log.journal_bytes, run)
+        .await
+        .map_err(|e| anyhow::anyhow!("shard {id}: cannot open {}: {e}", path.display()))
 }
 
 /// A clustered node's inter-node RPC listener; None on a single node.
@@ -380,6 +414,7 @@ async fn run_shard(
     {
         Catalog::persist(&config.data_dir, &start.catalog.to_record()).await?;
     }
+    open_journal(&shard).await?;
     shard.install_catalog(start.catalog.clone()).await;
     let flusher = glommio::spawn_local(flusher::run(shard.clone()));
     for (_, mut stream) in receivers.streams() {

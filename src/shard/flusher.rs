@@ -1,9 +1,12 @@
 //! Group commit: one task per shard gathers every partition written since its last pass and
-//! covers them with one fdatasync per file, then reports each completed sync to its partition,
+//! makes their new bytes durable (small appends through the shard's journal with one
+//! fdatasync, larger ones with one fdatasync per file), then reports each to its partition,
 //! whose commit rule moves the high watermark and wakes the waiters it commits. Producers with
 //! acks=all wait for that, so they are answered only after the sync that covers them.
 
 use super::Shard;
+use crate::partition::journal::Batch;
+use glommio::io::BufferedFile;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -29,8 +32,13 @@ pub async fn run(shard: Rc<Shard>) {
     }
 }
 
-/// One group: takes the queued partitions, syncs them concurrently, reports the results.
+/// One group: takes the queued partitions, makes their new bytes durable (small appends in
+/// one journal record each and one fdatasync of the journal, the rest by syncing their files,
+/// concurrently), and reports the results. Holds the journal's lock throughout, so that no
+/// partition changes its files under a pass (`partition/journal.rs`).
 pub async fn sync_once(shard: &Shard) {
+    let journal = &shard.env.journal;
+    let _turn = journal.lock().await;
     let work: Vec<_> = shard
         .env
         .sync_queue
@@ -38,24 +46,57 @@ pub async fn sync_once(shard: &Shard) {
         .into_iter()
         .filter_map(|partition| partition.take_sync_work().map(|job| (partition, job)))
         .collect();
-    let syncs = work.iter().map(|(_, job)| async move {
-        for file in &job.files {
-            file.fdatasync().await.map_err(std::io::Error::from)?;
-        }
-        Ok::<(), std::io::Error>(())
-    });
+    let mut batch = Batch::default();
+    let journaled: Vec<bool> = work
+        .iter()
+        .map(|(p, job)| journal.admit(&mut batch, p.name(), p.id().topic_id, job))
+        .collect();
+    let direct = work
+        .iter()
+        .zip(&journaled)
+        .map(|((_, job), &j)| async move {
+            if j {
+                return Ok(0);
+            }
+            sync_files(&job.files).await
+        });
     let started_us = shard.clock().monotonic_us();
-    let results = futures::future::join_all(syncs).await;
+    let (journal_result, mut results) =
+        futures::join!(journal.commit(&batch), futures::future::join_all(direct));
+    let mut fsyncs = match journal_result {
+        Ok(n) => n,
+        Err(e) => {
+            log::error!(
+                "shard {}: journal failed: {e}; appends are synced in their own files from now on",
+                shard.id
+            );
+            for (((_, job), &j), result) in work.iter().zip(&journaled).zip(&mut results) {
+                if j {
+                    *result = sync_files(&job.files).await;
+                }
+            }
+            0
+        }
+    };
     if !work.is_empty() {
         let metrics = shard.metrics();
         let took_us = shard.clock().monotonic_us().saturating_sub(started_us);
         metrics.flush_duration.observe(took_us);
-        let files: usize = work.iter().map(|(_, job)| job.files.len()).sum();
-        crate::metrics::add(&metrics.fsyncs, files as u64);
+        fsyncs += results.iter().flatten().sum::<u64>();
+        crate::metrics::add(&metrics.fsyncs, fsyncs);
+        crate::metrics::add(&metrics.journal_records, batch.records() as u64);
     }
     for ((partition, job), result) in work.into_iter().zip(results) {
-        partition.complete_sync(job.target, result);
+        partition.complete_sync(job.target, result.map(|_| ()));
     }
+}
+
+/// fdatasyncs `files` in order; returns how many.
+async fn sync_files(files: &[Rc<BufferedFile>]) -> std::io::Result<u64> {
+    for file in files {
+        file.fdatasync().await.map_err(std::io::Error::from)?;
+    }
+    Ok(files.len() as u64)
 }
 
 /// Flushes whatever is left, for shutdown.

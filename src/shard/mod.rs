@@ -206,6 +206,16 @@ impl Shard {
             if let Some(p) = removed {
                 p.retire();
                 let dir = self.config.data_dir.join(p.name());
+                // The journal must not replay the partition's records into a later replica
+                // of it in the same directory.
+                let _journal = self.env.journal.lock().await;
+                if let Err(e) = self.env.journal.fence().await {
+                    log::error!(
+                        "deleting {}: journal fence failed: {e}; kept",
+                        dir.display()
+                    );
+                    continue;
+                }
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     log::error!("deleting {}: {e}", dir.display());
                 }

@@ -32,6 +32,9 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// The file in a partition's directory that names its topic's id.
+pub const TOPIC_ID_FILE: &str = ".topic_id";
+
 /// Settings a log takes from its topic's configuration.
 #[derive(Debug, Clone)]
 pub struct LogSettings {
@@ -106,6 +109,9 @@ pub struct PartitionLog {
     /// the write is issued, so a sync planned meanwhile must stop here, not at the LEO: syncing
     /// to the LEO would call a write durable that has not reached the page cache yet.
     written: LogPosition,
+    /// Where the last sync handed to the flusher ends (`take_sync_work`): the next one covers
+    /// the bytes from here, all of them durable once the earlier syncs completed.
+    planned: LogPosition,
     /// Segments closed by a roll whose data still awaits an fdatasync.
     unsynced_closed: Vec<Rc<BufferedFile>>,
     /// Whether bytes were written since the last sync was planned.
@@ -160,9 +166,11 @@ struct Stamp {
     append_time: Option<i64>,
 }
 
-/// Work for the flusher: sync these files, then call `complete_sync(target)`.
+/// Work for the flusher: sync these files, then call `complete_sync(target)`. The bytes
+/// between `from` (where the previous work ended) and `target` are new since then.
 pub struct SyncWork {
     pub files: Vec<Rc<BufferedFile>>,
+    pub from: LogPosition,
     pub target: LogPosition,
 }
 
@@ -323,6 +331,7 @@ impl PartitionLog {
             high_watermark,
             synced: high_watermark,
             written: high_watermark,
+            planned: high_watermark,
             unsynced_closed: Vec::new(),
             dirty: false,
             failed: false,
@@ -634,8 +643,10 @@ impl PartitionLog {
         self.dirty = false;
         let mut files = std::mem::take(&mut self.unsynced_closed);
         files.push(self.active().file.clone());
+        let from = std::mem::replace(&mut self.planned, self.written);
         Some(SyncWork {
             files,
+            from,
             target: self.written,
         })
     }
@@ -915,11 +926,7 @@ impl PartitionLog {
         let l = &mut *guard;
         l.segments.last_mut().expect("segment").meta = meta;
         l.producers.truncate(end.offset);
-        for position in [&mut l.high_watermark, &mut l.synced, &mut l.written] {
-            if position.offset > end.offset {
-                *position = end;
-            }
-        }
+        l.clamp_positions(end);
         while l.ends.back().is_some_and(|e| e.offset > end.offset) {
             l.ends.pop_back();
         }
@@ -932,6 +939,21 @@ impl PartitionLog {
             l.epochs.save(&dir)?;
         }
         Ok(())
+    }
+
+    /// Moves every position past `end` (a truncation's) back to it.
+    fn clamp_positions(&mut self, end: LogPosition) {
+        let positions = [
+            &mut self.high_watermark,
+            &mut self.synced,
+            &mut self.written,
+            &mut self.planned,
+        ];
+        for position in positions {
+            if position.offset > end.offset {
+                *position = end;
+            }
+        }
     }
 
     /// The kept segment's bookkeeping up to byte `cut`: its indexes as they were at the last

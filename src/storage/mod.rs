@@ -6,6 +6,7 @@ pub mod disk;
 pub mod epochs;
 pub mod hw_checkpoint;
 pub mod index;
+pub mod journal;
 pub mod log;
 pub mod producer_state;
 pub mod read;

@@ -73,15 +73,20 @@ def produce_batches(bootstrap, topic, batches, per_batch):
         assert producer.flush(30) == 0
 
 
-def test_torn_tail_is_truncated_on_restart(broker):
-    ck.create_topic(broker.bootstrap, "torn", 1)
-    produce_batches(broker.bootstrap, "torn", 10, 100)
+def cut_last_batch(broker, topic):
     broker.kill()
-    seg = broker.data_dir / "torn-0" / "00000000000000000000.log"
+    seg = broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
     size = seg.stat().st_size
     with open(seg, "r+b") as f:
         f.truncate(size - 10)  # cut the last batch mid-way
     broker.start()
+
+
+def test_torn_tail_is_truncated_on_restart(make_broker):
+    broker = make_broker(config="[log]\njournal_bytes = 0\n")
+    ck.create_topic(broker.bootstrap, "torn", 1)
+    produce_batches(broker.bootstrap, "torn", 10, 100)
+    cut_last_batch(broker, "torn")
     assert "truncating" in broker.log()
     got = ck.consume(broker.bootstrap, "torn", [0], 900, timeout_s=30)
     want = expected_by_partition(900, 1)
@@ -89,6 +94,20 @@ def test_torn_tail_is_truncated_on_restart(broker):
     # The log continues right after the last whole batch.
     acked = ck.produce(broker.bootstrap, "torn", 1, 1)
     assert acked[0] == (0, 900)
+
+
+def test_a_torn_tail_the_journal_holds_is_written_again_on_restart(broker):
+    """Small appends are made durable in the shard's journal: a segment file that lost its
+    tail gets it back from there before recovery looks at it."""
+    ck.create_topic(broker.bootstrap, "torn", 1)
+    produce_batches(broker.bootstrap, "torn", 10, 100)
+    cut_last_batch(broker, "torn")
+    assert "journals replayed" in broker.log()
+    assert "truncating" not in broker.log()
+    got = ck.consume(broker.bootstrap, "torn", [0], 1000, timeout_s=30)
+    check_partition(got[0], expected_by_partition(1000, 1)[0], "torn[0]")
+    acked = ck.produce(broker.bootstrap, "torn", 1, 1)
+    assert acked[0] == (0, 1000)
 
 
 def test_clean_restart_and_segment_roll(make_broker):
