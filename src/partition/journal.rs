@@ -23,7 +23,9 @@ use glommio::io::{BufferedFile, OpenOptions};
 use glommio::Task;
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -190,7 +192,7 @@ impl Journal {
         }
         assert_eq!(records.len() as u64, batch.bytes, "admitted sizes");
         self.state.borrow_mut().voided = false;
-        write_all_at(&file, records, at).await?;
+        write_at(&file, &records, at)?;
         file.fdatasync().await.map_err(io::Error::from)?;
         let mut s = self.state.borrow_mut();
         s.head_bytes += batch.bytes;
@@ -244,7 +246,7 @@ impl Journal {
         }
         sync_all(files).await?;
         for i in 0..CHUNKS as u64 {
-            write_all_at(&file, vec![0; format::HEADER_BYTES], i * chunk_bytes).await?;
+            write_at(&file, &[0; format::HEADER_BYTES], i * chunk_bytes)?;
         }
         file.fdatasync().await.map_err(io::Error::from)?;
         let mut s = self.state.borrow_mut();
@@ -276,15 +278,10 @@ fn prepare(path: &Path, capacity_bytes: u64) -> io::Result<()> {
     let created = !dir.exists();
     std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension("tmp");
-    let file = std::fs::File::create(&tmp)?;
-    let zeroes = vec![0; ZERO_CHUNK_BYTES];
-    let mut at = 0;
-    while at < capacity_bytes {
-        let n = ZERO_CHUNK_BYTES.min((capacity_bytes - at) as usize);
-        std::os::unix::fs::FileExt::write_all_at(&file, &zeroes[..n], at)?;
-        at += n as u64;
+    if let Err(e) = write_zeroes(&tmp, capacity_bytes) {
+        let _ = std::fs::remove_file(&tmp); // a full disk gets its room back
+        return Err(e);
     }
-    file.sync_data()?;
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()?;
     if created {
@@ -297,44 +294,36 @@ fn prepare(path: &Path, capacity_bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Fills `buf` from `file` at `at`: bytes just written, read back from the page cache.
-fn read_at(file: &BufferedFile, buf: &mut [u8], at: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: `rest` is valid for writes of its length for the call.
-        let n = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                rest.as_mut_ptr().cast(),
-                rest.len(),
-                (at + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
+/// Makes `path` a file of `bytes` written zeroes, durably.
+fn write_zeroes(path: &Path, bytes: u64) -> io::Result<()> {
+    let file = std::fs::File::create(path)?;
+    let zeroes = vec![0; ZERO_CHUNK_BYTES];
+    let mut at = 0;
+    while at < bytes {
+        let n = ZERO_CHUNK_BYTES.min((bytes - at) as usize);
+        file.write_all_at(&zeroes[..n], at)?;
+        at += n as u64;
     }
-    Ok(())
+    file.sync_data()
 }
 
-async fn write_all_at(file: &BufferedFile, bytes: Vec<u8>, at: u64) -> io::Result<()> {
-    let len = bytes.len();
-    let n = file.write_at(bytes, at).await.map_err(io::Error::from)?;
-    if n != len {
-        // A preallocated file takes every write whole; a short one means trouble below.
-        return Err(io::Error::other(format!(
-            "short journal write: {n} of {len} bytes"
-        )));
-    }
-    Ok(())
+/// `file`'s descriptor as a std `File`, for positioned reads and writes on this thread.
+fn std_file(file: &BufferedFile) -> ManuallyDrop<std::fs::File> {
+    // SAFETY: the descriptor is open while `file` lives, which the caller's borrow outlives;
+    // `ManuallyDrop` never closes it.
+    ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file.as_raw_fd()) })
+}
+
+/// Fills `buf` from `file` at `at`: bytes just written, read back from the page cache.
+fn read_at(file: &BufferedFile, buf: &mut [u8], at: u64) -> io::Result<()> {
+    std_file(file).read_exact_at(buf, at)
+}
+
+/// Writes `bytes` to `file` at `at`, on this thread: a copy into page-cache pages of a
+/// preallocated, written file (no block allocation), cheaper than a round trip through the
+/// ring and its wake-up (the segment appends' reasoning, `storage/log.rs`).
+fn write_at(file: &BufferedFile, bytes: &[u8], at: u64) -> io::Result<()> {
+    std_file(file).write_all_at(bytes, at)
 }
 
 #[cfg(test)]
@@ -360,7 +349,7 @@ mod tests {
     /// Writes `len` bytes (each its position's low byte) at `from` and returns the work for them.
     async fn appended(file: &Rc<BufferedFile>, from: u64, len: u64) -> SyncWork {
         let bytes: Vec<u8> = (from..from + len).map(|i| i as u8).collect();
-        write_all_at(file, bytes, from).await.unwrap();
+        write_at(file, &bytes, from).unwrap();
         SyncWork {
             files: vec![file.clone()],
             from: at(from),

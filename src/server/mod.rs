@@ -140,21 +140,24 @@ fn replay_journals(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Opens the shard's journal (`log.journal_bytes` > 0), with a random run id.
-async fn open_journal(shard: &Shard) -> anyhow::Result<()> {
+/// Opens the shard's journal (`log.journal_bytes` > 0), with a random run id. Without one (a
+/// disk too full to make it) the shard syncs every append in its own file, as with none
+/// configured: slower under small appends, as durable.
+async fn open_journal(shard: &Shard) {
     let (config, id) = (&shard.config, shard.id);
     if config.log.journal_bytes == 0 {
-        return Ok(());
+        return;
     }
     let path = crate::storage::journal::path(&config.data_dir, id);
     let uuid = crate::clock::Ids::uuid(&mut RandomIds);
     let run = u64::from_le_bytes(uuid[..8].try_into().expect("16 bytes"));
-    shard
-        .env
-        .journal
-        .open(&path, config.log.journal_bytes, run)
-        .await
-        .map_err(|e| anyhow::anyhow!("shard {id}: cannot open {}: {e}", path.display()))
+    let opened = shard.env.journal.open(&path, config.log.journal_bytes, run);
+    if let Err(e) = opened.await {
+        log::warn!(
+            "shard {id}: cannot open the journal {}: {e}; every append is synced in its own file",
+            path.display()
+        );
+    }
 }
 
 /// A clustered node's inter-node RPC listener; None on a single node.
@@ -414,7 +417,7 @@ async fn run_shard(
     {
         Catalog::persist(&config.data_dir, &start.catalog.to_record()).await?;
     }
-    open_journal(&shard).await?;
+    open_journal(&shard).await;
     shard.install_catalog(start.catalog.clone()).await;
     let flusher = glommio::spawn_local(flusher::run(shard.clone()));
     for (_, mut stream) in receivers.streams() {
