@@ -275,21 +275,14 @@ fn prepare(path: &Path, capacity_bytes: u64) -> io::Result<()> {
         return Ok(());
     }
     let dir = path.parent().expect("a journal lives in a directory");
-    let created = !dir.exists();
-    std::fs::create_dir_all(dir)?;
+    crate::storage::disk::create_dir_durably(dir)?;
     let tmp = path.with_extension("tmp");
     if let Err(e) = write_zeroes(&tmp, capacity_bytes) {
         let _ = std::fs::remove_file(&tmp); // a full disk gets its room back
         return Err(e);
     }
     std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    if created {
-        let data_dir = dir
-            .parent()
-            .expect("the journal directory lives in the data dir");
-        std::fs::File::open(data_dir)?.sync_all()?;
-    }
+    crate::storage::disk::sync_parent(path)?;
     log::info!("journal {}: {capacity_bytes} bytes", path.display());
     Ok(())
 }

@@ -213,7 +213,7 @@ fn keep_freed_memory() {}
 /// would interleave writes (refused like Kafka's .lock file). The lock holds while the file
 /// lives.
 fn lock_data_dir(config: &mut Config) -> anyhow::Result<std::fs::File> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+    crate::storage::disk::create_dir_durably(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
     })?;
     // glommio opens files relative to no directory (not the working directory), so a relative

@@ -216,7 +216,8 @@ impl Shard {
                     );
                     continue;
                 }
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                let removed = std::fs::remove_dir_all(&dir);
+                if let Err(e) = removed.and_then(|()| crate::storage::disk::sync_parent(&dir)) {
                     log::error!("deleting {}: {e}", dir.display());
                 }
                 log::info!("shard {}: deleted partition {}", self.id, p.name());

@@ -592,7 +592,7 @@ impl Catalog {
     /// `persist` to any path.
     pub async fn persist_at(path: &Path, record: &CatalogRecord) -> std::io::Result<()> {
         let dir = path.parent().expect("catalog has a parent dir");
-        std::fs::create_dir_all(dir)?;
+        crate::storage::disk::create_dir_durably(dir)?;
         let tmp = path.with_extension("tmp");
         crate::storage::log::write_file(&tmp, encode_record(record)?).await?;
         std::fs::rename(&tmp, path)?;

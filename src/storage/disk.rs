@@ -4,8 +4,13 @@
 //! not synced when its node crashes.
 //!
 //! The contract each implementation keeps: `append` is durable only after `sync` of the same
-//! file; `replace` and `truncate` are durable when they return (a crash leaves the old or the
-//! new content, never a mix).
+//! file (the file's name is durable once the first append returns); `replace`, `truncate` and
+//! `create_dir_all` are durable when they return (a crash leaves the old or the new content,
+//! never a mix).
+//!
+//! Names: POSIX makes a new directory entry durable only when its directory is fsynced (ext4
+//! does more, other file systems may not), so whatever creates a file or directory that must
+//! outlast a power cut syncs its parent (`create_dir_durably` for directories).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,6 +33,30 @@ pub trait Disk {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
 }
 
+/// Creates `path` and any missing parents, each new directory's entry made durable by syncing
+/// the directory that holds it.
+pub fn create_dir_durably(path: &Path) -> io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durably(parent)?;
+    }
+    match std::fs::create_dir(path) {
+        Ok(()) => {}
+        // Another thread made it meanwhile: its creator syncs the entry.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    sync_parent(path)
+}
+
+/// Makes the entry naming `path` durable: syncs the directory that holds it.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    File::open(parent.unwrap_or(Path::new(".")))?.sync_all()
+}
+
 /// The operating system's files. Keeps each appended file open, so an append is one write(2).
 #[derive(Default)]
 pub struct OsDisk {
@@ -42,7 +71,11 @@ impl OsDisk {
     ) -> io::Result<R> {
         let mut open = self.appending.borrow_mut();
         if !open.contains_key(path) {
+            let new = !path.exists();
             let file = OpenOptions::new().create(true).append(true).open(path)?;
+            if new {
+                sync_parent(path)?;
+            }
             open.insert(path.to_path_buf(), file);
         }
         f(open.get_mut(path).expect("inserted above"))
@@ -85,11 +118,26 @@ impl Disk for OsDisk {
         // An appender open on the old file would write to the unlinked inode.
         self.appending.borrow_mut().remove(path);
         std::fs::rename(&tmp, path)?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        File::open(dir)?.sync_all()
+        sync_parent(path)
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(path)
+        create_dir_durably(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_dir_durably_makes_missing_parents_and_takes_an_existing_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("a").join("b").join("c");
+        create_dir_durably(&deep).unwrap();
+        assert!(deep.is_dir());
+        create_dir_durably(&deep).unwrap();
+        std::fs::write(root.path().join("file"), b"x").unwrap();
+        assert!(create_dir_durably(&root.path().join("file").join("d")).is_err());
     }
 }

@@ -281,7 +281,7 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: u64,
     ) -> std::io::Result<PartitionLog> {
-        std::fs::create_dir_all(&dir)?;
+        super::disk::create_dir_durably(&dir)?;
         let mut recovered = recovery::recover(&dir, settings.index_interval_bytes, now_ms)?;
         if recovered.truncated_bytes > 0 {
             log::warn!(

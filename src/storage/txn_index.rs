@@ -163,12 +163,18 @@ pub fn load(dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool)
 /// shard's thread). Aborts are rare next to appends, so one sync each is cheap.
 pub fn append_synced(dir: &Path, entry: &AbortedTxn) -> std::io::Result<()> {
     use std::io::Write;
+    let path = dir.join(FILE);
+    let new = !path.exists();
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join(FILE))?;
+        .open(&path)?;
     f.write_all(&entry.encode())?;
-    f.sync_data()
+    f.sync_data()?;
+    if new {
+        sync_dir(dir)?; // the first entry makes the file: its name must last too
+    }
+    Ok(())
 }
 
 /// Replaces `dir`'s index with `entries` (after a truncation or a rebuild): written aside,

@@ -8,13 +8,16 @@ dropped (the mkdir fails with ECANCELED once that is done) and LOG gets a line
 `crash: dropped N bytes in M files`. Stop every process using the mount before the cut, as
 power loss would, and start them again after it.
 
-What a cut keeps, by design: metadata operations (create, rename, unlink, truncate, mkdir) reach
-BACKING at once, as if every one were journaled, so a cut loses data, never names. A real file
-system may lose more (a rename not yet synced); this one tests that nothing acknowledged
-depends on data that was never synced.
+Names are as lazy as POSIX allows: a create, mkdir, rename, unlink or rmdir reaches BACKING at
+once, but lasts a cut only once the directory holding the name (both directories, for a
+rename) was fsynced after it; the cut undoes the others, newest first (a removed file is kept
+aside in a trash directory beside BACKING until then). So a file that was created and fsynced
+but whose directory never was is gone after a cut, as it may be on a real file system. Size
+changes (truncate) last at once.
 """
 import errno
 import os
+import shutil
 import sys
 import threading
 
@@ -30,6 +33,11 @@ class LazyFS(Operations):
         self.mutex = threading.Lock()
         # path -> [(offset, bytes)] written since the path's last sync, in write order.
         self.pending: dict[str, list[tuple[int, bytes]]] = {}
+        # Name changes not yet durable, oldest first: [directories still to be fsynced, undo].
+        self.names: list[tuple[set[str], callable]] = []
+        self.trash = backing.rstrip("/") + ".trash"
+        os.makedirs(self.trash, exist_ok=True)
+        self.trashed = 0
 
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
@@ -88,31 +96,76 @@ class LazyFS(Operations):
             files = len(self.pending)
             dropped = sum(len(d) for writes in self.pending.values() for _, d in writes)
             self.pending.clear()
-        self._log(f"crash: dropped {dropped} bytes in {files} files")
+            undone = len(self.names)
+            for _, undo in reversed(self.names):
+                undo()
+            self.names.clear()
+        self._log(f"crash: dropped {dropped} bytes in {files} files, undid {undone} name changes")
+
+    # --- lazy names -------------------------------------------------------------------------
+
+    def _note(self, paths, undo):
+        """A name change under the directories of `paths`, undone at a cut unless they are all
+        fsynced first. The caller holds the mutex."""
+        self.names.append(({os.path.dirname(p) for p in paths}, undo))
+
+    def _keep_aside(self, path: str) -> str:
+        """A hard link to the file at `path` in the trash, to restore it from."""
+        self.trashed += 1
+        kept = os.path.join(self.trash, str(self.trashed))
+        os.link(self._real(path), kept)
+        return kept
+
+    def _restore(self, kept: str, path: str):
+        return lambda: os.path.lexists(kept) and os.link(kept, self._real(path))
+
+    def _remove(self, path: str):
+        def undo():
+            real = self._real(path)
+            if os.path.isdir(real) and not os.path.islink(real):
+                shutil.rmtree(real, ignore_errors=True)
+            elif os.path.lexists(real):
+                os.unlink(real)
+        return undo
 
     # --- names: straight through, pending writes follow them --------------------------------
 
     def rename(self, old, new):
         with self.mutex:
-            os.rename(self._real(old), self._real(new))
+            real_new = self._real(new)
+            replaced = self._keep_aside(new) if os.path.isfile(real_new) else None
+            os.rename(self._real(old), real_new)
             moved = self.pending.pop(old, None)
             self.pending.pop(new, None)
             if moved is not None:
                 self.pending[new] = moved
 
+            def undo():
+                os.rename(real_new, self._real(old))
+                if replaced is not None:
+                    os.link(replaced, real_new)
+            self._note([old, new], undo)
+
     def unlink(self, path):
         with self.mutex:
+            kept = self._keep_aside(path)
             os.unlink(self._real(path))
             self.pending.pop(path, None)
+            self._note([path], self._restore(kept, path))
 
     def mkdir(self, path, mode):
         if path.startswith(CRASH_PREFIX):
             self.crash()
             raise FuseOSError(errno.ECANCELED)
-        os.mkdir(self._real(path), mode)
+        with self.mutex:
+            os.mkdir(self._real(path), mode)
+            self._note([path], self._remove(path))
 
     def rmdir(self, path):
-        os.rmdir(self._real(path))
+        with self.mutex:
+            mode = os.stat(self._real(path)).st_mode
+            os.rmdir(self._real(path))
+            self._note([path], lambda: os.mkdir(self._real(path), mode))
 
     def readdir(self, path, fh):
         return [".", ".."] + os.listdir(self._real(path))
@@ -120,7 +173,11 @@ class LazyFS(Operations):
     def create(self, path, mode, fi=None):
         with self.mutex:
             self.pending.pop(path, None)
-            return os.open(self._real(path), os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
+            new = not os.path.lexists(self._real(path))
+            fd = os.open(self._real(path), os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
+            if new:
+                self._note([path], self._remove(path))
+            return fd
 
     def open(self, path, flags):
         # Read and write through one descriptor whatever the caller asked: the kernel checks
@@ -137,11 +194,15 @@ class LazyFS(Operations):
         return 0
 
     def fsyncdir(self, path, datasync, fh):
-        fd = os.open(self._real(path), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with self.mutex:
+            fd = os.open(self._real(path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            for dirs, _ in self.names:
+                dirs.discard(path)
+            self.names = [n for n in self.names if n[0]]
 
     def chmod(self, path, mode):
         os.chmod(self._real(path), mode)
