@@ -323,14 +323,6 @@ fn write_at(file: &BufferedFile, bytes: &[u8], at: u64) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(f)
-            .unwrap()
-            .join()
-            .unwrap();
-    }
-
     fn at(file_position: u64) -> LogPosition {
         LogPosition {
             offset: file_position as i64,
@@ -355,7 +347,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j").join("shard-0");
         let segment_path = dir.path().join("segment");
-        run(move || async move {
+        let executor = glommio::LocalExecutorBuilder::default().spawn(move || async move {
             let journal = Journal::disabled();
             journal.open(&path, 1024 * 1024, 7).await.unwrap();
             let segment = Rc::new(
@@ -408,5 +400,6 @@ mod tests {
             journal.fence().await.unwrap();
             assert_eq!(records(), 0);
         });
+        executor.unwrap().join().unwrap();
     }
 }
