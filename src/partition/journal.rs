@@ -135,7 +135,8 @@ impl Journal {
         ) else {
             return false; // a segment closed since: synced in its files
         };
-        let len = job.target.file_position - job.from.file_position;
+        let len = job.target.file_position.checked_sub(job.from.file_position);
+        let len = len.expect("sync work moves forward within a segment");
         let bytes = format::record_bytes(dir, len as usize) as u64;
         let limit = MAX_PASS_BYTES.min(s.chunk_bytes / 2);
         if len == 0 || len as usize > format::MAX_PAYLOAD_BYTES || batch.bytes + bytes > limit {
