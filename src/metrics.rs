@@ -458,7 +458,7 @@ const PER_SHARD: &[PerShard] = &[
     ),
     (
         "sluice_fsyncs_total",
-        "fdatasyncs the flusher issued: the journal's, and partition files' (one per dirty file per group-commit pass, and when the journal wraps).",
+        "fdatasyncs the flusher issued: the journal's, and partition files' (one per dirty file per group-commit pass, and those a journal chunk covered once it is left).",
         "counter",
         |m| &m.fsyncs,
     ),

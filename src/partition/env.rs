@@ -1,6 +1,6 @@
 //! What the partitions of one shard share: the clock, the shard's counters, the flusher's queue,
-//! the shard's journal and the rate limit on storage error log lines. The shard creates one and hands it to every
-//! partition it opens.
+//! the shard's journal and the rate limit on storage error log lines. The shard creates one and
+//! hands it to every partition it opens.
 
 use super::journal::Journal;
 use super::Partition;

@@ -15,10 +15,10 @@
 //! A failed journal write or sync breaks the journal for the rest of the run: the flusher then
 //! syncs those appends in their own files (their bytes are in the page cache either way).
 
-use super::fifo_lock::{FifoLock, Ticket};
+use super::fifo_lock::{FifoLock, Guard, Ticket};
 use crate::storage::catalog::TopicId;
 use crate::storage::journal::{self as format, Stamp, Target, CHUNKS};
-use crate::storage::log::{LogPosition, SyncWork};
+use crate::storage::log::{sync_files, LogPosition, SyncWork};
 use glommio::io::{BufferedFile, OpenOptions};
 use glommio::Task;
 use std::cell::RefCell;
@@ -117,7 +117,8 @@ impl Journal {
         Ok(())
     }
 
-    /// A place in line for the journal: the flusher's passes and `fence` callers hold it.
+    /// A place in line for the journal: a flusher pass holds it throughout (and `fence`
+    /// returns it held).
     pub fn lock(&self) -> Ticket {
         self.lock.lock()
     }
@@ -214,7 +215,8 @@ impl Journal {
             let mut s = self.state.borrow_mut();
             let left = s.chunk;
             let files = std::mem::take(&mut s.covered[left]);
-            s.syncing[left] = Some(glommio::spawn_local(sync_all(files)));
+            let syncs = async move { sync_files(&files).await };
+            s.syncing[left] = Some(glommio::spawn_local(syncs));
             s.chunk = (left + 1) % CHUNKS;
             s.head_bytes = 0;
             s.stamp.seq += 1;
@@ -227,11 +229,18 @@ impl Journal {
         }
     }
 
-    /// Makes every covered file durable in its own right and voids the journal, so that no
-    /// record of it is replayed over a change the caller makes next. The caller holds the lock
-    /// until the change is done. An error means the journal may still be replayed: the caller
-    /// must not make its change.
-    pub async fn fence(&self) -> io::Result<()> {
+    /// Takes the journal's lock, makes every covered file durable in its own right and voids
+    /// the journal, so that no record of it is replayed over a change the caller makes next;
+    /// returns the lock, for the caller to hold until its change is done (no pass runs
+    /// between). An error means the journal may still be replayed: the caller must not make
+    /// its change.
+    pub async fn fence(&self) -> io::Result<Guard> {
+        let held = self.lock.lock().await;
+        self.void().await?;
+        Ok(held)
+    }
+
+    async fn void(&self) -> io::Result<()> {
         let (file, chunk_bytes, tasks, files) = {
             let mut s = self.state.borrow_mut();
             let file = match &s.file {
@@ -245,10 +254,8 @@ impl Journal {
         for task in tasks {
             task.await?;
         }
-        sync_all(files).await?;
-        for i in 0..CHUNKS as u64 {
-            write_at(&file, &[0; format::HEADER_BYTES], i * chunk_bytes)?;
-        }
+        sync_files(&files).await?;
+        format::zero_headers(&std_file(&file), chunk_bytes * CHUNKS as u64)?;
         file.fdatasync().await.map_err(io::Error::from)?;
         let mut s = self.state.borrow_mut();
         s.voided = true;
@@ -257,15 +264,6 @@ impl Journal {
         s.stamp.seq += 1;
         Ok(())
     }
-}
-
-/// fdatasyncs `files` concurrently; returns how many.
-async fn sync_all(files: Files) -> io::Result<u64> {
-    let syncs = files.iter().map(|f| f.fdatasync());
-    for result in futures::future::join_all(syncs).await {
-        result.map_err(io::Error::from)?;
-    }
-    Ok(files.len() as u64)
 }
 
 /// Makes the journal file of `capacity_bytes` written zeroes, unless one is there: written, not

@@ -292,9 +292,8 @@ impl Partition {
                 self.name
             );
             // The journal must not replay the cut tail over what is appended next.
-            let _journal = self.env.journal.lock().await;
             let cut = match self.env.journal.fence().await {
-                Ok(()) => PartitionLog::truncate_to(&self.log, offset).await,
+                Ok(_journal) => PartitionLog::truncate_to(&self.log, offset).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = cut {

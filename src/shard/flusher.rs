@@ -6,7 +6,7 @@
 
 use super::Shard;
 use crate::partition::journal::Batch;
-use glommio::io::BufferedFile;
+use crate::storage::log::sync_files;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -89,14 +89,6 @@ pub async fn sync_once(shard: &Shard) {
     for ((partition, job), result) in work.into_iter().zip(results) {
         partition.complete_sync(job.target, result.map(|_| ()));
     }
-}
-
-/// fdatasyncs `files` in order; returns how many.
-async fn sync_files(files: &[Rc<BufferedFile>]) -> std::io::Result<u64> {
-    for file in files {
-        file.fdatasync().await.map_err(std::io::Error::from)?;
-    }
-    Ok(files.len() as u64)
 }
 
 /// Flushes whatever is left, for shutdown.

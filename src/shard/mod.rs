@@ -208,14 +208,16 @@ impl Shard {
                 let dir = self.config.data_dir.join(p.name());
                 // The journal must not replay the partition's records into a later replica
                 // of it in the same directory.
-                let _journal = self.env.journal.lock().await;
-                if let Err(e) = self.env.journal.fence().await {
-                    log::error!(
-                        "deleting {}: journal fence failed: {e}; kept",
-                        dir.display()
-                    );
-                    continue;
-                }
+                let _journal = match self.env.journal.fence().await {
+                    Ok(held) => held,
+                    Err(e) => {
+                        log::error!(
+                            "deleting {}: journal fence failed: {e}; kept",
+                            dir.display()
+                        );
+                        continue;
+                    }
+                };
                 let removed = std::fs::remove_dir_all(&dir);
                 if let Err(e) = removed.and_then(|()| crate::storage::disk::sync_parent(&dir)) {
                     log::error!("deleting {}: {e}", dir.display());

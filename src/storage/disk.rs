@@ -54,7 +54,12 @@ pub fn create_dir_durably(path: &Path) -> io::Result<()> {
 /// Makes the entry naming `path` durable: syncs the directory that holds it.
 pub fn sync_parent(path: &Path) -> io::Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-    File::open(parent.unwrap_or(Path::new(".")))?.sync_all()
+    sync_dir(parent.unwrap_or(Path::new(".")))
+}
+
+/// Makes `dir`'s entries (new, renamed, removed names) durable, on this thread.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 /// The operating system's files. Keeps each appended file open, so an append is one write(2).

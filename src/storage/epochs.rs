@@ -52,7 +52,7 @@ impl LeaderEpochs {
         }
         f.sync_data()?;
         std::fs::rename(&tmp, dir.join(FILE))?;
-        std::fs::File::open(dir)?.sync_all()
+        super::disk::sync_dir(dir)
     }
 
     /// The newest epoch, if any.

@@ -327,17 +327,24 @@ pub fn replay(data_dir: &Path, shards: usize) -> io::Result<Replayed> {
             void(&OpenOptions::new().write(true).open(path)?)?;
         }
     }
-    File::open(&dir)?.sync_all()?;
+    super::disk::sync_dir(&dir)?;
     Ok(done)
 }
 
-/// Makes a journal hold no valid record, durably: each chunk's first header is zeroed.
-pub fn void(journal: &File) -> io::Result<()> {
-    let chunk = chunk_bytes(journal.metadata()?.len());
+/// Makes a journal hold no valid record, durably.
+fn void(journal: &File) -> io::Result<()> {
+    zero_headers(journal, journal.metadata()?.len())?;
+    journal.sync_data()
+}
+
+/// Zeroes the first record header of each chunk of a journal of `journal_bytes` (not synced):
+/// it then holds no valid record.
+pub fn zero_headers(journal: &File, journal_bytes: u64) -> io::Result<()> {
+    let chunk = chunk_bytes(journal_bytes);
     for i in 0..CHUNKS as u64 {
         journal.write_all_at(&[0; HEADER_BYTES], i * chunk)?;
     }
-    journal.sync_data()
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1119,6 +1119,15 @@ pub async fn write_file(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
     file.close().await.map_err(std::io::Error::from)
 }
 
+/// fdatasyncs `files` concurrently; returns how many.
+pub async fn sync_files(files: &[Rc<BufferedFile>]) -> std::io::Result<u64> {
+    let syncs = files.iter().map(|f| f.fdatasync());
+    for result in futures::future::join_all(syncs).await {
+        result.map_err(std::io::Error::from)?;
+    }
+    Ok(files.len() as u64)
+}
+
 /// Makes new directory entries (segment files) durable.
 pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
     let d = glommio::io::Directory::open(dir)

@@ -11,6 +11,7 @@
 //! past the recovered log end and is dropped on load (`load`). A damaged file is rebuilt from
 //! the log's batches (`Rebuilder`, via `storage::recovery::rebuild_aborted`).
 
+use super::disk::sync_dir;
 use crate::protocol::batch::BatchHeader;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -193,10 +194,6 @@ fn write_synced(path: &Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
         f.write_all(&e.encode())?;
     }
     f.sync_data()
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The index a compaction's swap of segment `base` leaves (without the entries of the abort
