@@ -59,7 +59,8 @@ def metadata_v1(port: int, timeout_s: float = 5) -> Metadata:
     controller = i32()
     topics = {}
     for _ in range(i32()):
-        _error, name = i16(), string()
+        i16()  # the topic's error code
+        name = string()
         pos += 1  # is_internal
         parts = []
         for _ in range(i32()):

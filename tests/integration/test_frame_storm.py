@@ -6,7 +6,6 @@ import struct
 import threading
 
 import ck
-import kafka_wire as kw
 from kafka_wire import templates
 from records import check_partition, expected_by_partition
 
