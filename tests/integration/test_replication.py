@@ -273,10 +273,13 @@ def test_coordinator_failover_keeps_committed_offsets_and_the_group_carries_on(m
     assert msg is not None and msg.error() is None and msg.offset() == 120 and msg.value() == b"o120"
 
 
-def check_an_isolated_leader(cluster: Cluster, topic: str, isolate, heal, heal_before_answer: bool):
+def check_an_isolated_leader(cluster: Cluster, topic: str, isolate, heal, heal_before_answer: bool,
+                             value_bytes: int = 0, disk=None):
     """The frozen-leader and cut-link tests: the leader, isolated from the others, takes an
     acks=all produce but never acknowledges it; the others elect a new leader and go on; healed,
-    the old leader cuts the record it took and every replica holds the same log."""
+    the old leader cuts the record it took and every replica holds the same log. With `disk`
+    (the lazy disk under every node) the power is then cut on all nodes, and after the restart
+    the logs are still identical and the cut record still gone."""
     create_replicated(cluster, topic, 1, 2)
     leader = partition_state(cluster, 1, topic, 0)[0]
     others = [n for n in (1, 2, 3) if n != leader]
@@ -290,7 +293,7 @@ def check_an_isolated_leader(cluster: Cluster, topic: str, isolate, heal, heal_b
             producer.produce(topic, value=v, partition=0)
         assert producer.flush(60) == 0
 
-    values = [f"{topic}{i}".encode() for i in range(200)]
+    values = [f"{topic}{i}".encode() + b"v" * value_bytes for i in range(200)]
     produce(values[:100])
     s = socket.create_connection(("127.0.0.1", cluster.nodes[leader].port), timeout=60)
     isolate(cluster.nodes[leader])
@@ -310,6 +313,18 @@ def check_an_isolated_leader(cluster: Cluster, topic: str, isolate, heal, heal_b
     path = lambda n: cluster.nodes[n].data_dir / f"{topic}-0" / "00000000000000000000.log"  # noqa: E731
     wait_until(lambda: len({path(n).read_bytes() for n in (1, 2, 3)}) == 1, 30, "identical logs on every replica")
     assert b"stale" not in path(leader).read_bytes()
+    if disk is not None:
+        for n in cluster.nodes.values():
+            n.kill()
+        disk.cut()
+        for n in cluster.nodes.values():
+            n.start()
+        # Journals are replayed before a node serves anything.
+        cluster.wait_for_brokers({1, 2, 3})
+        came_back = b"stale" in path(leader).read_bytes()
+        assert not came_back, "the cut record came back from the journal"
+        wait_until(lambda: all_in_sync(cluster, topic, 1), 60, "every replica in sync after the cut")
+        wait_until(lambda: len({path(n).read_bytes() for n in (1, 2, 3)}) == 1, 30, "identical logs after the cut")
     got = read_all(bootstrap, topic, 200)
     assert [v for _, v in got] == values
 
@@ -373,6 +388,24 @@ def test_a_leader_cut_off_from_the_others_acknowledges_nothing_and_truncates_on_
 
     check_an_isolated_leader(cluster, "cut", isolate=cut, heal=lambda n: n.proc.send_signal(signal.SIGUSR2),
                              heal_before_answer=False)
+
+
+def test_a_truncated_tail_stays_gone_after_a_power_cut(lazy_disk, make_cluster):
+    """The old leader's cut record went through its shard journal (a small append); the records
+    it then fetches from the new leader in its place are large, so they are synced in their file
+    rather than journaled. Truncating must have fenced the journal: replaying the cut record
+    after a power cut would write it over those fetched records."""
+    cluster = make_cluster(3, start=False, data_root=lazy_disk.mount)
+    for n in cluster.nodes.values():
+        n.env = {"SLUICE_FAULT_HOOKS": "1"}
+    cluster.start()
+
+    def cut(node):
+        node.proc.send_signal(signal.SIGUSR1)
+        wait_until(lambda: "cut off from the other nodes: true" in node.log(), 10, "the cut")
+
+    check_an_isolated_leader(cluster, "truncated", isolate=cut, heal=lambda n: n.proc.send_signal(signal.SIGUSR2),
+                             heal_before_answer=False, value_bytes=1024, disk=lazy_disk)
 
 
 def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster):
