@@ -458,7 +458,7 @@ const PER_SHARD: &[PerShard] = &[
     ),
     (
         "sluice_fsyncs_total",
-        "fdatasyncs the flusher issued: the journal's, and partition files' (one per dirty file per group-commit pass, and those a journal chunk covered once it is left).",
+        "fdatasyncs of appended data: the journal's, and partition files' (one per dirty file per group-commit pass, those a journal chunk covered once it is left, and those of a journal fence before a truncation, compaction swap or replica removal).",
         "counter",
         |m| &m.fsyncs,
     ),

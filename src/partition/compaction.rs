@@ -178,7 +178,7 @@ impl Partition {
             // Under the append lock, so that no abort's index entry is appended meanwhile.
             let _turn = self.append_lock.lock().await;
             // The journal must not replay the old segment's bytes over the cleaned copy.
-            let _journal = self.env.journal.fence().await?;
+            let _journal = self.env.fence_journal().await?;
             let removed = &cleaning.aborts_removed;
             let replaced =
                 PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta, removed)

@@ -2,6 +2,7 @@
 //! the shard's journal and the rate limit on storage error log lines. The shard creates one and
 //! hands it to every partition it opens.
 
+use super::fifo_lock::Guard;
 use super::journal::Journal;
 use super::Partition;
 use crate::clock::Clock;
@@ -32,6 +33,14 @@ impl Environment {
             journal: Journal::disabled(),
             storage_errors: LogLimiter::new(STORAGE_ERROR_LOG_INTERVAL_MS),
         })
+    }
+
+    /// The journal's fence (`Journal::fence`: the lock returned held), its fdatasyncs counted
+    /// with the flusher's in `sluice_fsyncs_total`.
+    pub async fn fence_journal(&self) -> std::io::Result<Guard> {
+        let (held, fsyncs) = self.journal.fence().await?;
+        crate::metrics::add(&self.metrics.fsyncs, fsyncs);
+        Ok(held)
     }
 
     /// Counts a failed storage operation and logs it, at most once a second per shard:

@@ -233,28 +233,29 @@ impl Journal {
     /// the journal, so that no record of it is replayed over a change the caller makes next;
     /// returns the lock, for the caller to hold until its change is done (no pass runs
     /// between). An error means the journal may still be replayed: the caller must not make
-    /// its change.
-    pub async fn fence(&self) -> io::Result<Guard> {
+    /// its change. Also returns the fdatasyncs it issued or waited for.
+    pub async fn fence(&self) -> io::Result<(Guard, u64)> {
         let held = self.lock.lock().await;
-        self.void().await?;
-        Ok(held)
+        let fsyncs = self.void().await?;
+        Ok((held, fsyncs))
     }
 
-    async fn void(&self) -> io::Result<()> {
+    async fn void(&self) -> io::Result<u64> {
         let (file, chunk_bytes, tasks, files) = {
             let mut s = self.state.borrow_mut();
             let file = match &s.file {
                 Some(file) if !s.voided => file.clone(),
-                _ => return Ok(()),
+                _ => return Ok(0),
             };
             let tasks: Vec<_> = s.syncing.iter_mut().filter_map(Option::take).collect();
             let files: Files = s.covered.iter_mut().flat_map(std::mem::take).collect();
             (file, s.chunk_bytes, tasks, files)
         };
+        let mut fsyncs = 0;
         for task in tasks {
-            task.await?;
+            fsyncs += task.await?;
         }
-        sync_files(&files).await?;
+        fsyncs += sync_files(&files).await?;
         format::zero_headers(&std_file(&file), chunk_bytes * CHUNKS as u64)?;
         file.fdatasync().await.map_err(io::Error::from)?;
         let mut s = self.state.borrow_mut();
@@ -262,7 +263,7 @@ impl Journal {
         s.chunk = 0;
         s.head_bytes = 0;
         s.stamp.seq += 1;
-        Ok(())
+        Ok(fsyncs + 1)
     }
 }
 
@@ -396,7 +397,8 @@ mod tests {
             let mut job = appended(&segment, 0, 10).await;
             job.files.push(segment.clone());
             assert!(!journal.admit(&mut batch, "t-0", [1; 16], &job));
-            journal.fence().await.unwrap();
+            let (_, fsyncs) = journal.fence().await.unwrap();
+            assert!(fsyncs >= 1, "the journal itself is synced");
             assert_eq!(records(), 0);
         });
         executor.unwrap().join().unwrap();

@@ -292,7 +292,7 @@ impl Partition {
                 self.name
             );
             // The journal must not replay the cut tail over what is appended next.
-            let cut = match self.env.journal.fence().await {
+            let cut = match self.env.fence_journal().await {
                 Ok(_journal) => PartitionLog::truncate_to(&self.log, offset).await,
                 Err(e) => Err(e),
             };

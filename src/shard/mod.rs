@@ -208,7 +208,7 @@ impl Shard {
                 let dir = self.config.data_dir.join(p.name());
                 // The journal must not replay the partition's records into a later replica
                 // of it in the same directory.
-                let _journal = match self.env.journal.fence().await {
+                let _journal = match self.env.fence_journal().await {
                     Ok(held) => held,
                     Err(e) => {
                         log::error!(
