@@ -3,7 +3,8 @@
 1. `sluice probe`: memcpy and CRC32C speed on one core, 4 KiB write + fdatasync latency on
    the data dir's file system, and the kernel's floors over loopback TCP: a sender's CPU per GiB
    of sendfile (fetch), a receiver's per GiB of recv + CRC32C + write + fdatasync (produce),
-   through the page cache and with O_DIRECT.
+   through the page cache and with O_DIRECT; and what waking a sleeping thread costs, across
+   two cores and within one.
 2. A fresh broker (2 shards): 1,000,000 records of 1 KiB produced with acks=all by 2 producers
    over 8 partitions, then all of them consumed by 2 consumers. Broker CPU (utime+stime of the
    process, every thread, from /proc) per GiB produced and per GiB fetched.
@@ -62,6 +63,13 @@ def cost_per_record(pid: int, bootstrap: str, work: Path, records: int) -> float
                                          producers=2, partitions=8, message_size=100, acks="1"))
     assert r and r["errors"] == 0, r
     return cpu / (r["records"] / 1e6)
+
+
+def wakeup_row(limits: dict) -> str:
+    across, same = limits["wakeup_across_cores"], limits["wakeup_same_core"]
+    cells = ["-", "-"] if across is None else [f"{across['wall_us']:.1f}", f"{across['cpu_us']:.1f}"]
+    cells += [f"{same['wall_us']:.1f}", f"{same['cpu_us']:.1f}"]
+    return "| " + " | ".join(cells) + " |"
 
 
 def start_tansu(path: str, work: Path):
@@ -136,6 +144,10 @@ def write(a, limits, byte_cost, record_cost):
         "|---|---|---|",
         f"| {limits['fetch_floor_s_per_gib']:.3f} | {limits['produce_floor_s_per_gib']:.3f} | "
         f"{limits['produce_floor_direct_s_per_gib']:.3f} |", "",
+        "Waking a sleeping thread (eventfd ping-pong; a hop between idle shards pays one each way):", "",
+        "| across two cores: wall µs | CPU µs | within one core: wall µs | CPU µs |",
+        "|---|---|---|---|",
+        wakeup_row(limits), "",
         f"## Broker CPU per GiB (1 KiB records: produce acks=all, 2 producers, 8 partitions; then consumed;"
         f" median of {a.rounds} runs per broker)", "",
         "| broker | | broker CPU s/GiB | this machine's limit s/GiB | multiple of the limit | multiple of the floor |",

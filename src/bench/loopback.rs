@@ -25,7 +25,7 @@ const CALL_BYTES: usize = 1 << 20;
 const SYNC_EVERY_BYTES: u64 = 4 << 20;
 
 /// CPU seconds (user + system) this thread has used so far.
-fn thread_cpu_s() -> f64 {
+pub(super) fn thread_cpu_s() -> f64 {
     // SAFETY: getrusage fills the struct we own; RUSAGE_THREAD names the calling thread.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let status = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };

@@ -9,6 +9,7 @@ mod payload;
 pub mod probe;
 mod produce;
 pub mod stats;
+mod wakeup;
 
 use args::{BenchArgs, Mode};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};

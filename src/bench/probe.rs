@@ -5,9 +5,13 @@
 //!   crate and code path the broker uses);
 //! - 4 KiB write + fdatasync: the latency of the smallest durable append, p50 and p99;
 //! - the kernel's floor for a fetch and a produce over loopback TCP, CPU seconds per GiB
-//!   (`loopback.rs`).
+//!   (`loopback.rs`);
+//! - waking a sleeping thread, across two cores and within one, µs of wall time and of CPU
+//!   (`wakeup.rs`): what each hop between idle shards costs, the unit of a broker's CPU per
+//!   request at moderate load.
 
 use super::loopback::{self, Write::Buffered, Write::Direct};
+use super::wakeup::{self, WakeupCost};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::os::unix::fs::FileExt;
@@ -54,6 +58,9 @@ pub struct ProbeReport {
     pub produce_floor_s_per_gib: f64,
     /// The same with O_DIRECT writes from an aligned buffer.
     pub produce_floor_direct_s_per_gib: f64,
+    /// Waking a thread sleeping on another core (None on one core), and on the same core.
+    pub wakeup_across_cores: Option<WakeupCost>,
+    pub wakeup_same_core: WakeupCost,
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -75,6 +82,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ProbeReport> {
     let loopback_bytes = args.loopback_bytes >> 20 << 20; // whole MiBs, for O_DIRECT
     let append = sync_latency(&args.dir, args.syncs, false)?;
     let overwrite = sync_latency(&args.dir, args.syncs, true)?;
+    let (wakeup_across_cores, wakeup_same_core) = wakeup::measure()?;
     let report = ProbeReport {
         memcpy_gib_per_s: memcpy_speed(args.buffer_bytes, args.passes),
         crc32c_gib_per_s: crc32c_speed(args.buffer_bytes, args.passes),
@@ -92,7 +100,18 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ProbeReport> {
         produce_floor_direct_s_per_gib: least_of_rounds(|| {
             loopback::ingest_s_per_gib(&args.dir, loopback_bytes, Direct)
         })?,
+        wakeup_across_cores,
+        wakeup_same_core,
     };
+    print(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(report)
+}
+
+/// The report as `sluice probe` prints it.
+fn print(report: &ProbeReport) {
     println!("memcpy              {:>8.2} GiB/s", report.memcpy_gib_per_s);
     println!("crc32c              {:>8.2} GiB/s", report.crc32c_gib_per_s);
     println!(
@@ -115,10 +134,17 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ProbeReport> {
         "  with O_DIRECT     {:>8.3} s/GiB",
         report.produce_floor_direct_s_per_gib
     );
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    if let Some(w) = report.wakeup_across_cores {
+        println!(
+            "wake-up, 2 cores    {:>8.1} µs wall, {:.1} µs CPU (a thread asleep on another core)",
+            w.wall_us, w.cpu_us
+        );
     }
-    Ok(report)
+    let w = report.wakeup_same_core;
+    println!(
+        "wake-up, 1 core     {:>8.1} µs wall, {:.1} µs CPU",
+        w.wall_us, w.cpu_us
+    );
 }
 
 /// The least of `FLOOR_ROUNDS` measurements: a floor is what the path costs when nothing else
