@@ -162,6 +162,20 @@ def test_power_loss_keeps_created_topics_and_decided_transactions(lazy_disk, mak
 
 
 
+def read_compacted(broker, topic: str, sent: dict, when: str) -> list:
+    """Partition 0 of a compacted topic after a cut, checked against `sent` ({offset: (key,
+    value)} acknowledged): what is left is byte-equal at each offset, and every key's latest
+    acknowledged value is there. Returns the records read."""
+    got = read_partition(broker.bootstrap, topic, 0)
+    for offset, key, value in got:
+        assert (key, value) == sent[offset], f"offset {offset} differs after {when}"
+    latest = {}
+    for offset, (key, value) in sorted(sent.items()):
+        latest[key] = value
+    assert {k: v for _, k, v in got} == latest, f"a key's latest value is missing after {when}"
+    return got
+
+
 def test_power_loss_during_compaction_keeps_each_keys_latest_value(lazy_disk, make_broker):
     """A compacted topic written while the cleaner runs every 200 ms, with power cut at three
     moments: what is left is byte-equal to what was sent at each offset, and every key's latest
@@ -185,13 +199,7 @@ def test_power_loss_during_compaction_keeps_each_keys_latest_value(lazy_disk, ma
         broker.kill()
         lazy_disk.cut()
         broker.start()
-        got = read_partition(broker.bootstrap, "cmp", 0)
-        for offset, key, value in got:
-            assert (key, value) == sent[offset], f"offset {offset} differs after cut {cut}"
-        latest = {}
-        for offset, (key, value) in sorted(sent.items()):
-            latest[key] = value
-        assert {k: v for _, k, v in got} == latest, f"a key's latest value is missing after cut {cut}"
+        got = read_compacted(broker, "cmp", sent, f"cut {cut}")
         removed.append(len(sent) - len(got))
     assert removed[-1] > 0, f"the cleaner removed nothing, so compaction was not tested: {removed}"
 
@@ -226,13 +234,7 @@ def test_power_loss_after_a_cleaning_pass_over_journaled_segments(lazy_disk, mak
     broker.kill()
     lazy_disk.cut()
     broker.start()
-    got = read_partition(broker.bootstrap, "journaled", 0)
-    for offset, key, value in got:
-        assert (key, value) == sent[offset], f"offset {offset} differs after the cut"
-    latest = {}
-    for offset, (key, value) in sorted(sent.items()):
-        latest[key] = value
-    assert {k: v for _, k, v in got} == latest, "a key's latest value is missing after the cut"
+    got = read_compacted(broker, "journaled", sent, "the cut")
     assert len(got) < len(sent), "the cleaner removed nothing, so the fence was not tested"
 
 

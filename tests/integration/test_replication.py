@@ -375,19 +375,24 @@ def test_elect_leaders_moves_leadership_to_preferred_replicas(make_cluster):
                "preferred leaders after ElectLeaders")
 
 
-def test_a_leader_cut_off_from_the_others_acknowledges_nothing_and_truncates_on_return(make_cluster):
-    cluster = make_cluster(3, start=False)
+def check_a_cut_off_leader(make_cluster, topic: str, data_root=None, **check):
+    """`check_an_isolated_leader` with the link between the leader and the others cut (the
+    fault hooks' SIGUSR1; clients still reach it) and healed after the produce's answer."""
+    cluster = make_cluster(3, start=False, data_root=data_root)
     for n in cluster.nodes.values():
         n.env = {"SLUICE_FAULT_HOOKS": "1"}
     cluster.start()
 
     def cut(node):
-        # The link between the leader and the others is cut; clients still reach it.
         node.proc.send_signal(signal.SIGUSR1)
         wait_until(lambda: "cut off from the other nodes: true" in node.log(), 10, "the cut")
 
-    check_an_isolated_leader(cluster, "cut", isolate=cut, heal=lambda n: n.proc.send_signal(signal.SIGUSR2),
-                             heal_before_answer=False)
+    check_an_isolated_leader(cluster, topic, isolate=cut, heal=lambda n: n.proc.send_signal(signal.SIGUSR2),
+                             heal_before_answer=False, **check)
+
+
+def test_a_leader_cut_off_from_the_others_acknowledges_nothing_and_truncates_on_return(make_cluster):
+    check_a_cut_off_leader(make_cluster, "cut")
 
 
 def test_a_truncated_tail_stays_gone_after_a_power_cut(lazy_disk, make_cluster):
@@ -395,17 +400,7 @@ def test_a_truncated_tail_stays_gone_after_a_power_cut(lazy_disk, make_cluster):
     it then fetches from the new leader in its place are large, so they are synced in their file
     rather than journaled. Truncating must have fenced the journal: replaying the cut record
     after a power cut would write it over those fetched records."""
-    cluster = make_cluster(3, start=False, data_root=lazy_disk.mount)
-    for n in cluster.nodes.values():
-        n.env = {"SLUICE_FAULT_HOOKS": "1"}
-    cluster.start()
-
-    def cut(node):
-        node.proc.send_signal(signal.SIGUSR1)
-        wait_until(lambda: "cut off from the other nodes: true" in node.log(), 10, "the cut")
-
-    check_an_isolated_leader(cluster, "truncated", isolate=cut, heal=lambda n: n.proc.send_signal(signal.SIGUSR2),
-                             heal_before_answer=False, value_bytes=1024, disk=lazy_disk)
+    check_a_cut_off_leader(make_cluster, "truncated", data_root=lazy_disk.mount, value_bytes=1024, disk=lazy_disk)
 
 
 def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster):
