@@ -67,6 +67,7 @@ fn ping_pong(
     there: Option<core_affinity::CoreId>,
 ) -> std::io::Result<WakeupCost> {
     let (ping, pong) = (eventfd()?, eventfd()?);
+    // Both ends run in threads of their own, so that the caller's affinity stays as it was.
     let (wall_s, cpu_s) = std::thread::scope(|scope| -> std::io::Result<(f64, f64)> {
         let peer = scope.spawn(|| -> std::io::Result<f64> {
             there.map(core_affinity::set_for_current);
@@ -77,14 +78,18 @@ fn ping_pong(
             }
             Ok(thread_cpu_s() - start_s)
         });
-        here.map(core_affinity::set_for_current);
-        let (started, start_s) = (Instant::now(), thread_cpu_s());
-        for _ in 0..ROUND_TRIPS {
-            signal(&ping)?;
-            wait(&pong)?;
-        }
-        let mine_s = thread_cpu_s() - start_s;
-        let wall_s = started.elapsed().as_secs_f64();
+        let pinger = scope.spawn(|| -> std::io::Result<(f64, f64)> {
+            here.map(core_affinity::set_for_current);
+            let (started, start_s) = (Instant::now(), thread_cpu_s());
+            for _ in 0..ROUND_TRIPS {
+                signal(&ping)?;
+                wait(&pong)?;
+            }
+            Ok((started.elapsed().as_secs_f64(), thread_cpu_s() - start_s))
+        });
+        let (wall_s, mine_s) = pinger
+            .join()
+            .expect("the ping-pong pinger does not panic")?;
         let peer_s = peer.join().expect("the ping-pong peer does not panic")?;
         Ok((wall_s, mine_s + peer_s))
     })?;
