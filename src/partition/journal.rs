@@ -24,7 +24,7 @@ use glommio::Task;
 use std::cell::RefCell;
 use std::io;
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::rc::Rc;
@@ -300,11 +300,10 @@ fn write_zeroes(path: &Path, bytes: u64) -> io::Result<()> {
     file.sync_data()
 }
 
-/// `file`'s descriptor as a std `File`, for positioned reads and writes on this thread.
+/// `file`'s descriptor as a std `File`, for positioned reads and writes on this thread (open
+/// while `file` lives, which each caller's borrow outlives).
 fn std_file(file: &BufferedFile) -> ManuallyDrop<std::fs::File> {
-    // SAFETY: the descriptor is open while `file` lives, which the caller's borrow outlives;
-    // `ManuallyDrop` never closes it.
-    ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file.as_raw_fd()) })
+    crate::storage::disk::borrow_file(file.as_raw_fd())
 }
 
 /// Fills `buf` from `file` at `at`: bytes just written, read back from the page cache.

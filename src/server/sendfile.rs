@@ -9,10 +9,10 @@
 
 use crate::metrics::ShardMetrics;
 use crate::protocol::chunk::FileSlice;
+use crate::storage::disk::borrow_file;
 use futures::{AsyncWrite, AsyncWriteExt};
 use std::io;
-use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
@@ -66,9 +66,7 @@ pub async fn send(
             io::ErrorKind::WouldBlock => {
                 let piece = ((end - offset as u64) as usize).min(WAIT_PIECE_BYTES);
                 let mut buf = vec![0u8; piece];
-                // SAFETY: borrows the slice's descriptor for this call; ManuallyDrop keeps the
-                // File from closing it.
-                let borrowed = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file) });
+                let borrowed = borrow_file(file); // the slice's, open for this call
                 borrowed.read_exact_at(&mut buf, offset as u64)?;
                 let n = stream.write(&buf).await?;
                 if n == 0 {
@@ -91,9 +89,7 @@ const COPY_PIECE_BYTES: usize = 64 * 1024;
 /// Writes all of `slice` through `stream` by reading it into memory: the path of a stream that
 /// is not the socket itself (TLS encrypts in user space, so sendfile cannot serve it).
 pub async fn copy(stream: &mut (impl AsyncWrite + Unpin), slice: &FileSlice) -> io::Result<()> {
-    // SAFETY: borrows the slice's descriptor for this call; ManuallyDrop keeps the File from
-    // closing it.
-    let file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(slice.fd.as_raw_fd()) });
+    let file = borrow_file(slice.fd.as_raw_fd()); // the slice's, open for this call
     let mut buf = vec![0u8; COPY_PIECE_BYTES.min(slice.len)];
     let mut done = 0usize;
     while done < slice.len {

@@ -16,6 +16,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::mem::ManuallyDrop;
+use std::os::fd::{FromRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
 pub trait Disk {
@@ -62,6 +64,26 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Opens `path` for appending, creating it if missing; a file it creates has its name made
+/// durable before this returns.
+pub fn open_append_durably(path: &Path) -> io::Result<File> {
+    let new = !path.exists();
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    if new {
+        sync_parent(path)?;
+    }
+    Ok(file)
+}
+
+/// An open descriptor as a std `File`, for positioned reads and writes on this thread, without
+/// taking it over: `ManuallyDrop` never closes it. The caller keeps `fd` open while the result
+/// lives.
+pub fn borrow_file(fd: RawFd) -> ManuallyDrop<File> {
+    // SAFETY: `fd` is open for as long as the caller uses the result (its contract), and the
+    // result never closes it, so no descriptor is owned twice.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
+}
+
 /// The operating system's files. Keeps each appended file open, so an append is one write(2).
 #[derive(Default)]
 pub struct OsDisk {
@@ -76,12 +98,7 @@ impl OsDisk {
     ) -> io::Result<R> {
         let mut open = self.appending.borrow_mut();
         if !open.contains_key(path) {
-            let new = !path.exists();
-            let file = OpenOptions::new().create(true).append(true).open(path)?;
-            if new {
-                sync_parent(path)?;
-            }
-            open.insert(path.to_path_buf(), file);
+            open.insert(path.to_path_buf(), open_append_durably(path)?);
         }
         f(open.get_mut(path).expect("inserted above"))
     }

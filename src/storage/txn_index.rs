@@ -164,18 +164,10 @@ pub fn load(dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool)
 /// shard's thread). Aborts are rare next to appends, so one sync each is cheap.
 pub fn append_synced(dir: &Path, entry: &AbortedTxn) -> std::io::Result<()> {
     use std::io::Write;
-    let path = dir.join(FILE);
-    let new = !path.exists();
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
+    // The first entry makes the file: its name must last too.
+    let mut f = super::disk::open_append_durably(&dir.join(FILE))?;
     f.write_all(&entry.encode())?;
-    f.sync_data()?;
-    if new {
-        sync_dir(dir)?; // the first entry makes the file: its name must last too
-    }
-    Ok(())
+    f.sync_data()
 }
 
 /// Replaces `dir`'s index with `entries` (after a truncation or a rebuild): written aside,
