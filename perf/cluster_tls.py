@@ -16,6 +16,7 @@ import argparse
 import datetime
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,7 @@ def main():
     finally:
         for c in clusters.values():
             c.stop()
+        shutil.rmtree(work, ignore_errors=True)
     write(a, runs)
 
 

@@ -114,6 +114,7 @@ def main():
                 proc.wait(timeout=30)
             shutil.rmtree(work / "data-sluice", ignore_errors=True)
             shutil.rmtree(work / "data-other", ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
     record_cost = {name: sorted(v)[len(v) // 2] for name, v in record_runs.items()}
     byte_cost = {name: {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
                  for name, runs in byte_runs.items()}

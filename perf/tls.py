@@ -14,6 +14,7 @@ import argparse
 import datetime
 import os
 import platform
+import shutil
 import socket
 import ssl
 import subprocess
@@ -106,6 +107,7 @@ def main():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
     med = {name: {k: sorted(x[k] for x in rs)[len(rs) // 2] for k in rs[0]} for name, rs in runs.items()}
     write(a, med, rate, cpu_ms)
 

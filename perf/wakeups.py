@@ -11,6 +11,7 @@ Usage: .venv/bin/python perf/wakeups.py --binary NAME=PATH [--binary NAME=PATH .
 (each PATH a `sluice` release binary; the load is generated with confluent-kafka)."""
 import argparse
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -87,6 +88,7 @@ def measure(name: str, binary: Path, appends: int, cycles: int) -> list:
                   flush=True)
     finally:
         b.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return pairs
 
 
