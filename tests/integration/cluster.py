@@ -8,7 +8,8 @@ from pathlib import Path
 import kafka_wire as kw
 
 from broker import Broker, free_port
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 # Faster than production timing, so fencing and elections fit a test's bounds.
 FAST = """
@@ -150,5 +151,23 @@ class Cluster:
                 return
             except Exception as e:
                 if "already exists" in str(e).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def alter_topic_config(self, via: int, topic: str, configs: dict, timeout_s: float = 30):
+        """Sets `configs` on `topic` through node `via`. Retried only when the client itself lost
+        the request: librdkafka (2.16) fails a request in flight on a broker handle it retires,
+        such as its bootstrap connection once it learns the cluster's brokers, with
+        _DESTROY_BROKER (or _TRANSPORT); an error from the broker fails at once."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            admin = self.admin(via)  # outlives its future
+            res = ConfigResource("topic", topic, set_config=configs)
+            try:
+                admin.alter_configs([res])[res].result(15)
+                return
+            except KafkaException as e:
+                lost = e.args[0].code() in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT)
+                if not lost or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)

@@ -57,10 +57,7 @@ def partition_state(cluster: Cluster, node: int, topic: str, partition: int):
 def create_replicated(cluster: Cluster, topic: str, partitions: int, min_isr: int):
     cluster.wait_for_brokers({1, 2, 3})
     cluster.create_topic(1, topic, partitions, 3)
-    admin = cluster.admin(1)
-    from confluent_kafka.admin import ConfigResource
-    res = ConfigResource("topic", topic, set_config={"min.insync.replicas": str(min_isr)})
-    admin.alter_configs([res])[res].result(15)
+    cluster.alter_topic_config(1, topic, {"min.insync.replicas": str(min_isr)})
     for p in range(partitions):
         wait_until(lambda p=p: all(
             (s := partition_state(cluster, n.node_id, topic, p)) and s[0] > 0 and s[2] == [1, 2, 3]
@@ -468,15 +465,13 @@ def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replic
 def test_an_unclean_election_happens_only_where_the_topic_allows_it(make_cluster):
     import kafka
     from kafka.admin import KafkaAdminClient
-    from confluent_kafka.admin import ConfigResource
     # Voters 1-3 keep the controller up; the partitions live on brokers 4 and 5.
     cluster = make_cluster(3, brokers=2)
     cluster.wait_for_brokers({1, 2, 3, 4, 5})
     admin = cluster.admin(1)  # outlives its futures
     for name, unclean in (("strict", "false"), ("loose", "true")):
         cluster.create_topic(1, name, 1, 2)
-        res = ConfigResource("topic", name, set_config={"unclean.leader.election.enable": unclean})
-        admin.alter_configs([res])[res].result(15)
+        cluster.alter_topic_config(1, name, {"unclean.leader.election.enable": unclean})
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
     mover = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
