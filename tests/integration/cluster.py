@@ -117,7 +117,15 @@ class Cluster:
         return [n for n in self.nodes.values() if n.alive()]
 
     def admin(self, node: int) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.nodes[node].bootstrap})
+        """An admin client of node `node`, past its bootstrap: librdkafka retires its bootstrap
+        connection once a Metadata answer names the brokers, failing any request in flight on it
+        (_DESTROY_BROKER), so the client first waits for one such answer (if the node is up)."""
+        admin = AdminClient({"bootstrap.servers": self.nodes[node].bootstrap})
+        try:
+            admin.list_topics(timeout=5)
+        except KafkaException:
+            pass  # a node down: the caller's own request reports it
+        return admin
 
     def metadata(self, node: int, timeout_s: float = 5) -> Metadata:
         """Node `node`'s own Metadata answer."""
@@ -156,9 +164,8 @@ class Cluster:
 
     def alter_topic_config(self, via: int, topic: str, configs: dict, timeout_s: float = 30):
         """Sets `configs` on `topic` through node `via`. Retried only when the client itself lost
-        the request: librdkafka (2.16) fails a request in flight on a broker handle it retires,
-        such as its bootstrap connection once it learns the cluster's brokers, with
-        _DESTROY_BROKER (or _TRANSPORT); an error from the broker fails at once."""
+        the request (a broker handle it retired: _DESTROY_BROKER or _TRANSPORT, see `admin`); an
+        error from the broker fails at once."""
         deadline = time.monotonic() + timeout_s
         while True:
             admin = self.admin(via)  # outlives its future
