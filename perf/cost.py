@@ -14,8 +14,11 @@
    kernel's TCP and file paths cost besides the copies.
 4. Cost per record: 1,000,000 records of 100 B, acks=1, broker CPU per million records, and,
    with --compare-binary or --tansu, the same for the other broker in the same run.
+   --compare-config FILE runs the other Sluice (this build unless --compare-binary) with that
+   config file, to weigh a setting against the defaults.
 
-Usage: perf/run --cost [--records N] [--compare-binary PATH --compare-name NAME] [--tansu PATH]
+Usage: perf/run --cost [--records N] [--compare-binary PATH] [--compare-config FILE]
+                       [--compare-name NAME] [--tansu PATH]
 """
 import argparse
 import datetime
@@ -85,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--compare-binary")
+    ap.add_argument("--compare-config")
     ap.add_argument("--compare-name", default="other")
     ap.add_argument("--tansu", help="a tansu binary (in-memory storage) to compare cost per record with")
     ap.add_argument("--rounds", type=int, default=3, help="runs per broker (each figure: the median)")
@@ -94,9 +98,11 @@ def main():
     limits = probe(work)
     byte_runs, record_runs = {}, {}
     starters = [("sluice", lambda: start_sluice(work / "data-sluice", work / "sluice.log"))]
-    if a.compare_binary:
+    if a.compare_binary or a.compare_config:
+        other = Path(a.compare_binary) if a.compare_binary else BINARY
+        config = Path(a.compare_config) if a.compare_config else None
         starters.append((a.compare_name, lambda: start_sluice(work / "data-other", work / "other.log",
-                                                              binary=Path(a.compare_binary))))
+                                                              config=config, binary=other)))
     if a.tansu:
         starters.append(("tansu", lambda: start_tansu(a.tansu, work)))
     for round_ in range(a.rounds):
@@ -130,7 +136,9 @@ def write(a, limits, byte_cost, record_cost):
     lines = [
         f"# Cost per byte and per record, {datetime.date.today().isoformat()}, commit {commit}", "",
         f"- Command: `perf/run --cost --records {a.records}"
-        + (f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}" if a.compare_binary else "")
+        + (f" --compare-binary {a.compare_binary}" if a.compare_binary else "")
+        + (f" --compare-config {a.compare_config}" if a.compare_config else "")
+        + (f" --compare-name {a.compare_name}" if a.compare_binary or a.compare_config else "")
         + (" --tansu PATH" if a.tansu else "") + f" --rounds {a.rounds}`",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; broker and clients share it.",
         "- Broker CPU is utime+stime of the broker process (every thread), from /proc.", "",

@@ -26,8 +26,14 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Number of shards (executors). 0 means one per available core.
     pub shards: usize,
-    /// CPUs that shards are pinned to, shard i on `cpus[i % len]`. Empty means all CPUs.
+    /// CPUs for the shards: pinned, shard i on `cpus[i % len]`; unpinned, the set they all
+    /// may run on. Empty means all CPUs.
     pub cpus: Vec<usize>,
+    /// Pin each shard's thread to one CPU (true, for a machine the broker has to itself), or
+    /// let the kernel place them within `cpus` (false, for a machine whose cores the broker
+    /// shares with its clients or other work: a shard then runs, and wakes another, on
+    /// whichever core is free; measured in perf/results/2026-12-05-unpinned-shards.md).
+    pub pin_shards: bool,
     /// This broker's id: Metadata names it as the broker, the controller, and every
     /// partition's leader and only replica; FindCoordinator and DescribeConfigs use it too.
     pub node_id: i32,
@@ -335,6 +341,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             shards: 0,
             cpus: Vec::new(),
+            pin_shards: true,
             node_id: 0,
             request_max_bytes: DEFAULT_REQUEST_MAX_BYTES,
             auto_create_topics: true,
@@ -925,6 +932,8 @@ mod tests {
             let c = Config::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(c.shards > 0, "{name} sets shards");
         }
+        let shared = Config::parse(include_str!("../tuning/shared-machine.toml")).unwrap();
+        assert!(!shared.pin_shards && Config::default().pin_shards);
     }
 
     #[test]

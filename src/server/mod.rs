@@ -64,14 +64,6 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let router = Arc::new(Router::new(&config));
     let shards = config.shards;
-    let cpus: Vec<usize> = if config.cpus.is_empty() {
-        (0..std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1))
-            .collect()
-    } else {
-        config.cpus.clone()
-    };
     watch_signals(config.clone())?;
     let metrics: Vec<Arc<ShardMetrics>> = (0..shards)
         .map(|_| Arc::new(ShardMetrics::default()))
@@ -91,13 +83,13 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let limits = limits::ConnectionLimits::new();
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
     let mut handles = Vec::with_capacity(shards);
-    for id in 0..shards {
+    for (id, shard_metrics) in metrics.iter().enumerate() {
         let start = ShardStart {
             id,
             config: config.clone(),
             router: router.clone(),
             catalog: catalog.clone(),
-            metrics: metrics[id].clone(),
+            metrics: shard_metrics.clone(),
             clock: clock.clone(),
             limits: limits.clone(),
             descriptor_limit,
@@ -108,8 +100,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             },
         };
         let mesh = mesh.clone();
-        let cpu = cpus[id % cpus.len()];
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        let handle = LocalExecutorBuilder::new(placement(&config, id)?)
             .name(&format!("shard-{id}"))
             .spawn(move || async move { run_shard(start, mesh).await })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
@@ -122,6 +113,28 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     log::info!("shut down cleanly");
     Ok(())
+}
+
+/// Where shard `id`'s thread runs: pinned to its CPU, or (`pin_shards = false`) anywhere in
+/// `cpus`, where the kernel's scheduler places it.
+fn placement(config: &Config, id: usize) -> anyhow::Result<Placement> {
+    if !config.pin_shards {
+        if config.cpus.is_empty() {
+            return Ok(Placement::Unbound);
+        }
+        let set = glommio::CpuSet::online()
+            .map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?
+            .filter(|l| config.cpus.contains(&l.cpu));
+        return Ok(Placement::Fenced(set));
+    }
+    let cpu = match config.cpus.as_slice() {
+        [] => {
+            let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+            id % ncpu
+        }
+        cpus => cpus[id % cpus.len()],
+    };
+    Ok(Placement::Fixed(cpu))
 }
 
 /// Writes what the shards' journals hold into the segment files, before any partition opens.

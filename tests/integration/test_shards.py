@@ -1,5 +1,7 @@
 """Partitions spread over shards; one connection reaches them all through the mesh."""
+import os
 import re
+from pathlib import Path
 
 import ck
 from records import check_partition, expected_by_partition
@@ -41,3 +43,36 @@ def test_pinned_topic(make_broker):
     ck.produce(broker.bootstrap, "pinned", 400, 4)
     got = ck.consume(broker.bootstrap, "pinned", range(4), 400)
     assert sum(len(v) for v in got.values()) == 400
+
+
+def shard_cpus(broker) -> dict[int, set[int]]:
+    """{shard: the CPUs its thread may run on}, from /proc."""
+    found = {}
+    for task in (Path("/proc") / str(broker.proc.pid) / "task").iterdir():
+        name = (task / "comm").read_text().strip()
+        if m := re.fullmatch(r"shard-(\d+)-\d+", name):
+            allowed = re.search(r"Cpus_allowed_list:\s*(\S+)", (task / "status").read_text()).group(1)
+            cpus = set()
+            for part in allowed.split(","):
+                lo, _, hi = part.partition("-")
+                cpus.update(range(int(lo), int(hi or lo) + 1))
+            found[int(m.group(1))] = cpus
+    return found
+
+
+def test_shards_are_pinned_by_default_and_placed_by_the_kernel_when_asked(make_broker):
+    online = set(os.sched_getaffinity(0))
+    pinned = make_broker(shards=2)
+    assert shard_cpus(pinned) == {0: {0 % len(online)}, 1: {1 % len(online)}}
+    placed = make_broker(shards=2, config="pin_shards = false\n")
+    assert shard_cpus(placed) == {0: online, 1: online}
+    # Unpinned shards still own their partitions and forward to each other.
+    ck.create_topic(placed.bootstrap, "placed", 4)
+    assert sorted(owners(placed, "placed").values()) == [0, 0, 1, 1]
+    ck.produce(placed.bootstrap, "placed", 2000, 4)
+    got = ck.consume(placed.bootstrap, "placed", range(4), 2000)
+    want = expected_by_partition(2000, 4)
+    for p in range(4):
+        check_partition(got[p], want[p], f"placed[{p}]")
+    fenced = make_broker(shards=2, config="pin_shards = false\ncpus = [0]\n")
+    assert shard_cpus(fenced) == {0: {0}, 1: {0}}
