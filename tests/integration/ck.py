@@ -7,6 +7,20 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from records import record
 
 
+def admin(bootstrap: str) -> AdminClient:
+    """An admin client past its bootstrap. librdkafka retires its bootstrap connection once a
+    Metadata answer names the brokers (debug=broker: "Decommissioning this broker"), failing a
+    request in flight on it with _DESTROY_BROKER; requests sent to any broker (AlterConfigs,
+    DescribeConfigs) can go there. So the client first waits for one such answer (if the
+    broker is up; if not, the caller's own request reports it)."""
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        client.list_topics(timeout=5)
+    except KafkaException:
+        pass
+    return client
+
+
 def create_topic(bootstrap: str, name: str, partitions: int, config=None):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])

@@ -5,6 +5,7 @@ import struct
 import time
 from pathlib import Path
 
+import ck
 import kafka_wire as kw
 
 from broker import Broker, free_port
@@ -117,15 +118,8 @@ class Cluster:
         return [n for n in self.nodes.values() if n.alive()]
 
     def admin(self, node: int) -> AdminClient:
-        """An admin client of node `node`, past its bootstrap: librdkafka retires its bootstrap
-        connection once a Metadata answer names the brokers, failing any request in flight on it
-        (_DESTROY_BROKER), so the client first waits for one such answer (if the node is up)."""
-        admin = AdminClient({"bootstrap.servers": self.nodes[node].bootstrap})
-        try:
-            admin.list_topics(timeout=5)
-        except KafkaException:
-            pass  # a node down: the caller's own request reports it
-        return admin
+        """An admin client of node `node`, past its bootstrap (`ck.admin`)."""
+        return ck.admin(self.nodes[node].bootstrap)
 
     def metadata(self, node: int, timeout_s: float = 5) -> Metadata:
         """Node `node`'s own Metadata answer."""
@@ -164,7 +158,7 @@ class Cluster:
 
     def alter_topic_config(self, via: int, topic: str, configs: dict, timeout_s: float = 30):
         """Sets `configs` on `topic` through node `via`. Retried only when the client itself lost
-        the request (a broker handle it retired: _DESTROY_BROKER or _TRANSPORT, see `admin`); an
+        the request (a broker handle it retired: _DESTROY_BROKER or _TRANSPORT, see `ck.admin`); an
         error from the broker fails at once."""
         deadline = time.monotonic() + timeout_s
         while True:

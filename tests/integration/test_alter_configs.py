@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import ck
 
@@ -34,7 +34,7 @@ def error_of(call):
 
 
 def test_incremental_alter_configs(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     ck.create_topic(broker.bootstrap, "alt", 2, {"retention.ms": "12345"})
     incremental(admin, "alt",
                 ("retention.ms", AlterConfigOpType.SET, "600000"),
@@ -79,7 +79,7 @@ def test_incremental_alter_configs(broker):
 
 
 def test_alter_configs_replaces_all_overrides(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     ck.create_topic(broker.bootstrap, "rep", 1, {"retention.ms": "12345", "segment.ms": "60000"})
     res = ConfigResource(TOPIC, "rep", set_config={"max.message.bytes": "2000"})
     admin.alter_configs([res])[res].result(timeout=10)

@@ -26,7 +26,7 @@ def test_partitions_past_the_descriptor_budget_are_refused_by_name(make_broker):
     log = broker.log()
     assert f"descriptor limit {NOFILE}: at most {PER_SHARD} partitions per shard" in log
     assert "cannot hold max_connections (10000)" in log, "the cut connection reserve is reported"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     # __consumer_offsets holds 16 (8 a shard); 150 more fit, 75 a shard.
     create(admin, "fits", 150)
     try:
@@ -54,7 +54,7 @@ def test_partitions_past_the_descriptor_budget_are_refused_by_name(make_broker):
 
 def test_max_topics_refuses_one_more_topic(make_broker):
     broker = make_broker(shards=1, config="max_topics = 3\n")
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     create(admin, "one", 1)  # __consumer_offsets is the first
     create(admin, "two", 1)
     try:

@@ -12,7 +12,7 @@ import pytest
 from broker import free_port
 from cluster import FAST, Cluster, Node
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                   NewTopic)
 from metrics import metrics_config, scrape
 from records import check_partition, expected_by_partition
@@ -174,7 +174,7 @@ def test_a_node_of_another_cluster_or_a_duplicate_node_id_is_refused(make_cluste
     b.voters = f"3@127.0.0.1:{b.rpc_port}"
     b.set_args()
     b.start()
-    b_admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    b_admin = ck.admin(b.bootstrap)
 
     def b_cluster_id():
         try:

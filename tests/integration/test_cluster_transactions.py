@@ -7,11 +7,12 @@ aborts as a whole."""
 import signal
 import time
 
+import ck
 import eos
 import pytest
 from cluster import Cluster
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition, OFFSET_BEGINNING
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 from waiting import wait_until
 
 CONFIG = """
@@ -99,7 +100,7 @@ def test_a_transaction_survives_its_coordinators_death_whole(cluster):
     p.init_transactions(60)
     # Three replicas, and a commit decision on two of them before anyone hears of it (Kafka's
     # transaction.state.log.min.isr).
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = ck.admin(bootstrap)
     resource = ConfigResource(ConfigResource.Type.TOPIC, "__transaction_state")
     configs = admin.describe_configs([resource])[resource].result(timeout=30)
     assert configs["min.insync.replicas"].value == "2"

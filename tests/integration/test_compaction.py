@@ -6,7 +6,7 @@ import struct
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import ck
 import kafka_wire as kw
@@ -111,7 +111,7 @@ def test_consumer_offsets_are_compacted_without_losing_a_commit(make_broker):
     wait_until(lambda: total(metrics_addr, "sluice_compaction_records_removed_total") > commits,
                what="old commits to be compacted away")
     # By default a log is cleaned once half of it is new; at ratio 0 every closed segment is.
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = ck.admin(bootstrap)
     res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets", incremental_configs=[
         ConfigEntry("min.cleanable.dirty.ratio", "0", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result(timeout=10)
@@ -176,7 +176,7 @@ def test_min_compaction_lag_holds_young_segments_back(make_broker):
     time.sleep(2)  # ten cleaner passes
     assert total(metrics_addr, "sluice_compaction_records_removed_total") == 0
     assert len(read_all(bootstrap, "lag", 0)) == 2000
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = ck.admin(bootstrap)
     res = ConfigResource(ConfigResource.Type.TOPIC, "lag", incremental_configs=[
         ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result(timeout=10)

@@ -1,7 +1,7 @@
 """Round trips through librdkafka (confluent-kafka): admin, produce with acks=all in every
 compression, consume by assignment, byte-equal check."""
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+from confluent_kafka.admin import ConfigResource, NewPartitions
 
 import ck
 from records import check_partition, expected_by_partition
@@ -26,7 +26,7 @@ def test_round_trip_every_compression(broker, compression):
 
 
 def test_admin_describe_configs_and_partitions(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     ck.create_topic(broker.bootstrap, "cfg", 2, {"retention.ms": "12345", "message.timestamp.type": "CreateTime"})
     res = ConfigResource(ConfigResource.Type.TOPIC, "cfg")
     configs = admin.describe_configs([res])[res].result(timeout=10)
@@ -45,7 +45,7 @@ def test_admin_describe_configs_and_partitions(broker):
 def test_admin_errors(broker):
     from confluent_kafka.admin import NewTopic
     from confluent_kafka import KafkaError
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     ck.create_topic(broker.bootstrap, "dup", 1)
     cases = {
         "dup": (NewTopic("dup", 1, 1), KafkaError.TOPIC_ALREADY_EXISTS),
@@ -60,7 +60,7 @@ def test_admin_errors(broker):
 
 
 def test_delete_topic_and_recreate(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     ck.create_topic(broker.bootstrap, "gone", 2)
     ck.produce(broker.bootstrap, "gone", 100, 2)
     admin.delete_topics(["gone"])["gone"].result(timeout=10)

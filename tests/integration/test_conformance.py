@@ -8,7 +8,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
-from confluent_kafka.admin import (AclOperation, AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+from confluent_kafka.admin import (AclOperation, AlterConfigOpType, ConfigEntry, ConfigResource,
                                   ConfigSource, NewTopic)
 
 import ck
@@ -236,7 +236,7 @@ def test_timestamps_outside_the_topic_bounds_are_refused(make_broker):
 
 def describe_topic(bootstrap: str, topic: str) -> dict:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer is in
+    admin = ck.admin(bootstrap)  # kept alive until the answer is in
     described = admin.describe_configs([resource])[resource].result(10)
     return {k: v.value for k, v in described.items()}
 
@@ -261,7 +261,7 @@ def test_topic_configs_kafka_accepts(make_broker):
     plain = describe_topic(broker.bootstrap, "plain")
     assert plain["flush.messages"] == str(2**63 - 1) and plain["compression.type"] == "producer"
     assert plain["message.timestamp.after.max.ms"] == str(2**63 - 1)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     bad = admin.create_topics([NewTopic("bad", 1, 1, config={"compression.type": "brotli"})])["bad"]
     with pytest.raises(KafkaException) as e:
         bad.result(10)
@@ -275,7 +275,7 @@ def test_authorized_operations_are_reported(make_broker):
     """Without an authorizer every operation is allowed, and clients that ask are told so."""
     broker = make_broker(shards=2)
     ck.create_topic(broker.bootstrap, "ops", 2)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
     assert set(cluster.authorized_operations) == {
         AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
@@ -314,7 +314,7 @@ def test_dynamic_broker_configs(make_broker):
     show in DescribeConfigs with their source, are topic defaults where Kafka has them, survive
     a restart, and static ones are refused naming the key."""
     broker = make_broker(shards=2)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     ck.create_topic(broker.bootstrap, "inherits", 1)
     ck.create_topic(broker.bootstrap, "own", 1, config={"retention.ms": "5000"})
     SET = AlterConfigOpType.SET
@@ -348,7 +348,7 @@ def test_dynamic_broker_configs(make_broker):
         assert {struct.unpack(">h", b[21:23])[0] & 7 for b in kw.fetch_v4_batches(kw.read_response(s))} == {1}
     broker.stop()
     broker.start()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     check()
     # Static keys are refused by name, and nothing of the request is applied.
     res = broker_resource("0", ("log.dirs", SET, "/elsewhere"), ("log.retention.ms", SET, "1"))
@@ -369,7 +369,7 @@ def test_dynamic_broker_configs(make_broker):
 def test_connection_limit_changes_live(make_broker):
     """max.connections.per.ip lowered at runtime refuses new connections past it."""
     broker = make_broker(shards=1)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     res = broker_resource("0", ("max.connections.per.ip", AlterConfigOpType.SET, "3"))
     admin.incremental_alter_configs([res])[res].result(10)
     del admin

@@ -146,8 +146,8 @@ def test_topics_survive_restart(broker):
     ck.create_topic(broker.bootstrap, "keep", 3, {"retention.ms": "777"})
     broker.kill()
     broker.start()
-    from confluent_kafka.admin import AdminClient, ConfigResource
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    from confluent_kafka.admin import ConfigResource
+    admin = ck.admin(broker.bootstrap)
     md = admin.list_topics(timeout=10)
     assert len(md.topics["keep"].partitions) == 3
     res = ConfigResource(ConfigResource.Type.TOPIC, "keep")
@@ -162,7 +162,6 @@ def test_a_data_dir_from_an_older_catalog_format_still_loads(make_broker, tmp_pa
     partitions, retention.ms 86400000, one record in old[1]) and format 0 (the same record
     without the header, as Sluice wrote before it had one). The next change rewrites the
     catalog as the current format."""
-    from confluent_kafka.admin import AdminClient
     data_dir = tmp_path / "data-0"  # where the first broker of make_broker keeps its data
     data_dir.mkdir()
     with tarfile.open(Path(__file__).parent / "fixtures" / "datadir-catalog-v1.tar.gz") as tar:
@@ -175,7 +174,7 @@ def test_a_data_dir_from_an_older_catalog_format_still_loads(make_broker, tmp_pa
         catalog.write_bytes(raw[8:])
     broker = make_broker(shards=1)
     assert broker.data_dir == data_dir
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     assert len(admin.list_topics(timeout=10).topics["old"].partitions) == 2
     got = ck.consume(broker.bootstrap, "old", [1], 1)
     assert [(m[0], m[2]) for m in got[1]] == [(0, b"kept")]

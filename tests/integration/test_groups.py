@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 import ck
 from waiting import wait_until
@@ -256,7 +255,7 @@ def test_admin_client_groups(make_broker):
     broker = group_broker(make_broker)
     ck.create_topic(broker.bootstrap, "gadm", 2)
     ck.produce(broker.bootstrap, "gadm", 100, 2)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     m = Member(broker.bootstrap, "admins", "gadm")
     try:
         wait_until(lambda: len(m.seen) == 100, what="the member to read everything")

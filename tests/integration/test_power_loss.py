@@ -245,7 +245,7 @@ def test_power_loss_keeps_an_acknowledged_delete_records(lazy_disk, make_broker)
     ck.create_topic(broker.bootstrap, "trim", 1, {"segment.bytes": "16384", "retention.ms": "-1"})
     offsets = ck.produce_values(broker.bootstrap, "trim", 0, [b"v%05d" % i for i in range(1000)])
     assert offsets == list(range(1000))
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = ck.admin(broker.bootstrap)
     futures = admin.delete_records([TopicPartition("trim", 0, 437)])
     assert [f.result(timeout=10).low_watermark for f in futures.values()] == [437]
     broker.kill()

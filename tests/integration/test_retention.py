@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 import ck
 import kafka_wire as kw
@@ -160,7 +159,7 @@ def test_delete_records(make_broker):
     before_count = sum(len(segments(broker, "dr", p)) for p in range(2))
     assert len(before) > 3
     cut = before[2] + 5  # inside the third segment
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = ck.admin(bootstrap)
     futures = admin.delete_records([TopicPartition("dr", 0, cut), TopicPartition("dr", 1, -1)])
     lows = {tp.partition: f.result(timeout=10).low_watermark for tp, f in futures.items()}
     assert lows == {0: cut, 1: 1500}
