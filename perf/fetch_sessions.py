@@ -7,6 +7,7 @@ CPU is utime+stime of the broker process from /proc over FETCHES fetches of each
 
 Usage: .venv/bin/python perf/fetch_sessions.py [PARTITIONS]   (after cargo build --release)"""
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -29,7 +30,8 @@ def fetch(sock, frame):
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 256
-    b = Broker(Path(tempfile.mkdtemp()) / "data", shards=2)
+    work = Path(tempfile.mkdtemp(prefix="sluice-fetch-sessions-"))
+    b = Broker(work / "data", shards=2)
     b.start()
     try:
         ck.create_topic(b.bootstrap, "fs", n)
@@ -53,6 +55,7 @@ def main():
             inc_cpu = cpu_seconds(b.proc.pid) - start
     finally:
         b.kill()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"partitions: {n}, fetches of each kind: {FETCHES}, nproc {os.cpu_count()}, kernel {os.uname().release}")
     print("| fetch | request bytes | response bytes | broker CPU per fetch |")
     print("|---|---|---|---|")

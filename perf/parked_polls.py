@@ -4,6 +4,7 @@ utime+stime of the broker process from /proc, so it counts every thread.
 
 Usage: .venv/bin/python perf/parked_polls.py   (after cargo build --release)"""
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -29,7 +30,8 @@ def measure(pid: int) -> float:
 
 def main():
     metrics_port = free_port()
-    b = Broker(Path(tempfile.mkdtemp()) / "data", shards=2, config=f'metrics_listen = "127.0.0.1:{metrics_port}"\n')
+    work = Path(tempfile.mkdtemp(prefix="sluice-parked-polls-"))
+    b = Broker(work / "data", shards=2, config=f'metrics_listen = "127.0.0.1:{metrics_port}"\n')
     b.start()
     metrics = f"127.0.0.1:{metrics_port}"
     try:
@@ -49,6 +51,7 @@ def main():
             s.close()
     finally:
         b.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"machine: nproc={os.cpu_count()} kernel={os.uname().release}")
     print(f"idle broker, {WINDOW_S:.0f} s: {idle:.3f} CPU s ({100 * idle / WINDOW_S:.2f}% of one core)")
     print(f"{parked} parked fetches, {WINDOW_S:.0f} s: {busy:.3f} CPU s ({100 * busy / WINDOW_S:.2f}% of one core)")
