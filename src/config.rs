@@ -27,7 +27,7 @@ pub struct Config {
     /// Number of shards (executors). 0 means one per available core.
     pub shards: usize,
     /// CPUs for the shards: pinned, shard i on `cpus[i % len]`; unpinned, the set they all
-    /// may run on. Empty means all CPUs.
+    /// may run on. Empty means every CPU this process may run on (`allowed_cpus`).
     pub cpus: Vec<usize>,
     /// Pin each shard's thread to one CPU (true, for a machine the broker has to itself), or
     /// let the kernel place them within `cpus` (false, for a machine whose cores the broker
@@ -615,13 +615,11 @@ impl Config {
                 format!("{} is not in 1..={MAX_SHARDS}", self.shards),
             );
         }
-        let ncpu = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        if let Some(cpu) = self.cpus.iter().find(|&&c| c >= ncpu) {
+        let allowed = allowed_cpus();
+        if let Some(cpu) = self.cpus.iter().find(|c| !allowed.contains(c)) {
             return bad(
                 "cpus",
-                format!("cpu {cpu} does not exist (this machine has {ncpu})"),
+                format!("cpu {cpu} is not one this process may run on ({allowed:?})"),
             );
         }
         Ok(())
@@ -862,6 +860,23 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
 }
 
 /// An error naming the key and why its value is refused.
+/// The CPUs this process may run on (its affinity, which `taskset` or a container's cpuset
+/// narrows), ascending: what "all CPUs" means for `cpus`.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills it (size given) for
+    // this thread, and CPU_ISSET only reads it below CPU_SETSIZE.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect();
+    assert!(!cpus.is_empty(), "a running process may run on some CPU");
+    cpus
+}
+
 fn bad(key: &str, why: String) -> anyhow::Result<()> {
     Err(anyhow::anyhow!("invalid value for `{key}`: {why}"))
 }
@@ -934,6 +949,21 @@ mod tests {
         }
         let shared = Config::parse(include_str!("../tuning/shared-machine.toml")).unwrap();
         assert!(!shared.pin_shards && Config::default().pin_shards);
+    }
+
+    #[test]
+    fn cpus_outside_the_process_affinity_are_refused() {
+        let allowed = allowed_cpus();
+        assert!(allowed.windows(2).all(|w| w[0] < w[1]), "{allowed:?}");
+        let mut c = Config {
+            shards: 1,
+            cpus: vec![allowed[0]],
+            ..Config::default()
+        };
+        c.validate().unwrap();
+        c.cpus = vec![libc::CPU_SETSIZE as usize]; // past any set
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("cpus"), "{err}");
     }
 
     #[test]

@@ -116,7 +116,8 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
 }
 
 /// Where shard `id`'s thread runs: pinned to its CPU, or (`pin_shards = false`) anywhere in
-/// `cpus`, where the kernel's scheduler places it.
+/// `cpus`, where the kernel's scheduler places it. Without `cpus`, among the CPUs the process
+/// was started on (`taskset`, a container's cpuset), never outside them.
 fn placement(config: &Config, id: usize) -> anyhow::Result<Placement> {
     if !config.pin_shards {
         if config.cpus.is_empty() {
@@ -129,8 +130,8 @@ fn placement(config: &Config, id: usize) -> anyhow::Result<Placement> {
     }
     let cpu = match config.cpus.as_slice() {
         [] => {
-            let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-            id % ncpu
+            let allowed = crate::config::allowed_cpus();
+            allowed[id % allowed.len()]
         }
         cpus => cpus[id % cpus.len()],
     };

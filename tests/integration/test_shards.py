@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import ck
+import pytest
 from records import check_partition, expected_by_partition
 
 
@@ -76,3 +77,23 @@ def test_shards_are_pinned_by_default_and_placed_by_the_kernel_when_asked(make_b
         check_partition(got[p], want[p], f"placed[{p}]")
     fenced = make_broker(shards=2, config="pin_shards = false\ncpus = [0]\n")
     assert shard_cpus(fenced) == {0: {0}, 1: {0}}
+
+
+def test_shards_stay_on_the_cpus_the_broker_was_started_on(make_broker):
+    """Started under `taskset` (or a container's cpuset), the broker pins its shards among the
+    CPUs it was given, never outside them."""
+    online = sorted(os.sched_getaffinity(0))
+    if len(online) < 2:
+        pytest.skip("needs two CPUs")
+    given = {online[-1]}
+    os.sched_setaffinity(0, given)  # the broker inherits it
+    try:
+        pinned = make_broker(shards=2)
+        placed = make_broker(shards=2, config="pin_shards = false\n")
+    finally:
+        os.sched_setaffinity(0, online)
+    assert shard_cpus(pinned) == {0: given, 1: given}
+    assert shard_cpus(placed) == {0: given, 1: given}
+    ck.create_topic(pinned.bootstrap, "given", 2)
+    ck.produce(pinned.bootstrap, "given", 200, 2)
+    assert sum(len(v) for v in ck.consume(pinned.bootstrap, "given", range(2), 200).values()) == 200
