@@ -607,6 +607,15 @@ impl Config {
         Ok(())
     }
 
+    /// The CPUs the shards run on: `cpus`, or every CPU this process may run on.
+    pub fn shard_cpus(&self) -> Vec<usize> {
+        if self.cpus.is_empty() {
+            allowed_cpus()
+        } else {
+            self.cpus.clone()
+        }
+    }
+
     fn validate_shards(&self) -> anyhow::Result<()> {
         const MAX_SHARDS: usize = 1024;
         if self.shards == 0 || self.shards > MAX_SHARDS {
@@ -859,10 +868,9 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
-/// An error naming the key and why its value is refused.
 /// The CPUs this process may run on (its affinity, which `taskset` or a container's cpuset
 /// narrows), ascending: what "all CPUs" means for `cpus`.
-pub fn allowed_cpus() -> Vec<usize> {
+fn allowed_cpus() -> Vec<usize> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills it (size given) for
     // this thread, and CPU_ISSET only reads it below CPU_SETSIZE.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -877,6 +885,7 @@ pub fn allowed_cpus() -> Vec<usize> {
     cpus
 }
 
+/// An error naming the key and why its value is refused.
 fn bad(key: &str, why: String) -> anyhow::Result<()> {
     Err(anyhow::anyhow!("invalid value for `{key}`: {why}"))
 }

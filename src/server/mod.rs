@@ -82,6 +82,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     let limits = limits::ConnectionLimits::new();
     let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
+    let cpus = config.shard_cpus();
     let mut handles = Vec::with_capacity(shards);
     for (id, shard_metrics) in metrics.iter().enumerate() {
         let start = ShardStart {
@@ -100,7 +101,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             },
         };
         let mesh = mesh.clone();
-        let handle = LocalExecutorBuilder::new(placement(&config, id)?)
+        let handle = LocalExecutorBuilder::new(placement(&config, &cpus, id)?)
             .name(&format!("shard-{id}"))
             .spawn(move || async move { run_shard(start, mesh).await })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
@@ -115,27 +116,21 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where shard `id`'s thread runs: pinned to its CPU, or (`pin_shards = false`) anywhere in
-/// `cpus`, where the kernel's scheduler places it. Without `cpus`, among the CPUs the process
-/// was started on (`taskset`, a container's cpuset), never outside them.
-fn placement(config: &Config, id: usize) -> anyhow::Result<Placement> {
-    if !config.pin_shards {
-        if config.cpus.is_empty() {
-            return Ok(Placement::Unbound);
-        }
-        let set = glommio::CpuSet::online()
-            .map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?
-            .filter(|l| config.cpus.contains(&l.cpu));
-        return Ok(Placement::Fenced(set));
+/// Where shard `id`'s thread runs: pinned to `cpus[id % len]`, or (`pin_shards = false`)
+/// anywhere in `cpus`, where the kernel's scheduler places it. `cpus` is the config's, or
+/// without one the CPUs the process was started on (`taskset`, a container's cpuset), so a
+/// shard never runs outside them.
+fn placement(config: &Config, cpus: &[usize], id: usize) -> anyhow::Result<Placement> {
+    if config.pin_shards {
+        return Ok(Placement::Fixed(cpus[id % cpus.len()]));
     }
-    let cpu = match config.cpus.as_slice() {
-        [] => {
-            let allowed = crate::config::allowed_cpus();
-            allowed[id % allowed.len()]
-        }
-        cpus => cpus[id % cpus.len()],
-    };
-    Ok(Placement::Fixed(cpu))
+    if config.cpus.is_empty() {
+        return Ok(Placement::Unbound); // the thread inherits the process's CPUs
+    }
+    let set = glommio::CpuSet::online()
+        .map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?
+        .filter(|l| cpus.contains(&l.cpu));
+    Ok(Placement::Fenced(set))
 }
 
 /// Writes what the shards' journals hold into the segment files, before any partition opens.
