@@ -219,10 +219,9 @@ pub(crate) fn light() {
 #[inline]
 #[allow(dead_code)]
 pub(crate) fn heavy() {
-    use self::Strategy::*;
-    match *STRATEGY {
-        Membarrier => syscall::barrier(),
-        Mprotect => mprotect::barrier(),
-        Fallback => atomic::fence(atomic::Ordering::SeqCst),
-    }
+    // Sluice: a sequentially consistent fence, paired with the one `SleepNotifier::notify` now
+    // issues before it reads `should_notify` (see vendor/glommio/SLUICE-PATCH.md). The
+    // membarrier syscall this replaces interrupted every CPU running another thread of the
+    // process, each time an executor went to sleep.
+    atomic::fence(atomic::Ordering::SeqCst)
 }

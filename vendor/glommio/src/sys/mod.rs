@@ -306,6 +306,11 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // Sluice: orders whatever the caller published (a channel slot, a queued waker) before
+        // the read of `should_notify` below; the sleeping side stores `should_notify` and then
+        // fences (`membarrier::heavy`) before it looks at its channels once more. With a fence
+        // on each side, at least one of them sees the other's store: no wake-up is lost.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
