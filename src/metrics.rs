@@ -24,6 +24,9 @@ pub const MAX_API_KEYS: usize = 128;
 pub struct ShardMetrics {
     /// Requests served, indexed by API key number.
     pub requests: [AtomicU64; MAX_API_KEYS],
+    /// The same requests by how long each took on the broker: from its last byte read to its
+    /// response written (or, with nothing to answer, to its handling done), indexed likewise.
+    pub request_duration: [LatencyHistogram; MAX_API_KEYS],
     pub parked: AtomicU64,
     pub parked_rejected: AtomicU64,
     /// Appends that failed to reach the disk (ENOSPC, EIO) and were answered KAFKA_STORAGE_ERROR.
@@ -93,6 +96,7 @@ impl Default for ShardMetrics {
     fn default() -> ShardMetrics {
         ShardMetrics {
             requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            request_duration: std::array::from_fn(|_| LatencyHistogram::default()),
             parked: AtomicU64::new(0),
             parked_rejected: AtomicU64::new(0),
             storage_errors: AtomicU64::new(0),
@@ -132,9 +136,11 @@ impl Default for ShardMetrics {
     }
 }
 
-/// Upper bounds (µs) of a latency histogram's buckets; one more bucket holds the rest.
-pub const LATENCY_BUCKETS_US: [u64; 10] = [
-    100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000,
+/// Upper bounds (µs) of a latency histogram's buckets; one more bucket holds the rest. Up to
+/// seconds, since a fetch may wait that long for records (`max_wait_ms`).
+pub const LATENCY_BUCKETS_US: [u64; 15] = [
+    100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000,
 ];
 
 /// A Prometheus histogram of durations, written by one shard only.
@@ -154,8 +160,13 @@ impl LatencyHistogram {
         self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
-    /// The histogram's lines for one shard, cumulative as Prometheus wants them.
-    fn render(&self, name: &str, shard: usize, out: &mut String) {
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The histogram's lines for one series (`labels`, such as `shard="0"`), cumulative as
+    /// Prometheus wants them.
+    fn render(&self, name: &str, labels: &str, out: &mut String) {
         let mut cumulative = 0;
         for (i, bucket) in self.buckets.iter().enumerate() {
             cumulative += bucket.load(Ordering::Relaxed);
@@ -163,13 +174,13 @@ impl LatencyHistogram {
                 .get(i)
                 .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
             out.push_str(&format!(
-                "{name}_bucket{{shard=\"{shard}\",le=\"{le}\"}} {cumulative}\n"
+                "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}\n"
             ));
         }
         out.push_str(&format!(
-            "{name}_sum{{shard=\"{shard}\"}} {}\n{name}_count{{shard=\"{shard}\"}} {}\n",
+            "{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {}\n",
             self.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
-            self.count.load(Ordering::Relaxed)
+            self.count()
         ));
     }
 }
@@ -297,6 +308,16 @@ impl ShardMetrics {
             .and_then(|k| self.requests.get(k))
         {
             counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes that a request of `api_key` took `us` on the broker (see `request_duration`).
+    pub fn observe_request(&self, api_key: i16, us: u64) {
+        if let Some(histogram) = usize::try_from(api_key)
+            .ok()
+            .and_then(|k| self.request_duration.get(k))
+        {
+            histogram.observe(us);
         }
     }
 }
@@ -543,8 +564,10 @@ pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
         "# HELP {flush} How long each group-commit pass's fdatasyncs took.\n# TYPE {flush} histogram\n"
     ));
     for (s, m) in shards.iter().enumerate() {
-        m.flush_duration.render(flush, s, &mut out);
+        m.flush_duration
+            .render(flush, &format!("shard=\"{s}\""), &mut out);
     }
+    render_request_durations(shards, apis, &mut out);
     for &(name, help, value) in PROCESS {
         out.push_str(&format!(
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}\n",
@@ -572,6 +595,26 @@ pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
         }
     }
     out
+}
+
+/// `sluice_request_duration_seconds`, per shard and API: only the APIs a shard has served, so
+/// that the dozens of APIs a broker knows do not each print a histogram per shard.
+fn render_request_durations(shards: &[Arc<ShardMetrics>], apis: &ApiNames, out: &mut String) {
+    let name = "sluice_request_duration_seconds";
+    out.push_str(&format!(
+        "# HELP {name} Requests by how long they took, from the last byte read to the response written.\n# TYPE {name} histogram\n"
+    ));
+    for (s, m) in shards.iter().enumerate() {
+        for (key, api) in apis {
+            let served = usize::try_from(*key)
+                .ok()
+                .and_then(|k| m.request_duration.get(k))
+                .filter(|h| h.count() > 0);
+            if let Some(histogram) = served {
+                histogram.render(name, &format!("shard=\"{s}\",api=\"{api}\""), out);
+            }
+        }
+    }
 }
 
 /// Whether the node is ready for clients: every shard serving and, in a cluster
@@ -664,4 +707,40 @@ pub fn serve(listener: TcpListener, endpoint: Endpoint) -> std::io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_durations_print_per_served_api_with_cumulative_buckets() {
+        let shard = Arc::new(ShardMetrics::default());
+        shard.observe_request(0, 150); // Produce: ≤ 250 µs
+        shard.observe_request(0, 3_000); // ≤ 5 ms
+        shard.observe_request(0, 60_000_000); // above every bound
+        let apis: ApiNames = vec![(0, "Produce".into()), (1, "Fetch".into())];
+        let text = render(&[shard], &apis);
+        let line = |le: &str| {
+            let prefix =
+                format!("sluice_request_duration_seconds_bucket{{shard=\"0\",api=\"Produce\",le=\"{le}\"}} ");
+            let found = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+            found
+                .unwrap_or_else(|| panic!("no bucket {le} in\n{text}"))
+                .to_string()
+        };
+        assert_eq!(line("0.0001"), "0");
+        assert_eq!(line("0.00025"), "1");
+        assert_eq!(line("0.002"), "1");
+        assert_eq!(line("0.005"), "2");
+        assert_eq!(line("5"), "2");
+        assert_eq!(line("+Inf"), "3");
+        assert!(
+            text.contains("sluice_request_duration_seconds_count{shard=\"0\",api=\"Produce\"} 3\n")
+        );
+        assert!(
+            !text.contains("api=\"Fetch\",le="),
+            "an API never served prints no histogram"
+        );
+    }
 }

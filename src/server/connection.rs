@@ -17,6 +17,7 @@
 //! (`server/authenticate.rs`).
 
 use super::authenticate::{self, Auth};
+use crate::clock::Clock;
 use crate::config::ListenerConfig;
 use crate::kafka::{self, Caller, Reply};
 use crate::metrics::{adjust, bump, ShardMetrics};
@@ -55,6 +56,16 @@ pub(super) struct Held {
     _memory: StaticPermit,
     bytes: u64,
     metrics: Arc<ShardMetrics>,
+    /// When the request's last byte was read (the shard clock's µs): where its duration starts.
+    read_us: u64,
+}
+
+impl Held {
+    /// Notes the request's duration, from its last byte read to now, under `api_key`.
+    fn observe(&self, clock: &dyn Clock, api_key: ApiKey) {
+        let took_us = clock.monotonic_us().saturating_sub(self.read_us);
+        self.metrics.observe_request(api_key as i16, took_us);
+    }
 }
 
 impl Drop for Held {
@@ -210,15 +221,17 @@ async fn read_requests<S: AsyncRead + AsyncWrite + Unpin>(
         };
         adjust(&shard.metrics().requests_queued, 1);
         adjust(&shard.metrics().request_memory_bytes, size as i64);
-        let held = Held {
+        let mut held = Held {
             _slot: slot,
             _memory: memory,
             bytes: size as u64,
             metrics: shard.env.metrics.clone(),
+            read_us: 0,
         };
         let Ok(frame) = read_frame_body(conn, &mut stream, &mut ahead, size).await else {
             return;
         };
+        held.read_us = shard.clock().monotonic_us();
         let Some(item) = incoming(conn, frame, held) else {
             return;
         };
@@ -530,7 +543,7 @@ pub(super) struct Outgoing {
     pub(super) bare: bool,
     /// Close once this answer is written (a failed authentication).
     pub(super) then_close: bool,
-    pub(super) _held: Held,
+    pub(super) held: Held,
 }
 
 impl Outgoing {
@@ -542,7 +555,7 @@ impl Outgoing {
             answer: Answer::Now(body),
             bare: false,
             then_close: false,
-            _held: held,
+            held,
         }
     }
 }
@@ -638,7 +651,10 @@ async fn dispatch(conn: &Conn, header: RequestHeader, body: Bytes, held: Held) -
     shard.metrics().count_request(header.api_key as i16);
     let caller = conn.auth.caller();
     let answer = match kafka::dispatch(shard, &header, body, &caller).await {
-        Ok(Reply::None) => return None, // `held` goes: nothing to write
+        Ok(Reply::None) => {
+            held.observe(shard.clock(), header.api_key);
+            return None; // `held` goes: nothing to write
+        }
         Ok(Reply::Body(body)) => Answer::Now(body),
         Ok(Reply::Later(rest)) => Answer::Later(glommio::spawn_local(rest)),
         Err(e) => {
@@ -684,7 +700,11 @@ async fn write_responses<S: AsyncRead + AsyncWrite + Unpin>(
             true => bare_frame(body),
             false => frame::frame_response(out.api_key, out.api_version, out.correlation_id, body),
         };
-        if !write_chunks(conn, &mut stream, chunks).await || out.then_close {
+        if !write_chunks(conn, &mut stream, chunks).await {
+            return;
+        }
+        out.held.observe(conn.shard.clock(), out.api_key);
+        if out.then_close {
             return;
         }
     }

@@ -6,7 +6,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import ck
 import kafka_wire as kw
-from metrics import metrics_config, total
+from metrics import metrics_config, scrape, total
 
 
 def test_idle_long_poll_is_not_a_busy_loop(make_broker):
@@ -105,3 +105,40 @@ def test_bound_on_parked_operations(make_broker):
     assert "max_parked_operations" in broker.log()
     for s in socks:
         s.close()
+
+
+def test_request_durations_run_from_the_last_byte_read_to_the_response_written(make_broker):
+    config, metrics = metrics_config()
+    broker = make_broker(shards=1, config=config)
+    ck.create_topic(broker.bootstrap, "timed", 1)
+    s = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+    # A long poll on the empty partition: answered at its max_wait_ms, empty.
+    s.sendall(kw.request(1, 4, 1, kw.fetch_v4("timed", 0, 0, max_wait_ms=400)))
+    assert kw.fetch_v4_partition(kw.read_response(s))[:2] == (0, 0)
+    # Five produces answered (acks=all), two with nothing to answer (acks=0, handled).
+    for i in range(5):
+        s.sendall(kw.request(0, 3, 10 + i, kw.produce_v3("timed", 0, kw.record_batch([b"r%d" % i]), acks=-1)))
+        assert kw.produce_v3_error_code(kw.read_response(s)) == (0, i)  # (error, base offset)
+    for i in range(2):
+        s.sendall(kw.request(0, 3, 20 + i, kw.produce_v3("timed", 0, kw.record_batch([b"z"]), acks=0)))
+    # Requests are handled in order: once this fetch is answered, the acks=0 ones were handled.
+    s.sendall(kw.request(1, 4, 30, kw.fetch_v4("timed", 0, 0, max_wait_ms=0)))
+    assert kw.fetch_v4_partition(kw.read_response(s))[0] == 0
+    s.close()
+
+    def count(api, le="+Inf"):
+        return total(metrics, "sluice_request_duration_seconds_bucket", api=api, le=le)
+
+    assert count("Produce") == total(metrics, "sluice_request_duration_seconds_count", api="Produce") == 7
+    assert count("Produce") == total(metrics, "sluice_requests_total", api="Produce")
+    assert count("Fetch") == 2
+    # The long poll waited its 400 ms: above the 250 ms bucket's bound, so only one fetch is in it.
+    assert count("Fetch", le="0.25") == 1
+    # Buckets are cumulative.
+    bounds = ["0.0001", "0.00025", "0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1",
+              "0.25", "0.5", "1", "2.5", "5", "+Inf"]
+    counts = [count("Produce", le) for le in bounds]
+    assert counts == sorted(counts), counts
+    # APIs this shard never served print no histogram.
+    assert not any(n.startswith("sluice_request_duration") and 'api="DeleteGroups"' in labels
+                   for n, labels in scrape(metrics))
