@@ -4,7 +4,10 @@ and acks=1, linger.ms 0 and 5, with a consumer reading along. For each point: th
 achieved, produce-to-ack latency and end-to-end (send to receipt) latency, p50, p99 and p99.9,
 both measured from each record's intended send time (no coordinated omission). With
 --compare-to (a running broker) or --compare-binary (another Sluice build) every point runs
-against the other broker right after Sluice.
+against the other broker right after Sluice. For a Sluice, the broker's own share too: the p99 of
+its Produce requests' time from last byte read to response written
+(`sluice_request_duration_seconds`, bucket bounds, warm-up included), so that the broker's part
+of a p99 stands apart from the client's and the CPU queue's.
 
 Writes perf/results/<date>-<commit>-latency.md and a PNG of p99 against rate.
 
@@ -15,11 +18,13 @@ import datetime
 import os
 import platform
 import shutil
+import re
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
-from matrix import ROOT, bench, cpu_model, delete_topic, head_commit, start_sluice
+from matrix import ROOT, bench, cpu_model, delete_topic, free_port, head_commit, start_sluice
 
 RATES = [1_000, 5_000, 20_000, 50_000, 100_000, 200_000]
 ACKS = ["all", "1"]
@@ -27,13 +32,47 @@ LINGERS = [0, 5]
 PARTITIONS = 8
 
 
-def point(bootstrap, name, work, a, acks, linger, rate):
+def point(bootstrap, metrics, name, work, a, acks, linger, rate):
     topic = f"lat-{acks}-{linger}-{rate}-{int(time.time() * 1000)}"
+    before = produce_buckets(metrics)
     r = bench(bootstrap, topic, work / f"{name}.json", mode="e2e", duration=a.duration, warmup=a.warmup,
               producers=1, consumers=1, partitions=PARTITIONS, message_size=1024, acks=acks,
               linger_ms=linger, rate=rate)
+    if r is not None and metrics:
+        r["broker_p99_at_most_ms"] = broker_p99_ms(before, produce_buckets(metrics))
     delete_topic(bootstrap, topic)
     return r
+
+
+def start_with_metrics(work: Path, name: str, binary=None):
+    """(proc, bootstrap, metrics address) of a Sluice with its metrics endpoint on."""
+    metrics = f"127.0.0.1:{free_port()}"
+    config = work / f"{name}.toml"
+    config.write_text(f'metrics_listen = "{metrics}"\n')
+    extra = {"binary": Path(binary)} if binary else {}
+    proc, bootstrap = start_sluice(work / f"data-{name}", work / f"{name}.log", config=config, **extra)
+    return proc, bootstrap, metrics
+
+
+def produce_buckets(metrics) -> dict:
+    """{le: Produce requests at or under it}, every shard together; {} without an endpoint."""
+    if not metrics:
+        return {}
+    text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+    out = {}
+    pattern = r'sluice_request_duration_seconds_bucket\{shard="\d+",api="Produce",le="([^"]+)"\} (\d+)'
+    for le, count in re.findall(pattern, text):
+        out[le] = out.get(le, 0) + int(count)
+    return out
+
+
+def broker_p99_ms(before: dict, after: dict):
+    """The least bucket bound (ms) under which 99% of the point's Produce requests finished."""
+    served = after.get("+Inf", 0) - before.get("+Inf", 0)
+    for le, count in after.items():  # in the endpoint's order: ascending bounds, then +Inf
+        if served and count - before.get(le, 0) >= 0.99 * served:
+            return None if le == "+Inf" else float(le) * 1000
+    return None
 
 
 def main():
@@ -48,22 +87,22 @@ def main():
     a = ap.parse_args()
     rates = [int(r) for r in a.rates.split(",")]
     work = Path(tempfile.mkdtemp(prefix="sluice-latency-"))
-    proc, sluice = start_sluice(work / "data", work / "broker.log")
-    procs, targets = [proc], [("sluice", sluice)]
+    proc, sluice, metrics = start_with_metrics(work, "sluice")
+    procs, targets = [proc], [("sluice", sluice, metrics)]
     if a.compare_binary:
-        other, addr = start_sluice(work / "data-other", work / "other.log", binary=Path(a.compare_binary))
+        other, addr, other_metrics = start_with_metrics(work, "other", a.compare_binary)
         procs.append(other)
-        targets.append((a.compare_name, addr))
+        targets.append((a.compare_name, addr, other_metrics))
     elif a.compare_to:
-        targets.append((a.compare_name, a.compare_to))
+        targets.append((a.compare_name, a.compare_to, None))
     points = []
     try:
         for acks in ACKS:
             for linger in LINGERS:
                 for rate in rates:
                     row = {"acks": acks, "linger": linger, "rate": rate}
-                    for name, bootstrap in targets:
-                        row[name] = point(bootstrap, name, work, a, acks, linger, rate)
+                    for name, bootstrap, metrics in targets:
+                        row[name] = point(bootstrap, metrics, name, work, a, acks, linger, rate)
                     points.append(row)
     finally:
         for p in procs:
@@ -81,15 +120,16 @@ def main():
 
 def cells(r):
     if r is None:
-        return ["failed"] * 7
+        return ["failed"] * 8
     ack, e2e = r.get("ack_latency_ms") or {}, r["latency_ms"]
+    broker = r.get("broker_p99_at_most_ms")
     return [f"{r['records_per_sec']:,.0f}"] + [f"{ack.get(k, 0):.2f}" for k in ("p50", "p99", "p99_9")] + \
-        [f"{e2e[k]:.2f}" for k in ("p50", "p99", "p99_9")]
+        ["—" if broker is None else f"≤ {broker:g}"] + [f"{e2e[k]:.2f}" for k in ("p50", "p99", "p99_9")]
 
 
 def write_markdown(path, points, targets, a, commit):
     cpu = cpu_model()
-    names = [n for n, _ in targets]
+    names = [n for n, _, _ in targets]
     other = ""
     if a.compare_binary:
         other = f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}"
@@ -102,12 +142,14 @@ def write_markdown(path, points, targets, a, commit):
         " --acks A --linger-ms L`)",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; brokers and clients share it.",
         "- Latency in ms from each record's intended send time: `ack` to its delivery report, `e2e` to its"
-        " receipt by the consumer. The rate column is what was achieved.", "",
+        " receipt by the consumer. The rate column is what was achieved. `broker p99`: the bucket bound"
+        " under which 99% of a Sluice's Produce requests went from last byte read to response written"
+        " (its `sluice_request_duration_seconds`, warm-up included; — where the broker has none).", "",
     ]
     head = "| acks | linger | rate | " + " | ".join(
-        f"{n} rec/s | {n} ack p50 | {n} ack p99 | {n} ack p99.9 | {n} e2e p50 | {n} e2e p99 | {n} e2e p99.9"
-        for n in names)
-    lines += [head + " |", "|" + "---|" * (3 + 7 * len(names))]
+        f"{n} rec/s | {n} ack p50 | {n} ack p99 | {n} ack p99.9 | {n} broker p99 | {n} e2e p50 | {n} e2e p99"
+        f" | {n} e2e p99.9" for n in names)
+    lines += [head + " |", "|" + "---|" * (3 + 8 * len(names))]
     for p in points:
         row = [p["acks"], str(p["linger"]), f"{p['rate']:,}"]
         for n in names:
@@ -126,7 +168,7 @@ def plot(path, points, targets):
         for j, linger in enumerate(LINGERS):
             ax = axes[i][j]
             mine = [p for p in points if p["acks"] == acks and p["linger"] == linger]
-            for n, _ in targets:
+            for n, _, _ in targets:
                 for key, style in (("ack_latency_ms", "-"), ("latency_ms", "--")):
                     pts = [(p["rate"], (p[n] or {}).get(key)) for p in mine]
                     pts = [(r, l["p99"]) for r, l in pts if l]
