@@ -303,23 +303,22 @@ impl LogLimiter {
 
 impl ShardMetrics {
     pub fn count_request(&self, api_key: i16) {
-        if let Some(counter) = usize::try_from(api_key)
-            .ok()
-            .and_then(|k| self.requests.get(k))
-        {
+        if let Some(counter) = by_api(&self.requests, api_key) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Notes that a request of `api_key` took `us` on the broker (see `request_duration`).
     pub fn observe_request(&self, api_key: i16, us: u64) {
-        if let Some(histogram) = usize::try_from(api_key)
-            .ok()
-            .and_then(|k| self.request_duration.get(k))
-        {
+        if let Some(histogram) = by_api(&self.request_duration, api_key) {
             histogram.observe(us);
         }
     }
+}
+
+/// `api_key`'s slot of a per-API array; None for a key outside it (never served).
+fn by_api<T>(slots: &[T], api_key: i16) -> Option<&T> {
+    usize::try_from(api_key).ok().and_then(|k| slots.get(k))
 }
 
 /// The APIs the endpoint reports: (key number, name), in the order to print.
@@ -550,10 +549,7 @@ pub fn render(shards: &[Arc<ShardMetrics>], apis: &ApiNames) -> String {
     out.push_str("# HELP sluice_requests_total Kafka requests served.\n# TYPE sluice_requests_total counter\n");
     for (s, m) in shards.iter().enumerate() {
         for (key, name) in apis {
-            let served = usize::try_from(*key)
-                .ok()
-                .and_then(|k| m.requests.get(k))
-                .map_or(0, |c| c.load(Ordering::Relaxed));
+            let served = by_api(&m.requests, *key).map_or(0, |c| c.load(Ordering::Relaxed));
             out.push_str(&format!(
                 "sluice_requests_total{{shard=\"{s}\",api=\"{name}\"}} {served}\n"
             ));
@@ -606,10 +602,7 @@ fn render_request_durations(shards: &[Arc<ShardMetrics>], apis: &ApiNames, out: 
     ));
     for (s, m) in shards.iter().enumerate() {
         for (key, api) in apis {
-            let served = usize::try_from(*key)
-                .ok()
-                .and_then(|k| m.request_duration.get(k))
-                .filter(|h| h.count() > 0);
+            let served = by_api(&m.request_duration, *key).filter(|h| h.count() > 0);
             if let Some(histogram) = served {
                 histogram.render(name, &format!("shard=\"{s}\",api=\"{api}\""), out);
             }
