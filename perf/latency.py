@@ -18,13 +18,15 @@ import datetime
 import os
 import platform
 import shutil
-import re
+import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from matrix import ROOT, bench, cpu_model, delete_topic, free_port, head_commit, start_sluice
+from matrix import BINARY, ROOT, bench, cpu_model, delete_topic, free_port, head_commit, start_sluice
+
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from metrics import scrape  # noqa: E402  (the tests' reader of the endpoint)
 
 RATES = [1_000, 5_000, 20_000, 50_000, 100_000, 200_000]
 ACKS = ["all", "1"]
@@ -49,8 +51,8 @@ def start_with_metrics(work: Path, name: str, binary=None):
     metrics = f"127.0.0.1:{free_port()}"
     config = work / f"{name}.toml"
     config.write_text(f'metrics_listen = "{metrics}"\n')
-    extra = {"binary": Path(binary)} if binary else {}
-    proc, bootstrap = start_sluice(work / f"data-{name}", work / f"{name}.log", config=config, **extra)
+    proc, bootstrap = start_sluice(work / f"data-{name}", work / f"{name}.log", config=config,
+                                   binary=Path(binary or BINARY))
     return proc, bootstrap, metrics
 
 
@@ -58,11 +60,11 @@ def produce_buckets(metrics) -> dict:
     """{le: Produce requests at or under it}, every shard together; {} without an endpoint."""
     if not metrics:
         return {}
-    text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
     out = {}
-    pattern = r'sluice_request_duration_seconds_bucket\{shard="\d+",api="Produce",le="([^"]+)"\} (\d+)'
-    for le, count in re.findall(pattern, text):
-        out[le] = out.get(le, 0) + int(count)
+    for (name, labels), count in scrape(metrics).items():  # in the endpoint's order
+        if name == "sluice_request_duration_seconds_bucket" and 'api="Produce"' in labels:
+            le = labels.rsplit('le="', 1)[1].rstrip('"')
+            out[le] = out.get(le, 0) + count
     return out
 
 
