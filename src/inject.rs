@@ -39,10 +39,17 @@ pub enum Bug {
     /// epoch start is committed: commits an earlier leader acknowledged may lie above its high
     /// watermark.
     CoordinatorLoadsEarly,
+    /// A replica truncated by replication forgets the producer state past the cut instead of
+    /// rebuilding it: a transaction whose marker was cut stays closed (the bug a Jepsen-style
+    /// run found: read_committed through that replica returned an aborted transaction).
+    TruncationKeepsClosedTransactions,
+    /// A transaction coordinator whose write of a transaction's completion fails does not try
+    /// again (the bug a Jepsen-style run found: the id stayed in PrepareCommit for good).
+    CompletionNotRetried,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 12] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -53,6 +60,8 @@ impl Bug {
         Bug::JoinerNotCounted,
         Bug::ForgetProducerState,
         Bug::CoordinatorLoadsEarly,
+        Bug::TruncationKeepsClosedTransactions,
+        Bug::CompletionNotRetried,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +76,8 @@ impl Bug {
             Bug::JoinerNotCounted => "joiner-not-counted",
             Bug::ForgetProducerState => "forget-producer-state",
             Bug::CoordinatorLoadsEarly => "coordinator-loads-early",
+            Bug::TruncationKeepsClosedTransactions => "truncation-keeps-closed-transactions",
+            Bug::CompletionNotRetried => "completion-not-retried",
         }
     }
 
@@ -101,6 +112,12 @@ impl Bug {
             }
             Bug::CoordinatorLoadsEarly => {
                 "a new group coordinator loads its offsets before its epoch start is committed, missing acknowledged commits"
+            }
+            Bug::TruncationKeepsClosedTransactions => {
+                "a truncated replica keeps a transaction closed by a cut marker, so the marker fetched again gets no aborted-transaction entry"
+            }
+            Bug::CompletionNotRetried => {
+                "a transaction coordinator does not retry a failed write of a completion, leaving the id preparing for good"
             }
         }
     }

@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use sluice::group::records;
 use sluice::storage::catalog::Catalog;
 use sluice::storage::segment::SegmentMeta;
-use sluice::storage::{producer_state, recovery};
+use sluice::storage::{producer_snapshots, producer_state, recovery};
 use std::path::Path;
 
 fn sections(mut data: &[u8]) -> Vec<&[u8]> {
@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
         // A second segment starting where the first one's offsets might end.
         put(&SegmentMeta::log_path(p, 1 + (flags >> 4) as i64), s.get(3));
     }
-    put(&p.join(producer_state::SNAPSHOT_FILE), s.get(4));
+    put(&producer_snapshots::path(p, (flags >> 3) as i64), s.get(4));
     if flags & 2 == 2 {
         std::fs::write(p.join(recovery::CLEAN_MARKER), b"").unwrap();
     }
@@ -69,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Some(raw) = s.get(4) {
         let _ = producer_state::decode_snapshot(raw);
+        let _ = producer_snapshots::newest_at_or_below(p, i64::MAX);
     }
     if let Some(raw) = s.get(5) {
         let meta = p.join("__meta");

@@ -645,7 +645,7 @@ fn create_topics(
 /// nodes before any client hears of it, so losing the coordinator's node never loses it.
 /// Fewer replicas keep the default (1), so that one node lost leaves it writable; a
 /// min.insync.replicas the creator named stays.
-fn with_internal_min_isr(
+pub(crate) fn with_internal_min_isr(
     topic: &str,
     mut configs: Vec<(String, String)>,
     assignment: &[catalog::PartitionAssignment],

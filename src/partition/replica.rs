@@ -293,7 +293,10 @@ impl Partition {
             );
             // The journal must not replay the cut tail over what is appended next.
             let cut = match self.env.fence_journal().await {
-                Ok(_journal) => PartitionLog::truncate_to(&self.log, offset).await,
+                Ok(_journal) => {
+                    let now_ms = self.env.clock.wall_ms();
+                    PartitionLog::truncate_to(&self.log, offset, now_ms).await
+                }
                 Err(e) => Err(e),
             };
             if let Err(e) = cut {

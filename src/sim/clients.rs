@@ -11,12 +11,12 @@
 //! Answers to clients cross the network like any message (latency, loss, duplicates) but no
 //! cut: a client is not a node.
 
-use super::replica::{Appended, Batch, Stamp};
+use super::replica::{Appended, Batch, Stamp, TxnPart};
 use super::replication::{assignments, Answer, Tp, Waiting};
 use super::world::{Event, World};
 use super::{checks::Violation, node::Wire};
 use crate::group::state::{JoinResponse, SyncResponse};
-use crate::storage::catalog::{CatalogRecord, OFFSETS_TOPIC};
+use crate::storage::catalog::{CatalogRecord, OFFSETS_TOPIC, TXN_STATE_TOPIC};
 use rand::Rng;
 use std::collections::BTreeMap;
 
@@ -51,6 +51,25 @@ pub enum ClientEvent {
     Joined(JoinResponse),
     Synced(SyncResponse),
     Heartbeat(i16),
+    /// The transaction coordinator's answer to the transactional producer's request
+    /// `request`: its producer id and epoch, or the error's name.
+    TxnAnswer {
+        request: u64,
+        result: Result<(i64, i16), String>,
+    },
+    /// The transactional producer's batch of `tp` at `sequence` is acknowledged.
+    TxnAcked {
+        tp: Tp,
+        sequence: i32,
+    },
+    /// Leader `node`'s answer to the read_committed consumer: batches below the last stable
+    /// offset, and the aborted transactions of their range (producer id, first offset).
+    CommittedRecords {
+        tp: Tp,
+        batches: Vec<Batch>,
+        aborted: Vec<(i64, i64)>,
+        node: usize,
+    },
     /// Coordinator `node` answers an OffsetFetch of `tp` asked once `floor` was acknowledged;
     /// `current`: it led the offsets partition's newest epoch then.
     Offset {
@@ -129,6 +148,7 @@ fn led(c: &CatalogRecord, clean_only: bool) -> Vec<(Tp, i32)> {
         c.topics.iter().any(|t| {
             t.id == id
                 && (t.name == OFFSETS_TOPIC
+                    || t.name == TXN_STATE_TOPIC
                     || clean_only
                         && t.configs
                             .iter()
@@ -198,6 +218,7 @@ impl World {
                 producer_id: producer_id(k),
                 epoch: 0,
                 sequence: batch.sequence,
+                txn: None,
             }),
             producer: Some(k),
         };
@@ -228,30 +249,39 @@ impl World {
                 producer,
                 sequence: s.sequence,
             },
+            (None, Some(s)) if s.txn.is_some() => Answer::TxnRecords {
+                tp,
+                sequence: s.sequence,
+            },
             _ => Answer::Nobody,
         };
-        self.append(i, tp, payload, acks_all, stamp, answer);
+        self.append(i, tp, (payload, stamp), acks_all, answer, None);
         Ok(())
     }
 
     /// A batch appended on leader `i` (or found already written, for an idempotent retry),
-    /// waiting for the commit when acks=all, after which `answer` learns of it.
+    /// waiting for the commit when acks=all, after which `answer` learns of it. A marker is
+    /// one record, and like every write of the broker's own coordinators not held to
+    /// `min.insync.replicas` (`Source::Coordinator`). `timeout_ms`: how long the broker's own
+    /// write waits for its commit. Returns whether the leader took it.
     pub(super) fn append(
         &mut self,
         i: usize,
         tp: Tp,
-        payload: u64,
+        (payload, stamp): (u64, Option<Stamp>),
         acks_all: bool,
-        stamp: Option<Stamp>,
         answer: Answer,
-    ) {
-        let min_insync = self.min_insync(i, tp);
+        timeout_ms: Option<u64>,
+    ) -> bool {
+        let marker = stamp.is_some_and(|s| matches!(s.txn, Some(TxnPart::Marker { .. })));
+        let min_insync = if marker { 1 } else { self.min_insync(i, tp) };
+        let deadline_ms = timeout_ms.map_or(u64::MAX, |t| self.clock_ms(i) + t);
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
-            return;
+            return false;
         };
-        let count = records_in(payload);
+        let count = if marker { 1 } else { records_in(payload) };
         let Ok(appended) = r.append(payload, count, stamp, acks_all, min_insync) else {
-            return;
+            return false;
         };
         let generation = r.leader_generation;
         let (base, what) = match appended {
@@ -272,11 +302,13 @@ impl World {
                 payload,
                 generation,
                 answer,
+                deadline_ms,
             });
         }
         self.schedule_flush(i);
         // A duplicate may be committed already.
         self.answer_waiters();
+        true
     }
 
     /// A consumer's fetch on node `i`: the batches from `offset` below the high watermark, if
@@ -327,6 +359,20 @@ impl World {
                 Ok(())
             }
             ClientEvent::Records { tp, batches } => self.check_read(tp, &batches),
+            ClientEvent::TxnAnswer { request, result } => {
+                self.on_txn_answer(request, result);
+                Ok(())
+            }
+            ClientEvent::TxnAcked { tp, sequence } => {
+                self.on_txn_acked(tp, sequence);
+                Ok(())
+            }
+            ClientEvent::CommittedRecords {
+                tp,
+                batches,
+                aborted,
+                node,
+            } => self.on_committed_records(tp, &batches, aborted, node),
             member @ (ClientEvent::Joined(_)
             | ClientEvent::Synced(_)
             | ClientEvent::Heartbeat(_)) => {

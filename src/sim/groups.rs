@@ -180,14 +180,8 @@ impl World {
             tp_name(tp)
         );
         self.trace.note(self.now_ms, note);
-        self.append(
-            i,
-            offsets,
-            payload,
-            true,
-            None,
-            Answer::OffsetCommit { tp, offset },
-        );
+        let answer = Answer::OffsetCommit { tp, offset };
+        self.append(i, offsets, (payload, None), true, answer, None);
         Ok(())
     }
 

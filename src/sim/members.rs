@@ -180,7 +180,7 @@ impl World {
         let payload = self.clients.payload();
         let record = (key.encode(), Some(records::encode_group(&g)));
         self.groups.records.insert(payload, record);
-        self.append(i, offsets, payload, false, None, Answer::Nobody);
+        self.append(i, offsets, (payload, None), false, Answer::Nobody, None);
     }
 
     /// The coordinator's answer reaches the member.

@@ -23,6 +23,9 @@ mod replica;
 mod replica_checks;
 mod replication;
 mod trace;
+mod txn_checks;
+mod txn_client;
+mod txns;
 mod world;
 
 use crate::inject::Bug;
@@ -46,7 +49,8 @@ pub fn run_seed(seed: u64, bug: Option<Bug>, trace_lines: usize) -> SeedRun {
     // A panic in the production code (raft-rs's own assertions among them) would stop a
     // broker: it is a violation like any other, reported with the trace.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        world.run(FAULT_MS, QUIET_MS)
+        world.run(FAULT_MS, QUIET_MS)?;
+        world.txns_converged()
     }))
     .unwrap_or_else(|panic| {
         Err(Violation {

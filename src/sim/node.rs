@@ -92,6 +92,23 @@ pub enum Wire {
         latest: i32,
         answer: Result<(i32, i64), String>,
     },
+    /// The transactional producer's request `request` to the coordinator in its metadata.
+    Txn {
+        request: u64,
+        op: super::txns::TxnOp,
+    },
+    /// A transaction coordinator's marker, to the partition's leader (WriteTxnMarkers).
+    WriteMarker(super::txns::MarkerRequest),
+    /// The leader's answer: the marker is committed, or why not.
+    MarkerWritten {
+        marker: super::txns::MarkerRequest,
+        result: Result<(), String>,
+    },
+    /// A read_committed consumer's fetch from `offset`.
+    ConsumeCommitted {
+        tp: Tp,
+        offset: i64,
+    },
 }
 
 /// The incarnation a node's data dir last registered with (the broker's `__meta/incarnation`).
@@ -350,6 +367,8 @@ impl SimNode {
         } else {
             Vec::new()
         };
+        // `__transaction_state` takes min.insync.replicas 2 where it has three replicas.
+        let configs = crate::controller::with_internal_min_isr(name, configs, &assignment);
         let topic = crate::storage::catalog::TopicRecord {
             name: name.to_string(),
             id,

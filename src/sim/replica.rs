@@ -14,7 +14,8 @@ use crate::partition::commit::{IsrRequest, Replicas, Role};
 use crate::protocol::batch::BatchHeader;
 use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
-use crate::storage::producer_state::{self, ProducerTable, Verdict};
+use crate::storage::producer_state::{self, ProducerTable, Scanned, Verdict};
+use crate::storage::txn_index::{self, AbortedTxn, Marker};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -29,12 +30,26 @@ pub struct Batch {
     pub stamp: Option<Stamp>,
 }
 
-/// What an idempotent producer writes into a batch's header.
+/// What an idempotent producer writes into a batch's header; a transactional producer's
+/// batches and its coordinator's markers are marked `txn`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     pub producer_id: i64,
     pub epoch: i16,
     pub sequence: i32,
+    pub txn: Option<TxnPart>,
+}
+
+/// What part of a transaction a batch is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnPart {
+    /// The producer's records.
+    Records,
+    /// The marker that ends the transaction here (a control batch of one record).
+    Marker {
+        commit: bool,
+        coordinator_epoch: i32,
+    },
 }
 
 impl Batch {
@@ -44,16 +59,23 @@ impl Batch {
 
     /// The header the production producer state reads (only the fields it uses).
     pub fn header(&self) -> BatchHeader {
+        use crate::protocol::control::{ATTR_CONTROL, ATTR_TRANSACTIONAL};
         let stamp = self.stamp.unwrap_or(Stamp {
             producer_id: -1,
             epoch: -1,
             sequence: -1,
+            txn: None,
         });
+        let attributes = match stamp.txn {
+            None => 0,
+            Some(TxnPart::Records) => ATTR_TRANSACTIONAL,
+            Some(TxnPart::Marker { .. }) => ATTR_TRANSACTIONAL | ATTR_CONTROL,
+        };
         BatchHeader {
             base_offset: self.base,
             size_bytes: 0,
             partition_leader_epoch: self.epoch,
-            attributes: 0,
+            attributes,
             last_offset_delta: (self.count - 1) as i32,
             base_timestamp: 0,
             max_timestamp: 0,
@@ -62,6 +84,38 @@ impl Batch {
             base_sequence: stamp.sequence,
             record_count: self.count as i32,
         }
+    }
+
+    /// What a marker batch says (`txn_index::Marker`); None for other batches.
+    pub fn marker(&self) -> Option<Marker> {
+        match self.stamp?.txn? {
+            TxnPart::Marker {
+                commit,
+                coordinator_epoch,
+            } => Some(Marker {
+                coordinator_epoch,
+                commits: Some(commit),
+            }),
+            TxnPart::Records => None,
+        }
+    }
+
+    /// (producer id, whether it commits) of a marker batch.
+    pub fn ends_txn(&self) -> Option<(i64, bool)> {
+        let commits = self.marker()?.commits?;
+        Some((self.stamp?.producer_id, commits))
+    }
+
+    /// The producer id of a transaction's records.
+    pub fn txn_records_of(&self) -> Option<i64> {
+        let s = self.stamp?;
+        (s.txn == Some(TxnPart::Records)).then_some(s.producer_id)
+    }
+
+    /// The batch as `producer_state::rebuild` replays it.
+    fn scanned(&self) -> Scanned {
+        let epoch = self.marker().map_or(-1, |m| m.coordinator_epoch);
+        (self.header(), epoch)
     }
 }
 
@@ -81,9 +135,13 @@ pub struct SimReplica {
     pub high_watermark: i64,
     pub epochs: LeaderEpochs,
     saved_epochs: LeaderEpochs,
-    /// Idempotent producers' sequences (`PartitionLog::producers`), rebuilt from the log on
-    /// restart.
-    producers: ProducerTable,
+    /// Idempotent producers' sequences and ongoing transactions (`PartitionLog::producers`),
+    /// rebuilt from the log on restart and after a truncation.
+    pub producers: ProducerTable,
+    /// The aborted-transaction index (`PartitionLog::aborted`): an entry per abort marker of a
+    /// transaction that wrote here. Its file keeps what was written; entries past the log end
+    /// are dropped on load.
+    pub aborted: Vec<AbortedTxn>,
     pub hw_checkpoint: i64,
     pub replicas: Replicas,
     pub needs_truncation: bool,
@@ -115,6 +173,7 @@ impl SimReplica {
             epochs: LeaderEpochs::default(),
             saved_epochs: LeaderEpochs::default(),
             producers: ProducerTable::default(),
+            aborted: Vec::new(),
             hw_checkpoint: 0,
             replicas,
             needs_truncation: false,
@@ -133,6 +192,14 @@ impl SimReplica {
 
     pub fn is_leader(&self) -> bool {
         self.replicas.is_leader()
+    }
+
+    /// `Partition::last_stable_offset`: below it every transaction has ended.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.high_watermark;
+        self.producers
+            .first_unstable_offset()
+            .map_or(hw, |first| first.min(hw))
     }
 
     /// `Partition::leadership`: while this replica leads, the generation of its leadership
@@ -159,12 +226,14 @@ impl SimReplica {
         let end = self.log_end();
         let mut epochs = self.saved_epochs.clone();
         epochs.truncate_from(end + 1);
-        // As `PartitionLog::open` does, from the batches recovery scanned (no snapshot here).
-        // The simulator writes no markers: no coordinator epoch to replay.
-        let scanned: Vec<_> = self.batches.iter().map(|b| (b.header(), -1)).collect();
+        // As `PartitionLog::open` does, from the batches read back (no snapshot here).
+        let scanned: Vec<_> = self.batches.iter().map(Batch::scanned).collect();
         let producers = producer_state::rebuild(None, end, &scanned, 0);
+        let mut aborted = std::mem::take(&mut self.aborted);
+        aborted.retain(|e| e.last_offset < end);
         let restarted = SimReplica {
             producers,
+            aborted,
             batches: std::mem::take(&mut self.batches),
             synced_end: end,
             high_watermark: self.hw_checkpoint.min(end),
@@ -207,7 +276,9 @@ impl SimReplica {
     }
 
     /// A producer's batch on the leader (acks=all needs `min_insync` in sync), checked against
-    /// its producer's sequences when it is idempotent (`Partition::check_sequence`).
+    /// its producer's sequences when it is idempotent (`Partition::check_sequence`); a
+    /// coordinator's marker against the coordinator epochs of earlier markers
+    /// (`Partition::check_markers`).
     pub fn append(
         &mut self,
         payload: u64,
@@ -229,7 +300,14 @@ impl SimReplica {
             payload,
             stamp,
         };
-        match self.producers.check(&batch.header()) {
+        let verdict = match batch.marker() {
+            Some(m) => self
+                .producers
+                .check_marker(batch.header().producer_id, m.coordinator_epoch)
+                .map(|()| Verdict::Append),
+            None => self.producers.check(&batch.header()),
+        };
+        match verdict {
             Ok(Verdict::Duplicate { base_offset }) => return Ok(Appended::Duplicate(base_offset)),
             Ok(Verdict::Append) => {}
             Err(e) => return Err(format!("{e:?}")),
@@ -238,9 +316,11 @@ impl SimReplica {
         Ok(Appended::New(batch.base))
     }
 
-    /// Appends a batch at the log end and notes its producer's sequence.
+    /// Appends a batch at the log end and notes it as `PartitionLog::plan_batches` does: its
+    /// producer's sequence or transaction, and an abort marker's index entry.
     fn push(&mut self, b: Batch) {
-        self.producers.record(&b.header(), 0);
+        let entry = txn_index::record(&mut self.producers, &b.header(), b.marker(), 0);
+        self.aborted.extend(entry);
         self.batches.push(b);
     }
 
@@ -316,9 +396,17 @@ impl SimReplica {
             .cut_point(self.log_end(), self.high_watermark, answer);
         if offset < self.log_end() {
             self.batches.retain(|b| b.end() <= offset);
-            self.producers.truncate(self.log_end());
             // A cut point inside a batch keeps none of it (the log cuts at batch bounds).
             let end = self.log_end();
+            // As `PartitionLog::truncate_to`: producer state rebuilt as of the cut, index
+            // entries of cut markers dropped.
+            if producer_state::truncation_rebuilds() {
+                let scanned: Vec<_> = self.batches.iter().map(Batch::scanned).collect();
+                self.producers = producer_state::rebuild(None, end, &scanned, 0);
+            } else {
+                self.producers.truncate(end);
+            }
+            self.aborted.retain(|e| e.last_offset < end);
             self.synced_end = self.synced_end.min(end);
             self.high_watermark = self.high_watermark.min(end);
             self.checked_to = self.checked_to.min(end);

@@ -10,13 +10,17 @@
 //!   that for availability), and at the end every leader does;
 //! - at most one replica leads a partition in one epoch;
 //! - no duplicate with idempotence: an idempotent producer's batch, however often it is
-//!   retried, is committed at one offset only.
+//!   retried, is committed at one offset only;
+//! - the aborted-transaction index agrees below the high watermark: a replica that commits a
+//!   marker holds the index entry for it that the first replica to commit it held (or none, as
+//!   it did).
 
 use super::checks::Violation;
 use super::clients::ClientEvent;
 use super::replica::Batch;
 use super::replication::{tp_name, Answer, Tp};
 use super::world::World;
+use crate::storage::txn_index::AbortedTxn;
 use std::collections::BTreeMap;
 
 /// What the replicas committed and the leaders acknowledged.
@@ -34,6 +38,9 @@ pub struct History {
     leader_hw: BTreeMap<(usize, Tp), (u64, i64)>,
     /// Partition → the newest leader epoch any node's catalog has shown.
     pub newest_epoch: BTreeMap<Tp, i32>,
+    /// (partition, marker offset) → the aborted-transaction index entry the first replica to
+    /// commit the marker held for it.
+    marker_entries: BTreeMap<(Tp, i64), Option<AbortedTxn>>,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Result<(), Violation> {
@@ -49,6 +56,59 @@ impl History {
     /// Whether `b` is the batch committed at its offset of `tp`.
     pub fn is_committed(&self, tp: Tp, b: &Batch) -> bool {
         self.committed.get(&(tp, b.base)) == Some(&(b.payload, b.count))
+    }
+
+    /// The committed batches of `tp` after offset `offset`, in order: (base, payload).
+    pub fn committed_after(&self, tp: Tp, offset: i64) -> impl Iterator<Item = (i64, u64)> + '_ {
+        let range = (tp, offset.saturating_add(1))..=(tp, i64::MAX);
+        self.committed
+            .range(range)
+            .map(|(&(_, base), &(payload, _))| (base, payload))
+    }
+
+    /// A committed batch `b` of `tp` on node `i` (whose aborted-transaction index is
+    /// `aborted`): a marker's index entry agrees with the first replica's to commit it; an
+    /// idempotent batch is committed at one offset only.
+    fn check_stamped(
+        &mut self,
+        i: usize,
+        tp: Tp,
+        b: &Batch,
+        aborted: &[AbortedTxn],
+    ) -> Result<(), Violation> {
+        if b.marker().is_some() {
+            let entry = aborted.iter().find(|e| e.last_offset == b.base).copied();
+            let first = *self.marker_entries.entry((tp, b.base)).or_insert(entry);
+            if first != entry {
+                let detail = format!(
+                    "{} on node {i}: the marker at {} ({:?}) has index entry {entry:?}; the first replica to commit it had {first:?}",
+                    tp_name(tp), b.base, b.stamp
+                );
+                return violation(
+                    "the aborted-transaction index agrees below the high watermark",
+                    detail,
+                );
+            }
+        } else if b.stamp.is_some() {
+            let at = *self.idempotent.entry(b.payload).or_insert((tp, b.base));
+            if at != (tp, b.base) {
+                let detail = format!(
+                    "{} on node {i}: payload {} ({:?}) committed at {} and at {}",
+                    tp_name(tp),
+                    b.payload,
+                    b.stamp,
+                    at.1,
+                    b.base
+                );
+                return violation("no duplicate with idempotence", detail);
+            }
+        }
+        Ok(())
+    }
+
+    /// Where an idempotent (or transactional) producer's batch `payload` was committed.
+    pub fn committed_at(&self, payload: u64) -> Option<(Tp, i64)> {
+        self.idempotent.get(&payload).copied()
     }
 }
 
@@ -103,24 +163,7 @@ impl World {
                     detail,
                 );
             }
-            if b.stamp.is_some() {
-                let at = *self
-                    .history
-                    .idempotent
-                    .entry(b.payload)
-                    .or_insert((tp, b.base));
-                if at != (tp, b.base) {
-                    let detail = format!(
-                        "{} on node {i}: payload {} ({:?}) committed at {} and at {}",
-                        tp_name(tp),
-                        b.payload,
-                        b.stamp,
-                        at.1,
-                        b.base
-                    );
-                    return violation("no duplicate with idempotence", detail);
-                }
-            }
+            self.history.check_stamped(i, tp, b, &r.aborted)?;
         }
         r.checked_to = r.checked_to.max(hw);
         Ok(())
@@ -204,36 +247,69 @@ impl World {
     }
 
     /// Acknowledges the acks=all produces their leader committed; drops those whose leader
-    /// lost its leadership (the producer is told NOT_LEADER_OR_FOLLOWER and retries).
+    /// lost its leadership (the producer is told NOT_LEADER_OR_FOLLOWER and retries) and the
+    /// broker's own writes past their deadline (its coordinator learns they failed).
     pub(super) fn answer_waiters(&mut self) {
         let mut keep = Vec::with_capacity(self.waiting.len());
+        let mut failed = Vec::new();
         for w in std::mem::take(&mut self.waiting) {
             let r = self.slots[w.node].partitions.replicas.get(&w.tp);
             let current = self.slots[w.node].node.is_some()
                 && r.is_some_and(|r| r.is_leader() && r.leader_generation == w.generation);
-            if !current {
-                continue;
-            }
-            if r.is_some_and(|r| r.high_watermark >= w.end) {
+            if r.is_some_and(|r| current && r.high_watermark >= w.end) {
                 self.history.acked.insert((w.tp, w.base), w.payload);
-                match w.answer {
-                    Answer::Nobody => {}
-                    Answer::Producer { producer, sequence } => {
-                        let acked = ClientEvent::Acked {
-                            producer,
-                            tp: w.tp,
-                            sequence,
-                        };
-                        self.answer_client(w.node, acked);
-                    }
-                    Answer::OffsetCommit { tp, offset } => {
-                        self.offset_committed(w.node, tp, offset)
-                    }
-                }
+                self.committed_answer(w.node, w.tp, w.answer);
+            } else if !current || self.clock_ms(w.node) >= w.deadline_ms {
+                failed.push((w.node, w.answer));
             } else {
                 keep.push(w);
             }
         }
         self.waiting = keep;
+        for (node, answer) in failed {
+            self.failed_answer(node, answer);
+        }
+    }
+
+    /// An acks=all write committed on leader `node`: who learns of it.
+    fn committed_answer(&mut self, node: usize, tp: Tp, answer: Answer) {
+        match answer {
+            Answer::Nobody => {}
+            Answer::Producer { producer, sequence } => {
+                let acked = ClientEvent::Acked {
+                    producer,
+                    tp,
+                    sequence,
+                };
+                self.answer_client(node, acked);
+            }
+            Answer::OffsetCommit { tp, offset } => self.offset_committed(node, tp, offset),
+            Answer::TxnRecords { tp, sequence } => {
+                self.answer_client(node, ClientEvent::TxnAcked { tp, sequence })
+            }
+            Answer::TxnState { id, record, then } => self.txn_persisted(node, &id, record, then),
+            Answer::Marker {
+                coordinator,
+                marker,
+            } => self.marker_answer(node, coordinator, marker, Ok(())),
+        }
+    }
+
+    /// An acks=all write that will not be acknowledged: its leader lost the leadership, or the
+    /// broker's own write timed out. Clients retry on their own; coordinators learn of it.
+    fn failed_answer(&mut self, node: usize, answer: Answer) {
+        match answer {
+            Answer::TxnState { id, record, then } => {
+                self.txn_persist_failed(node, &id, record, then)
+            }
+            Answer::Marker {
+                coordinator,
+                marker,
+            } => {
+                let why = "NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT".to_string();
+                self.marker_answer(node, coordinator, marker, Err(why))
+            }
+            _ => {}
+        }
     }
 }

@@ -74,10 +74,13 @@ pub struct Waiting {
     pub payload: u64,
     pub generation: u64,
     pub answer: Answer,
+    /// Given up on then (node `node`'s clock), as the broker's own appends time out; never for
+    /// a client's produce (the client retries on its own).
+    pub deadline_ms: u64,
 }
 
 /// Who learns of an acks=all produce's commit.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Answer {
     /// A plain producer: the history only.
     Nobody,
@@ -85,6 +88,19 @@ pub enum Answer {
     Producer { producer: usize, sequence: i32 },
     /// The coordinator's cache and the committing client, of this offset of `tp`.
     OffsetCommit { tp: Tp, offset: i64 },
+    /// The transactional producer, of its batch of `tp` at `sequence`.
+    TxnRecords { tp: Tp, sequence: i32 },
+    /// The transaction coordinator on this node: `record` of `id` is durable, then `then`.
+    TxnState {
+        id: String,
+        record: crate::txn::state::TxnRecord,
+        then: super::txns::AfterPersist,
+    },
+    /// The coordinator on node `coordinator`: the marker it asked for is committed.
+    Marker {
+        coordinator: usize,
+        marker: super::txns::MarkerRequest,
+    },
 }
 
 impl World {
@@ -98,6 +114,7 @@ impl World {
         self.ask_for_isr(i);
         self.follow_offsets_leadership(i);
         self.coordinator_tick(i);
+        self.txn_tick(i);
         let parts = &mut self.slots[i].partitions;
         if self.now_ms >= parts.checkpointed_ms + HW_CHECKPOINT_MS {
             parts.checkpointed_ms = self.now_ms;

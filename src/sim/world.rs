@@ -17,6 +17,8 @@ use super::node::{SimNode, Wire};
 use super::replica_checks::History;
 use super::replication::{NodeReplicas, Waiting};
 use super::trace::Trace;
+use super::txn_client::TxnClient;
+use super::txns::{SimTxnCoordinator, TxnRecords};
 use crate::config::{Config, Voter};
 use crate::controller::ControllerOp;
 use rand::{Rng, SeedableRng};
@@ -74,6 +76,8 @@ pub struct Slot {
     pub partitions: NodeReplicas,
     /// The group coordinator of the running process.
     pub coordinator: Option<SimCoordinator>,
+    /// The transaction coordinator of the running process.
+    pub txn: Option<SimTxnCoordinator>,
 }
 
 impl Slot {
@@ -98,6 +102,8 @@ pub struct Stats {
     pub offsets_committed: u64,
     pub offsets_fetched: u64,
     pub generations_joined: u64,
+    pub txns_ended: u64,
+    pub read_committed: u64,
 }
 
 pub struct World {
@@ -119,6 +125,11 @@ pub struct World {
     pub history: History,
     pub clients: Clients,
     pub groups: Groups,
+    pub txns: TxnRecords,
+    pub txn_client: TxnClient,
+    /// Transactional batches read_committed returned before their marker was committed:
+    /// (partition, offset, producer id, the leader that returned it).
+    pub unresolved_reads: Vec<(super::replication::Tp, i64, i64, usize)>,
 }
 
 impl World {
@@ -161,6 +172,7 @@ impl World {
                     run: 0,
                     partitions: NodeReplicas::default(),
                     coordinator: None,
+                    txn: None,
                 }
             })
             .collect();
@@ -183,7 +195,15 @@ impl World {
             history: History::default(),
             clients: Clients::new(),
             groups: Groups::default(),
+            txns: TxnRecords::default(),
+            txn_client: TxnClient::default(),
+            unresolved_reads: Vec::new(),
         }
+    }
+
+    /// When operations (and new transactions) stop: before the quiet phase's second half.
+    pub fn operations_until_ms(&self) -> u64 {
+        self.operations_until_ms
     }
 
     /// Schedules `event` `after_ms` from now, for the current run of its node.
@@ -220,6 +240,7 @@ impl World {
             self.dispatch(run, event)?;
         }
         self.stats.committed = self.checker.committed_entries() as u64;
+        self.stats.txns_ended = self.txn_client.ended;
         super::converged(self)
     }
 
@@ -313,6 +334,8 @@ impl World {
         let coordinator =
             SimCoordinator::new(self.clock_ms(i), &self.slots[i].config, self.rng.gen());
         self.slots[i].coordinator = Some(coordinator);
+        let txn = SimTxnCoordinator::new(&self.slots[i].config, self.clock_ms(i));
+        self.slots[i].txn = Some(txn);
         self.draw_election_timeout(i);
         self.schedule(self.tick_ms(i), Event::Tick(i));
         self.schedule(DUTIES_MS, Event::Duties(i));
@@ -327,6 +350,7 @@ impl World {
             return;
         }
         self.slots[i].coordinator = None;
+        self.slots[i].txn = None;
         for event in std::mem::take(&mut self.slots[i].held) {
             self.lost(&event);
         }
@@ -488,6 +512,19 @@ impl World {
                 answer,
             } => self.on_epoch_answer(to, tp, epoch, latest, answer),
             Wire::IsrRefused(change) => self.on_isr_refused(to, change),
+            Wire::Txn { request, op } => {
+                self.on_txn_request(to, request, op);
+                Ok(())
+            }
+            Wire::WriteMarker(marker) => {
+                self.on_write_marker(to, marker);
+                Ok(())
+            }
+            Wire::MarkerWritten { marker, result } => {
+                self.on_marker_written(to, marker, result);
+                Ok(())
+            }
+            Wire::ConsumeCommitted { tp, offset } => self.on_consume_committed(to, tp, offset),
             other => unreachable!("not a replication message: {other:?}"),
         }
     }
@@ -583,6 +620,8 @@ impl World {
             18..=19 => self.commit_offset(i),
             20 => self.fetch_offset(i),
             21..=23 => self.member_step(i),
+            24..=28 => self.txn_step(i),
+            29..=30 => self.consume_committed(i),
             _ => self.produce(i),
         }
         self.after_raft_input(i)
@@ -593,12 +632,13 @@ impl World {
         if self.topics_created >= 8 {
             return;
         }
-        // The first holds the group offsets (one partition, never unclean).
-        let first = self.topics_created == 0;
-        let name = if first {
-            crate::storage::catalog::OFFSETS_TOPIC.to_string()
-        } else {
-            format!("t{}", self.topics_created)
+        // The first holds the group offsets, the second transactions' states (one partition
+        // each, never unclean).
+        let first = self.topics_created < 2;
+        let name = match self.topics_created {
+            0 => crate::storage::catalog::OFFSETS_TOPIC.to_string(),
+            1 => crate::storage::catalog::TXN_STATE_TOPIC.to_string(),
+            n => format!("t{n}"),
         };
         let id: [u8; 16] = self.rng.gen();
         let partitions = if first { 1 } else { self.rng.gen_range(1..=3) };
@@ -670,6 +710,8 @@ fn node_config(id: i32, voters: &[Voter]) -> Config {
         ..Config::default()
     };
     config.cluster.snapshot_after_entries = 64;
+    // Transactions past their timeout are aborted within a second, well inside a run.
+    config.transactions.check_interval_ms = 1_000;
     config.voters = voters
         .iter()
         .map(|v| format!("{}@{}", v.id, v.rpc))

@@ -17,6 +17,7 @@
 //! `RefCell` borrow is held across an await.
 
 use super::epochs::LeaderEpochs;
+use super::producer_snapshots;
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
@@ -157,6 +158,8 @@ pub struct AppendPlan {
     /// The abort markers among the batches, as index entries: synced before the batches are
     /// written (see `txn_index.rs`).
     aborted: Vec<AbortedTxn>,
+    /// When it was planned (producer state's last update; an undo's rebuild).
+    now_ms: u64,
 }
 
 /// The broker-owned header fields a leader's append writes into each batch.
@@ -318,8 +321,8 @@ impl PartitionLog {
         let log_start_offset = super::retention::read_log_start(&dir)
             .unwrap_or(i64::MIN)
             .clamp(segments[0].meta.base_offset, high_watermark.offset);
-        let producers =
-            rebuild_producers(&dir, high_watermark.offset, recovered.idempotent, now_ms);
+        let sources = producer_sources(&dir, &segments, high_watermark.offset);
+        let producers = rebuild_producers(sources, high_watermark.offset, now_ms).await?;
         let epochs = LeaderEpochs::load(&dir, high_watermark.offset);
         let aborted = load_aborted(&dir, &segments, log_start_offset, high_watermark.offset)?;
         Ok(PartitionLog {
@@ -455,7 +458,7 @@ impl PartitionLog {
             offset: base,
             producers: log.borrow().producers.to_entries(),
         };
-        write_snapshot(&dir, &snapshot).await?;
+        producer_snapshots::write(&dir, &snapshot).await?;
         write_indexes(&dir, closing_base, offset_index, time_index).await?;
         let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
         sync_dir(&dir).await?;
@@ -546,14 +549,16 @@ impl PartitionLog {
             segment
                 .meta
                 .note_batch(&assigned, position + at as u64, interval);
-            let first = (assigned.is_transactional() && assigned.is_control())
-                .then(|| self.producers.txn_first_offset(assigned.producer_id))
-                .flatten();
-            self.producers.record(&assigned, now_ms as i64);
-            if assigned.is_control() {
-                let bytes = &records[at..at + h.size_bytes];
-                aborted.extend(note_marker(&mut self.producers, &assigned, bytes, first));
-            }
+            let marker = assigned
+                .is_control()
+                .then(|| txn_index::Marker::of(&records[at..at + h.size_bytes]));
+            let producers = &mut self.producers;
+            aborted.extend(txn_index::record(
+                producers,
+                &assigned,
+                marker,
+                now_ms as i64,
+            ));
             next = assigned.next_offset();
             at += h.size_bytes;
             if self.ends.len() < MAX_TRACKED_ENDS {
@@ -584,6 +589,7 @@ impl PartitionLog {
             log_append_time_ms: stamp.and_then(|s| s.append_time).unwrap_or(-1),
             end,
             aborted,
+            now_ms,
         }
     }
 
@@ -625,7 +631,7 @@ impl PartitionLog {
                 log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
             }
         }
-        if let Err(undo) = PartitionLog::truncate_to(log, plan.base_offset).await {
+        if let Err(undo) = PartitionLog::truncate_to(log, plan.base_offset, plan.now_ms).await {
             log::error!(
                 "partition {}: cannot undo a failed append ({undo}); offline until restart",
                 log.borrow().dir.display()
@@ -868,17 +874,19 @@ impl PartitionLog {
                 producers: l.producers.to_entries(),
             }
         };
-        write_snapshot(&dir, &snapshot).await?;
+        producer_snapshots::write(&dir, &snapshot).await?;
         write_file(&dir.join(CLEAN_MARKER), Vec::new()).await?;
         sync_dir(&dir).await
     }
 
     /// Removes every record at or after `offset` (rounded down to the batch holding it), for
     /// replication's divergence handling and for undoing a failed write. Later segments are
-    /// deleted. The caller holds the partition's append lock, so no append interleaves.
+    /// deleted; producer state is rebuilt as of the cut (`producer_snapshots`), at `now_ms`.
+    /// The caller holds the partition's append lock, so no append interleaves.
     pub async fn truncate_to(
         log: &std::cell::RefCell<PartitionLog>,
         offset: i64,
+        now_ms: u64,
     ) -> std::io::Result<()> {
         let (dir, doomed, keep_file, (from, size)) = {
             let mut l = log.borrow_mut();
@@ -922,10 +930,10 @@ impl PartitionLog {
             segment_base: meta.base_offset,
             file_position: meta.size_bytes,
         };
+        log.borrow_mut().segments.last_mut().expect("segment").meta = meta;
+        Self::producers_after_cut(log, end.offset, now_ms).await?;
         let mut guard = log.borrow_mut();
         let l = &mut *guard;
-        l.segments.last_mut().expect("segment").meta = meta;
-        l.producers.truncate(end.offset);
         l.clamp_positions(end);
         while l.ends.back().is_some_and(|e| e.offset > end.offset) {
             l.ends.pop_back();
@@ -938,6 +946,27 @@ impl PartitionLog {
         if l.epochs.truncate_from(end.offset) {
             l.epochs.save(&dir)?;
         }
+        Ok(())
+    }
+
+    /// Producer state as a log that never held the cut tail has it: rebuilt from a snapshot at
+    /// or below `end` and the batches between. Snapshots past the cut go with it.
+    async fn producers_after_cut(
+        log: &std::cell::RefCell<PartitionLog>,
+        end: i64,
+        now_ms: u64,
+    ) -> std::io::Result<()> {
+        let dir = log.borrow().dir.clone();
+        producer_snapshots::remove_above(&dir, end)?;
+        if !producer_state::truncation_rebuilds() {
+            log.borrow_mut().producers.truncate(end);
+            return Ok(());
+        }
+        let sources = producer_sources(&dir, &log.borrow().segments, end);
+        let producers = rebuild_producers(sources, end, now_ms).await?;
+        let mut l = log.borrow_mut();
+        assert_eq!(l.log_end_offset(), end, "no append during a truncation");
+        l.producers = producers;
         Ok(())
     }
 
@@ -1020,39 +1049,46 @@ fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
     }
 }
 
-/// A marker `h` (its batch `bytes`) just recorded in `producers`: its coordinator epoch noted,
-/// and for an abort of a transaction that wrote here (from `first`), the aborted-transaction
-/// index entry to append.
-fn note_marker(
-    producers: &mut ProducerTable,
-    h: &BatchHeader,
-    bytes: &[u8],
-    first: Option<i64>,
-) -> Option<AbortedTxn> {
-    let coordinator_epoch = crate::protocol::control::coordinator_epoch(bytes);
-    producers.note_coordinator_epoch(h.producer_id, coordinator_epoch.unwrap_or(-1));
-    let first_offset = first?;
-    let aborts = crate::protocol::control::commits(bytes) == Some(false);
-    aborts.then(|| AbortedTxn {
-        producer_id: h.producer_id,
-        first_offset,
-        last_offset: h.base_offset,
-        last_stable_offset: producers.first_unstable_offset().unwrap_or(h.next_offset()),
-    })
+/// What producer state as of `end` is rebuilt from: the newest snapshot at or below it, and
+/// the segments' bytes from the snapshot's offset (the index entry before it) on.
+fn producer_sources(
+    dir: &Path,
+    segments: &[Segment],
+    end: i64,
+) -> (Option<Snapshot>, Vec<producer_snapshots::Span>) {
+    let snapshot = producer_snapshots::newest_at_or_below(dir, end);
+    let from = snapshot.as_ref().map_or(i64::MIN, |s| s.offset);
+    let spans = segments
+        .iter()
+        .filter(|s| s.meta.next_offset > from)
+        .map(|s| {
+            let m = &s.meta;
+            let relative = (from.max(m.base_offset) - m.base_offset) as u32;
+            producer_snapshots::Span {
+                file: s.file.clone(),
+                from_position: m.offset_index.lookup(relative).1 as u64,
+                to_position: m.size_bytes,
+            }
+        })
+        .collect();
+    (snapshot, spans)
 }
 
-/// Producer state as of the log end (`producer_state::rebuild`), from the snapshot file and
-/// the idempotent batches recovery scanned.
-fn rebuild_producers(
-    dir: &Path,
-    log_end: i64,
-    scanned: Vec<producer_state::Scanned>,
+/// Producer state as of `end` (`producer_state::rebuild`): the snapshot, then the idempotent
+/// batches read back from the log past it.
+async fn rebuild_producers(
+    (snapshot, spans): (Option<Snapshot>, Vec<producer_snapshots::Span>),
+    end: i64,
     now_ms: u64,
-) -> ProducerTable {
-    let snapshot = std::fs::read(dir.join(producer_state::SNAPSHOT_FILE))
-        .ok()
-        .and_then(|raw| producer_state::decode_snapshot(&raw));
-    producer_state::rebuild(snapshot, log_end, &scanned, now_ms as i64)
+) -> std::io::Result<ProducerTable> {
+    let from = snapshot.as_ref().map_or(i64::MIN, |s| s.offset);
+    let scanned = producer_snapshots::scan(&spans, from).await?;
+    Ok(producer_state::rebuild(
+        snapshot,
+        end,
+        &scanned,
+        now_ms as i64,
+    ))
 }
 
 /// The aborted-transaction index as recovery left the log (entries of markers it kept); a
@@ -1077,13 +1113,6 @@ fn load_aborted(
     );
     txn_index::rewrite(dir, &rebuilt)?;
     Ok(rebuilt)
-}
-
-/// Writes the producer snapshot next to the segments, replacing the previous one atomically.
-async fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{}.tmp", producer_state::SNAPSHOT_FILE));
-    write_file(&tmp, producer_state::encode_snapshot(snapshot)).await?;
-    std::fs::rename(&tmp, dir.join(producer_state::SNAPSHOT_FILE))
 }
 
 /// Writes the two index files of the segment at `base`, from bytes taken while the log was
@@ -1374,7 +1403,7 @@ mod tests {
             sync(&log).await;
             let segments_before = log.borrow().segments.len();
             // Offset 40 sits inside the batch [39, 41]: that whole batch goes.
-            PartitionLog::truncate_to(&log, 40).await.unwrap();
+            PartitionLog::truncate_to(&log, 40, 0).await.unwrap();
             assert_eq!(log.borrow().log_end_offset(), 39);
             assert_eq!(log.borrow().high_watermark(), 39);
             assert!(log.borrow().segments.len() < segments_before);
@@ -1396,6 +1425,108 @@ mod tests {
                 (0..41).collect::<Vec<_>>()
             );
         });
+    }
+
+    /// A batch of `producer_id`'s transaction at `sequence` (or, with `commit`, its marker),
+    /// at `base_offset` in leader epoch `leader_epoch`, as a leader wrote it.
+    fn txn_batch(
+        base_offset: i64,
+        leader_epoch: i32,
+        sequence: i32,
+        commit: Option<bool>,
+    ) -> Bytes {
+        use crate::protocol::control;
+        let mut b = match commit {
+            Some(commit) => control::marker(7, 0, commit, 0, 1000),
+            None => control::transactional(&[(None, Some(&b"v"[..])); 3], 7, 0, 1000),
+        };
+        if commit.is_none() {
+            b[53..57].copy_from_slice(&sequence.to_be_bytes());
+        }
+        b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        b[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+        batch::seal(&mut b);
+        Bytes::from(b)
+    }
+
+    /// Appends `b` as a follower does (offsets and epochs as the leader wrote them).
+    async fn append_replica(log: &RefCell<PartitionLog>, b: Bytes) {
+        let headers = batch::validate_all(&b).unwrap();
+        if log.borrow().needs_roll(b.len() as u64, 1, 0) {
+            PartitionLog::roll(log, 0).await.unwrap();
+        }
+        let plan = log.borrow_mut().prepare_replica_append(&b, &headers, 0);
+        PartitionLog::write(log, plan).await.unwrap();
+    }
+
+    /// Producer state without the times of its last updates (which differ between replicas).
+    fn producers_of(log: &RefCell<PartitionLog>) -> Vec<producer_state::ProducerEntry> {
+        let mut entries = log.borrow().producers.to_entries();
+        entries.iter_mut().for_each(|e| e.last_update_ms = 0);
+        entries.sort_by_key(|e| e.producer_id);
+        entries
+    }
+
+    /// Issue 36's first bug. A replica that led in epoch 0, wrote a transaction (offsets 0..9
+    /// in three batches) and an abort marker at 9 that no other replica got, then was truncated
+    /// back to 9 (KIP-279) and took the new leader's abort marker from epoch 1, holds what a
+    /// replica that never diverged holds: the same producer state and aborted-transaction
+    /// index, so a read_committed fetch through it names the aborted transaction. With a roll
+    /// inside the transaction (its snapshot is below the cut) and without (none is); with and
+    /// without a clean restart before the truncation (its snapshot, as of the log end, lies
+    /// past the cut).
+    #[test]
+    fn a_truncated_replica_reopens_the_transaction_its_cut_marker_had_closed() {
+        for (segment_bytes, restart) in
+            [(250, false), (250, true), (1 << 20, false), (1 << 20, true)]
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().to_path_buf();
+            run(move || async move {
+                let open = |name: &str| {
+                    let p = path.join(name);
+                    async move {
+                        let log = PartitionLog::open(p, settings(segment_bytes), 0, 0).await;
+                        RefCell::new(log.unwrap())
+                    }
+                };
+                let never = open("never").await;
+                let diverged = open("diverged").await;
+                for log in [&never, &diverged] {
+                    for base in [0, 3, 6] {
+                        append_replica(log, txn_batch(base, 0, base as i32, None)).await;
+                    }
+                }
+                append_replica(&diverged, txn_batch(9, 0, 0, Some(false))).await;
+                let diverged = if restart {
+                    PartitionLog::close(&diverged).await.unwrap();
+                    open("diverged").await
+                } else {
+                    diverged
+                };
+                PartitionLog::truncate_to(&diverged, 9, 0).await.unwrap();
+                assert_eq!(
+                    diverged.borrow().aborted,
+                    Vec::new(),
+                    "the cut marker's entry goes"
+                );
+                assert_eq!(
+                    producers_of(&diverged),
+                    producers_of(&never),
+                    "as of offset 9"
+                );
+                assert_eq!(diverged.borrow().producers.first_unstable_offset(), Some(0));
+                for log in [&never, &diverged] {
+                    append_replica(log, txn_batch(9, 1, 0, Some(false))).await;
+                }
+                assert_eq!(producers_of(&diverged), producers_of(&never));
+                let entries = never.borrow().aborted.clone();
+                assert_eq!(entries.len(), 1);
+                assert_eq!(diverged.borrow().aborted, entries);
+                let carried = txn_index::aborted_between(&diverged.borrow().aborted, 0, 10);
+                assert_eq!(carried, vec![(7, 0)], "read_committed drops offsets 0..9");
+            });
+        }
     }
 
     #[test]

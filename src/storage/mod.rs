@@ -8,6 +8,7 @@ pub mod hw_checkpoint;
 pub mod index;
 pub mod journal;
 pub mod log;
+pub mod producer_snapshots;
 pub mod producer_state;
 pub mod read;
 pub mod recovery;

@@ -178,9 +178,13 @@ impl ProducerTable {
 
     /// A marker of (`producer_id`, `epoch`) ends its transaction here: the transaction's first
     /// offset, if it wrote anything (a partition added to a transaction may get only the
-    /// marker).
+    /// marker). A producer not known here becomes known at the marker's epoch, as in Kafka: a
+    /// write of an older epoch that arrives after the marker (one verified before a timeout's
+    /// abort bumped the epoch) is then refused as fenced, rather than opening a transaction
+    /// that no coordinator will ever end.
     pub fn end_txn(&mut self, producer_id: i64, epoch: i16, now_ms: i64) -> Option<i64> {
-        let p = self.producers.get_mut(&producer_id)?;
+        self.make_room(producer_id);
+        let p = self.producer(producer_id, epoch, now_ms);
         // A marker's epoch is the coordinator's (bumped when it fenced the producer).
         if epoch > p.epoch {
             p.epoch = epoch;
@@ -194,7 +198,7 @@ impl ProducerTable {
 
     /// A marker of `producer_id`'s, written by a coordinator of `coordinator_epoch` (read from
     /// the marker itself), was recorded: markers from older coordinators are fenced from now
-    /// on (`check_marker`). A producer not known here has nothing to fence.
+    /// on (`check_marker`).
     pub fn note_coordinator_epoch(&mut self, producer_id: i64, coordinator_epoch: i32) {
         if let Some(p) = self.producers.get_mut(&producer_id) {
             p.coordinator_epoch = p.coordinator_epoch.max(coordinator_epoch);
@@ -247,8 +251,18 @@ impl ProducerTable {
         before - self.producers.len()
     }
 
-    /// Forgets batches at or after `offset` (after the log was truncated there), and
-    /// transactions that began there.
+    /// Takes a batch read back from the log (a restart, a truncation): as `record`, and a
+    /// marker's coordinator epoch (`coordinator_epoch`, -1 for other batches).
+    pub fn replay(&mut self, h: &BatchHeader, coordinator_epoch: i32, now_ms: i64) {
+        self.record(h, now_ms);
+        if h.is_control() {
+            self.note_coordinator_epoch(h.producer_id, coordinator_epoch);
+        }
+    }
+
+    /// Forgets batches at or after `offset` and transactions that began there: what a log
+    /// truncated there did before it rebuilt its state (`truncation_rebuilds`), kept only as
+    /// the simulator's planted bug.
     pub fn truncate(&mut self, offset: i64) {
         for p in self.producers.values_mut() {
             p.batches.retain(|b| b.last_offset < offset);
@@ -319,12 +333,19 @@ pub fn rebuild(
         .map(|s| ProducerTable::from_entries(s.producers))
         .unwrap_or_default();
     for (h, coordinator_epoch) in scanned.iter().filter(|(h, _)| h.base_offset >= from) {
-        table.record(h, now_ms);
-        if h.is_control() {
-            table.note_coordinator_epoch(h.producer_id, *coordinator_epoch);
-        }
+        table.replay(h, *coordinator_epoch, now_ms);
     }
     table
+}
+
+/// Whether a truncated log rebuilds its producer state (from a snapshot at or below the cut
+/// and the batches between, as `rebuild` does after a restart) rather than forgetting what lies
+/// past the cut (`ProducerTable::truncate`, only a planted bug's): forgetting cannot reopen a
+/// transaction that a marker in the cut tail had closed, so when the new leader's marker for
+/// it arrives, the replica writes no aborted-transaction index entry and read_committed through
+/// it returns the aborted records.
+pub fn truncation_rebuilds() -> bool {
+    !crate::inject::active(crate::inject::Bug::TruncationKeepsClosedTransactions)
 }
 
 /// A snapshot file: the table as of `offset` (every batch below it is reflected).
@@ -334,7 +355,6 @@ pub struct Snapshot {
     pub producers: Vec<ProducerEntry>,
 }
 
-pub const SNAPSHOT_FILE: &str = "producer.snapshot";
 /// Snapshot files from version 2 on begin with this and a version byte; version 1 files (no
 /// transactions) are the rkyv bytes alone. Version 3 adds the coordinator epoch.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
@@ -576,6 +596,31 @@ mod tests {
         assert_eq!(
             ProducerTable::from_entries(back.producers).first_unstable_offset(),
             Some(7)
+        );
+    }
+
+    /// A timeout's abort bumps the epoch and writes a marker to every partition of the
+    /// transaction, also those the producer's records have not reached yet: a record verified
+    /// before the abort and written after it is fenced, not the start of a transaction no
+    /// coordinator will end (found by the simulator).
+    #[test]
+    fn a_marker_makes_its_producer_known_so_that_a_late_older_write_is_fenced() {
+        let mut t = ProducerTable::default();
+        assert_eq!(t.end_txn(9, 3, 0), None, "nothing was ongoing here");
+        assert_eq!(t.epoch_of(9), Some(3));
+        assert_eq!(
+            t.check(&txn(9, 0, 1, 0)),
+            Err(ResponseError::InvalidProducerEpoch),
+            "epoch 0, written before the bump"
+        );
+        assert_eq!(t.first_unstable_offset(), None);
+        assert_eq!(
+            t.check(&BatchHeader {
+                producer_epoch: 3,
+                ..txn(9, 0, 1, 0)
+            }),
+            Ok(Verdict::Append),
+            "the bumped epoch starts its sequences here"
         );
     }
 

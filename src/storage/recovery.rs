@@ -9,7 +9,6 @@
 //!   by scanning batch headers.
 
 use super::index::{OffsetIndex, TimeIndex};
-use super::producer_state::Scanned;
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
 use super::txn_index::{self, AbortedTxn, Rebuilder};
 use crate::protocol::batch::{self, HEADER_BYTES};
@@ -26,8 +25,6 @@ pub struct Recovered {
     pub segments: Vec<SegmentMeta>,
     /// Bytes cut from the tail, for the log line and for tests.
     pub truncated_bytes: u64,
-    /// Headers of the idempotent batches scanned, in log order, to rebuild producer state.
-    pub idempotent: Vec<Scanned>,
 }
 
 /// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
@@ -47,7 +44,6 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
     let mut out = Recovered {
         segments: Vec::with_capacity(bases.len()),
         truncated_bytes: 0,
-        idempotent: Vec::new(),
     };
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == bases.len();
@@ -59,7 +55,6 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
             base,
             (file_len, trust_indexes, is_last),
             (interval, now_ms),
-            &mut out.idempotent,
         )?;
         out.segments.push(meta);
         if valid_end < file_len {
@@ -95,7 +90,6 @@ fn recover_segment(
     base: i64,
     shape: (u64, bool, bool),
     settings: (u32, u64),
-    idempotent: &mut Vec<Scanned>,
 ) -> io::Result<(SegmentMeta, u64, Option<&'static str>)> {
     let ((file_len, trust_indexes, is_last), (interval, now_ms)) = (shape, settings);
     let path = SegmentMeta::log_path(dir, base);
@@ -113,7 +107,7 @@ fn recover_segment(
         }
         None => (SegmentMeta::new(base, now_ms), 0),
     };
-    let mut found = scan(&path, scan_from, &mut meta, interval, is_last, idempotent)?;
+    let mut found = scan(&path, scan_from, &mut meta, interval, is_last)?;
     if indexed && found.valid_end < file_len {
         // The index may be what is wrong (bit rot, a stale file): before cutting data,
         // rebuild from the segment alone, which trusts only the batches themselves.
@@ -123,8 +117,7 @@ fn recover_segment(
             found.valid_end
         );
         meta = SegmentMeta::new(base, now_ms);
-        idempotent.retain(|(h, _)| h.base_offset < base);
-        found = scan(&path, 0, &mut meta, interval, is_last, idempotent)?;
+        found = scan(&path, 0, &mut meta, interval, is_last)?;
     }
     Ok((meta, found.valid_end, found.reason))
 }
@@ -168,15 +161,14 @@ struct Scan {
 }
 
 /// Reads batches from `from` to the end of the file, noting each in `meta`. Stops at the first
-/// batch that is torn, structurally invalid, or (with `check_crc`) corrupt. Idempotent batches'
-/// headers are added to `idempotent`.
+/// batch that is torn, structurally invalid, or (with `check_crc`) corrupt. (Producer state is
+/// read back from the recovered log afterwards: `producer_snapshots`.)
 fn scan(
     path: &Path,
     from: u64,
     meta: &mut SegmentMeta,
     interval: u32,
     check_crc: bool,
-    idempotent: &mut Vec<Scanned>,
 ) -> io::Result<Scan> {
     let mut file = File::open(path)?;
     let file_len = file.metadata()?.len();
@@ -229,13 +221,6 @@ fn scan(
             return bad("offsets run past what the segment can index");
         }
         meta.note_batch(&header, pos, interval);
-        if header.is_idempotent() {
-            let coordinator_epoch = header
-                .is_control()
-                .then(|| crate::protocol::control::coordinator_epoch(&buf))
-                .flatten();
-            idempotent.push((header, coordinator_epoch.unwrap_or(-1)));
-        }
         expected_base = header.next_offset();
         pos += size as u64;
     }

@@ -12,6 +12,7 @@
 //! the log's batches (`Rebuilder`, via `storage::recovery::rebuild_aborted`).
 
 use super::disk::sync_dir;
+use super::producer_state::ProducerTable;
 use crate::protocol::batch::BatchHeader;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,49 @@ pub fn decode(raw: &[u8]) -> (Vec<AbortedTxn>, bool) {
     }
     let intact = chunks.remainder().is_empty();
     (out, intact)
+}
+
+/// What a control batch says, as far as producer state and this index care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    /// The transaction coordinator's epoch it carries (-1: none).
+    pub coordinator_epoch: i32,
+    /// Commit or abort; None when its record is not a marker this broker knows.
+    pub commits: Option<bool>,
+}
+
+impl Marker {
+    /// What the control batch `bytes` says.
+    pub fn of(bytes: &[u8]) -> Marker {
+        Marker {
+            coordinator_epoch: crate::protocol::control::coordinator_epoch(bytes).unwrap_or(-1),
+            commits: crate::protocol::control::commits(bytes),
+        }
+    }
+}
+
+/// Records batch `h`, just given its offsets, in `producers` (`marker`: what it says, when it
+/// is a control batch). For the abort marker of a transaction that wrote here, returns its
+/// entry, which must be in the index before the marker is written.
+pub fn record(
+    producers: &mut ProducerTable,
+    h: &BatchHeader,
+    marker: Option<Marker>,
+    now_ms: i64,
+) -> Option<AbortedTxn> {
+    let first = (h.is_transactional() && h.is_control())
+        .then(|| producers.txn_first_offset(h.producer_id))
+        .flatten();
+    producers.record(h, now_ms);
+    let marker = marker.filter(|_| h.is_control())?;
+    producers.note_coordinator_epoch(h.producer_id, marker.coordinator_epoch);
+    let first_offset = first?;
+    (marker.commits == Some(false)).then(|| AbortedTxn {
+        producer_id: h.producer_id,
+        first_offset,
+        last_offset: h.base_offset,
+        last_stable_offset: producers.first_unstable_offset().unwrap_or(h.next_offset()),
+    })
 }
 
 /// What a read_committed fetch returning offsets `from..upper` carries: the aborted

@@ -18,6 +18,9 @@ use std::rc::Rc;
 const COMMIT_TIMEOUT_MS: u64 = 30_000;
 /// How long a failed marker write waits before it is tried again.
 const RETRY_MS: u64 = 100;
+/// The longest wait before a failed completion is written again: the transaction's id answers
+/// CONCURRENT_TRANSACTIONS meanwhile, so it must complete soon after a quorum is back.
+const RETRY_MAX_MS: u64 = 1_000;
 
 /// Writes `markers` to every partition of the transaction (retrying until each is committed or
 /// the transaction moved on), then persists its completion. Runs in the background: the
@@ -35,18 +38,42 @@ pub fn spawn(shard: &Rc<Shard>, markers: Markers) {
         if written.iter().any(|w| !w) {
             return; // the transaction moved on, or the shard stops: nothing to complete
         }
-        let now_ms = shard.clock().wall_ms() as i64;
-        let step = shard
-            .service::<TxnService>()
-            .coordinator
-            .borrow_mut()
-            .markers_written(&markers, now_ms);
-        if let Some(step) = step {
-            // A failure leaves the Prepare state: the markers are written again after a load.
-            let _ = persist(&shard, &markers.transactional_id, step).await;
-        }
+        complete(&shard, &markers).await;
     })
     .detach();
+}
+
+/// Persists the completion of `markers`' transaction, whose markers are all written; a failed
+/// write (too few in-sync replicas of `__transaction_state`, say) is tried again, backing off
+/// up to `RETRY_MAX_MS`, for as long as `retries_completion` allows: until it succeeds, this
+/// coordinator no longer holds the transaction, or the shard stops.
+async fn complete(shard: &Rc<Shard>, markers: &Markers) {
+    let service = shard.service::<TxnService>();
+    let id = &markers.transactional_id;
+    for failures in 1u32.. {
+        let now_ms = shard.clock().wall_ms() as i64;
+        let step = service
+            .coordinator
+            .borrow_mut()
+            .markers_written(markers, now_ms);
+        let Some(step) = step else {
+            return; // completed, or moved on
+        };
+        if persist(shard, id, step).await.is_ok() {
+            if failures > 1 {
+                log::info!("transactional id {id}: completion persisted after {failures} tries");
+            }
+            return;
+        }
+        if !service.coordinator.borrow().retries_completion(markers) || shard.is_shutting_down() {
+            return;
+        }
+        if failures == 1 || failures.is_multiple_of(50) {
+            log::warn!("transactional id {id}: completion not persisted after {failures} tries; trying again");
+        }
+        let backoff_ms = (RETRY_MS << failures.min(4)).min(RETRY_MAX_MS);
+        shard.housekeeping_sleep(backoff_ms).await;
+    }
 }
 
 /// Writes one partition's marker, retrying until it is committed (true) or the transaction

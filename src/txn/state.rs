@@ -610,6 +610,15 @@ impl Coordinator {
         })
     }
 
+    /// Whether a failed write of the completion of `markers`' transaction is tried again: for
+    /// as long as this coordinator holds the transaction prepared with those markers (Kafka
+    /// retries until the write succeeds or the coordinator loses its epoch). A completion given
+    /// up on leaves the id answering CONCURRENT_TRANSACTIONS until its coordinator moves.
+    pub fn retries_completion(&self, markers: &Markers) -> bool {
+        !crate::inject::active(crate::inject::Bug::CompletionNotRetried)
+            && self.markers(&markers.transactional_id).as_ref() == Some(markers)
+    }
+
     /// Every marker of `markers` is written: the transaction completes.
     pub fn markers_written(&mut self, markers: &Markers, now_ms: i64) -> Option<Step> {
         let t = self.txns.get(&markers.transactional_id)?;
