@@ -140,6 +140,26 @@ mod tests {
         );
     }
 
+    /// Issue 36: the controller's duty loop commits a fencing; one that fails (no quorum) is
+    /// not remembered anywhere but the catalog, so the broker is listed again at every pass
+    /// until its record says fenced.
+    #[test]
+    fn a_fencing_not_committed_is_asked_for_again() {
+        let mut s = Sessions::default();
+        let b = broker(1, 7, false);
+        s.take_over(std::slice::from_ref(&b), 0);
+        for pass_ms in [200, 250, 300] {
+            assert_eq!(
+                s.expired(std::slice::from_ref(&b), pass_ms, 100),
+                vec![(1, 7)]
+            );
+        }
+        let fenced = broker(1, 7, true);
+        assert!(s
+            .expired(std::slice::from_ref(&fenced), 350, 100)
+            .is_empty());
+    }
+
     #[test]
     fn a_new_controller_gives_every_broker_a_full_session() {
         let mut s = Sessions::default();

@@ -35,6 +35,9 @@ pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 const APPEND_TIMEOUT_MS: i32 = 30_000;
 /// Refused admissions are logged at most this often per shard (all are counted).
 const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
+/// A failed group metadata write is made again after this, doubling up to the most.
+const PERSIST_RETRY_MS: u64 = 100;
+const PERSIST_RETRY_MAX_MS: u64 = 5_000;
 
 /// The `__consumer_offsets` partition that holds a group.
 pub fn offsets_partition(group_id: &str, partitions: u32) -> i32 {
@@ -63,6 +66,8 @@ pub struct GroupService {
     /// (`replay::load_led`). A marker written after the replay's last read would be lost
     /// otherwise.
     unsettled: RefCell<Vec<(i32, i64, bool)>>,
+    /// Groups whose metadata is being written again after a failed write (`persist_again`).
+    rewriting: RefCell<std::collections::HashSet<String>>,
 }
 
 /// Markers held while a partition loads; each marker write waits for its commit, so a load
@@ -94,6 +99,7 @@ impl GroupService {
             load_waits_logged: LogLimiter::new(REFUSAL_LOG_INTERVAL_MS),
             loaded: RefCell::new(HashMap::new()),
             unsettled: RefCell::new(Vec::new()),
+            rewriting: RefCell::new(std::collections::HashSet::new()),
         }
     }
 }
@@ -227,7 +233,8 @@ fn process_outputs(shard: &Rc<Shard>) {
     groups.changed.notify(1);
 }
 
-/// Writes a group's metadata record (members, generation, assignments), in the background.
+/// Writes a group's metadata record (members, generation, assignments), in the background; a
+/// failed write is made again (`persist_again`).
 fn persist_group(shard: &Rc<Shard>, groups: &GroupService, group_id: String) {
     let wall_ms = shard.clock().wall_ms();
     let Some(g) = groups.coordinator.borrow().snapshot(&group_id, wall_ms) else {
@@ -235,15 +242,48 @@ fn persist_group(shard: &Rc<Shard>, groups: &GroupService, group_id: String) {
     };
     let shard = shard.clone();
     glommio::spawn_local(async move {
-        let key = Key::Group {
-            group: group_id.clone(),
-        };
-        let records = [(key.encode(), Some(records::encode_group(&g)))];
-        if let Err(code) = append(&shard, &group_id, &records, 1, None).await {
-            log::warn!("group {group_id}: metadata not persisted (error {code})");
+        if write_group(&shard, &group_id, &g).await.is_err() {
+            persist_again(&shard, group_id).await;
         }
     })
     .detach();
+}
+
+async fn write_group(shard: &Rc<Shard>, group_id: &str, g: &state::StoredGroup) -> Result<(), i16> {
+    let key = Key::Group {
+        group: group_id.to_string(),
+    };
+    let records = [(key.encode(), Some(records::encode_group(g)))];
+    let written = append(shard, group_id, &records, 1, None).await;
+    written
+        .inspect_err(|code| log::warn!("group {group_id}: metadata not persisted (error {code})"))
+}
+
+/// A group whose metadata write failed (a full disk: KAFKA_STORAGE_ERROR) is written again,
+/// with its state then, backing off up to `PERSIST_RETRY_MAX_MS`, until a write succeeds or
+/// this shard no longer coordinates the group (unloaded, deleted) or stops: a record never
+/// written would have the group's next coordinator load an older generation and assignment.
+/// One such loop per group at a time (`GroupService::rewriting`).
+async fn persist_again(shard: &Rc<Shard>, group_id: String) {
+    let groups = shard.service::<GroupService>();
+    if !groups.rewriting.borrow_mut().insert(group_id.clone()) {
+        return; // the loop that runs writes the newest state anyway
+    }
+    let mut wait_ms = PERSIST_RETRY_MS;
+    for tries in 2u32.. {
+        shard.housekeeping_sleep(wait_ms).await;
+        let wall_ms = shard.clock().wall_ms();
+        let snapshot = groups.coordinator.borrow().snapshot(&group_id, wall_ms);
+        let Some(g) = snapshot.filter(|_| !shard.is_shutting_down()) else {
+            break;
+        };
+        if write_group(shard, &group_id, &g).await.is_ok() {
+            log::info!("group {group_id}: metadata persisted after {tries} tries");
+            break;
+        }
+        wait_ms = (wait_ms * 2).min(PERSIST_RETRY_MAX_MS);
+    }
+    groups.rewriting.borrow_mut().remove(&group_id);
 }
 
 /// The group's `__consumer_offsets` partition, owned by this shard.

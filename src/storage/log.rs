@@ -908,11 +908,19 @@ impl PartitionLog {
                 .meta
                 .offset_index
                 .lookup((offset - seg.meta.base_offset) as u32);
+            // Only bytes whose write completed hold batches: undoing a failed append (a full
+            // disk) must not read the header it never wrote.
+            let written = l.written;
+            let size = match seg.meta.base_offset.cmp(&written.segment_base) {
+                std::cmp::Ordering::Less => seg.meta.size_bytes,
+                std::cmp::Ordering::Equal => written.file_position.min(seg.meta.size_bytes),
+                std::cmp::Ordering::Greater => 0,
+            };
             (
                 l.dir.clone(),
                 doomed,
                 seg.file.clone(),
-                (position as u64, seg.meta.size_bytes),
+                ((position as u64).min(size), size),
             )
         };
         for base in doomed {

@@ -5,6 +5,7 @@
 survivors elect new leaders, a new coordinator loads the id, and every transaction commits or
 aborts as a whole."""
 import signal
+import threading
 import time
 
 import ck
@@ -169,3 +170,84 @@ def test_exactly_once_processing_survives_the_transaction_coordinators_death(clu
     survivors = ",".join(n.bootstrap for n in cluster.live())
     got = read_committed(survivors, "tx", expect=total)
     assert sorted(got) == sorted(b"out-" + v for v in inputs), (len(got), len(set(got)), proc.restarts())
+
+
+class CommitLoop:
+    """A transactional producer committing transactions over every partition of `tx`, one after
+    another, for as long as it runs; an error aborts the transaction, or (fatal) starts a new
+    producer. `commits` holds the time of each commit."""
+
+    def __init__(self, bootstrap: str, tid: str):
+        self.bootstrap, self.tid = bootstrap, tid
+        self.commits, self.errors = [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def producer(self) -> Producer:
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.tid,
+                      "linger.ms": 1, "transaction.timeout.ms": 60_000})
+        p.init_transactions(60)
+        return p
+
+    def run(self):
+        p = None
+        while not self.stop.is_set():
+            try:
+                p = p or self.producer()
+                p.begin_transaction()
+                send(p, [b"loop"] * PARTITIONS)
+                p.commit_transaction(60)
+                self.commits.append(time.monotonic())
+            except KafkaException as e:
+                self.errors.append(str(e))
+                try:
+                    if e.args[0].txn_requires_abort():
+                        p.abort_transaction(60)
+                    elif not e.args[0].retriable():
+                        p = None
+                except KafkaException:
+                    p = None
+
+
+def txn_state_isr(cluster: Cluster, via: int, tid: str) -> set:
+    rows = cluster.metadata(via).topics["__transaction_state"]
+    partition = fnv1a(tid.encode()) % len(rows)
+    return next(set(isr) for index, _e, _l, _r, isr in rows if index == partition)
+
+
+def test_a_transaction_whose_completion_was_refused_completes_once_a_quorum_is_back(cluster):
+    """Issue 36's second bug. A producer commits in a loop. One node that is not the id's
+    coordinator is SIGKILLed; once it has left the `__transaction_state` partition's in-sync
+    set, the other (which leads partitions of the transactions) is SIGTERMed: its controlled
+    shutdown moves its leaderships to the coordinator's node and takes it out of the in-sync
+    set, so a transaction prepared before it can have its markers written and its completion
+    refused (NOT_ENOUGH_REPLICAS: min.insync.replicas 2, one in sync). Both come back. Twice
+    over: each time the producer commits again within 30 s of the quorum's return (a coordinator
+    that never wrote the completion again answered CONCURRENT_TRANSACTIONS for good)."""
+    cluster.create_topic(1, "tx", PARTITIONS, 3)
+    wait_until(lambda: leaders(cluster, "tx") == {1, 2, 3}, 30, "leaders on every node")
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    tid = "refused-completion"
+    loop = CommitLoop(bootstrap, tid)
+    loop.thread.start()
+    try:
+        wait_until(lambda: len(loop.commits) >= 5, 60, "the first commits")
+        coordinator = coordinator_of(cluster, tid)
+        for trial in range(2):
+            killed, stopped = [n for n in (1, 2, 3) if n != coordinator]
+            cluster.nodes[killed].kill()
+            wait_until(lambda: killed not in txn_state_isr(cluster, coordinator, tid), 30,
+                       f"node {killed} to leave the in-sync set")
+            assert cluster.nodes[stopped].stop() == 0
+            time.sleep(1)
+            for n in (killed, stopped):
+                cluster.nodes[n].start()
+            cluster.wait_for_brokers({1, 2, 3})
+            back = time.monotonic()
+            wait_until(lambda: txn_state_isr(cluster, coordinator, tid) == {1, 2, 3}, 60, "a full in-sync set")
+            wait_until(lambda: any(t > back for t in loop.commits), 30,
+                       f"a commit after the quorum came back (trial {trial}; errors {loop.errors[-3:]})")
+            assert coordinator_of(cluster, tid) == coordinator, "the coordinator never moved"
+    finally:
+        loop.stop.set()
+        loop.thread.join(120)

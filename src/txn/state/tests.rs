@@ -481,3 +481,50 @@ fn a_version_2_end_past_the_last_epoch_moves_to_the_next_producer_id() {
     persist(&mut c, "t", step);
     assert_eq!(c.get("t").unwrap().state, State::Ongoing);
 }
+
+/// Issue 36: every write of coordinator state that fails is made again. A timed-out
+/// transaction's abort and an idle id's tombstone are found again at the next pass (nothing
+/// changed); a completion is retried while the transaction is still the one prepared, and no
+/// longer once the coordinator lost the id.
+#[test]
+fn failed_writes_of_coordinator_state_are_made_again() {
+    let mut c = Coordinator::default();
+    let (pid, epoch) = initialised(&mut c, "t");
+    let step = c.add_partitions("t", pid, epoch, &[p("a", 0)], 0).unwrap();
+    persist(&mut c, "t", step);
+    for pass in 0..2 {
+        let due = c.expire_timed_out(61_000 + pass);
+        assert_eq!(due.len(), 1, "pass {pass}");
+        let (id, Step::Persist(r)) = due.into_iter().next().unwrap() else {
+            panic!("an abort persists")
+        };
+        if pass == 0 {
+            c.abandon(&id, &r);
+        } else {
+            c.complete(&id, &r);
+        }
+    }
+    let markers = c.markers("t").expect("the abort is prepared");
+    for attempt in 0..2 {
+        let Some(Step::Persist(r)) = c.markers_written(&markers, 62_000) else {
+            panic!("the completion persists (attempt {attempt})")
+        };
+        assert!(c.retries_completion(&markers));
+        c.abandon("t", &r);
+    }
+    c.unload(|_| true);
+    assert!(
+        !c.retries_completion(&markers),
+        "the coordinator lost the id"
+    );
+    let mut c = Coordinator::default();
+    initialised(&mut c, "idle");
+    for pass in 0..2 {
+        let due = c.expire_idle(10_000, 1_000);
+        assert_eq!(due.len(), 1, "pass {pass}");
+        let (id, Step::Persist(r)) = due.into_iter().next().unwrap() else {
+            panic!("a tombstone persists")
+        };
+        c.abandon(&id, &r);
+    }
+}
