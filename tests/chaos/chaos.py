@@ -278,19 +278,21 @@ def read_all(bootstrap, topic, isolation, ends):
     """Every record of `topic` below `ends[partition]`: {partition: [(offset, value)]}."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-check-{isolation}",
                   "enable.auto.commit": False, "isolation.level": isolation})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    assignment = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
+    c.assign(assignment)
     got = defaultdict(list)
-    position = {p: -1 for p in range(PARTITIONS)}
     deadline = time.monotonic() + SETTLE_S
     try:
         while time.monotonic() < deadline:
-            if all(position[p] + 1 >= ends[p] for p in range(PARTITIONS)):
+            # The consumer's position, not the last record's offset: it moves past the markers
+            # (never returned) that often end a transactional partition.
+            done = [ends[tp.partition] == 0 or tp.offset >= ends[tp.partition] for tp in c.position(assignment)]
+            if all(done):
                 break
             m = c.poll(0.5)
             if m is None or m.error() is not None:
                 continue
             got[m.partition()].append((m.offset(), m.value().decode()))
-            position[m.partition()] = m.offset()
     finally:
         c.close()
     return got
