@@ -162,6 +162,16 @@ pub struct AppendPlan {
     now_ms: u64,
 }
 
+/// Where a truncation cuts (`PartitionLog::cut_plan`).
+struct Cut {
+    /// The later segments, out of the list, whose files go.
+    doomed: Vec<i64>,
+    /// The kept segment's file, and the bytes of it to look in for the first batch to cut.
+    file: Rc<BufferedFile>,
+    from: u64,
+    size: u64,
+}
+
 /// The broker-owned header fields a leader's append writes into each batch.
 #[derive(Clone, Copy)]
 struct Stamp {
@@ -888,41 +898,16 @@ impl PartitionLog {
         offset: i64,
         now_ms: u64,
     ) -> std::io::Result<()> {
-        let (dir, doomed, keep_file, (from, size)) = {
-            let mut l = log.borrow_mut();
-            if offset >= l.log_end_offset() {
-                return Ok(());
-            }
-            let offset = offset.max(l.log_start_offset);
-            let keep = l
-                .segments
-                .partition_point(|s| s.meta.base_offset <= offset)
-                .max(1);
-            let doomed: Vec<i64> = l
-                .segments
-                .drain(keep..)
-                .map(|s| s.meta.base_offset)
-                .collect();
-            let seg = l.segments.last().expect("kept a segment");
-            let (_, position) = seg
-                .meta
-                .offset_index
-                .lookup((offset - seg.meta.base_offset) as u32);
-            // Only bytes whose write completed hold batches: undoing a failed append (a full
-            // disk) must not read the header it never wrote.
-            let written = l.written;
-            let size = match seg.meta.base_offset.cmp(&written.segment_base) {
-                std::cmp::Ordering::Less => seg.meta.size_bytes,
-                std::cmp::Ordering::Equal => written.file_position.min(seg.meta.size_bytes),
-                std::cmp::Ordering::Greater => 0,
-            };
-            (
-                l.dir.clone(),
-                doomed,
-                seg.file.clone(),
-                ((position as u64).min(size), size),
-            )
+        let Some(Cut {
+            doomed,
+            file: keep_file,
+            from,
+            size,
+        }) = log.borrow_mut().cut_plan(offset)
+        else {
+            return Ok(());
         };
+        let dir = log.borrow().dir.clone();
         for base in doomed {
             recovery::remove_segment(&dir, base)?;
         }
@@ -955,6 +940,44 @@ impl PartitionLog {
             l.epochs.save(&dir)?;
         }
         Ok(())
+    }
+
+    /// Where a truncation at `offset` cuts (None: past the log end): the later segments, which
+    /// leave the list now and whose files the caller removes; the kept segment's file; and the
+    /// bytes of it to look in for the first batch reaching `offset`, from the index entry at or
+    /// before it to the end of what was written (undoing a failed append on a full disk must
+    /// not read the header that was never written).
+    fn cut_plan(&mut self, offset: i64) -> Option<Cut> {
+        if offset >= self.log_end_offset() {
+            return None;
+        }
+        let offset = offset.max(self.log_start_offset);
+        let keep = self
+            .segments
+            .partition_point(|s| s.meta.base_offset <= offset)
+            .max(1);
+        let doomed: Vec<i64> = self
+            .segments
+            .drain(keep..)
+            .map(|s| s.meta.base_offset)
+            .collect();
+        let seg = self.segments.last().expect("kept a segment");
+        let (_, position) = seg
+            .meta
+            .offset_index
+            .lookup((offset - seg.meta.base_offset) as u32);
+        let written = self.written;
+        let size = match seg.meta.base_offset.cmp(&written.segment_base) {
+            std::cmp::Ordering::Less => seg.meta.size_bytes,
+            std::cmp::Ordering::Equal => written.file_position.min(seg.meta.size_bytes),
+            std::cmp::Ordering::Greater => 0,
+        };
+        Some(Cut {
+            doomed,
+            file: seg.file.clone(),
+            from: (position as u64).min(size),
+            size,
+        })
     }
 
     /// Producer state as a log that never held the cut tail has it: rebuilt from a snapshot at

@@ -3,7 +3,8 @@
 //! the mesh (`MarkersOnOwner` on its shard); one another node leads, with WriteTxnMarkers to
 //! that node's Kafka listener (`remote.rs`), which runs the same `MarkersOnOwner` there. Each
 //! marker is retried until it is committed or the transaction moved on (its coordinator lost
-//! the id, or completed it); the transaction completes only once every marker is.
+//! the id, or completed it); the transaction completes only once every marker is, and a
+//! refused write of its completion is made again (`complete`).
 
 use super::service::{persist, TxnService};
 use super::state::Markers;

@@ -143,8 +143,11 @@ class Cluster:
             time.sleep(0.2)
 
     def create_topic(self, via: int, name: str, partitions: int, replicas: int, timeout_s: float = 30):
-        """Creates a topic through node `via`, retrying while no controller answers."""
+        """Creates a topic through node `via`, retrying while no controller answers. A retry told
+        the topic exists is done: the attempt before it timed out on the client but was
+        committed (seen on a loaded machine)."""
         deadline = time.monotonic() + timeout_s
+        retry = False
         while True:
             # The client must outlive its futures, or they never complete.
             admin = self.admin(via)
@@ -152,8 +155,12 @@ class Cluster:
                 admin.create_topics([NewTopic(name, partitions, replicas)], request_timeout=10)[name].result(15)
                 return
             except Exception as e:
-                if "already exists" in str(e).lower() or time.monotonic() > deadline:
+                exists = "already exists" in str(e).lower()
+                if exists and retry:
+                    return
+                if exists or time.monotonic() > deadline:
                     raise
+                retry = True
                 time.sleep(0.2)
 
     def alter_topic_config(self, via: int, topic: str, configs: dict, timeout_s: float = 30):
