@@ -169,13 +169,14 @@ class TxWriter:
         p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "chaos-tx-1",
                       "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5,
                       "message.timeout.ms": TXN_TIMEOUT_MS})
+        deadline = time.monotonic() + SETTLE_S
         while True:
             try:
                 p.init_transactions(30)
                 return p
             except KafkaException as e:
                 self.errors.append(str(e))
-                if self.stop.is_set() and not e.args[0].retriable():
+                if not e.args[0].retriable() or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
 
@@ -202,7 +203,7 @@ class TxWriter:
             return self.recover(e)
 
     def end(self, commit) -> str:
-        while True:
+        for tries in range(1, 11):
             try:
                 if commit:
                     self.p.commit_transaction(30)
@@ -211,12 +212,13 @@ class TxWriter:
                 return "aborted"
             except KafkaException as e:
                 err = e.args[0]
-                if err.retriable():
+                if err.retriable() and tries < 10:
                     continue
                 if err.txn_requires_abort():
                     commit = False
                     continue
                 raise
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "the end never went through"))
 
     def recover(self, e) -> str:
         err = e.args[0]
