@@ -227,8 +227,7 @@ impl SimReplica {
         let mut epochs = self.saved_epochs.clone();
         epochs.truncate_from(end + 1);
         // As `PartitionLog::open` does, from the batches read back (no snapshot here).
-        let scanned: Vec<_> = self.batches.iter().map(Batch::scanned).collect();
-        let producers = producer_state::rebuild(None, end, &scanned, 0);
+        let producers = self.rebuilt_producers();
         let mut aborted = std::mem::take(&mut self.aborted);
         aborted.retain(|e| e.last_offset < end);
         let restarted = SimReplica {
@@ -243,6 +242,13 @@ impl SimReplica {
             ..SimReplica::new()
         };
         *self = restarted;
+    }
+
+    /// Producer state as `PartitionLog` rebuilds it from its batches (no snapshot here), after a
+    /// restart or a truncation.
+    fn rebuilt_producers(&self) -> ProducerTable {
+        let scanned: Vec<_> = self.batches.iter().map(Batch::scanned).collect();
+        producer_state::rebuild(None, self.log_end(), &scanned, 0)
     }
 
     /// `Partition::assign`: the controller's assignment of this partition. Returns whether
@@ -401,8 +407,7 @@ impl SimReplica {
             // As `PartitionLog::truncate_to`: producer state rebuilt as of the cut, index
             // entries of cut markers dropped.
             if producer_state::truncation_rebuilds() {
-                let scanned: Vec<_> = self.batches.iter().map(Batch::scanned).collect();
-                self.producers = producer_state::rebuild(None, end, &scanned, 0);
+                self.producers = self.rebuilt_producers();
             } else {
                 self.producers.truncate(end);
             }

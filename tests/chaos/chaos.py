@@ -31,16 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from cluster import Cluster  # noqa: E402
+from cluster import FAST, Cluster  # noqa: E402
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException,  # noqa: E402
                              Producer, TopicPartition)
 
-CONFIG = """
-[cluster]
-broker_heartbeat_interval_ms = 300
-broker_session_timeout_ms = 3000
-metadata_write_timeout_ms = 5000
-replica_lag_time_max_ms = 3000
+CONFIG = FAST + """replica_lag_time_max_ms = 3000
 
 [transactions]
 check_interval_ms = 1000
@@ -298,14 +293,6 @@ def read_all(bootstrap, topic, isolation, ends):
     finally:
         c.close()
     return got
-
-
-def end_offsets(bootstrap, topic, isolation):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-ends", "isolation.level": isolation})
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
-    finally:
-        c.close()
 
 
 def ends_of(bootstrap, topic, isolation):

@@ -127,12 +127,12 @@ def find_coordinator(port: int):
     wait_until(found, 30, "a group coordinator")
 
 
-def join(port: int, member_id: str, correlation: int) -> tuple[socket.socket, int]:
+def join(port: int, member_id: str, correlation: int) -> socket.socket:
     """Sends a JoinGroup v0 on a connection of its own; the answer comes once the group
     rebalanced."""
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     s.sendall(kw.request(11, 0, correlation, kw.join_group_v0("g36", member_id, 30_000)))
-    return s, correlation
+    return s
 
 
 def joined(s: socket.socket) -> tuple[int, str, str]:
@@ -148,7 +148,7 @@ def first_join(port: int) -> tuple[socket.socket, tuple[int, str, str]]:
     (COORDINATOR_LOAD_IN_PROGRESS)."""
     deadline = time.monotonic() + 30
     while True:
-        s, _ = join(port, "", 1)
+        s = join(port, "", 1)
         r = kw.read_response(s)
         _corr, error, generation = struct.unpack(">ihi", r[:10])
         if error == 0:
@@ -203,7 +203,7 @@ def test_a_group_whose_metadata_write_failed_on_a_full_disk_writes_it_again(smal
         a, (generation, leader, member_a) = first_join(broker.port)
         sync(a, generation, member_a, [(member_a, b"")])
         synced(a)
-        b, _ = join(broker.port, "", 2)
+        b = join(broker.port, "", 2)
         admin = ck.admin(broker.bootstrap)
 
         def state():
