@@ -49,6 +49,18 @@ pub struct NewTopic {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: Vec<(String, String)>,
+    /// A manual assignment, as requested: (partition index, broker ids with the preferred
+    /// leader first). Empty: placed by the controller.
+    pub assignments: Vec<(i32, Vec<i32>)>,
+}
+
+/// Partitions to add to a topic (CreatePartitions): the new total, and optionally the brokers
+/// of each new partition, the preferred leader first.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct NewPartitions {
+    pub name: String,
+    pub count: i32,
+    pub assignments: Option<Vec<Vec<i32>>>,
 }
 
 /// Topic changes, executed by the controller.
@@ -62,7 +74,7 @@ pub enum ControllerOp {
         names: Vec<String>,
     },
     CreatePartitions {
-        topics: Vec<(String, i32)>,
+        topics: Vec<NewPartitions>,
         validate_only: bool,
     },
     AlterConfigs {
@@ -607,16 +619,24 @@ fn create_topics(
             results.push(e);
             continue;
         }
-        let partitions = if t.partitions == -1 {
-            config.topic_defaults.num_partitions
-        } else {
-            t.partitions
+        let partitions = match (t.assignments.len(), t.partitions) {
+            (0, -1) => config.topic_defaults.num_partitions,
+            (0, n) => n,
+            (n, _) => n as i32,
         };
         if let Err(e) = bounds::check_new_partitions(shard, record, &t.name, 0, partitions, true) {
             results.push(e);
             continue;
         }
-        let assignment = match place(shard, record, &t.name, t.replication_factor, partitions) {
+        let placed = if t.assignments.is_empty() {
+            place(shard, record, &t.name, t.replication_factor, partitions)
+        } else {
+            let mut by_index = t.assignments.clone();
+            by_index.sort_by_key(|(i, _)| *i);
+            let lists: Vec<Vec<i32>> = by_index.into_iter().map(|(_, b)| b).collect();
+            place_manually(shard, record, &lists, None)
+        };
+        let assignment = match placed {
             Ok(a) => a,
             Err(e) => {
                 results.push(e);
@@ -710,6 +730,66 @@ fn place(
         .map_err(|m| err(ResponseError::InvalidReplicationFactor, m))
 }
 
+/// Replicas as a CreateTopics or CreatePartitions request assigned them (Kafka's
+/// `validateManualPartitionAssignment`): each partition's brokers non-empty, distinct, as many
+/// as every other partition's (and as `factor`, a topic's existing replication), and every one
+/// registered. The in-sync set is the unfenced ones, in order; the first leads. On a single
+/// node the one broker is this one, and it holds every partition.
+fn place_manually(
+    shard: &Shard,
+    record: &CatalogRecord,
+    lists: &[Vec<i32>],
+    factor: Option<usize>,
+) -> Result<Vec<catalog::PartitionAssignment>, Outcome> {
+    let invalid = |m: String| err(ResponseError::InvalidReplicaAssignment, m);
+    let factor = factor.or(lists.first().map(Vec::len)).unwrap_or(0);
+    let registered = |id: i32| match shard.config.is_clustered() {
+        false => id == shard.config.node_id,
+        true => record.brokers.iter().any(|b| b.node_id == id),
+    };
+    let mut out = Vec::with_capacity(lists.len());
+    for (i, replicas) in lists.iter().enumerate() {
+        let distinct: std::collections::HashSet<_> = replicas.iter().collect();
+        if replicas.is_empty() || distinct.len() != replicas.len() {
+            return Err(invalid(format!(
+                "the assignment of partition {i} must name distinct brokers"
+            )));
+        }
+        if replicas.len() != factor {
+            return Err(invalid(format!(
+                "the assignment of partition {i} has {} replicas, the others {factor}",
+                replicas.len()
+            )));
+        }
+        if let Some(id) = replicas.iter().find(|&&id| !registered(id)) {
+            return Err(invalid(format!("broker {id} is not registered")));
+        }
+        let unfenced = |id: &&i32| {
+            record
+                .brokers
+                .iter()
+                .any(|b| b.node_id == **id && !b.fenced)
+        };
+        let isr: Vec<i32> = replicas.iter().filter(unfenced).copied().collect();
+        if shard.config.is_clustered() && isr.is_empty() {
+            return Err(invalid(format!("every broker of partition {i} is fenced")));
+        }
+        out.push(catalog::PartitionAssignment {
+            leader: isr.first().copied().unwrap_or(-1),
+            leader_epoch: 0,
+            replicas: replicas.clone(),
+            isr,
+            ..Default::default()
+        });
+    }
+    // A single node holds every partition without assignments.
+    Ok(if shard.config.is_clustered() {
+        out
+    } else {
+        Vec::new()
+    })
+}
+
 fn delete_topics(
     record: &mut CatalogRecord,
     out: &mut Vec<MetadataRecord>,
@@ -736,11 +816,16 @@ fn create_partitions(
     shard: &Shard,
     record: &mut CatalogRecord,
     out: &mut Vec<MetadataRecord>,
-    topics: Vec<(String, i32)>,
+    topics: Vec<NewPartitions>,
     validate_only: bool,
 ) -> Vec<Outcome> {
     let mut results = Vec::with_capacity(topics.len());
-    for (name, count) in topics {
+    for NewPartitions {
+        name,
+        count,
+        assignments,
+    } in topics
+    {
         let Some(t) = record.topics.iter().find(|t| t.name == name) else {
             results.push(err(
                 ResponseError::UnknownTopicOrPartition,
@@ -762,8 +847,24 @@ fn create_partitions(
                 format!("at most {} partitions", catalog::MAX_PARTITIONS),
             ))
         } else {
-            bounds::check_new_partitions(shard, record, &name, current, count, false)
-                .and_then(|()| place(shard, record, &name, factor, count - current))
+            bounds::check_new_partitions(shard, record, &name, current, count, false).and_then(
+                |()| match &assignments {
+                    None => place(shard, record, &name, factor, count - current),
+                    Some(lists) if lists.len() as i32 != count - current => Err(err(
+                        ResponseError::InvalidReplicaAssignment,
+                        format!(
+                            "adding {} partitions to {name} takes {} assignments, not {}",
+                            count - current,
+                            count - current,
+                            lists.len()
+                        ),
+                    )),
+                    Some(lists) => {
+                        let factor = (factor > 0).then_some(factor as usize);
+                        place_manually(shard, record, lists, factor)
+                    }
+                },
+            )
         };
         match checked {
             Err(e) => results.push(e),
@@ -841,7 +942,17 @@ fn check_new_topic(
             format!("topic {} already exists", t.name),
         ));
     }
-    if t.partitions == 0 || t.partitions < -1 || t.partitions > catalog::MAX_PARTITIONS {
+    // Kafka's rule: '.' and '_' collide in metric names, so two topics may not differ only there.
+    let collides = |a: &str| a.replace('.', "_") == t.name.replace('.', "_");
+    if let Some(x) = record.topics.iter().find(|x| collides(&x.name)) {
+        return Err(err(
+            ResponseError::InvalidTopicException,
+            format!("topic {} collides with existing topic {}", t.name, x.name),
+        ));
+    }
+    if !t.assignments.is_empty() {
+        check_manual_indexes(t)?;
+    } else if t.partitions == 0 || t.partitions < -1 || t.partitions > catalog::MAX_PARTITIONS {
         return Err(err(
             ResponseError::InvalidPartitions,
             format!("partitions must be in 1..={}", catalog::MAX_PARTITIONS),
@@ -850,6 +961,26 @@ fn check_new_topic(
     current
         .resolve_topic(&t.configs)
         .map_err(|m| err(ResponseError::InvalidConfig, m))
+}
+
+/// A manual assignment names neither a partition count nor a replication factor, and its
+/// partitions are 0, 1, 2, ... each once (Kafka's CreateTopics rules).
+fn check_manual_indexes(t: &NewTopic) -> Result<(), Outcome> {
+    if t.partitions != -1 || t.replication_factor != -1 {
+        return Err(err(
+            ResponseError::InvalidRequest,
+            "a manual assignment leaves the partition count and replication factor at -1",
+        ));
+    }
+    let mut indexes: Vec<i32> = t.assignments.iter().map(|(i, _)| *i).collect();
+    indexes.sort_unstable();
+    if indexes.iter().enumerate().any(|(n, &i)| i != n as i32) {
+        return Err(err(
+            ResponseError::InvalidReplicaAssignment,
+            "the assigned partitions must be 0, 1, 2, ... each once",
+        ));
+    }
+    Ok(())
 }
 
 /// Hands out the next producer id (InitProducerId) from this node's block, reserving a new

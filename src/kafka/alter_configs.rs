@@ -38,6 +38,7 @@ pub(super) use resource_responses;
 /// cluster-wide default). Broker loggers are not alterable here.
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
+const GROUP: i8 = 32;
 
 /// One resource's outcome: an error code and message.
 pub(super) type Outcome = (i16, Option<String>);
@@ -128,6 +129,9 @@ pub(super) fn configs_refusal(
         }
         BROKER if !authorize::cluster(shard, caller, op) => {
             Some(ResponseError::ClusterAuthorizationFailed)
+        }
+        GROUP if !authorize::group(shard, caller, op, name) => {
+            Some(ResponseError::GroupAuthorizationFailed)
         }
         _ => None,
     }

@@ -18,7 +18,10 @@ const MAX_TRANSACTION_VERSION: i16 = 2;
 /// (clients keep the features of the highest epoch they were told).
 const FEATURES_EPOCH: i64 = 1;
 
-pub const MAX_VERSION: i16 = 3;
+pub const MAX_VERSION: i16 = 4;
+/// Below this version a supported feature whose lowest level is 0 is left out, as Kafka
+/// leaves it out (KAFKA-17011: older clients refuse a minimum of 0).
+const ZERO_MIN_FEATURES_VERSION: i16 = 4;
 
 pub fn response() -> ApiVersionsResponse {
     let api_keys = SUPPORTED
@@ -43,8 +46,12 @@ pub fn handle(shard: &Shard, version: i16) -> anyhow::Result<Reply> {
         .with_name(str_bytes(TRANSACTION_VERSION))
         .with_min_version_level(level)
         .with_max_version_level(level);
+    let supported = match version >= ZERO_MIN_FEATURES_VERSION {
+        true => vec![supported],
+        false => Vec::new(),
+    };
     let resp = response()
-        .with_supported_features(vec![supported])
+        .with_supported_features(supported)
         .with_finalized_features_epoch(FEATURES_EPOCH)
         .with_finalized_features(vec![finalized]);
     encode(&resp, version)

@@ -2,7 +2,7 @@
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
-use crate::controller::ControllerOp;
+use crate::controller::{ControllerOp, NewPartitions};
 use crate::security::acl::Operation;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -18,14 +18,22 @@ pub async fn handle(
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: CreatePartitionsRequest = decode(body, version)?;
-    let topics: Vec<(String, i32)> = req
+    let topics: Vec<NewPartitions> = req
         .topics
         .iter()
-        .map(|t| (t.name.0.to_string(), t.count))
+        .map(|t| NewPartitions {
+            name: t.name.0.to_string(),
+            count: t.count,
+            assignments: t.assignments.as_ref().map(|a| {
+                a.iter()
+                    .map(|p| p.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            }),
+        })
         .collect();
     let allowed: Vec<bool> = topics
         .iter()
-        .map(|(t, _)| authorize::topic(shard, caller, Operation::Alter, t))
+        .map(|t| authorize::topic(shard, caller, Operation::Alter, &t.name))
         .collect();
     let validate_only = req.validate_only;
     let op = |topics| ControllerOp::CreatePartitions {

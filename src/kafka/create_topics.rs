@@ -1,12 +1,15 @@
 //! CreateTopics: validated and executed by the controller shard.
 
 use super::authorize::{self, Caller};
+use super::describe_configs::described_topic;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{ControllerOp, NewTopic};
 use crate::security::acl::{Operation, ResourceType::Cluster, CLUSTER_NAME};
 use crate::shard::Shard;
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
@@ -18,26 +21,7 @@ pub async fn handle(
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: CreateTopicsRequest = decode(body, version)?;
-    let topics: Vec<NewTopic> = req
-        .topics
-        .iter()
-        .map(|t| NewTopic {
-            name: t.name.0.to_string(),
-            // With a manual assignment the partition count is the assignment's length; every
-            // replica is on this broker either way.
-            partitions: if t.assignments.is_empty() {
-                t.num_partitions
-            } else {
-                t.assignments.len() as i32
-            },
-            replication_factor: t.replication_factor,
-            configs: t
-                .configs
-                .iter()
-                .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
-                .collect(),
-        })
-        .collect();
+    let (topics, duplicated) = requested(&req);
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
     // CREATE on the cluster, or on each topic.
     let anywhere = authorize::permits(shard, caller, Operation::Create, Cluster, CLUSTER_NAME);
@@ -52,30 +36,101 @@ pub async fn handle(
     };
     let denied = ResponseError::TopicAuthorizationFailed;
     let outcomes = super::submit_allowed(shard, topics, &allowed, op, denied).await;
-    let catalog = shard.catalog();
-    let mut results = Vec::with_capacity(names.len());
-    for (name, (code, message)) in names.iter().zip(outcomes) {
-        let mut r = CreatableTopicResult::default()
-            .with_name(kafka_protocol::messages::TopicName(str_bytes(name)))
-            .with_error_code(code);
-        if version >= 1 {
-            r = r.with_error_message(message.as_deref().map(str_bytes));
-        }
-        if version >= 5 {
-            let topic = catalog.topics.get(name).filter(|_| code == 0);
-            r = r
-                .with_num_partitions(topic.map_or(-1, |t| t.record.partitions as i32))
-                .with_replication_factor(if topic.is_some() { 1 } else { -1 });
-            if version >= 7 {
-                if let Some(t) = topic {
-                    r = r.with_topic_id(uuid::Uuid::from_bytes(t.record.id));
-                }
-            }
-        }
-        results.push(r);
-    }
+    let twice = |name: String| {
+        let message = format!("topic {name} is named more than once in the request");
+        (name, (ResponseError::InvalidRequest.code(), Some(message)))
+    };
+    let answers = names
+        .into_iter()
+        .zip(outcomes)
+        .chain(duplicated.into_iter().map(twice));
+    let results = answers
+        .map(|(name, outcome)| result(shard, &name, outcome, version))
+        .collect();
     encode(
         &CreateTopicsResponse::default().with_topics(results),
         version,
     )
+}
+
+/// The topics to create, and the names the request repeats: those are answered
+/// INVALID_REQUEST once each and not created, as Kafka does.
+fn requested(req: &CreateTopicsRequest) -> (Vec<NewTopic>, Vec<String>) {
+    let mut seen = std::collections::HashMap::new();
+    for t in &req.topics {
+        *seen.entry(t.name.0.to_string()).or_insert(0) += 1;
+    }
+    let mut duplicated: Vec<String> = seen
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(name, _)| name.clone())
+        .collect();
+    duplicated.sort();
+    let topics = req
+        .topics
+        .iter()
+        .filter(|t| seen[t.name.0.as_str()] == 1)
+        .map(|t| NewTopic {
+            name: t.name.0.to_string(),
+            partitions: t.num_partitions,
+            replication_factor: t.replication_factor,
+            configs: t
+                .configs
+                .iter()
+                .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+                .collect(),
+            assignments: t
+                .assignments
+                .iter()
+                .map(|a| {
+                    (
+                        a.partition_index,
+                        a.broker_ids.iter().map(|b| b.0).collect(),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    (topics, duplicated)
+}
+
+/// One topic's answer: from v5, a created topic's partitions, replicas and configs (Kafka's
+/// `CreatableTopicConfigs`, as DescribeConfigs would report them).
+fn result(
+    shard: &Shard,
+    name: &str,
+    (code, message): (i16, Option<String>),
+    version: i16,
+) -> CreatableTopicResult {
+    let mut r = CreatableTopicResult::default()
+        .with_name(kafka_protocol::messages::TopicName(str_bytes(name)))
+        .with_error_code(code);
+    if version >= 1 {
+        r = r.with_error_message(message.as_deref().map(str_bytes));
+    }
+    if version < 5 {
+        return r;
+    }
+    let catalog = shard.catalog();
+    let Some(t) = catalog.topics.get(name).filter(|_| code == 0) else {
+        return r.with_num_partitions(-1).with_replication_factor(-1);
+    };
+    let node = shard.config.node_id.to_string();
+    // One replica on a single node (no assignments), else the first partition's.
+    let replicas = t.record.assignment.first().map_or(1, |a| a.replicas.len());
+    let configs = described_topic(&catalog, &node, t).map(|d| {
+        CreatableTopicConfigs::default()
+            .with_name(str_bytes(d.name))
+            .with_value(d.value.as_deref().map(str_bytes))
+            .with_read_only(d.read_only)
+            .with_config_source(d.source)
+    });
+    r = r
+        .with_num_partitions(t.record.partitions as i32)
+        .with_replication_factor(replicas as i16)
+        .with_configs(Some(configs.collect()));
+    if version >= 7 {
+        r = r.with_topic_id(uuid::Uuid::from_bytes(t.record.id));
+    }
+    r
 }

@@ -5,6 +5,7 @@ use super::{decode, encode, str_bytes, Reply};
 use crate::controller::ControllerOp;
 use crate::security::acl::Operation;
 use crate::shard::Shard;
+use crate::storage::catalog::is_internal;
 use bytes::Bytes;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
@@ -24,7 +25,14 @@ pub async fn handle(
         req.topics
             .iter()
             .map(|t| match &t.name {
-                Some(n) => (Some(n.0.to_string()), t.topic_id),
+                // By name: the answer names the topic's id, as Kafka's does.
+                Some(n) => (
+                    Some(n.0.to_string()),
+                    catalog
+                        .topics
+                        .get(n.0.as_str())
+                        .map_or(t.topic_id, |t| uuid::Uuid::from_bytes(t.record.id)),
+                ),
                 None => (
                     catalog
                         .by_id
@@ -40,7 +48,13 @@ pub async fn handle(
             .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
             .collect()
     };
-    let known: Vec<String> = wanted.iter().filter_map(|(n, _)| n.clone()).collect();
+    // The broker's own topics are not deleted (stricter than Kafka, which deletes them and
+    // loses every group's offsets or transaction): they are answered below, not submitted.
+    let known: Vec<String> = wanted
+        .iter()
+        .filter_map(|(n, _)| n.clone())
+        .filter(|n| !is_internal(n))
+        .collect();
     let allowed: Vec<bool> = known
         .iter()
         .map(|t| authorize::topic(shard, caller, Operation::Delete, t))
@@ -53,6 +67,10 @@ pub async fn handle(
     let mut responses = Vec::with_capacity(wanted.len());
     for (name, id) in wanted {
         let (code, message) = match &name {
+            Some(n) if is_internal(n) => (
+                ResponseError::InvalidRequest.code(),
+                Some(format!("{n} is the broker's own topic and is not deleted")),
+            ),
             Some(_) => outcomes.next().expect("one outcome per known name"),
             None => (
                 ResponseError::UnknownTopicId.code(),

@@ -13,6 +13,7 @@ use std::rc::Rc;
 /// DescribeCluster v1's endpoint type for brokers (2 is controllers, which KRaft clients may
 /// ask for; this broker is not a separate controller).
 const BROKERS_ENDPOINT: i8 = 1;
+const CONTROLLERS_ENDPOINT: i8 = 2;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -23,9 +24,14 @@ pub async fn handle(
     let req: DescribeClusterRequest = decode(body, version)?;
     let mut resp = DescribeClusterResponse::default();
     if version >= 1 {
-        resp = resp.with_endpoint_type(req.endpoint_type);
+        // The answer names this endpoint's type (a broker's), as Kafka's does; a request for
+        // the controllers' endpoints went to the wrong kind of listener.
+        resp = resp.with_endpoint_type(BROKERS_ENDPOINT);
         if req.endpoint_type != BROKERS_ENDPOINT {
-            let e = ResponseError::UnsupportedEndpointType;
+            let e = match req.endpoint_type {
+                CONTROLLERS_ENDPOINT => ResponseError::MismatchedEndpointType,
+                _ => ResponseError::UnsupportedEndpointType,
+            };
             return encode(&resp.with_error_code(e.code()), version);
         }
     }

@@ -26,49 +26,59 @@ pub async fn handle(
             groups.push(out.with_error_code(code));
             continue;
         }
-        groups.push(
-            match route(
-                shard,
-                ops::Describe {
-                    group: g.0.to_string(),
-                },
-            )
-            .await
-            {
-                Ok(d) => out
-                    .with_authorized_operations(if req.include_authorized_operations {
-                        authorized_operations::group()
-                    } else {
-                        authorized_operations::NOT_REQUESTED
-                    })
-                    .with_group_state(str_bytes(d.state))
-                    .with_protocol_type(str_bytes(&d.protocol_type))
-                    .with_protocol_data(str_bytes(&d.protocol))
-                    .with_members(
-                        d.members
-                            .into_iter()
-                            .map(|m| {
-                                let mut dm = DescribedGroupMember::default()
-                                    .with_member_id(str_bytes(&m.member_id))
-                                    .with_client_id(str_bytes(&m.client_id))
-                                    .with_client_host(str_bytes(&m.client_host))
-                                    .with_member_metadata(m.metadata)
-                                    .with_member_assignment(m.assignment);
-                                if version >= 4 {
-                                    dm = dm.with_group_instance_id(
-                                        m.group_instance_id.as_deref().map(str_bytes),
-                                    );
-                                }
-                                dm
-                            })
-                            .collect(),
-                    ),
-                Err(c) => out.with_error_code(c).with_group_state(str_bytes("Dead")),
+        let described = match route(
+            shard,
+            ops::Describe {
+                group: g.0.to_string(),
             },
-        );
+        )
+        .await
+        {
+            Ok(d) => out
+                .with_authorized_operations(if req.include_authorized_operations {
+                    authorized_operations::group()
+                } else {
+                    authorized_operations::NOT_REQUESTED
+                })
+                .with_group_state(str_bytes(d.state))
+                .with_protocol_type(str_bytes(&d.protocol_type))
+                .with_protocol_data(str_bytes(&d.protocol))
+                .with_members(
+                    d.members
+                        .into_iter()
+                        .map(|m| {
+                            let mut dm = DescribedGroupMember::default()
+                                .with_member_id(str_bytes(&m.member_id))
+                                .with_client_id(str_bytes(&m.client_id))
+                                .with_client_host(str_bytes(&m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment);
+                            if version >= 4 {
+                                dm = dm.with_group_instance_id(
+                                    m.group_instance_id.as_deref().map(str_bytes),
+                                );
+                            }
+                            dm
+                        })
+                        .collect(),
+                ),
+            Err(c) => out.with_error_code(c).with_group_state(str_bytes("Dead")),
+        };
+        groups.push(not_found_from_v6(described, version));
     }
     encode(
         &DescribeGroupsResponse::default().with_groups(groups),
         version,
     )
+}
+
+/// From v6 (KIP-1043) a group that does not exist is GROUP_ID_NOT_FOUND; before, a Dead group
+/// without error.
+fn not_found_from_v6(g: DescribedGroup, version: i16) -> DescribedGroup {
+    let absent = g.error_code == 0 && g.group_state.as_str() == "Dead" && g.members.is_empty();
+    if version >= 6 && absent {
+        g.with_error_code(ResponseError::GroupIdNotFound.code())
+    } else {
+        g
+    }
 }

@@ -72,7 +72,7 @@ impl Request for ReadOnOwner {
                 read.whole_first_batch = !filled;
                 let result = match shard.partition(tp) {
                     Some(p) => p.read(read).await,
-                    None => ReadResult::failed(ResponseError::UnknownTopicOrPartition, -1, -1),
+                    None => ReadResult::unknown(ResponseError::UnknownTopicOrPartition),
                 };
                 let len = result.records.as_ref().map_or(0, Chunk::len);
                 if len > 0 {
@@ -442,7 +442,9 @@ fn respond(
         .map(|e| {
             let o = match e.slot {
                 Ok(i) => outcomes[i].take().expect("each outcome is used once"),
-                Err(err) => ReadResult::failed(err, -1, -1),
+                // Refused by the partition's leader check, as Kafka's replica manager does.
+                Err(e @ ResponseError::NotLeaderOrFollower) => ReadResult::failed(e, -1, -1),
+                Err(err) => ReadResult::unknown(err),
             };
             (e, o)
         })

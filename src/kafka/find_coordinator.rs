@@ -78,6 +78,7 @@ fn create_txn_state_topic(shard: &Rc<Shard>) {
         name: TXN_STATE_TOPIC.to_string(),
         partitions: shard.config.transactions.state_partitions,
         replication_factor: -1,
+        assignments: Vec::new(),
         configs: vec![("cleanup.policy".to_string(), "compact".to_string())],
     };
     let op = ControllerOp::CreateTopics {

@@ -2,7 +2,7 @@
 //! overrides (what `kafka-configs --alter` and the AdminClient's `incremental_alter_configs`
 //! send). See `alter_configs.rs` for how a change is applied.
 
-use super::alter_configs::{alter, resource_responses, Resource};
+use super::alter_configs::{alter, resource_responses, Outcome, Resource};
 use super::Caller;
 use super::{decode, encode, Reply};
 use crate::controller::ConfigChange;
@@ -41,7 +41,8 @@ pub async fn handle(
                         c.value.as_ref().map(|v| v.to_string()),
                     ))
                 })
-                .collect::<Result<Vec<_>, _>>();
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(named_once);
             Resource {
                 resource_type: r.resource_type,
                 name: r.resource_name.to_string(),
@@ -55,4 +56,19 @@ pub async fn handle(
         &IncrementalAlterConfigsResponse::default().with_responses(responses),
         version,
     )
+}
+
+/// One key's change: its name, the operation and the value.
+type Edit = (String, ConfigOp, Option<String>);
+
+/// A key named twice in one resource is INVALID_REQUEST for the whole resource, as Kafka
+/// answers it (before any key is checked).
+fn named_once(edits: Vec<Edit>) -> Result<Vec<Edit>, Outcome> {
+    for (i, (name, _, _)) in edits.iter().enumerate() {
+        if edits[..i].iter().any(|(k, _, _)| k == name) {
+            let message = format!("{name} is changed twice in one request");
+            return Err((ResponseError::InvalidRequest.code(), Some(message)));
+        }
+    }
+    Ok(edits)
 }

@@ -1,4 +1,5 @@
-//! ListGroups: asks every shard for the groups it coordinates; v4 filters by state.
+//! ListGroups: asks every shard for the groups it coordinates; v4 filters by state, v5 by
+//! type (KIP-848: every group here is a classic one).
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
@@ -8,6 +9,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use std::rc::Rc;
+
+const CLASSIC: &str = "classic";
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -30,7 +33,13 @@ pub async fn handle(
                 .states_filter
                 .iter()
                 .any(|s| s.as_str().eq_ignore_ascii_case(state));
-        if !wanted {
+        // Kafka's group types: "classic" is this broker's one kind.
+        let typed = req.types_filter.is_empty()
+            || req
+                .types_filter
+                .iter()
+                .any(|t| t.as_str().eq_ignore_ascii_case(CLASSIC));
+        if !wanted || !typed {
             continue;
         }
         let mut g = ListedGroup::default()
@@ -38,6 +47,9 @@ pub async fn handle(
             .with_protocol_type(str_bytes(&protocol_type));
         if version >= 4 {
             g = g.with_group_state(str_bytes(state));
+        }
+        if version >= 5 {
+            g = g.with_group_type(str_bytes(CLASSIC));
         }
         groups.push(g);
     }

@@ -1,5 +1,7 @@
-//! ListOffsets: earliest (-2), latest (-1: the high watermark, or for isolation level 1,
-//! read_committed, the last stable offset) and by timestamp.
+//! ListOffsets: earliest (-2, and the local log's start, -4), latest (-1: the high watermark,
+//! or for isolation level 1, read_committed, the last stable offset), the largest timestamp
+//! (-3, KIP-734) and by timestamp. A current leader epoch the request names is checked as
+//! Kafka does (KIP-320).
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, per_partition, Reply};
@@ -24,9 +26,9 @@ struct OffsetsOutcome {
     leader_epoch: i32,
 }
 
-/// Looks up offsets in partitions of one shard: (partition, timestamp) per item, and whether
-/// the reader is read_committed.
-struct ListOnOwner(Vec<(TopicPartition, i64)>, bool);
+/// Looks up offsets in partitions of one shard: (partition, (timestamp, current leader epoch))
+/// per item, and whether the reader is read_committed.
+struct ListOnOwner(Vec<(TopicPartition, (i64, i32))>, bool);
 
 impl Request for ListOnOwner {
     type Reply = Vec<OffsetsOutcome>;
@@ -34,17 +36,28 @@ impl Request for ListOnOwner {
         Box::pin(async move {
             let mut out = Vec::with_capacity(self.0.len());
             let read_committed = self.1;
-            for (tp, timestamp) in self.0 {
+            for (tp, (timestamp, current_epoch)) in self.0 {
                 let Some(p) = shard.partition(tp) else {
                     out.push(failed(ResponseError::UnknownTopicOrPartition));
                     continue;
                 };
+                let epoch = p.leader_epoch();
+                if current_epoch >= 0 && current_epoch != epoch {
+                    out.push(failed(if current_epoch > epoch {
+                        ResponseError::UnknownLeaderEpoch
+                    } else {
+                        ResponseError::FencedLeaderEpoch
+                    }));
+                    continue;
+                }
                 out.push(match p.offset_for(timestamp, read_committed).await {
+                    // No record at or after the timestamp: no epoch either.
+                    Ok((-1, -1)) => NOT_FOUND,
                     Ok((offset, timestamp)) => OffsetsOutcome {
                         error_code: 0,
                         offset,
                         timestamp,
-                        leader_epoch: p.leader_epoch(),
+                        leader_epoch: epoch,
                     },
                     Err(e) => failed(e),
                 });
@@ -54,12 +67,17 @@ impl Request for ListOnOwner {
     }
 }
 
+const NOT_FOUND: OffsetsOutcome = OffsetsOutcome {
+    error_code: 0,
+    offset: -1,
+    timestamp: -1,
+    leader_epoch: -1,
+};
+
 fn failed(e: ResponseError) -> OffsetsOutcome {
     OffsetsOutcome {
         error_code: e.code(),
-        offset: -1,
-        timestamp: -1,
-        leader_epoch: -1,
+        ..NOT_FOUND
     }
 }
 
@@ -81,7 +99,7 @@ pub async fn handle(
             describable,
         ),
         |p| p.partition_index,
-        |tp, p| (tp, p.timestamp),
+        |tp, p| (tp, (p.timestamp, p.current_leader_epoch)),
         |items| ListOnOwner(items, read_committed),
         failed,
     )

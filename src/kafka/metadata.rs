@@ -126,6 +126,7 @@ async fn create_missing(shard: &Rc<Shard>, caller: &Caller, list: &[(Option<Stri
             name: n.clone(),
             partitions: -1,
             replication_factor: -1,
+            assignments: Vec::new(),
             configs: Vec::new(),
         })
         .collect();
@@ -223,7 +224,7 @@ fn topic_entry(catalog: &Catalog, t: &TopicMeta, version: i16) -> MetadataRespon
         .with_name(Some(TopicName(str_bytes(&t.record.name))))
         .with_partitions(partitions);
     if version >= 1 {
-        entry = entry.with_is_internal(t.record.name.starts_with("__"));
+        entry = entry.with_is_internal(crate::storage::catalog::is_internal(&t.record.name));
     }
     if version >= 10 {
         entry = entry.with_topic_id(uuid::Uuid::from_bytes(t.record.id));

@@ -18,6 +18,7 @@ use crate::protocol::produce::{self, ProduceRequest};
 use crate::security::acl::{Operation, ResourceType};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
+use crate::storage::catalog::is_internal;
 use crate::txn::{ops, remote};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -122,6 +123,7 @@ fn append_one(
         return Box::pin(async move { ProduceOutcome::failed(e) });
     }
     let append = partition.append_from(records, source);
+    use ResponseError::{CorruptMessage, KafkaStorageError, MessageTooLarge};
     Box::pin(async move {
         match append.await {
             Ok(a) => ProduceOutcome {
@@ -132,6 +134,20 @@ fn append_one(
                 log_start_offset: partition.log_start_offset(),
                 rejected: None,
             },
+            // A batch the log refused for its records or sequence: the partition's log start
+            // still goes out, as from Kafka (whose replica manager leaves it out, -1, for
+            // oversized and corrupt batches alone).
+            Err(r)
+                if !matches!(
+                    r.error,
+                    MessageTooLarge | CorruptMessage | KafkaStorageError
+                ) =>
+            {
+                ProduceOutcome {
+                    log_start_offset: partition.log_start_offset(),
+                    ..ProduceOutcome::rejected(r)
+                }
+            }
             Err(r) => ProduceOutcome::rejected(r),
         }
     })
@@ -211,9 +227,12 @@ struct Refused {
 
 fn refusals(shard: &Shard, caller: &Caller, req: &ProduceRequest) -> Refused {
     let write = Operation::Write;
-    let transaction = req.transactional_id.as_ref().is_some_and(|id| {
-        !authorize::allowed(shard, caller, write, ResourceType::TransactionalId, id)
-    });
+    // Transactional batches without a transactional id are refused whole, as Kafka does
+    // (its authorizer has no id to check WRITE on).
+    let transaction = match &req.transactional_id {
+        Some(id) => !authorize::allowed(shard, caller, write, ResourceType::TransactionalId, id),
+        None => has_transactional_batches(req),
+    };
     let topics = req
         .topics
         .iter()
@@ -224,6 +243,13 @@ fn refusals(shard: &Shard, caller: &Caller, req: &ProduceRequest) -> Refused {
         transaction,
         topics,
     }
+}
+
+fn has_transactional_batches(req: &ProduceRequest) -> bool {
+    req.topics.iter().flat_map(|t| &t.partitions).any(|p| {
+        let header = p.records.as_ref().and_then(|r| batch::parse_header(r).ok());
+        header.is_some_and(|h| h.is_transactional())
+    })
 }
 
 /// The items to route (with their owners) and the response's layout.
@@ -247,6 +273,9 @@ fn route(
                 _ if refused.topics.contains(&topic.name) => {
                     Err(ResponseError::TopicAuthorizationFailed)
                 }
+                // The broker writes its own topics; a client may not (Kafka allows its own
+                // AdminClient id alone).
+                Some(_) if is_internal(&topic.name) => Err(ResponseError::InvalidTopicException),
                 Some(t) if t.has_partition(p.index) && !catalog.leads(t, p.index) => {
                     Err(ResponseError::NotLeaderOrFollower)
                 }

@@ -118,6 +118,30 @@ impl ReadResult {
             records: None,
         }
     }
+
+    /// A partition this node does not have (unknown topic, topic id or partition): as Kafka
+    /// answers it, offsets -1 and an empty list of aborted transactions.
+    pub fn unknown(e: ResponseError) -> ReadResult {
+        ReadResult {
+            aborted: Some(Vec::new()),
+            ..ReadResult::failed(e, -1, -1)
+        }
+    }
+
+    /// A read refused by the partition: a follower learns the leader's offsets from it (its
+    /// out-of-range recovery needs them); a consumer gets -1 for each, as from Kafka.
+    fn refused(
+        req: &ReadRequest,
+        e: ResponseError,
+        high_watermark: i64,
+        log_start: i64,
+    ) -> ReadResult {
+        if req.replica >= 0 {
+            ReadResult::failed(e, high_watermark, log_start)
+        } else {
+            ReadResult::failed(e, -1, -1)
+        }
+    }
 }
 
 pub struct Partition {
@@ -527,7 +551,7 @@ impl Partition {
     pub async fn read(&self, req: ReadRequest) -> ReadResult {
         if let Err(e) = self.check_read(&req) {
             let log = self.log.borrow();
-            return ReadResult::failed(e, log.high_watermark(), log.log_start_offset);
+            return ReadResult::refused(&req, e, log.high_watermark(), log.log_start_offset);
         }
         let stable = match self.stable_bound().await {
             Ok(stable) => stable,
@@ -550,7 +574,7 @@ impl Partition {
             }
             match log.plan_read_below(req.offset, bound) {
                 Err(ReadError::OffsetOutOfRange) => {
-                    return ReadResult::failed(ResponseError::OffsetOutOfRange, hw, lso)
+                    return ReadResult::refused(&req, ResponseError::OffsetOutOfRange, hw, lso)
                 }
                 Ok(plan) => (plan, hw, lso),
             }
@@ -567,7 +591,8 @@ impl Partition {
     fn read_failed(&self, req: &ReadRequest, e: std::io::Error) -> ReadResult {
         log::error!("fetch {} at {}: {e}", self.name, req.offset);
         let log = self.log.borrow();
-        ReadResult::failed(
+        ReadResult::refused(
+            req,
             ResponseError::KafkaStorageError,
             log.high_watermark(),
             log.log_start_offset,
@@ -633,8 +658,9 @@ impl Partition {
         }
     }
 
-    /// ListOffsets for one partition: (offset, timestamp) for earliest (-2), latest (-1: the
-    /// high watermark) or the first record at or after a timestamp; (-1, -1) when none is.
+    /// ListOffsets for one partition: (offset, timestamp) for earliest (-2, and -4, the local
+    /// log's start), latest (-1: the high watermark), the first record with the largest
+    /// timestamp (-3) or the first record at or after a timestamp; (-1, -1) when none is.
     pub async fn offset_for(
         &self,
         timestamp: i64,
@@ -642,23 +668,39 @@ impl Partition {
     ) -> Result<(i64, i64), ResponseError> {
         const LATEST: i64 = -1;
         const EARLIEST: i64 = -2;
-        let (plan, log_start_offset) = {
+        // KIP-734: the first record with the largest timestamp.
+        const MAX_TIMESTAMP: i64 = -3;
+        // KIP-405: the log start of the local log, which is the whole log here.
+        const EARLIEST_LOCAL: i64 = -4;
+        // KIP-1005: the last offset in tiered storage, of which there is none here.
+        const LATEST_TIERED: i64 = -5;
+        let (plan, log_start_offset, wanted) = {
             let log = self.log.borrow();
             if log.failed {
                 return Err(ResponseError::KafkaStorageError);
             }
-            match timestamp {
+            let wanted = match timestamp {
                 LATEST if read_committed => return Ok((self.last_stable_offset(), -1)),
                 LATEST => return Ok((log.high_watermark(), -1)),
-                EARLIEST => return Ok((log.log_start_offset, -1)),
+                EARLIEST | EARLIEST_LOCAL => return Ok((log.log_start_offset, -1)),
+                LATEST_TIERED => return Ok((-1, -1)),
+                MAX_TIMESTAMP => match log.max_timestamp() {
+                    Some(t) => t,
+                    None => return Ok((-1, -1)),
+                },
                 t if t < 0 => return Err(ResponseError::InvalidRequest),
-                t => (log.plan_timestamp_lookup(t), log.log_start_offset),
-            }
+                t => t,
+            };
+            (
+                log.plan_timestamp_lookup(wanted),
+                log.log_start_offset,
+                wanted,
+            )
         };
         let Some((plan, _)) = plan else {
             return Ok((-1, -1));
         };
-        match read::find_offset_for_timestamp(&plan, timestamp).await {
+        match read::find_offset_for_timestamp(&plan, wanted).await {
             // A batch may straddle a log start moved by DeleteRecords.
             Ok(Some((offset, ts))) => Ok((offset.max(log_start_offset), ts)),
             Ok(None) => Ok((-1, -1)),

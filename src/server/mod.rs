@@ -346,6 +346,7 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
         partitions: shard.config.offsets_topic_partitions,
         // The default: one replica alone, min(3, live brokers) in a cluster.
         replication_factor: -1,
+        assignments: Vec::new(),
         configs: vec![
             ("cleanup.policy".to_string(), "compact".to_string()),
             (

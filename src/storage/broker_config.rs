@@ -7,6 +7,9 @@
 //!   either a topic default (`log.retention.ms` is the default of `retention.ms`: topics
 //!   without an override of their own follow it) or a broker setting (connection limits, the
 //!   log cleaner).
+//!   A few are accepted with no effect: Kafka's listener settings for mechanisms Sluice does
+//!   not serve (Kerberos, OAUTHBEARER's login refresh), which Kafka changes at runtime and
+//!   admin tools set; they are checked, stored and described.
 //! - Static keys (`STATIC`) come from the config file; they are described, read-only, and a
 //!   change is refused as Kafka refuses it: INVALID_REQUEST, "Cannot update these configs
 //!   dynamically", naming the keys.
@@ -45,6 +48,9 @@ enum Target {
         apply: fn(&mut BrokerSettings, &str, &Config) -> Result<(), String>,
         read: fn(&BrokerSettings) -> String,
     },
+    /// Accepted with no effect: the value is checked as its kind and stored; it reads as its
+    /// override (the caller looks that up), else this default.
+    Accepted { kind: Kind, default: &'static str },
 }
 
 pub struct DynamicKey {
@@ -56,6 +62,13 @@ const fn topic(name: &'static str, topic_key: &'static str) -> DynamicKey {
     DynamicKey {
         name,
         target: Target::Topic(topic_key),
+    }
+}
+
+const fn accepted(name: &'static str, kind: Kind, default: &'static str) -> DynamicKey {
+    DynamicKey {
+        name,
+        target: Target::Accepted { kind, default },
     }
 }
 
@@ -141,13 +154,32 @@ pub const DYNAMIC: &[DynamicKey] = &[
             read: |s| s.cleaner_dedupe_buffer_bytes.to_string(),
         },
     },
+    // Kafka's defaults. Kerberos (GSSAPI) and OAUTHBEARER are not served here.
+    accepted("sasl.kerberos.kinit.cmd", Kind::String, "/usr/bin/kinit"),
+    accepted("sasl.kerberos.min.time.before.relogin", Kind::Long, "60000"),
+    accepted("sasl.kerberos.ticket.renew.jitter", Kind::Double, "0.05"),
+    accepted(
+        "sasl.kerberos.ticket.renew.window.factor",
+        Kind::Double,
+        "0.8",
+    ),
+    accepted(
+        "sasl.kerberos.principal.to.local.rules",
+        Kind::List,
+        "DEFAULT",
+    ),
+    accepted("sasl.login.refresh.window.factor", Kind::Double, "0.8"),
+    accepted("sasl.login.refresh.window.jitter", Kind::Double, "0.05"),
+    accepted("sasl.login.refresh.min.period.seconds", Kind::Short, "60"),
+    accepted("sasl.login.refresh.buffer.seconds", Kind::Short, "300"),
 ];
 
-/// A read-only broker key: its type and its value from the config file.
+/// A read-only broker key: its type and its value from the config file (None: unset, as
+/// Kafka reports an unset `broker.rack`).
 pub struct StaticKey {
     pub name: &'static str,
     pub kind: Kind,
-    pub read: fn(&Config) -> String,
+    pub read: fn(&Config) -> Option<String>,
 }
 
 /// The static keys a client may ask about.
@@ -155,47 +187,57 @@ pub const STATIC: &[StaticKey] = &[
     StaticKey {
         name: "node.id",
         kind: Kind::Int,
-        read: |c| c.node_id.to_string(),
+        read: |c| Some(c.node_id.to_string()),
     },
     StaticKey {
         name: "broker.id",
         kind: Kind::Int,
-        read: |c| c.node_id.to_string(),
+        read: |c| Some(c.node_id.to_string()),
     },
     StaticKey {
         name: "listeners",
         kind: Kind::String,
-        read: |c| format!("PLAINTEXT://{}", c.listen),
+        read: |c| Some(format!("PLAINTEXT://{}", c.listen)),
     },
     StaticKey {
         name: "log.dirs",
         kind: Kind::String,
-        read: |c| c.data_dir.display().to_string(),
+        read: |c| Some(c.data_dir.display().to_string()),
     },
     StaticKey {
         name: "num.partitions",
         kind: Kind::Int,
-        read: |c| c.topic_defaults.num_partitions.to_string(),
+        read: |c| Some(c.topic_defaults.num_partitions.to_string()),
     },
     StaticKey {
         name: "auto.create.topics.enable",
         kind: Kind::Boolean,
-        read: |c| c.auto_create_topics.to_string(),
+        read: |c| Some(c.auto_create_topics.to_string()),
     },
     StaticKey {
         name: "socket.request.max.bytes",
         kind: Kind::Int,
-        read: |c| c.request_max_bytes.to_string(),
+        read: |c| Some(c.request_max_bytes.to_string()),
     },
     StaticKey {
         name: "connections.max.idle.ms",
         kind: Kind::Long,
-        read: |c| c.connections_max_idle_ms.to_string(),
+        read: |c| Some(c.connections_max_idle_ms.to_string()),
     },
     StaticKey {
         name: "offsets.topic.num.partitions",
         kind: Kind::Int,
-        read: |c| c.offsets_topic_partitions.to_string(),
+        read: |c| Some(c.offsets_topic_partitions.to_string()),
+    },
+    StaticKey {
+        name: "broker.rack",
+        kind: Kind::String,
+        read: |c| c.rack.clone(),
+    },
+    StaticKey {
+        name: "connections.max.reauth.ms",
+        kind: Kind::Long,
+        read: |c| Some(c.sasl.connections_max_reauth_ms.to_string()),
     },
 ];
 
@@ -214,16 +256,23 @@ impl DynamicKey {
     pub fn kind(&self) -> Kind {
         match &self.target {
             Target::Topic(t) => topic_config::key(t).expect("mapped to a topic key").kind,
-            Target::Broker { kind, .. } => *kind,
+            Target::Broker { kind, .. } | Target::Accepted { kind, .. } => *kind,
         }
     }
 
-    /// The key's effective value: the topic default, or the broker setting.
+    /// The key's effective value: the topic default, the broker setting, or for a key
+    /// accepted with no effect its default (its override is the catalog's to read).
     pub fn read(&self, settings: &BrokerSettings, topic_defaults: &TopicConfig) -> String {
         match &self.target {
             Target::Topic(t) => (topic_config::key(t).expect("mapped").read)(topic_defaults),
             Target::Broker { read, .. } => read(settings),
+            Target::Accepted { default, .. } => default.to_string(),
         }
+    }
+
+    /// Whether the key is accepted with no effect (its value is only stored).
+    pub fn is_accepted(&self) -> bool {
+        matches!(self.target, Target::Accepted { .. })
     }
 }
 
@@ -249,12 +298,31 @@ pub fn resolve(config: &Config, overrides: &[(String, String)]) -> Result<Resolv
                     .map_err(|e| format!("{name}: {e}"))?;
             }
             Target::Broker { apply, .. } => apply(&mut settings, value, config)?,
+            Target::Accepted { kind, .. } => check_kind(name, *kind, value)?,
         }
     }
     Ok(Resolved {
         settings,
         topic_defaults,
     })
+}
+
+/// A value of a key accepted with no effect, checked as its kind.
+fn check_kind(name: &str, kind: Kind, value: &str) -> Result<(), String> {
+    let ok = match kind {
+        Kind::Long | Kind::Int => value.trim().parse::<i64>().is_ok(),
+        Kind::Short => value.trim().parse::<i16>().is_ok(),
+        Kind::Double => value.trim().parse::<f64>().is_ok_and(f64::is_finite),
+        Kind::Boolean => matches!(value, "true" | "false"),
+        Kind::String | Kind::List => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid value {value:?} for {name}: expected a {kind:?}"
+        ))
+    }
 }
 
 /// Kafka's message for keys that cannot change at runtime.

@@ -25,6 +25,12 @@ const FORMAT_VERSION: u8 = 5;
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The topic that holds the transaction coordinators' state.
 pub const TXN_STATE_TOPIC: &str = "__transaction_state";
+/// Whether a topic is one of the broker's own (Kafka's `Topic.isInternal`): Metadata marks it
+/// internal, clients may not produce to it or delete it.
+pub fn is_internal(name: &str) -> bool {
+    name == OFFSETS_TOPIC || name == TXN_STATE_TOPIC
+}
+
 /// Kafka's limit on topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 /// Bound on partitions per topic, so a request cannot make the broker open unbounded files.

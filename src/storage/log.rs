@@ -766,6 +766,17 @@ impl PartitionLog {
         }
     }
 
+    /// The largest record timestamp of the segments holding records below the high watermark
+    /// (ListOffsets' MAX_TIMESTAMP, KIP-734); None when there are none.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        let hw = self.high_watermark.offset;
+        self.segments
+            .iter()
+            .filter(|s| s.meta.base_offset < hw && s.meta.next_offset > s.meta.base_offset)
+            .map(|s| s.meta.max_timestamp)
+            .max()
+    }
+
     /// The earliest offset whose batch may hold a timestamp >= `timestamp`, and where to start
     /// reading for it; None when every stored record is older.
     pub fn plan_timestamp_lookup(&self, timestamp: i64) -> Option<(ReadPlan, i64)> {

@@ -81,12 +81,11 @@ impl ProducerTable {
         if !h.is_idempotent() {
             return Ok(Verdict::Append);
         }
+        // A producer this partition has no state for starts where it says, as in Kafka since
+        // KIP-360: its state may have expired (producer_id_expiration_ms) or gone with the
+        // segments retention deleted, and its next batch is not an error.
         let Some(p) = self.producers.get(&h.producer_id) else {
-            return if h.base_sequence == 0 {
-                Ok(Verdict::Append)
-            } else {
-                Err(ResponseError::UnknownProducerId)
-            };
+            return Ok(Verdict::Append);
         };
         if h.producer_epoch < p.epoch {
             return Err(ResponseError::InvalidProducerEpoch);
@@ -476,10 +475,7 @@ mod tests {
     #[test]
     fn sequence_rules() {
         let mut t = ProducerTable::default();
-        assert_eq!(
-            t.check(&h(7, 0, 3, 1, 0)),
-            Err(ResponseError::UnknownProducerId)
-        );
+        assert_eq!(t.check(&h(7, 0, 3, 1, 0)), Ok(Verdict::Append));
         assert_eq!(t.check(&h(7, 0, 0, 3, 0)), Ok(Verdict::Append));
         t.record(&h(7, 0, 0, 3, 10), 0);
         assert_eq!(

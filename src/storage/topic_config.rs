@@ -14,6 +14,7 @@ pub enum Kind {
     Boolean = 1,
     String = 2,
     Int = 3,
+    Short = 4,
     Long = 5,
     Double = 6,
     /// A comma-separated list: IncrementalAlterConfigs may APPEND to it and SUBTRACT from it.
@@ -84,6 +85,8 @@ pub struct TopicConfig {
     /// Accepted and reported; no effect until partitions are replicated.
     pub leader_replication_throttled_replicas: String,
     pub follower_replication_throttled_replicas: String,
+    /// The keys accepted with no effect (`ACCEPTED`), by name, with their values.
+    pub accepted: Vec<(&'static str, String)>,
 }
 
 /// An integer config value within `lo..=hi`, or an error naming the key and the range.
@@ -138,6 +141,56 @@ macro_rules! int_key {
             read: |c| c.$field.to_string(),
         }
     };
+}
+
+/// Kafka 4.4's topic keys that have no effect here, with Kafka's defaults: tiered storage
+/// (its settings while it is off; `remote.storage.enable=true` is refused, as Kafka refuses it
+/// without a remote log manager), index and deletion tuning for files Sluice lays out its own
+/// way, and the dead-letter queue of share groups.
+const ACCEPTED: &[(&str, &str)] = &[
+    ("file.delete.delay.ms", "60000"),
+    ("segment.index.bytes", "10485760"),
+    ("segment.jitter.ms", "0"),
+    ("local.retention.ms", "-2"),
+    ("local.retention.bytes", "-2"),
+    ("remote.storage.enable", "false"),
+    ("remote.log.copy.disable", "false"),
+    ("remote.log.delete.on.disable", "false"),
+    ("remote.copy.lag.bytes", "-1"),
+    ("remote.copy.lag.ms", "0"),
+    ("max.decompressed.message.bytes", "2147483639"),
+    ("errors.deadletterqueue.group.enable", "false"),
+];
+
+/// A key of `ACCEPTED`: `check` vets a value, which is stored and read back.
+macro_rules! accepted_key {
+    ($name:literal, $kind:expr, $check:expr) => {
+        Key {
+            name: $name,
+            kind: $kind,
+            read_only: false,
+            apply: |c, v| {
+                $check($name, v)?;
+                c.set_accepted($name, v);
+                Ok(())
+            },
+            read: |c| c.accepted_value($name),
+        }
+    };
+}
+
+fn long_from<const LO: i64>(key: &str, v: &str) -> Result<(), String> {
+    integer(key, v, LO, i64::MAX).map(|_| ())
+}
+
+fn boolean(key: &str, v: &str) -> Result<(), String> {
+    one_of(key, v, &["true", "false"]).map(|_| ())
+}
+
+fn tiering_off(key: &str, v: &str) -> Result<(), String> {
+    one_of(key, v, &["false"])
+        .map(|_| ())
+        .map_err(|_| format!("{key}: tiered storage is not served by this broker"))
 }
 
 /// Every topic config key Sluice serves.
@@ -364,6 +417,34 @@ pub const KEYS: &[Key] = &[
         },
         read: |c| c.follower_replication_throttled_replicas.clone(),
     },
+    accepted_key!("file.delete.delay.ms", Kind::Long, long_from::<0>),
+    accepted_key!("segment.index.bytes", Kind::Int, |k, v| integer(
+        k,
+        v,
+        4,
+        i32::MAX as i64
+    )
+    .map(|_| ())),
+    accepted_key!("segment.jitter.ms", Kind::Long, long_from::<0>),
+    accepted_key!("local.retention.ms", Kind::Long, long_from::<-2>),
+    accepted_key!("local.retention.bytes", Kind::Long, long_from::<-2>),
+    accepted_key!("remote.storage.enable", Kind::Boolean, tiering_off),
+    accepted_key!("remote.log.copy.disable", Kind::Boolean, boolean),
+    accepted_key!("remote.log.delete.on.disable", Kind::Boolean, boolean),
+    accepted_key!("remote.copy.lag.bytes", Kind::Long, long_from::<-1>),
+    accepted_key!("remote.copy.lag.ms", Kind::Long, long_from::<0>),
+    accepted_key!("max.decompressed.message.bytes", Kind::Int, |k, v| integer(
+        k,
+        v,
+        0,
+        i32::MAX as i64
+    )
+    .map(|_| ())),
+    accepted_key!(
+        "errors.deadletterqueue.group.enable",
+        Kind::Boolean,
+        boolean
+    ),
 ];
 
 /// `compression.type` values: Kafka's names.
@@ -395,6 +476,8 @@ pub fn key(name: &str) -> Option<&'static Key> {
 const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
 /// Kafka 3.x's default for `message.format.version`.
 const DEFAULT_MESSAGE_FORMAT_VERSION: &str = "3.0-IV1";
+/// Kafka's default for `message.timestamp.after.max.ms` since 4.0: one hour.
+const DEFAULT_TIMESTAMP_AFTER_MAX_MS: i64 = 3600 * 1000;
 /// Kafka's default for `min.cleanable.dirty.ratio`.
 const DEFAULT_MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
 
@@ -420,7 +503,8 @@ impl TopicConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             timestamp_before_max_ms: i64::MAX,
-            timestamp_after_max_ms: i64::MAX,
+            // Kafka 4.0's default: an hour past the broker's clock.
+            timestamp_after_max_ms: DEFAULT_TIMESTAMP_AFTER_MAX_MS,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
             message_format_version: DEFAULT_MESSAGE_FORMAT_VERSION.to_string(),
@@ -428,7 +512,18 @@ impl TopicConfig {
             unclean_leader_election: false,
             leader_replication_throttled_replicas: String::new(),
             follower_replication_throttled_replicas: String::new(),
+            accepted: ACCEPTED.iter().map(|(k, v)| (*k, v.to_string())).collect(),
         }
+    }
+
+    fn set_accepted(&mut self, name: &'static str, value: &str) {
+        let slot = self.accepted.iter_mut().find(|(k, _)| *k == name);
+        slot.expect("every accepted key has a default").1 = value.to_string();
+    }
+
+    fn accepted_value(&self, name: &str) -> String {
+        let slot = self.accepted.iter().find(|(k, _)| *k == name);
+        slot.expect("every accepted key has a default").1.clone()
     }
 
     /// The defaults with `overrides` applied in order; the first unknown key or bad value is
@@ -503,6 +598,18 @@ mod tests {
             (UNCLEAN_LEADER_ELECTION, "true"),
             ("leader.replication.throttled.replicas", "0:1,1:2"),
             ("follower.replication.throttled.replicas", "*"),
+            ("file.delete.delay.ms", "5"),
+            ("segment.index.bytes", "4096"),
+            ("segment.jitter.ms", "7"),
+            ("local.retention.ms", "-1"),
+            ("local.retention.bytes", "100"),
+            ("remote.storage.enable", "false"),
+            ("remote.log.copy.disable", "true"),
+            ("remote.log.delete.on.disable", "true"),
+            ("remote.copy.lag.bytes", "10"),
+            ("remote.copy.lag.ms", "10"),
+            ("max.decompressed.message.bytes", "1000"),
+            ("errors.deadletterqueue.group.enable", "true"),
         ];
         assert_eq!(samples.len(), KEYS.len(), "a sample per key");
         for (name, value) in samples {
@@ -526,6 +633,7 @@ mod tests {
         assert!(err("compression.gzip.level", "0").is_err());
         assert!(err("compression.zstd.level", "23").is_err());
         assert!(err("message.format.version", "latest").is_err());
+        assert!(err("remote.storage.enable", "true").is_err());
         assert!(err("follower.replication.throttled.replicas", "0-1").is_err());
         assert!(err("min.cleanable.dirty.ratio", "2").is_err());
     }

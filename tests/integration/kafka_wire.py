@@ -37,14 +37,17 @@ def varint(v: int) -> bytes:
 
 
 def record_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                 keys=None, attributes=0) -> bytes:
-    """An uncompressed batch of these values; keys: one per value (None: keyless), or all keyless.
-    attributes: 0x10 transactional, 0x20 control."""
+                 keys=None, attributes=0, headers=None) -> bytes:
+    """An uncompressed batch of these values; keys: one per value (None: keyless), or all keyless;
+    headers: one [(name, value)] per value, or none. attributes: 0x10 transactional, 0x20 control."""
     records = b""
     for i, v in enumerate(values):
         k = keys[i] if keys else None
         key = varint(-1) if k is None else varint(len(k)) + k
-        body = b"\x00" + varint(0) + varint(i) + key + varint(len(v)) + v + varint(0)
+        hs = headers[i] if headers else []
+        header_bytes = varint(len(hs)) + b"".join(varint(len(n)) + n + (varint(-1) if hv is None else varint(len(hv)) + hv)
+                                        for n, hv in hs)
+        body = b"\x00" + varint(0) + varint(i) + key + (varint(-1) if v is None else varint(len(v)) + v) + header_bytes
         records += varint(len(body)) + body
     after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
                             base_sequence, len(values)) + records

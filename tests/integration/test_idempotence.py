@@ -11,8 +11,7 @@ from records import record
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_PRODUCER_ID = 59
-INVALID_TXN_STATE = 48
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 INVALID_RECORD = 87
 
 
@@ -101,28 +100,36 @@ def test_crafted_sequences_get_kafkas_error_codes(broker):
     assert produce(s, "seq", e1) == (0, 4)
     old = kw.record_batch([b"f"], producer_id=pid, producer_epoch=0, base_sequence=4)
     assert produce(s, "seq", old)[0] == INVALID_PRODUCER_EPOCH
-    # A producer the partition has never seen, not starting at 0.
+    # A producer the partition has no state for (expired, or its batches deleted by
+    # retention) starts at the sequence it sends, as in Kafka since KIP-360; its next batch
+    # follows on from there.
     stranger = kw.record_batch([b"g"], producer_id=987_654_321, producer_epoch=0, base_sequence=5)
-    assert produce(s, "seq", stranger)[0] == UNKNOWN_PRODUCER_ID
+    assert produce(s, "seq", stranger) == (0, 5)
+    after = kw.record_batch([b"h"], producer_id=987_654_321, producer_epoch=0, base_sequence=7)
+    assert produce(s, "seq", after)[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
     s.close()
     got = ck.consume_to_end(broker.bootstrap, "seq", [0])
-    assert [v for _, _, v, _, _ in got[0]] == [b"a", b"b", b"c", b"d", b"e"]
+    assert [v for _, _, v, _, _ in got[0]] == [b"a", b"b", b"c", b"d", b"e", b"g"]
 
 
 def test_client_markers_and_unverified_transactional_batches_are_refused(broker):
     """A control batch comes only from a transaction coordinator (Kafka: INVALID_RECORD), and a
-    transactional batch only for a partition the coordinator added to the producer's ongoing
-    transaction (KIP-890: INVALID_TXN_STATE); this producer has no transactional id, so no
-    coordinator verified it. Taking one would open a transaction here that nothing ends,
+    transactional batch only from a producer with a transactional id (Kafka:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, for the whole request, markers included), whose
+    coordinator added the partition to its transaction (KIP-890: INVALID_TXN_STATE otherwise,
+    test_transaction_errors.py). Taking one would open a transaction here that nothing ends,
     holding back the last stable offset."""
     ck.create_topic(broker.bootstrap, "txn-guard", 1)
     s = connect(broker)
     pid, epoch = init_producer(s)
     marker = kw.record_batch([b"\x00\x00\x00\x00"], producer_id=pid, producer_epoch=epoch, base_sequence=-1,
                              keys=[b"\x00\x00\x00\x01"], attributes=0x30)
-    assert produce(s, "txn-guard", marker)[0] == INVALID_RECORD
+    assert produce(s, "txn-guard", marker)[0] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    control = kw.record_batch([b"\x00\x00\x00\x00"], producer_id=pid, producer_epoch=epoch, base_sequence=-1,
+                              keys=[b"\x00\x00\x00\x01"], attributes=0x20)
+    assert produce(s, "txn-guard", control)[0] == INVALID_RECORD
     txn = kw.record_batch([b"t"], producer_id=pid, producer_epoch=epoch, base_sequence=0, attributes=0x10)
-    assert produce(s, "txn-guard", txn)[0] == INVALID_TXN_STATE
+    assert produce(s, "txn-guard", txn)[0] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     # The producer's sequence is untouched: its first plain batch starts at 0.
     plain = kw.record_batch([b"p"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
     assert produce(s, "txn-guard", plain) == (0, 0)

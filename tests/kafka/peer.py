@@ -1,0 +1,191 @@
+"""Apache Kafka 4.4 as a peer for tests and benchmarks: one KRaft node in combined mode
+(broker and controller), or three, each with its own ports and data dir, formatted with Kafka's
+storage tool. The caller stops it (`stop()`, or `with KafkaCluster(...) as k:`); its data dirs
+and logs live under the root the caller gave, which the caller removes.
+
+Kafka itself is installed by scripts/kafka-install (Maven Central only) into tests/kafka/libs.
+
+    with KafkaCluster(root, nodes=1, configs={"log.flush.interval.messages": 1}) as kafka:
+        produce_to(kafka.bootstrap())
+"""
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LIBS = HERE / "libs"
+LOG4J = HERE / "log4j2.properties"
+# Kafka's own start script's JVM flags (kafka-run-class.sh, kafka-server-start.sh), with a
+# heap the caller chooses: tests use a small one, benchmarks Kafka's default of 1 GiB.
+JVM_FLAGS = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+             "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true"]
+START_TIMEOUT_S = 90
+
+
+class NotInstalled(Exception):
+    pass
+
+
+def installed() -> bool:
+    return (LIBS / ".installed").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def java(main: str, *args, heap_mb: int = 256, **kwargs) -> subprocess.CompletedProcess:
+    """Runs one of Kafka's main classes (a tool) to completion."""
+    return subprocess.run(["java", f"-Xmx{heap_mb}m", f"-Dlog4j2.configurationFile={LOG4J}",
+                           "-cp", f"{LIBS}/*", main, *args], check=True, capture_output=True, text=True,
+                          **kwargs)
+
+
+class KafkaNode:
+    def __init__(self, root: Path, node_id: int, port: int, controller_port: int):
+        self.node_id = node_id
+        self.port = port
+        self.controller_port = controller_port
+        self.dir = root / f"kafka-{node_id}"
+        self.data_dir = self.dir / "data"
+        self.properties = self.dir / "server.properties"
+        self.log_path = self.dir / "kafka.log"
+        self.proc: subprocess.Popen | None = None
+
+    def write_properties(self, voters: str, configs: dict):
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": self.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "log.dirs": self.data_dir,
+            **configs,
+        }
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def start(self, heap_mb: int, jvm_args=()):
+        self.log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            ["java", f"-Xmx{heap_mb}m", f"-Xms{heap_mb}m", *JVM_FLAGS, *jvm_args,
+             f"-Dlog4j2.configurationFile={LOG4J}", f"-Dkafka.logs.dir={self.dir}",
+             "-cp", f"{LIBS}/*", "kafka.Kafka", str(self.properties)],
+            stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int):
+        if self.alive():
+            os.killpg(self.proc.pid, sig)
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 30):
+        """SIGTERM: Kafka's controlled shutdown; SIGKILL if it takes longer than timeout_s."""
+        self.signal(signal.SIGTERM)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class KafkaCluster:
+    """`nodes` KRaft nodes in combined mode, every one a voter; `configs` go into every node's
+    server.properties over the defaults below (Kafka's, except what a small test cluster needs)."""
+
+    def __init__(self, root: Path, nodes: int = 1, configs: dict | None = None, heap_mb: int = 512,
+                 free_port=_free_port, jvm_args=()):
+        if not installed():
+            raise NotInstalled(f"Kafka is not installed in {LIBS}: run scripts/kafka-install")
+        self.root = Path(root)
+        self.heap_mb = heap_mb
+        self.jvm_args = list(jvm_args)
+        self.nodes = [KafkaNode(self.root, i + 1, free_port(), free_port()) for i in range(nodes)]
+        replicas = min(3, nodes)
+        self.configs = {
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min(2, replicas),
+            "default.replication.factor": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            **(configs or {}),
+        }
+
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def start(self) -> "KafkaCluster":
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        cluster_id = random_cluster_id()
+        for n in self.nodes:
+            n.write_properties(voters, self.configs)
+            java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(n.properties))
+        for n in self.nodes:
+            n.start(self.heap_mb, self.jvm_args)
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S):
+        """Every node answers Metadata naming every node as a broker (registered and unfenced)."""
+        from protocol import Connection
+        deadline = time.monotonic() + timeout_s
+        for n in self.nodes:
+            while True:
+                if not n.alive():
+                    raise RuntimeError(f"Kafka node {n.node_id} exited:\n{n.log()[-4000:]}")
+                try:
+                    with Connection("127.0.0.1", n.port, timeout_s=2) as c:
+                        if len(c.send("Metadata", 12, {"Topics": []})["Brokers"]) == len(self.nodes):
+                            break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Kafka node {n.node_id} not ready:\n{n.log()[-4000:]}")
+                time.sleep(0.2)
+
+    def pids(self) -> list[int]:
+        return [n.proc.pid for n in self.nodes if n.alive()]
+
+    def stop(self):
+        for n in self.nodes:
+            n.signal(signal.SIGTERM)
+        for n in self.nodes:
+            n.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def random_cluster_id() -> str:
+    """A cluster id in Kafka's form (a base64 UUID), without starting a JVM."""
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
