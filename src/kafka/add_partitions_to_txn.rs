@@ -123,13 +123,21 @@ async fn from_broker(
             "a broker's AddPartitionsToTxn while cut off from the other nodes (fault hook)"
         );
     }
-    let answers = req.transactions.iter().map(|t| answer(shard, t));
+    let answers = req.transactions.iter().map(|t| answer(shard, t, version));
     let results = futures::future::join_all(answers).await;
     let resp = AddPartitionsToTxnResponse::default().with_results_by_transaction(results);
     encode(&resp, version)
 }
 
-async fn answer(shard: &Rc<Shard>, t: &AddPartitionsToTxnTransaction) -> AddPartitionsToTxnResult {
+/// The first version whose verification answers TRANSACTION_ABORTABLE where older ones answer
+/// INVALID_TXN_STATE (KIP-890: the producer aborts and goes on, instead of failing).
+const ABORTABLE_VERSION: i16 = 5;
+
+async fn answer(
+    shard: &Rc<Shard>,
+    t: &AddPartitionsToTxnTransaction,
+    version: i16,
+) -> AddPartitionsToTxnResult {
     let id = t.transactional_id.0.to_string();
     let partitions: Vec<(String, i32)> = t
         .topics
@@ -161,10 +169,13 @@ async fn answer(shard: &Rc<Shard>, t: &AddPartitionsToTxnTransaction) -> AddPart
                 .partitions
                 .iter()
                 .map(|&p| {
-                    let code = outcomes
-                        .next()
-                        .and_then(Result::err)
-                        .map_or(0, |e| e.code());
+                    let code = match outcomes.next().and_then(Result::err) {
+                        None => 0,
+                        Some(ResponseError::InvalidTxnState) if version >= ABORTABLE_VERSION => {
+                            ResponseError::TransactionAbortable.code()
+                        }
+                        Some(e) => e.code(),
+                    };
                     AddPartitionsToTxnPartitionResult::default()
                         .with_partition_index(p)
                         .with_partition_error_code(code)

@@ -45,7 +45,11 @@ pub async fn handle(
         .zip(outcomes)
         .chain(duplicated.into_iter().map(twice));
     let results = answers
-        .map(|(name, outcome)| result(shard, &name, outcome, version))
+        .map(|(name, outcome)| {
+            // Kafka leaves the new topic's details out for a creator without DESCRIBE_CONFIGS.
+            let described = authorize::topic(shard, caller, Operation::DescribeConfigs, &name);
+            result(shard, &name, outcome, (version, described))
+        })
         .collect();
     encode(
         &CreateTopicsResponse::default().with_topics(results),
@@ -95,12 +99,13 @@ fn requested(req: &CreateTopicsRequest) -> (Vec<NewTopic>, Vec<String>) {
 }
 
 /// One topic's answer: from v5, a created topic's partitions, replicas and configs (Kafka's
-/// `CreatableTopicConfigs`, as DescribeConfigs would report them).
+/// `CreatableTopicConfigs`, as DescribeConfigs would report them), for a caller that may
+/// describe its configs; TOPIC_AUTHORIZATION_FAILED in `topic_config_error_code` otherwise.
 fn result(
     shard: &Shard,
     name: &str,
     (code, message): (i16, Option<String>),
-    version: i16,
+    (version, described): (i16, bool),
 ) -> CreatableTopicResult {
     let mut r = CreatableTopicResult::default()
         .with_name(kafka_protocol::messages::TopicName(str_bytes(name)))
@@ -115,6 +120,14 @@ fn result(
     let Some(t) = catalog.topics.get(name).filter(|_| code == 0) else {
         return r.with_num_partitions(-1).with_replication_factor(-1);
     };
+    if !described {
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        r = r.with_topic_config_error_code(denied);
+        if version >= 7 {
+            r = r.with_topic_id(uuid::Uuid::from_bytes(t.record.id));
+        }
+        return r.with_num_partitions(-1).with_replication_factor(-1);
+    }
     let node = shard.config.node_id.to_string();
     // One replica on a single node (no assignments), else the first partition's.
     let replicas = t.record.assignment.first().map_or(1, |a| a.replicas.len());

@@ -1,7 +1,8 @@
 //! DescribeQuorum (KIP-595): the controller quorum's leader, term (as the leader epoch),
 //! commit index (as the high watermark) and each voter's replicated log end, for the one
 //! partition of the metadata log, `__cluster_metadata`-0. Answered by the active controller;
-//! another node answers NOT_LEADER_OR_FOLLOWER, as does a single node (it has no quorum).
+//! another node answers NOT_LEADER_OR_FOLLOWER. A single node is a quorum of one, as a Kafka
+//! node in combined mode is: it leads, in term 1, a log it keeps no entries in.
 //! Brokers that are not voters are listed as observers.
 
 use super::authorize::{self, Caller};
@@ -32,7 +33,15 @@ pub async fn handle(
             version,
         );
     }
-    let view = crate::controller::quorum_view(shard).await.ok().flatten();
+    let view = match shard.config.is_clustered() {
+        true => crate::controller::quorum_view(shard).await.ok().flatten(),
+        false => Some(QuorumView {
+            leader_id: shard.config.node_id,
+            term: 1,
+            commit: 0,
+            voters: vec![(shard.config.node_id, 0)],
+        }),
+    };
     let catalog = shard.catalog();
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {

@@ -100,8 +100,10 @@ fn topic_entries(
             let mut entry = lookup(catalog, name.as_deref(), id, version);
             let named = entry.name.as_ref().map(|n| n.0.to_string());
             if named.is_some_and(|n| !describable(&n)) {
+                // Nothing of the topic goes out, not even its id (as from Kafka).
                 entry.error_code = ResponseError::TopicAuthorizationFailed.code();
                 entry.partitions.clear();
+                entry.topic_id = uuid::Uuid::nil();
             }
             entry
         })

@@ -22,6 +22,34 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
+/// A single node's answer to one partition's reassignment: its one replica is already where
+/// a target of this node alone puts it; any other broker is not registered, and there is never
+/// a reassignment to cancel.
+fn alone(
+    shard: &Shard,
+    (topic, index, target): &(String, i32, Option<Vec<i32>>),
+) -> (i16, Option<String>) {
+    let node = shard.config.node_id;
+    let exists = shard
+        .catalog()
+        .topics
+        .get(topic)
+        .is_some_and(|t| t.has_partition(*index));
+    let outcome = |e: ResponseError, m: String| (e.code(), Some(m));
+    match target {
+        _ if !exists => outcome(
+            ResponseError::UnknownTopicOrPartition,
+            format!("no partition {topic}-{index}"),
+        ),
+        None => outcome(ResponseError::NoReassignmentInProgress, "none".into()),
+        Some(t) if t.as_slice() == [node] => (0, None),
+        Some(t) => outcome(
+            ResponseError::InvalidReplicaAssignment,
+            format!("replicas {t:?}: this broker ({node}) runs alone"),
+        ),
+    }
+}
+
 pub async fn alter(
     shard: &Rc<Shard>,
     caller: &Caller,
@@ -47,12 +75,16 @@ pub async fn alter(
         })
         .collect();
     let n = partitions.len();
-    let op = ControllerOp::Reassign {
-        partitions: partitions.clone(),
+    let outcomes = if shard.config.is_clustered() {
+        let op = ControllerOp::Reassign {
+            partitions: partitions.clone(),
+        };
+        controller::submit(shard, op)
+            .await
+            .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n])
+    } else {
+        partitions.iter().map(|p| alone(shard, p)).collect()
     };
-    let outcomes = controller::submit(shard, op)
-        .await
-        .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n]);
     let answers =
         partitions
             .into_iter()

@@ -33,6 +33,9 @@ use std::rc::Rc;
 /// The first Produce version of transaction version 2 (KIP-890 part 2): a transactional
 /// batch adds its partition to the producer's transaction, which sends no AddPartitionsToTxn.
 const IMPLICIT_ADD_VERSION: i16 = 12;
+/// The first Produce version answered TRANSACTION_ABORTABLE (KIP-890) where older ones get
+/// INVALID_TXN_STATE.
+const ABORTABLE_VERSION: i16 = 11;
 
 /// One partition's answer.
 #[derive(Debug, Clone)]
@@ -192,7 +195,7 @@ pub async fn handle(
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
     let refused = refusals(shard, caller, &req);
     let verified = match refused.transaction {
-        false => verify_transactional(shard, &req, version >= IMPLICIT_ADD_VERSION).await,
+        false => verify_transactional(shard, &req, version).await,
         true => Verdicts::new(),
     };
     let (items, slots) = route(shard, &req, &verified, &refused);
@@ -308,13 +311,15 @@ fn route(
 /// the error Produce answers instead.
 type Verdicts = HashMap<(String, i32), Result<(), ResponseError>>;
 
-/// Asks the coordinator about the request's transactional batches, once per request (with
-/// `add`, it adds their partitions to the transaction first). A fenced producer gets
+/// Asks the coordinator about the request's transactional batches, once per request (from
+/// v12, it adds their partitions to the transaction first). A fenced producer gets
 /// INVALID_PRODUCER_EPOCH (Produce has no PRODUCER_FENCED), a partition outside the
-/// transaction INVALID_TXN_STATE, and a coordinator that cannot answer now, or is busy ending
+/// transaction INVALID_TXN_STATE (from v11 TRANSACTION_ABORTABLE, KIP-890, which the
+/// producer answers by aborting), and a coordinator that cannot answer now, or is busy ending
 /// the transaction before, NOT_ENOUGH_REPLICAS, which producers retry (as Kafka's
 /// verification answers).
-async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest, add: bool) -> Verdicts {
+async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest, version: i16) -> Verdicts {
+    let add = version >= IMPLICIT_ADD_VERSION;
     let Some(id) = &req.transactional_id else {
         return Verdicts::new();
     };
@@ -342,6 +347,7 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest, add: bool
     let as_produce = |e| match e {
         ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
         ResponseError::ConcurrentTransactions => ResponseError::NotEnoughReplicas,
+        _ if version >= ABORTABLE_VERSION => ResponseError::TransactionAbortable,
         _ => ResponseError::InvalidTxnState,
     };
     let verdicts: Vec<_> = match remote::verify(shard, verify).await {

@@ -36,3 +36,55 @@ def brokers(tmp_path_factory):
         sluice.kill()
         kafka.stop()
     sluice.assert_no_panic()
+
+
+# The secured pair: a SASL_PLAINTEXT listener (PLAIN) and ACLs, admin a super user, alice not.
+ADMIN = ("admin", "admin-secret")
+ALICE = ("alice", "alice-secret")
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        f'username="{ADMIN[0]}" password="{ADMIN[1]}" user_{ADMIN[0]}="{ADMIN[1]}" user_{ALICE[0]}="{ALICE[1]}";')
+SECURE_KAFKA_CONFIGS = {
+    **KAFKA_CONFIGS,
+    "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    # The node's own requests come in on its PLAINTEXT and CONTROLLER listeners as ANONYMOUS.
+    "super.users": f"User:{ADMIN[0]};User:ANONYMOUS",
+}
+SECURE_SLUICE_CONFIG = SLUICE_CONFIG + f"""
+[[listeners]]
+name = "PLAINTEXT"
+address = "127.0.0.1:@PORT@"
+security_protocol = "PLAINTEXT"
+[[listeners]]
+name = "SASL_PLAINTEXT"
+address = "127.0.0.1:@SASL_PORT@"
+security_protocol = "SASL_PLAINTEXT"
+
+[sasl]
+mechanisms = ["PLAIN"]
+bootstrap_users = [{{ name = "{ADMIN[0]}", password = "{ADMIN[1]}" }}, {{ name = "{ALICE[0]}", password = "{ALICE[1]}" }}]
+
+[authorization]
+enabled = true
+super_users = ["User:{ADMIN[0]}"]
+"""
+
+
+@pytest.fixture(scope="session")
+def secure_brokers(tmp_path_factory):
+    """Kafka and Sluice with SASL/PLAIN and ACLs (started only if a secured scenario runs)."""
+    root = tmp_path_factory.mktemp("differential-secure")
+    kafka = KafkaCluster(root / "kafka", nodes=1, configs=SECURE_KAFKA_CONFIGS, free_port=free_port, sasl=True)
+    sasl_port = free_port()
+    config = SECURE_SLUICE_CONFIG.replace("@SASL_PORT@", str(sasl_port))
+    (root / "sluice").mkdir(parents=True, exist_ok=True)
+    sluice = Broker(root / "sluice" / "data", shards=2, config=config, extra_args=["--node-id", str(NODE_ID)])
+    kafka.start()
+    try:
+        sluice.start()
+        yield {"kafka": (kafka.nodes[0].sasl_port, NODE_ID), "sluice": (sasl_port, NODE_ID)}
+    finally:
+        sluice.kill()
+        kafka.stop()
+    sluice.assert_no_panic()

@@ -4,14 +4,18 @@ broker of each kind."""
 SCENARIOS = {}
 # Scenarios that change what the others rely on (deleting an internal topic), run after them.
 LAST = set()
+# Scenarios for the secured pair (SASL and ACLs: conftest.secure_brokers).
+SECURE = set()
 
 
-def scenario(fn=None, *, last=False):
+def scenario(fn=None, *, last=False, secure=False):
     def register(fn):
         assert fn.__name__ not in SCENARIOS, f"two scenarios named {fn.__name__}"
         SCENARIOS[fn.__name__] = fn
         if last:
             LAST.add(fn.__name__)
+        if secure:
+            SECURE.add(fn.__name__)
         return fn
 
     return register if fn is None else register(fn)

@@ -206,3 +206,11 @@ def transactional_produce_newest_version(s: Side):
         {"Name": "tx-v12", "PartitionData": [{"Index": 0, "Records": _txn_batch(pid, epoch, 0, [b"v"])}]}]})
     ended = _end(s, "t-v12", pid, epoch, version=5)
     return produced, ended
+
+
+@scenario
+def transaction_produce_v11_without_add_partitions(s: Side):
+    """Produce v11 (KIP-890's TRANSACTION_ABORTABLE) of a batch the coordinator never added."""
+    pid, epoch = _begin(s, "t-noadd-v11", "tx-noadd-v11")
+    return s.send("Produce", 11, {"TransactionalId": "t-noadd-v11", "Acks": -1, "TimeoutMs": 5000, "TopicData": [
+        {"Name": "tx-noadd-v11", "PartitionData": [{"Index": 0, "Records": _txn_batch(pid, epoch, 0, [b"x"])}]}]})

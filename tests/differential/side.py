@@ -40,10 +40,16 @@ class Side:
         self.node_id = node_id
         self.connections = []
         self._conn = None
+        # (user, password): connections log in with SASL/PLAIN first (the secured pair).
+        self.credentials = None
 
-    def connect(self, client_id="differential") -> protocol.Connection:
+    def connect(self, client_id="differential", credentials=None) -> protocol.Connection:
         c = protocol.Connection("127.0.0.1", self.port, client_id=client_id)
         self.connections.append(c)
+        credentials = credentials or self.credentials
+        if credentials is not None:
+            answers = login(c, *credentials)
+            assert answers[1]["ErrorCode"] == 0, f"{self.name}: login as {credentials[0]}: {answers}"
         return c
 
     @property
@@ -177,14 +183,33 @@ class Side:
                 "Assignments": [{"MemberId": m, "Assignment": a} for m, a in assignments]}
         return (conn or self.conn).send("SyncGroup", version, body)
 
-    def stable_member(self, group: str) -> tuple[str, int]:
-        """A group with one member through join and sync: (member id, generation)."""
+    def stable_member(self, group: str, subscribed: tuple[str, ...] | None = None) -> tuple[str, int]:
+        """A group with one member through join and sync: (member id, generation). With
+        `subscribed`, the member's metadata is a consumer subscription to those topics."""
         self.coordinator(group)
-        j = self.join_member(group)
+        kw = {} if subscribed is None else {"metadata": subscription(subscribed)}
+        j = self.join_member(group, **kw)
         assert j["ErrorCode"] == 0, f"{self.name}: join {j}"
         s = self.sync(group, j["GenerationId"], j["MemberId"], [(j["MemberId"], b"")])
         assert s["ErrorCode"] == 0, f"{self.name}: sync {s}"
         return j["MemberId"], j["GenerationId"]
+
+
+def subscription(topics) -> bytes:
+    """A ConsumerProtocolSubscription v0: the topics, no user data."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+def login(c: protocol.Connection, user: str, password: str, mechanism: str = "PLAIN") -> tuple[dict, dict]:
+    """SaslHandshake v1 and SaslAuthenticate v2 (PLAIN): both answers."""
+    handshake = c.send("SaslHandshake", 1, {"Mechanism": mechanism})
+    if handshake["ErrorCode"]:
+        return handshake, {}
+    token = b"\x00" + user.encode() + b"\x00" + password.encode()
+    return handshake, c.send("SaslAuthenticate", 2, {"AuthBytes": token})
 
 
 def batches(records: bytes | None) -> list[dict]:

@@ -10,10 +10,12 @@ import pytest
 import protocol
 import scenarios_groups  # noqa: F401  (registers its scenarios)
 import scenarios_produce_fetch  # noqa: F401
+import scenarios_security  # noqa: F401
 import scenarios_topics  # noqa: F401
 import scenarios_transactions  # noqa: F401
+import scenarios_versions  # noqa: F401
 from known import KNOWN
-from registry import SCENARIOS, in_order
+from registry import SCENARIOS, SECURE, in_order
 from side import Side, normalise
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -50,7 +52,8 @@ def observe(side: Side, name: str):
 
 
 @pytest.mark.parametrize("name", in_order())
-def test_scenario(brokers, name):
+def test_scenario(request, name):
+    brokers = request.getfixturevalue("secure_brokers" if name in SECURE else "brokers")
     kafka = observe(Side("kafka", *brokers["kafka"]), name)
     sluice = observe(Side("sluice", *brokers["sluice"]), name)
     found = differences(kafka, sluice)

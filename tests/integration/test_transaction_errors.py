@@ -226,10 +226,16 @@ def test_transaction_version_2_bumps_the_epoch_per_transaction(broker):
     raw = Raw(broker)
     try:
         versions = raw.call(ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
-                            ApiVersionsResponse, 3)
+                            ApiVersionsResponse, 4)
         assert [(f.name, f.min_version_level, f.max_version_level) for f in versions.finalized_features] == \
             [("transaction.version", 2, 2)]
-        assert [(f.name, f.max_version) for f in versions.supported_features] == [("transaction.version", 2)]
+        assert [(f.name, f.min_version, f.max_version) for f in versions.supported_features] == \
+            [("transaction.version", 0, 2)]
+        # Below v4 a supported feature whose lowest level is 0 is left out, as Kafka leaves it
+        # out (KAFKA-17011); the finalized level still goes out.
+        v3 = raw.call(ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
+                      ApiVersionsResponse, 3)
+        assert v3.supported_features == [] and len(v3.finalized_features) == 1
         served = {k.api_key: k.max_version for k in versions.api_keys}
         assert (served[API_PRODUCE], served[API_END_TXN], served[API_TXN_OFFSET_COMMIT]) == (12, 5, 5)
 

@@ -48,10 +48,13 @@ def java(main: str, *args, heap_mb: int = 256, **kwargs) -> subprocess.Completed
 
 
 class KafkaNode:
-    def __init__(self, root: Path, node_id: int, port: int, controller_port: int):
+    def __init__(self, root: Path, node_id: int, port: int, controller_port: int, sasl_port: int | None = None):
         self.node_id = node_id
         self.port = port
         self.controller_port = controller_port
+        # A SASL_PLAINTEXT listener for clients, beside the PLAINTEXT one the node's own
+        # requests and the helper's readiness checks use.
+        self.sasl_port = sasl_port
         self.dir = root / f"kafka-{node_id}"
         self.data_dir = self.dir / "data"
         self.properties = self.dir / "server.properties"
@@ -59,12 +62,13 @@ class KafkaNode:
         self.proc: subprocess.Popen | None = None
 
     def write_properties(self, voters: str, configs: dict):
+        sasl = f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}" if self.sasl_port else ""
         props = {
             "process.roles": "broker,controller",
             "node.id": self.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}{sasl}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{sasl}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
@@ -109,16 +113,19 @@ class KafkaNode:
 
 class KafkaCluster:
     """`nodes` KRaft nodes in combined mode, every one a voter; `configs` go into every node's
-    server.properties over the defaults below (Kafka's, except what a small test cluster needs)."""
+    server.properties over the defaults below (Kafka's, except what a small test cluster needs).
+    With `sasl`, each node also has a SASL_PLAINTEXT listener (its mechanisms and JAAS
+    settings are the caller's `configs`)."""
 
     def __init__(self, root: Path, nodes: int = 1, configs: dict | None = None, heap_mb: int = 512,
-                 free_port=_free_port, jvm_args=()):
+                 free_port=_free_port, jvm_args=(), sasl: bool = False):
         if not installed():
             raise NotInstalled(f"Kafka is not installed in {LIBS}: run scripts/kafka-install")
         self.root = Path(root)
         self.heap_mb = heap_mb
         self.jvm_args = list(jvm_args)
-        self.nodes = [KafkaNode(self.root, i + 1, free_port(), free_port()) for i in range(nodes)]
+        self.nodes = [KafkaNode(self.root, i + 1, free_port(), free_port(), free_port() if sasl else None)
+                      for i in range(nodes)]
         replicas = min(3, nodes)
         self.configs = {
             "auto.create.topics.enable": "false",
