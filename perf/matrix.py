@@ -2,9 +2,12 @@
 producers; 1, 8 and 64 partitions; then an e2e run at half the measured peak. Each row runs
 against Sluice and, with --compare-to (a running broker) or --compare-binary (another Sluice
 build, started here on its own data dir), against the other broker right after it, so a ratio
-compares two measurements taken seconds apart on the same machine. --rounds N runs the whole
+compares two measurements taken seconds apart on the same machine. --compare-to kafka starts
+Apache Kafka 4.4 (tests/kafka/peer.py, one KRaft node, Kafka's 1 GiB heap) twice: with its
+defaults (it acknowledges before any fsync) and durable like Sluice
+(`log.flush.interval.messages=1`: every acknowledged write fsynced). --rounds N runs the whole
 matrix N times, alternating which broker goes first, and reports each row's median (by
-records/s) per broker."""
+records/s) per broker. Each broker's resident memory after the run is reported too."""
 import argparse
 import datetime
 import json
@@ -20,6 +23,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "sluice"
+sys.path.insert(0, str(ROOT / "tests" / "kafka"))
+# The two Kafka configurations --compare-to kafka measures.
+KAFKA_CONFIGS = {
+    "kafka": {},
+    "kafka-durable": {"log.flush.interval.messages": 1},
+}
+KAFKA_HEAP_MB = 1024  # kafka-server-start.sh's default (KAFKA_HEAP_OPTS=-Xmx1G -Xms1G)
 
 
 def head_commit() -> str:
@@ -80,6 +90,22 @@ def delete_topic(bootstrap, topic):
         print(f"cannot delete {topic} on {bootstrap}: {e}", file=sys.stderr)
 
 
+def start_kafka(root: Path, configs: dict):
+    """A single Kafka 4.4 node (scripts/kafka-install puts it in tests/kafka/libs)."""
+    from peer import KafkaCluster
+    if not (ROOT / "tests" / "kafka" / "libs" / ".installed").exists():
+        subprocess.run([str(ROOT / "scripts" / "kafka-install")], check=True)
+    return KafkaCluster(root, nodes=1, configs=configs, heap_mb=KAFKA_HEAP_MB).start()
+
+
+def resident_mib(pid: int) -> float:
+    """The resident memory of process `pid` (VmRSS), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (utime + stime, every thread) process `pid` has used, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -104,7 +130,8 @@ def bench(bootstrap, topic, out: Path, **opts):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--compare-to", help="HOST:PORT of another Kafka-compatible broker")
+    ap.add_argument("--compare-to", help="HOST:PORT of another Kafka-compatible broker, or kafka: start Kafka 4.4 "
+                    "with its defaults and durable (log.flush.interval.messages=1)")
     ap.add_argument("--compare-binary", help="another sluice binary to start and compare against")
     ap.add_argument("--compare-name", default="other")
     ap.add_argument("--rounds", type=int, default=1)
@@ -117,10 +144,18 @@ def main():
     proc, sluice = start_sluice(work / "data", work / "broker.log")
     procs = [proc]
     targets = [("sluice", sluice)]
+    pids = {"sluice": proc.pid}
+    kafkas = []
+    memory = {}
     if a.compare_binary:
         other, other_addr = start_sluice(work / "data-other", work / "other.log", binary=Path(a.compare_binary))
         procs.append(other)
         targets.append((a.compare_name, other_addr))
+    elif a.compare_to == "kafka":
+        for name, configs in KAFKA_CONFIGS.items():
+            kafkas.append(start_kafka(work / name, configs))
+            targets.append((name, kafkas[-1].bootstrap()))
+            pids[name] = kafkas[-1].pids()[0]
     elif a.compare_to:
         targets.append((a.compare_name, a.compare_to))
     try:
@@ -131,17 +166,20 @@ def main():
             e2e[name] = bench(bootstrap, f"perf-e2e-{int(time.time() * 1000)}", work / f"{name}-e2e.json", mode="e2e",
                               duration=a.duration, warmup=a.warmup, producers=4, consumers=4, partitions=8,
                               message_size=1024, acks="all", rate=int(peak / 2))
+        memory = {name: resident_mib(pid) for name, pid in pids.items()}
     finally:
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
+        for k in kafkas:
+            k.stop()
 
     commit = head_commit()
     date = datetime.date.today().isoformat()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"{date}-{commit}"
-    write_markdown(stem.with_suffix(".md"), rows, e2e, targets, peak, a, commit)
+    write_markdown(stem.with_suffix(".md"), rows, e2e, targets, peak, a, commit, memory)
     plot(stem.with_suffix(".png"), rows)
     shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {stem}.md and {stem}.png")
@@ -187,7 +225,9 @@ def fmt(r, key):
 
 def command_options(a):
     out = ""
-    if a.compare_to:
+    if a.compare_to == "kafka":
+        out += " --compare-to kafka"
+    elif a.compare_to:
         out += f" --compare-to {a.compare_to} --compare-name {a.compare_name}"
     if a.compare_binary:
         out += f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}"
@@ -196,7 +236,7 @@ def command_options(a):
     return out
 
 
-def write_markdown(path, rows, e2e, targets, peak, a, commit):
+def write_markdown(path, rows, e2e, targets, peak, a, commit, memory=None):
     cpu = cpu_model()
     lines = [
         f"# sluice bench matrix, {datetime.date.today().isoformat()}, commit {commit}",
@@ -210,20 +250,23 @@ def write_markdown(path, rows, e2e, targets, peak, a, commit):
         "",
     ]
     names = [n for n, _ in targets]
+    others = names[1:]
     head = "| acks | producers | partitions | " + " | ".join(
         f"{n} rec/s | {n} MB/s | {n} p50 | {n} p99 | {n} p99.9" for n in names)
-    if len(names) == 2:
-        head += f" | rec/s ratio {names[0]}/{names[1]} | p99 ratio {names[0]}/{names[1]}"
-    lines += [head + " |", "|" + "---|" * (3 + 5 * len(names) + (2 if len(names) == 2 else 0))]
+    head += "".join(f" | rec/s ratio {names[0]}/{o} | p99 ratio {names[0]}/{o}" for o in others)
+    lines += [head + " |", "|" + "---|" * (3 + 5 * len(names) + 2 * len(others))]
     for r in rows:
         cells = [r["acks"], str(r["producers"]), str(r["partitions"])]
         for n in names:
             cells += [fmt(r[n], k) for k in ["records_per_sec", "mb_per_sec", "p50", "p99", "p99_9"]]
-        if len(names) == 2:
-            x, y = r[names[0]], r[names[1]]
+        for o in others:
+            x, y = r[names[0]], r[o]
             cells.append(f"{x['records_per_sec'] / y['records_per_sec']:.2f}" if x and y and y["records_per_sec"] else "-")
             cells.append(f"{x['latency_ms']['p99'] / y['latency_ms']['p99']:.2f}" if x and y and y["latency_ms"]["p99"] else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    if memory:
+        lines += ["", "Resident memory after the matrix and the e2e run (VmRSS): " + ", ".join(
+            f"{n} {m:,.0f} MiB" for n, m in memory.items()) + "."]
     lines += ["", f"## e2e at half the acks=all peak ({peak:,.0f} rec/s → --rate {int(peak / 2)})", "",
               "| broker | rec/s | p50 | p90 | p99 | p99.9 | max | missing |", "|---|---|---|---|---|---|---|---|"]
     for n in names:
