@@ -88,6 +88,36 @@ def test_three_nodes_agree_and_place_replicas_on_distinct_brokers(make_cluster):
     round_trip(c.nodes[1].bootstrap, c.nodes[3].bootstrap, "via-two", 600, 6)
 
 
+def test_manual_replica_assignments_are_placed_exactly(make_cluster):
+    """CreateTopics and CreatePartitions with explicit assignments (librdkafka's test 0081
+    pattern): each partition's replicas exactly as assigned, the first its leader; an
+    unregistered broker, a repeated one or uneven replica counts are INVALID_REPLICA_ASSIGNMENT."""
+    c = make_cluster(3)
+    c.wait_for_brokers({1, 2, 3})
+    admin = c.admin(2)
+    even_odd = [[1, 2, 3] if p % 2 == 0 else [3, 2, 1] for p in range(4)]
+    admin.create_topics([NewTopic("assigned", len(even_odd), replica_assignment=even_odd)], request_timeout=15)["assigned"].result(20)
+    wait_for_topic(c, 1, "assigned")
+    grown = admin.create_partitions([NewPartitions("assigned", 6, replica_assignment=[[2, 3, 1], [2, 1, 3]])],
+                                    request_timeout=15)
+    grown["assigned"].result(20)
+    want = even_odd + [[2, 3, 1], [2, 1, 3]]
+
+    def placed():
+        parts = sorted(c.metadata(1).topics.get("assigned", []))
+        return [(replicas, leader) for _, _, leader, replicas, _ in parts] == [(w, w[0]) for w in want]
+    wait_until(placed, 15, "every partition placed as assigned, its first replica leading")
+    for bad in ([[1, 7, 2]], [[1, 1, 2]], [[1, 2, 3], [1, 2]]):
+        fut = admin.create_topics([NewTopic("misassigned", len(bad), replica_assignment=bad)], request_timeout=10)
+        with pytest.raises(KafkaException) as e:
+            fut["misassigned"].result(15)
+        assert e.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT", (bad, e.value)
+    fut = admin.create_partitions([NewPartitions("assigned", 8, replica_assignment=[[1, 2, 3]])], request_timeout=10)
+    with pytest.raises(KafkaException) as e:
+        fut["assigned"].result(15)
+    assert e.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"
+
+
 def test_a_partition_request_to_a_node_that_does_not_lead_it_is_refused(make_cluster):
     c = make_cluster(3)
     c.wait_for_brokers({1, 2, 3})
