@@ -10,6 +10,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "kafka"), str(HERE.parent / "integr
 
 from broker import Broker, free_port  # noqa: E402
 from peer import KafkaCluster  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 NODE_ID = 1  # Kafka's node id, given to Sluice too so that leader and replica ids compare
 # Both brokers as a test wants them and Kafka's defaults otherwise: no auto topic creation, a
@@ -83,6 +84,8 @@ def secure_brokers(tmp_path_factory):
     kafka.start()
     try:
         sluice.start()
+        # Sluice gives the bootstrap users their credentials just after it starts serving.
+        wait_until(lambda: "bootstrap users: 2 ready" in sluice.log(), 30, "Sluice's bootstrap users")
         yield {"kafka": (kafka.nodes[0].sasl_port, NODE_ID), "sluice": (sasl_port, NODE_ID)}
     finally:
         sluice.kill()

@@ -256,7 +256,7 @@ def offset_fetch_newest_version(s: Side):
     s.create("of-v10")
     s.coordinator("g-of-v10")
     _commit(s, "g-of-v10", "of-v10", 4)
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "of-v10"}]})["Topics"][0]["TopicId"]
+    topic_id = s.topic_id("of-v10")
     return s.send("OffsetFetch", 10, {"Groups": [{"GroupId": "g-of-v10", "MemberId": None, "MemberEpoch": -1,
                                                   "Topics": [{"TopicId": topic_id, "PartitionIndexes": [0]}]}]})
 

@@ -165,35 +165,31 @@ def fetch_v4_oldest_version(s: Side):
     return s.fetch("f-v4", 0, 0, version=4)
 
 
+def _fetch_by_id(s: Side, version: int, topic_id: str, offset: int):
+    """One partition's Fetch v13+ (topics by id), outside any session."""
+    return s.send("Fetch", version, {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 1 << 20,
+                                     "SessionEpoch": -1, "Topics": [{"TopicId": topic_id, "Partitions": [
+                                         {"Partition": 0, "FetchOffset": offset, "CurrentLeaderEpoch": -1,
+                                          "PartitionMaxBytes": 1 << 20}]}]})
+
+
 @scenario
 def fetch_newest_version_by_topic_id(s: Side):
     s.create("f-v18")
     s.produce("f-v18", 0, THREE)
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "f-v18"}]})["Topics"][0]["TopicId"]
-    return s.send("Fetch", 18, {"MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 1 << 20, "SessionEpoch": -1,
-                                "Topics": [{"TopicId": topic_id, "Partitions": [
-                                    {"Partition": 0, "FetchOffset": 0, "CurrentLeaderEpoch": -1,
-                                     "PartitionMaxBytes": 1 << 20}]}]})
+    return _fetch_by_id(s, 18, s.topic_id("f-v18"), 0)
 
 
 @scenario
 def fetch_v13_by_topic_id(s: Side):
     s.create("f-v13")
     s.produce("f-v13", 0, THREE)
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "f-v13"}]})["Topics"][0]["TopicId"]
-    return s.send("Fetch", 13, {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 1 << 20,
-                                "SessionEpoch": -1,
-                                "Topics": [{"TopicId": topic_id, "Partitions": [
-                                    {"Partition": 0, "FetchOffset": 1, "CurrentLeaderEpoch": -1,
-                                     "PartitionMaxBytes": 1 << 20}]}]})
+    return _fetch_by_id(s, 13, s.topic_id("f-v13"), 1)
 
 
 @scenario
 def fetch_unknown_topic_id(s: Side):
-    return s.send("Fetch", 13, {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 1 << 20,
-                                "SessionEpoch": -1,
-                                "Topics": [{"TopicId": "3q2-7wAAAAAAAAAAAAAAAA", "Partitions": [
-                                    {"Partition": 0, "FetchOffset": 0, "PartitionMaxBytes": 1 << 20}]}]})
+    return _fetch_by_id(s, 13, "3q2-7wAAAAAAAAAAAAAAAA", 0)
 
 
 @scenario

@@ -84,7 +84,7 @@ def metadata_invalid_topic_name(s: Side):
 @scenario
 def metadata_by_topic_id(s: Side):
     s.create("md-byid")
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "md-byid"}]})["Topics"][0]["TopicId"]
+    topic_id = s.topic_id("md-byid")
     return s.send("Metadata", 12, {"Topics": [{"TopicId": topic_id, "Name": None}]})
 
 
@@ -223,7 +223,7 @@ def delete_topic_v1_oldest_version(s: Side):
 @scenario
 def delete_topic_by_id(s: Side):
     s.create("dt-id")
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "dt-id"}]})["Topics"][0]["TopicId"]
+    topic_id = s.topic_id("dt-id")
     return s.send("DeleteTopics", 6, {"Topics": [{"Name": None, "TopicId": topic_id}], "TimeoutMs": 30_000})
 
 

@@ -36,7 +36,7 @@ def api_versions_v3_supported_features(s: Side):
 def offset_commit_newest_version(s: Side):
     s.create("oc-v10")
     s.coordinator("g-oc-v10")
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "oc-v10"}]})["Topics"][0]["TopicId"]
+    topic_id = s.topic_id("oc-v10")
     return s.send("OffsetCommit", 10, {"GroupId": "g-oc-v10", "GenerationIdOrMemberEpoch": -1, "MemberId": "",
                                        "Topics": [{"TopicId": topic_id, "Partitions": [
                                            {"PartitionIndex": 0, "CommittedOffset": 3}]}]})
@@ -97,7 +97,7 @@ def txn_offset_commit_v0_oldest_version(s: Side):
 def txn_offset_commit_newest_version(s: Side):
     pid, epoch = _txn(s, "t-toc-v6", "tx-toc-v6")
     s.coordinator("g-toc-v6")
-    topic_id = s.send("Metadata", 12, {"Topics": [{"Name": "tx-toc-v6"}]})["Topics"][0]["TopicId"]
+    topic_id = s.topic_id("tx-toc-v6")
     return s.send("TxnOffsetCommit", 6, {"TransactionalId": "t-toc-v6", "GroupId": "g-toc-v6", "ProducerId": pid,
                                          "ProducerEpoch": epoch, "GenerationId": -1, "MemberId": "",
                                          "Topics": [{"TopicId": topic_id, "Partitions": [

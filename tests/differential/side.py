@@ -77,6 +77,9 @@ class Side:
             self.wait_leaders(topic, partitions)
         return result
 
+    def topic_id(self, topic: str) -> str:
+        return self.send("Metadata", 12, {"Topics": [{"Name": topic}]})["Topics"][0]["TopicId"]
+
     def wait_leaders(self, topic: str, partitions: int):
         """Until every partition answers ListOffsets without an error: Kafka's broker learns a
         new topic from its controller, and becomes each partition's leader, a moment after
