@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matrix import BINARY, ROOT, bench, cpu_model, head_commit, publish, start_sluice  # noqa: E402
 
 LIBS = ROOT / "tests" / "kafka" / "libs"
-SUMMARY = re.compile(r"(\d+) records sent, ([\d.]+) records/sec .*?, ([\d.]+) ms avg latency, ([\d.]+) ms max "
+# The steady-state summary (after --warmup-records); the overall one includes the JVM's warm-up.
+SUMMARY = re.compile(r"(\d+) steady state records sent, ([\d.]+) records/sec .*?, ([\d.]+) ms avg latency, ([\d.]+) ms max "
                      r"latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
 
 
@@ -38,14 +39,15 @@ def producer_perf(bootstrap: str, topic: str, rate: int, seconds: float, linger_
     out = subprocess.run(args, capture_output=True, text=True, timeout=seconds * 6 + 60).stdout
     m = list(SUMMARY.finditer(out))
     if not m:
-        sys.exit(f"no summary from ProducerPerformance:\n{out[-2000:]}")
-    g = m[-1].groups()  # the last summary: the steady state after the warm-up records
+        sys.exit(f"no steady-state summary from ProducerPerformance:\n{out[-2000:]}")
+    g = m[-1].groups()
     return {"records_per_sec": float(g[1]), "p50": float(g[4]), "p99": float(g[6]), "p99_9": float(g[7])}
 
 
 def create_topic(bootstrap: str, topic: str):
     from confluent_kafka.admin import AdminClient, NewTopic
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the creation is answered
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
 
 def main():
@@ -85,8 +87,9 @@ def write(rows, a):
              f"- Command: `perf/bench_check.py --rates {a.rates} --lingers {a.lingers} --seconds {a.seconds}`",
              f"- Machine: 2 cores shared by the broker and the load generator ({cpu_model()}); one Sluice broker, "
              "a fresh one-partition topic per run, 1 KiB records, acks=all, one producer.",
-             "- ProducerPerformance measures send() to callback (whole ms); `sluice bench --rate` measures from each "
-             "record's intended send time.", "",
+             "- ProducerPerformance measures send() to callback (whole ms), its steady state after `--warmup-records` "
+             "(one second of records); `sluice bench --rate` measures from each record's intended send time, after "
+             "`--warmup 1`.", "",
              "| rate/s | linger ms | ProducerPerformance rec/s | p50 | p99 | sluice bench rec/s | p50 | p99 | "
              "p50 ratio bench/ppt | p99 ratio bench/ppt |", "|---|---|---|---|---|---|---|---|---|---|"]
     for rate, linger, java, ours in rows:
