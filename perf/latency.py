@@ -4,14 +4,16 @@ and acks=1, linger.ms 0 and 5, with a consumer reading along. For each point: th
 achieved, produce-to-ack latency and end-to-end (send to receipt) latency, p50, p99 and p99.9,
 both measured from each record's intended send time (no coordinated omission). With
 --compare-to (a running broker) or --compare-binary (another Sluice build) every point runs
-against the other broker right after Sluice. For a Sluice, the broker's own share too: the p99 of
+against the other broker right after Sluice; --compare-to kafka starts Apache Kafka 4.4 twice,
+with its defaults and durable (as perf/matrix.py does). For a Sluice, the broker's own share too: the p99 of
 its Produce requests' time from last byte read to response written
 (`sluice_request_duration_seconds`, bucket bounds, warm-up included), so that the broker's part
 of a p99 stands apart from the client's and the CPU queue's.
 
 Writes perf/results/<date>-<commit>-latency.md and a PNG of p99 against rate.
 
-Usage: perf/run --latency [--compare-to HOST:PORT | --compare-binary PATH] [--compare-name NAME]
+Usage: perf/run --latency [--compare-to HOST:PORT|kafka | --compare-binary PATH] [--compare-name NAME]
+                          [--rates 5000,20000,50000]
 """
 import argparse
 import datetime
@@ -23,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from matrix import BINARY, ROOT, bench, cpu_model, delete_topic, free_port, head_commit, start_sluice
+from matrix import (BINARY, KAFKA_CONFIGS, ROOT, bench, cpu_model, delete_topic, free_port, head_commit,
+                    start_kafka, start_sluice)
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from metrics import scrape  # noqa: E402  (the tests' reader of the endpoint)
@@ -91,10 +94,15 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="sluice-latency-"))
     proc, sluice, metrics = start_with_metrics(work, "sluice")
     procs, targets = [proc], [("sluice", sluice, metrics)]
+    kafkas = []
     if a.compare_binary:
         other, addr, other_metrics = start_with_metrics(work, "other", a.compare_binary)
         procs.append(other)
         targets.append((a.compare_name, addr, other_metrics))
+    elif a.compare_to == "kafka":
+        for name, configs in KAFKA_CONFIGS.items():
+            kafkas.append(start_kafka(work / name, configs))
+            targets.append((name, kafkas[-1].bootstrap(), None))
     elif a.compare_to:
         targets.append((a.compare_name, a.compare_to, None))
     points = []
@@ -110,6 +118,8 @@ def main():
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
+        for k in kafkas:
+            k.stop()
     commit = head_commit()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -135,8 +145,12 @@ def write_markdown(path, points, targets, a, commit):
     other = ""
     if a.compare_binary:
         other = f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}"
+    elif a.compare_to == "kafka":
+        other = " --compare-to kafka"
     elif a.compare_to:
         other = f" --compare-to {a.compare_to} --compare-name {a.compare_name}"
+    if a.rates != ",".join(str(r) for r in RATES):
+        other += f" --rates {a.rates}"
     lines = [
         f"# Latency against throughput, {datetime.date.today().isoformat()}, commit {commit}", "",
         f"- Command: `perf/run --latency{other}` (each point: `sluice bench --mode e2e --rate R --duration {a.duration}"
