@@ -140,9 +140,6 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
-    def node(self, node_id: int) -> KafkaNode:
-        return next(n for n in self.nodes if n.node_id == node_id)
-
     def start(self) -> "KafkaCluster":
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         cluster_id = random_cluster_id()

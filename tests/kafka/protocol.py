@@ -60,11 +60,6 @@ def api(name: str) -> tuple[int, dict, dict]:
     return req["apiKey"], req, resp
 
 
-def api_name(key: int) -> str:
-    return next(s["name"][:-len("Request")] for s in schemas().values()
-                if s.get("type") == "request" and s["apiKey"] == key)
-
-
 class _Struct:
     """A schema's field list, with the common structs its types may name."""
 
@@ -325,23 +320,6 @@ def decode_response(name: str, version: int, frame: bytes) -> tuple[int, dict]:
     if r.pos != len(frame):
         raise ValueError(f"{name} v{version}: {len(frame) - r.pos} bytes left over after the response")
     return correlation_id, body
-
-
-def decode_request(frame: bytes) -> tuple[str, int, dict]:
-    """A request frame (without its length prefix) as (api name, version, body)."""
-    key, version = struct.unpack(">hh", frame[:4])
-    name = api_name(key)
-    _, req, _ = api(name)
-    flexible = _flexible(req, version)
-    r = _Reader(frame, version, flexible)
-    r.take(8)
-    n = struct.unpack(">h", r.take(2))[0]
-    r.take(max(n, 0))
-    if flexible:
-        for _ in range(r.uvarint()):
-            r.uvarint()
-            r.take(r.uvarint())
-    return name, version, r.struct(_root(req))
 
 
 # --- a connection -----------------------------------------------------------------------
