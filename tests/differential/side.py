@@ -10,8 +10,10 @@ What `normalise` hides, because it must differ between two brokers and clients n
   replaced by its order of first appearance in the scenario's observation, so that "the same
   id twice" and "two different ids" still compare;
 - the order of lists of named things (ORDER_KEYS);
-- the broker's clock where it is reported (LogAppendTime, the timestamps of latest offsets):
-  replaced by "<clock>" unless -1.
+- the broker's clock where it is reported (LogAppendTime, the timestamps of latest offsets,
+  of markers): replaced by "<clock>" unless -1;
+- a batch's CRC where it covers a producer id or the broker's clock (the other fields of the
+  batch, its records' bytes included, are compared).
 """
 import struct
 import time
