@@ -221,8 +221,13 @@ impl Partition {
 
     /// Where `epoch` ends in this log (OffsetForLeaderEpoch; see `epochs.rs`). A log without
     /// an epoch cache (a single node's, whose one epoch never changes) holds only its current
-    /// epoch, from its start.
+    /// epoch, from its start; an epoch past the current one is UNDEFINED.
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
+        // An epoch past this partition's current one has no end here (Kafka answers it
+        // UNDEFINED too). A follower never asks for one: its epochs come from its leaders.
+        if epoch > self.leader_epoch() {
+            return crate::storage::epochs::UNDEFINED;
+        }
         let log = self.log.borrow();
         if log.epochs.latest().is_none() {
             let mut only = crate::storage::epochs::LeaderEpochs::default();

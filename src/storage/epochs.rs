@@ -85,12 +85,10 @@ impl LeaderEpochs {
 
     /// Where `epoch` ends in this log whose end is `log_end`: the largest epoch at or below it
     /// that the log knows, and the start of the epoch after that one (the log end for the
-    /// newest). `UNDEFINED` when the log knows no epoch at or below it, or the epoch is past
-    /// its newest (as Kafka's `LeaderEpochFileCache.endOffsetFor` answers: this log cannot
-    /// say where an epoch it never had ends).
+    /// newest). `UNDEFINED` when the log knows no epoch at or below it.
     pub fn end_offset_for(&self, epoch: i32, log_end: i64) -> (i32, i64) {
         let i = self.entries.partition_point(|e| e.0 <= epoch);
-        if i == 0 || self.latest().is_some_and(|latest| epoch > latest) {
+        if i == 0 {
             return UNDEFINED;
         }
         let found = self.entries[i - 1].0;
@@ -155,7 +153,7 @@ mod tests {
             "an unknown epoch maps below"
         );
         assert_eq!(c.end_offset_for(3, 70), (3, 70));
-        assert_eq!(c.end_offset_for(9, 70), UNDEFINED);
+        assert_eq!(c.end_offset_for(9, 70), (3, 70));
     }
 
     #[test]
