@@ -122,7 +122,15 @@ def test_a_partition_request_to_a_node_that_does_not_lead_it_is_refused(make_clu
     c = make_cluster(3)
     c.wait_for_brokers({1, 2, 3})
     c.create_topic(1, "led", 3, 2)
-    wait_until(lambda: all("led" in c.metadata(n).topics for n in (1, 2, 3)), 15, "topic everywhere")
+    # Each shard installs a new catalog on its own, a moment apart: a node's connections may see
+    # the topic on one shard before another, so the partitions are taken from the answer that
+    # showed the topic everywhere.
+    seen = {}
+
+    def everywhere():
+        seen.update({n: c.metadata(n).topics.get("led") for n in (1, 2, 3)})
+        return all(seen.values())
+    wait_until(everywhere, 15, "topic everywhere")
 
     def codes(node, index):
         with socket.create_connection(("127.0.0.1", c.nodes[node].port), timeout=10) as s:
@@ -131,7 +139,7 @@ def test_a_partition_request_to_a_node_that_does_not_lead_it_is_refused(make_clu
             s.sendall(kw.request(1, 4, 8, kw.fetch_v4("led", index, 0, 0)))
             return code, kw.fetch_v4_partition(kw.read_response(s))[0]
 
-    for index, _, leader, _, _ in c.metadata(1).topics["led"]:
+    for index, _, leader, _, _ in seen[1]:
         # A node's metadata names the leader as soon as the controller's record is applied;
         # the leader's shard takes the leadership a moment later and answers 6 until then, as
         # Kafka does (clients retry). Wait for that, then every node must answer exactly.
