@@ -1,6 +1,7 @@
 //! DescribeConfigs for topics (every key of the topic config table, with its source, type and
-//! read-only flag), for groups (Kafka's group configs at their defaults) and for this broker (the broker key table of `storage/broker_config.rs`:
-//! dynamic keys with their effective values, static ones read-only).
+//! read-only flag), for groups (Kafka's group configs at their defaults) and for this broker
+//! (the broker key table of `storage/broker_config.rs`: dynamic keys with their effective
+//! values, static ones read-only).
 
 use super::alter_configs::configs_refusal;
 use super::Caller;
@@ -112,18 +113,22 @@ fn wanted(res: &DescribeConfigsResource, name: &str) -> bool {
 /// Where a dynamic broker key's value comes from: this broker's own override, the
 /// cluster-wide one, or neither (None).
 fn dynamic_source(catalog: &Catalog, node: &str, name: &str) -> Option<i8> {
-    let set_in = |scope: &str| {
-        catalog::scope_configs(&catalog.broker_configs, scope)
-            .iter()
-            .any(|(k, _)| k == name)
-    };
-    if set_in(node) {
-        Some(SOURCE_DYNAMIC_BROKER)
-    } else if set_in("") {
-        Some(SOURCE_DYNAMIC_DEFAULT_BROKER)
-    } else {
-        None
-    }
+    dynamic_override(catalog, node, name).map(|(_, source)| source)
+}
+
+/// A dynamic broker key's own override and where it is set: this broker's
+/// (DYNAMIC_BROKER_CONFIG), else the cluster-wide one (DYNAMIC_DEFAULT_BROKER_CONFIG).
+fn dynamic_override(catalog: &Catalog, node: &str, name: &str) -> Option<(String, i8)> {
+    [
+        (node, SOURCE_DYNAMIC_BROKER),
+        ("", SOURCE_DYNAMIC_DEFAULT_BROKER),
+    ]
+    .into_iter()
+    .find_map(|(scope, source)| {
+        let configs = catalog::scope_configs(&catalog.broker_configs, scope);
+        let (_, value) = configs.iter().find(|(k, _)| k == name)?;
+        Some((value.clone(), source))
+    })
 }
 
 /// Every key of the topic config table: overridden ones as dynamic topic configs, those whose
@@ -137,13 +142,13 @@ fn topic_configs(
     res: &DescribeConfigsResource,
     (version, synonyms): (i16, bool),
 ) -> Vec<DescribeConfigsResourceResult> {
-    let defaults = Defaults::new();
+    let defaults = (synonyms && version >= 1).then(Defaults::new);
     described_topic(catalog, node, t)
         .filter(|d| wanted(res, d.name))
         .map(|d| {
-            let listed = match synonyms && version >= 1 {
-                true => topic_synonyms(catalog, node, &d, &defaults),
-                false => Vec::new(),
+            let listed = match &defaults {
+                Some(defaults) => topic_synonyms(catalog, node, &d, defaults),
+                None => Vec::new(),
             };
             entry(d, version).with_synonyms(listed)
         })
@@ -315,30 +320,23 @@ fn broker_value(
     k: &broker_config::DynamicKey,
     defaults: &Defaults,
 ) -> (Option<String>, i8) {
-    let set = k
-        .is_accepted()
-        .then(|| overridden(catalog, node, k.name))
-        .flatten();
-    let value = set.unwrap_or_else(|| k.read(&catalog.broker, &catalog.topic_defaults));
-    if let Some(source) = dynamic_source(catalog, node, k.name) {
-        return (Some(value), source);
-    }
+    // A key accepted with no effect reads as its override; the others' effective values
+    // already have theirs applied.
+    let value = match dynamic_override(catalog, node, k.name) {
+        Some((set, source)) if k.is_accepted() => return (Some(set), source),
+        Some((_, source)) => {
+            return (
+                Some(k.read(&catalog.broker, &catalog.topic_defaults)),
+                source,
+            )
+        }
+        None => k.read(&catalog.broker, &catalog.topic_defaults),
+    };
     match value == defaults.dynamic(k) {
         true if NULL_BY_DEFAULT.contains(&k.name) => (None, SOURCE_DEFAULT),
         true => (Some(value), SOURCE_DEFAULT),
         false => (Some(value), SOURCE_STATIC_BROKER),
     }
-}
-
-/// A dynamic key's own override: this broker's, else the cluster-wide one.
-fn overridden(catalog: &Catalog, node: &str, name: &str) -> Option<String> {
-    [node, ""].into_iter().find_map(|scope| {
-        let configs = catalog::scope_configs(&catalog.broker_configs, scope);
-        configs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    })
 }
 
 /// The built-in defaults, to tell a value the config file set (STATIC_BROKER_CONFIG) from one

@@ -310,8 +310,8 @@ pub fn resolve(config: &Config, overrides: &[(String, String)]) -> Result<Resolv
 /// A value of a key accepted with no effect, checked as its kind.
 fn check_kind(name: &str, kind: Kind, value: &str) -> Result<(), String> {
     let ok = match kind {
-        Kind::Long | Kind::Int => value.trim().parse::<i64>().is_ok(),
-        Kind::Short => value.trim().parse::<i16>().is_ok(),
+        Kind::Long | Kind::Int => return integer(name, value, i64::MIN, i64::MAX).map(|_| ()),
+        Kind::Short => return integer(name, value, i16::MIN.into(), i16::MAX.into()).map(|_| ()),
         Kind::Double => value.trim().parse::<f64>().is_ok_and(f64::is_finite),
         Kind::Boolean => matches!(value, "true" | "false"),
         Kind::String | Kind::List => true,
