@@ -28,6 +28,7 @@ fn response(partitions: usize, records: impl Fn() -> Chunk) -> FetchResponse {
                     log_start_offset: 0,
                     aborted: None,
                     records: Some(records()),
+                    preferred_read_replica: -1,
                 })
                 .collect(),
         }],

@@ -187,11 +187,39 @@ pub struct FetchConfig {
     /// user space. false keeps a plain copying path (read into memory, then write), so that the
     /// two can be measured against each other.
     pub zero_copy: bool,
+    /// Which replica a consumer fetches from (Kafka's `replica.selector.class`, KIP-392).
+    /// "leader", the default as in Kafka: always the leader. "rack-aware": a leader tells a
+    /// consumer that names its rack (`client.rack`) to fetch from an in-sync replica in that
+    /// rack, when the leader is not in it (`RackAwareReplicaSelector`).
+    pub replica_selector: ReplicaSelector,
 }
 
 impl Default for FetchConfig {
     fn default() -> Self {
-        FetchConfig { zero_copy: true }
+        FetchConfig {
+            zero_copy: true,
+            replica_selector: ReplicaSelector::Leader,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicaSelector {
+    Leader,
+    RackAware,
+}
+
+impl ReplicaSelector {
+    /// Kafka's name for the selector (`replica.selector.class`); None: Kafka's unset default,
+    /// which reads from the leader.
+    pub fn kafka_class(self) -> Option<&'static str> {
+        match self {
+            ReplicaSelector::Leader => None,
+            ReplicaSelector::RackAware => {
+                Some("org.apache.kafka.common.replica.RackAwareReplicaSelector")
+            }
+        }
     }
 }
 

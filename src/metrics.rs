@@ -59,6 +59,10 @@ pub struct ShardMetrics {
     /// Fetch sessions held (KIP-227), and fetches served incrementally within one.
     pub fetch_sessions: AtomicU64,
     pub incremental_fetches: AtomicU64,
+    /// Consumers' partition reads a leader sent to a replica of their rack (KIP-392), and
+    /// those a follower served.
+    pub preferred_replica_redirects: AtomicU64,
+    pub follower_consumer_reads: AtomicU64,
     /// Records compaction removed because a later record has their key.
     pub compaction_records_removed: AtomicU64,
     /// `__consumer_offsets` records that could not be decoded at replay and were skipped.
@@ -116,6 +120,8 @@ impl Default for ShardMetrics {
             retention_deleted_bytes: AtomicU64::new(0),
             fetch_sessions: AtomicU64::new(0),
             incremental_fetches: AtomicU64::new(0),
+            preferred_replica_redirects: AtomicU64::new(0),
+            follower_consumer_reads: AtomicU64::new(0),
             compaction_records_removed: AtomicU64::new(0),
             group_records_undecodable: AtomicU64::new(0),
             serving: AtomicU64::new(0),
@@ -451,6 +457,18 @@ const PER_SHARD: &[PerShard] = &[
         "Bytes of segments deleted by retention and DeleteRecords.",
         "counter",
         |m| &m.retention_deleted_bytes,
+    ),
+    (
+        "sluice_preferred_replica_redirects_total",
+        "Consumers' partition reads a leader sent to an in-sync replica of their rack (KIP-392).",
+        "counter",
+        |m| &m.preferred_replica_redirects,
+    ),
+    (
+        "sluice_follower_consumer_reads_total",
+        "Consumers' partition reads this node served as a follower (KIP-392).",
+        "counter",
+        |m| &m.follower_consumer_reads,
     ),
     (
         "sluice_fetch_sessions",

@@ -188,6 +188,7 @@ pub async fn read_from_start(partition: &Partition, mut learn: impl FnMut(&Bytes
                 whole_first_batch: true,
                 replica: -1,
                 read_committed: false,
+                any_replica: false,
             })
             .await;
         let data = match read.records {

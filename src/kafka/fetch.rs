@@ -12,7 +12,8 @@
 use super::authorize::{self, Caller};
 use super::fetch_session::{Answered, Begin, FetchSessions, Key, Wanted, INVALID_SESSION_ID};
 use super::{decode, Reply};
-use crate::partition::{ReadRequest, ReadResult, TopicPartition, Watch};
+use crate::config::ReplicaSelector;
+use crate::partition::{Partition, ReadRequest, ReadResult, TopicPartition, Watch};
 use crate::protocol::chunk::Chunk;
 use crate::protocol::fetch::{self as codec, PartitionResponse, TopicResponse};
 use crate::security::acl::{Operation, ResourceType};
@@ -58,6 +59,8 @@ struct Entry {
 struct ReadOnOwner {
     items: Vec<(TopicPartition, ReadRequest)>,
     max_bytes: usize,
+    /// The nodes of the consumer's rack a leader may send it to (KIP-392); None: read here.
+    closest: Option<Arc<[i32]>>,
 }
 
 impl Request for ReadOnOwner {
@@ -71,7 +74,7 @@ impl Request for ReadOnOwner {
                 read.max_bytes = read.max_bytes.min(left_bytes);
                 read.whole_first_batch = !filled;
                 let result = match shard.partition(tp) {
-                    Some(p) => p.read(read).await,
+                    Some(p) => read_or_redirect(&shard, &p, read, self.closest.as_deref()).await,
                     None => ReadResult::unknown(ResponseError::UnknownTopicOrPartition),
                 };
                 let len = result.records.as_ref().map_or(0, Chunk::len);
@@ -84,6 +87,26 @@ impl Request for ReadOnOwner {
             out
         })
     }
+}
+
+/// A consumer's read, or the leader's answer that sends it to `closest`'s best replica
+/// (KIP-392), counted either way.
+async fn read_or_redirect(
+    shard: &Shard,
+    p: &Partition,
+    read: ReadRequest,
+    closest: Option<&[i32]>,
+) -> ReadResult {
+    let metrics = shard.metrics();
+    if let Some(replica) = closest.and_then(|c| p.preferred_read_replica(c, read.offset)) {
+        crate::metrics::bump(&metrics.preferred_replica_redirects);
+        return p.redirect(read, replica).await;
+    }
+    let result = p.read(read).await;
+    if read.replica < 0 && result.error_code == 0 && p.is_follower() {
+        crate::metrics::bump(&metrics.follower_consumer_reads);
+    }
+    result
 }
 
 /// Holds the whole response to `max_bytes` across shards: each owner kept its own partitions
@@ -189,19 +212,21 @@ async fn serve(
     if replica >= 0 && crate::rpc::cut_off() {
         anyhow::bail!("a follower's fetch while cut off from the other nodes (fault hook)");
     }
-    // A follower replicates everything; a consumer's isolation level 1 is read_committed.
-    let read_committed = replica < 0 && req.isolation_level == 1;
-    let (items, mut entries) = route(
-        shard,
-        &catalog,
-        served.partitions,
-        (replica, read_committed),
-    );
+    let reader = Reader {
+        replica,
+        // A follower replicates everything; a consumer's isolation level 1 is read_committed.
+        read_committed: replica < 0 && req.isolation_level == 1,
+        // From v11 a consumer may fetch from a follower (KIP-392).
+        any_replica: replica < 0 && version >= 11,
+        closest: closest_replicas(shard, &catalog, caller, version, &req),
+    };
+    let (items, mut entries) = route(shard, &catalog, served.partitions, &reader);
     entries.extend(unknown);
     let wait_ms = req.max_wait_ms.clamp(0, MAX_WAIT_MS_LIMIT) as u64;
     let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
     let min_bytes = req.min_bytes.max(0) as usize;
-    let outcomes = read_or_wait(shard, &items, min_bytes, response_max_bytes, deadline_ms).await;
+    let bounds = (min_bytes, response_max_bytes, deadline_ms);
+    let outcomes = read_or_wait(shard, &items, &reader.closest, bounds).await;
     if replica >= 0 && crate::rpc::cut_off() {
         anyhow::bail!("a follower's parked fetch while cut off from the other nodes (fault hook)");
     }
@@ -232,6 +257,44 @@ fn replica_of(catalog: &Catalog, version: i16, req: &FetchRequest) -> i32 {
     } else {
         -1
     }
+}
+
+/// Who reads, and how.
+struct Reader {
+    /// A follower's node id, -1 for a consumer.
+    replica: i32,
+    read_committed: bool,
+    /// Whether a follower may serve this consumer (KIP-392).
+    any_replica: bool,
+    /// The nodes a leader may send this consumer to (see `closest_replicas`).
+    closest: Option<Arc<[i32]>>,
+}
+
+/// The live nodes of a consumer's rack (its Fetch v11+ `rack_id`) that it can reach on the
+/// listener it came in on, when this broker selects replicas by rack
+/// (`fetch.replica_selector = "rack-aware"`, Kafka's `RackAwareReplicaSelector`) and is not in
+/// that rack itself. None: the leader serves the consumer.
+fn closest_replicas(
+    shard: &Shard,
+    catalog: &Catalog,
+    caller: &Caller,
+    version: i16,
+    req: &FetchRequest,
+) -> Option<Arc<[i32]>> {
+    let rack = req.rack_id.as_str();
+    let selects = shard.config.fetch.replica_selector == ReplicaSelector::RackAware;
+    if !selects || version < 11 || rack.is_empty() || !catalog.is_clustered() {
+        return None;
+    }
+    if shard.config.rack.as_deref() == Some(rack) {
+        return None;
+    }
+    let nodes: Arc<[i32]> = catalog
+        .live_brokers()
+        .filter(|b| b.rack.as_deref() == Some(rack) && b.endpoint(&caller.listener.name).is_some())
+        .map(|b| b.node_id)
+        .collect();
+    (!nodes.is_empty()).then_some(nodes)
 }
 
 /// The topic a request names: by name before v13, by id from v13.
@@ -358,7 +421,7 @@ fn route(
     shard: &Shard,
     catalog: &Catalog,
     partitions: Vec<(Key, Wanted)>,
-    (replica, read_committed): (i32, bool),
+    reader: &Reader,
 ) -> (Vec<Item>, Vec<Entry>) {
     let mut items = Vec::new();
     let entries = partitions
@@ -366,8 +429,13 @@ fn route(
         .map(|((topic_id, partition), wanted)| {
             let meta = catalog.by_id.get(&topic_id).cloned();
             let slot = match &meta {
-                // A follower does not serve consumers (no fetch from followers, KIP-392).
-                Some(t) if t.has_partition(partition) && !catalog.leads(t, partition) => {
+                // Only the leader serves a follower, and a consumer that may not fetch from a
+                // follower (before v11); a replica this node does not hold serves no one.
+                Some(t)
+                    if t.has_partition(partition)
+                        && !catalog.leads(t, partition)
+                        && !(reader.any_replica && catalog.holds(t, partition)) =>
+                {
                     Err(ResponseError::NotLeaderOrFollower)
                 }
                 Some(t) if t.has_partition(partition) => {
@@ -383,8 +451,9 @@ fn route(
                             leader_epoch: wanted.leader_epoch,
                             zero_copy: shard.config.fetch.zero_copy,
                             whole_first_batch: true,
-                            replica,
-                            read_committed,
+                            replica: reader.replica,
+                            read_committed: reader.read_committed,
+                            any_replica: reader.any_replica,
                         },
                     });
                     Ok(items.len() - 1)
@@ -408,14 +477,16 @@ fn route(
 async fn read_or_wait(
     shard: &Rc<Shard>,
     items: &[Item],
-    min_bytes: usize,
-    max_bytes: usize,
-    deadline_ms: u64,
+    closest: &Option<Arc<[i32]>>,
+    (min_bytes, max_bytes, deadline_ms): (usize, usize, u64),
 ) -> Vec<ReadResult> {
     loop {
-        let mut outcomes = read_all(shard, items, max_bytes).await;
+        let mut outcomes = read_all(shard, items, max_bytes, closest).await;
         let bytes = hold_to_max_bytes(&mut outcomes, max_bytes);
-        let any_error = outcomes.iter().any(|o| o.error_code != 0);
+        // A consumer sent to another replica is answered at once (as Kafka does).
+        let any_error = outcomes
+            .iter()
+            .any(|o| o.error_code != 0 || o.preferred_read_replica >= 0);
         let expired = shard.clock().monotonic_ms() >= deadline_ms;
         if bytes >= min_bytes.max(1) || any_error || items.is_empty() || expired {
             return outcomes;
@@ -463,6 +534,7 @@ fn respond(
             log_start_offset: o.log_start_offset,
             aborted: o.aborted,
             records: o.records,
+            preferred_read_replica: o.preferred_read_replica,
         };
         match topics.last_mut() {
             Some(t) if t.topic_id == e.topic_id && t.name == e.name => t.partitions.push(partition),
@@ -498,7 +570,10 @@ fn session_filter(
             key,
             high_watermark: o.high_watermark,
             log_start_offset: o.log_start_offset,
-            news: o.error_code != 0 || o.records.as_ref().is_some_and(|r| !r.is_empty()),
+            // A consumer sent to another replica must hear it (as in Kafka's sessions).
+            news: o.error_code != 0
+                || o.preferred_read_replica >= 0
+                || o.records.as_ref().is_some_and(|r| !r.is_empty()),
             has_records: o.records.as_ref().is_some_and(|r| !r.is_empty()),
         })
         .collect();
@@ -519,9 +594,18 @@ fn session_error(e: ResponseError, version: i16) -> Vec<Chunk> {
     codec::encode(resp, version).0
 }
 
-async fn read_all(shard: &Rc<Shard>, items: &[Item], max_bytes: usize) -> Vec<ReadResult> {
+async fn read_all(
+    shard: &Rc<Shard>,
+    items: &[Item],
+    max_bytes: usize,
+    closest: &Option<Arc<[i32]>>,
+) -> Vec<ReadResult> {
     let routed = items.iter().map(|i| (i.owner, (i.tp, i.read))).collect();
-    let request = |items| ReadOnOwner { items, max_bytes };
+    let request = |items| ReadOnOwner {
+        items,
+        max_bytes,
+        closest: closest.clone(),
+    };
     shard
         .scatter(routed, request, || {
             ReadResult::failed(ResponseError::NotLeaderOrFollower, -1, -1)

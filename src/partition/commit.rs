@@ -248,6 +248,42 @@ impl Replicas {
         true
     }
 
+    /// The replica a leader sends a consumer in `candidates` (the nodes of the consumer's rack)
+    /// to, for a fetch at `fetch_offset` (KIP-392, as Kafka's `RackAwareReplicaSelector`):
+    /// an in-sync follower that has synced past the offset, the furthest ahead first, then
+    /// the one caught up most recently. None while this node does not lead, or is itself a
+    /// candidate (the leader serves its own rack), or no follower qualifies.
+    pub fn preferred_read_replica(
+        &self,
+        candidates: &[i32],
+        fetch_offset: i64,
+        now_ms: u64,
+    ) -> Option<i32> {
+        let Role::Leader { followers, .. } = &self.role else {
+            return None;
+        };
+        if candidates.contains(&self.local) {
+            return None;
+        }
+        followers
+            .iter()
+            .filter(|(n, f)| {
+                candidates.contains(n)
+                    && self.isr.contains(n)
+                    && f.incarnation.is_some()
+                    && f.offset >= fetch_offset
+            })
+            .max_by_key(|(n, f)| {
+                let behind_ms = now_ms.saturating_sub(f.caught_up_ms);
+                (
+                    f.offset,
+                    std::cmp::Reverse(behind_ms),
+                    std::cmp::Reverse(**n),
+                )
+            })
+            .map(|(n, _)| *n)
+    }
+
     /// How far this leader's followers trail it: the lowest offset any (heard from) has
     /// reached, `leader_end` if none trails, and the longest since any last caught up (ms).
     pub fn follower_lag(&self, leader_end: i64, now_ms: u64) -> (i64, u64) {
@@ -395,6 +431,56 @@ mod tests {
         );
         assert!(!r.note_fetch(9, 10, 50, 1100), "not a replica");
         assert_eq!(Replicas::alone().committed(77), 77);
+    }
+
+    #[test]
+    fn a_consumer_is_sent_to_the_furthest_in_sync_follower_of_its_rack() {
+        let mut r = leader(&[1, 2, 3]);
+        assert_eq!(
+            r.preferred_read_replica(&[2, 3], 10, 1100),
+            None,
+            "not heard from"
+        );
+        assert!(r.note_fetch(2, 40, 50, 1100));
+        assert!(r.note_fetch(3, 50, 50, 1200));
+        assert_eq!(
+            r.preferred_read_replica(&[2, 3], 10, 1300),
+            Some(3),
+            "furthest ahead"
+        );
+        assert_eq!(r.preferred_read_replica(&[2], 10, 1300), Some(2));
+        assert_eq!(
+            r.preferred_read_replica(&[2], 45, 1300),
+            None,
+            "not synced that far"
+        );
+        assert_eq!(
+            r.preferred_read_replica(&[1, 2], 10, 1300),
+            None,
+            "the leader's rack"
+        );
+        assert_eq!(
+            r.preferred_read_replica(&[9], 10, 1300),
+            None,
+            "no replica there"
+        );
+        r.isr = vec![1, 2];
+        assert_eq!(
+            r.preferred_read_replica(&[3], 10, 1300),
+            None,
+            "out of sync"
+        );
+        // Equally far: the one caught up most recently.
+        assert!(r.note_fetch(3, 40, 50, 1250));
+        assert!(r.note_fetch(2, 40, 40, 1400));
+        r.isr = vec![1, 2, 3];
+        assert_eq!(r.preferred_read_replica(&[2, 3], 10, 1500), Some(2));
+        let mut follower = r.clone();
+        follower.role = Role::Follower {
+            leader: 2,
+            leader_hw: 40,
+        };
+        assert_eq!(follower.preferred_read_replica(&[3], 10, 1500), None);
     }
 
     #[test]

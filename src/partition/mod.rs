@@ -92,6 +92,9 @@ pub struct ReadRequest {
     /// `isolation.level=read_committed`: only below the last stable offset (KIP-98), with the
     /// aborted transactions of the range named.
     pub read_committed: bool,
+    /// A consumer's read that a follower may serve, below its own high watermark (Fetch v11+,
+    /// KIP-392); else only the leader serves consumers.
+    pub any_replica: bool,
 }
 
 /// A partition's answer to a read: an error code (0: none), its offsets, and records (None:
@@ -105,6 +108,8 @@ pub struct ReadResult {
     /// (producer id, first offset).
     pub aborted: Option<Vec<(i64, i64)>>,
     pub records: Option<Chunk>,
+    /// The replica the leader sends the consumer to, with no records (KIP-392); -1: none.
+    pub preferred_read_replica: i32,
 }
 
 impl ReadResult {
@@ -116,6 +121,7 @@ impl ReadResult {
             log_start_offset,
             aborted: None,
             records: None,
+            preferred_read_replica: -1,
         }
     }
 
@@ -567,9 +573,11 @@ impl Partition {
             } else {
                 log.hw_position()
             };
-            // Between the last stable offset and the high watermark there is nothing yet for
-            // a read_committed reader, and no error either.
-            if req.read_committed && req.offset > bound.offset && req.offset <= hw {
+            // Past what a consumer may read but within the log (between the last stable
+            // offset and the high watermark, or the high watermark and the log end, as on a
+            // follower that has yet to learn its leader's) there is nothing yet, and no error
+            // either, as in Kafka.
+            if req.replica < 0 && req.offset > bound.offset && req.offset <= log.log_end_offset() {
                 return self.read_result(&req, hw, stable.offset, lso, None);
             }
             match log.plan_read_below(req.offset, bound) {
@@ -585,6 +593,27 @@ impl Partition {
                 Ok(records) => self.read_result(&req, hw, stable.offset, lso, records),
                 Err(e) => self.read_failed(&req, e),
             },
+        }
+    }
+
+    /// The answer of a leader that sends a consumer to `replica` (KIP-392): the partition's
+    /// offsets and no records, as Kafka skips the read.
+    pub async fn redirect(&self, req: ReadRequest, replica: i32) -> ReadResult {
+        if let Err(e) = self.check_read(&req) {
+            let log = self.log.borrow();
+            return ReadResult::refused(&req, e, log.high_watermark(), log.log_start_offset);
+        }
+        let stable = match self.stable_bound().await {
+            Ok(stable) => stable,
+            Err(e) => return self.read_failed(&req, e),
+        };
+        let (hw, lso) = {
+            let log = self.log.borrow();
+            (log.high_watermark(), log.log_start_offset)
+        };
+        ReadResult {
+            preferred_read_replica: replica,
+            ..self.read_result(&req, hw, stable.offset, lso, None)
         }
     }
 
@@ -613,7 +642,8 @@ impl Partition {
                 ResponseError::FencedLeaderEpoch
             });
         }
-        if !self.is_leader() {
+        let serves_consumers_as_follower = req.any_replica && req.replica < 0 && self.is_follower();
+        if !(self.is_leader() || serves_consumers_as_follower) {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         if req.replica >= 0 {

@@ -88,6 +88,24 @@ impl Partition {
         self.replicas.borrow().is_leader()
     }
 
+    /// Whether this node is a follower of the partition (a replica that does not lead).
+    pub fn is_follower(&self) -> bool {
+        matches!(self.replicas.borrow().role, Role::Follower { .. })
+    }
+
+    /// The in-sync follower among `candidates` (the nodes of a consumer's rack) that this
+    /// leader sends a consumer fetching at `fetch_offset` to, if any (KIP-392; see
+    /// `Replicas::preferred_read_replica`).
+    pub fn preferred_read_replica(&self, candidates: &[i32], fetch_offset: i64) -> Option<i32> {
+        if fetch_offset < self.log_start_offset() {
+            return None; // out of range: the leader answers that itself
+        }
+        let now_ms = self.env.clock.monotonic_ms();
+        self.replicas
+            .borrow()
+            .preferred_read_replica(candidates, fetch_offset, now_ms)
+    }
+
     /// While this node leads: which time it became leader (see `leader_generation`), and the
     /// offset its epoch began at (everything below was written by earlier leaders and is
     /// committed once the high watermark reaches it).

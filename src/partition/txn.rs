@@ -129,6 +129,7 @@ impl Partition {
             log_start_offset,
             aborted,
             records,
+            preferred_read_replica: -1,
         }
     }
 

@@ -35,6 +35,8 @@ pub struct PartitionResponse {
     pub aborted: Option<Vec<(i64, i64)>>,
     /// Whole record batches, from one segment.
     pub records: Option<Chunk>,
+    /// v11+: the replica the consumer should fetch from instead (KIP-392); -1: none.
+    pub preferred_read_replica: i32,
 }
 
 /// Encodes the body (after the response header) into chunks. Returns the chunks and their
@@ -81,7 +83,7 @@ pub fn encode(resp: FetchResponse, version: i16) -> (Vec<Chunk>, usize) {
                 }
             }
             if version >= 11 {
-                w.buf.put_i32(-1); // preferred_read_replica
+                w.buf.put_i32(p.preferred_read_replica);
             }
             let records = p.records.filter(|c| !c.is_empty());
             w.bytes_len(Some(records.as_ref().map_or(0, Chunk::len)));
@@ -127,6 +129,7 @@ mod tests {
                             log_start_offset: 0,
                             aborted: Some(vec![(4000, 3), (4001, 5)]),
                             records: Some(batch.clone().into()),
+                            preferred_read_replica: -1,
                         },
                         PartitionResponse {
                             partition: 2,
@@ -136,6 +139,7 @@ mod tests {
                             log_start_offset: -1,
                             aborted: None,
                             records: None,
+                            preferred_read_replica: 3,
                         },
                     ],
                 }],
@@ -161,6 +165,9 @@ mod tests {
                 .collect();
             assert_eq!(aborted, vec![(4000, 3), (4001, 5)]);
             assert!(p[1].aborted_transactions.is_none());
+            if version >= 11 {
+                assert_eq!(p[1].preferred_read_replica.0, 3);
+            }
             if version >= 13 {
                 assert_eq!(decoded.responses[0].topic_id.as_bytes(), &[7; 16]);
             } else {

@@ -235,6 +235,11 @@ pub const STATIC: &[StaticKey] = &[
         read: |c| c.rack.clone(),
     },
     StaticKey {
+        name: "replica.selector.class",
+        kind: Kind::Class,
+        read: |c| c.fetch.replica_selector.kafka_class().map(str::to_string),
+    },
+    StaticKey {
         name: "connections.max.reauth.ms",
         kind: Kind::Long,
         read: |c| Some(c.sasl.connections_max_reauth_ms.to_string()),
@@ -314,7 +319,7 @@ fn check_kind(name: &str, kind: Kind, value: &str) -> Result<(), String> {
         Kind::Short => return integer(name, value, i16::MIN.into(), i16::MAX.into()).map(|_| ()),
         Kind::Double => value.trim().parse::<f64>().is_ok_and(f64::is_finite),
         Kind::Boolean => matches!(value, "true" | "false"),
-        Kind::String | Kind::List => true,
+        Kind::String | Kind::List | Kind::Class => true,
     };
     if ok {
         Ok(())

@@ -19,6 +19,8 @@ pub enum Kind {
     Double = 6,
     /// A comma-separated list: IncrementalAlterConfigs may APPEND to it and SUBTRACT from it.
     List = 7,
+    /// A Java class name (only broker keys have this type).
+    Class = 8,
 }
 
 /// One topic config key: its name, type, how an override is checked and applied, and how the

@@ -241,6 +241,17 @@ def fetch_current_leader_epoch(s: Side):
 
 
 @scenario
+def fetch_v11_names_the_consumers_rack(s: Side):
+    # KIP-392: a lone leader has no other replica to send the consumer to, on either side.
+    s.create("f-rack")
+    s.produce("f-rack", 0, THREE)
+    return s.send("Fetch", 11, {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 1 << 20,
+                                "SessionEpoch": -1, "RackId": "rack-a", "Topics": [{"Topic": "f-rack", "Partitions": [
+                                    {"Partition": 0, "FetchOffset": 0, "CurrentLeaderEpoch": -1,
+                                     "PartitionMaxBytes": 1 << 20}]}]})
+
+
+@scenario
 def fetch_unknown_partition(s: Side):
     s.create("f-part")
     return s.fetch("f-part", 3, 0)
