@@ -16,9 +16,12 @@
    with --compare-binary or --tansu, the same for the other broker in the same run.
    --compare-config FILE runs the other Sluice (this build unless --compare-binary) with that
    config file, to weigh a setting against the defaults.
+   --compare-to kafka measures Apache Kafka 4.4 (one KRaft node, 1 GiB heap) the same way, with
+   its defaults and durable (`log.flush.interval.messages=1`), its CPU the JVM's utime+stime
+   (every thread) and its resident memory after the runs beside Sluice's.
 
 Usage: perf/run --cost [--records N] [--compare-binary PATH] [--compare-config FILE]
-                       [--compare-name NAME] [--tansu PATH]
+                       [--compare-name NAME] [--tansu PATH] [--compare-to kafka]
 """
 import argparse
 import datetime
@@ -30,8 +33,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from matrix import (BINARY, ROOT, bench, cpu_model, cpu_seconds, free_port,
-                    head_commit, listening, publish, start_sluice)
+from matrix import (BINARY, KAFKA_CONFIGS, ROOT, bench, cpu_model, cpu_seconds, free_port,
+                    head_commit, listening, publish, resident_mib, start_kafka, start_sluice)
 
 GIB = 1 << 30
 
@@ -49,11 +52,11 @@ def measured(pid: int, run) -> tuple[float, dict]:
     return cpu_seconds(pid) - before, report
 
 
-def cost_per_byte(proc, bootstrap: str, work: Path, records: int) -> dict:
+def cost_per_byte(pid: int, bootstrap: str, work: Path, records: int) -> dict:
     topic = "cost-1k"
-    cpu_p, prod = measured(proc.pid, lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
+    cpu_p, prod = measured(pid, lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
                                                     producers=2, partitions=8, message_size=1024, acks="all"))
-    cpu_f, cons = measured(proc.pid, lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
+    cpu_f, cons = measured(pid, lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
                                                     consumers=2, **{"from": "earliest"}))
     assert prod and prod["errors"] == 0 and prod["records"] >= records, prod
     assert cons and cons["records"] >= records, cons
@@ -84,6 +87,27 @@ def start_tansu(path: str, work: Path):
     return listening(proc, port, "tansu did not start: see tansu.log")
 
 
+def process_started(start):
+    """A starter of one broker process: (pid, bootstrap, stop)."""
+    def started():
+        proc, bootstrap = start()
+
+        def stop():
+            proc.terminate()
+            proc.wait(timeout=30)
+        return proc.pid, bootstrap, stop
+    return started
+
+
+def kafka_started(root: Path, configs: dict):
+    """A starter of one Kafka 4.4 node: (pid, bootstrap, stop)."""
+    def started():
+        shutil.rmtree(root, ignore_errors=True)
+        kafka = start_kafka(root, configs)
+        return kafka.pids()[0], kafka.bootstrap(), kafka.stop
+    return started
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -91,43 +115,46 @@ def main():
     ap.add_argument("--compare-config")
     ap.add_argument("--compare-name", default="other")
     ap.add_argument("--tansu", help="a tansu binary (in-memory storage) to compare cost per record with")
+    ap.add_argument("--compare-to", choices=["kafka"], help="kafka: Kafka 4.4, with its defaults and durable")
     ap.add_argument("--rounds", type=int, default=3, help="runs per broker (each figure: the median)")
     ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sluice-cost-"))
     limits = probe(work)
-    byte_runs, record_runs = {}, {}
-    starters = [("sluice", lambda: start_sluice(work / "data-sluice", work / "sluice.log"))]
+    byte_runs, record_runs, memory = {}, {}, {}
+    starters = [("sluice", process_started(lambda: start_sluice(work / "data-sluice", work / "sluice.log")))]
     if a.compare_binary or a.compare_config:
         other = Path(a.compare_binary) if a.compare_binary else BINARY
         config = Path(a.compare_config) if a.compare_config else None
-        starters.append((a.compare_name, lambda: start_sluice(work / "data-other", work / "other.log",
-                                                              config=config, binary=other)))
+        starters.append((a.compare_name, process_started(lambda: start_sluice(
+            work / "data-other", work / "other.log", config=config, binary=other))))
     if a.tansu:
-        starters.append(("tansu", lambda: start_tansu(a.tansu, work)))
+        starters.append(("tansu", process_started(lambda: start_tansu(a.tansu, work))))
+    if a.compare_to == "kafka":
+        starters += [(name, kafka_started(work / name, configs)) for name, configs in KAFKA_CONFIGS.items()]
     for round_ in range(a.rounds):
         # Alternate the order, so that no broker always runs on a warmer or cooler machine.
         order = starters if round_ % 2 == 0 else list(reversed(starters))
         for name, start in order:
-            proc, bootstrap = start()
+            pid, bootstrap, stop = start()
             try:
                 if name != "tansu":
-                    byte_runs.setdefault(name, []).append(cost_per_byte(proc, bootstrap, work, a.records))
-                record_runs.setdefault(name, []).append(
-                    cost_per_record(proc.pid, bootstrap, work, a.records))
+                    byte_runs.setdefault(name, []).append(cost_per_byte(pid, bootstrap, work, a.records))
+                record_runs.setdefault(name, []).append(cost_per_record(pid, bootstrap, work, a.records))
+                memory.setdefault(name, []).append(resident_mib(pid))
             finally:
-                proc.terminate()
-                proc.wait(timeout=30)
+                stop()
             shutil.rmtree(work / "data-sluice", ignore_errors=True)
             shutil.rmtree(work / "data-other", ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
     record_cost = {name: sorted(v)[len(v) // 2] for name, v in record_runs.items()}
     byte_cost = {name: {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
                  for name, runs in byte_runs.items()}
-    write(a, limits, byte_cost, record_cost)
+    resident = {name: sorted(v)[len(v) // 2] for name, v in memory.items()}
+    write(a, limits, byte_cost, record_cost, resident)
 
 
-def write(a, limits, byte_cost, record_cost):
+def write(a, limits, byte_cost, record_cost, resident):
     memcpy, crc = limits["memcpy_gib_per_s"], limits["crc32c_gib_per_s"]
     produce_limit = 2 / memcpy + 1 / crc
     fetch_limit = 1 / memcpy
@@ -139,7 +166,8 @@ def write(a, limits, byte_cost, record_cost):
         + (f" --compare-binary {a.compare_binary}" if a.compare_binary else "")
         + (f" --compare-config {a.compare_config}" if a.compare_config else "")
         + (f" --compare-name {a.compare_name}" if a.compare_binary or a.compare_config else "")
-        + (" --tansu PATH" if a.tansu else "") + f" --rounds {a.rounds}`",
+        + (" --tansu PATH" if a.tansu else "") + (" --compare-to kafka" if a.compare_to else "")
+        + f" --rounds {a.rounds}`",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; broker and clients share it.",
         "- Broker CPU is utime+stime of the broker process (every thread), from /proc.", "",
         "## This machine's limits (sluice probe, same run)", "",
@@ -179,7 +207,12 @@ def write(a, limits, byte_cost, record_cost):
     base = record_cost["sluice"]
     for name, v in record_cost.items():
         lines.append(f"| {name} | {v:.3f} | {v / base:.2f} |")
-    lines.append("")
+    lines += ["", "Resident memory (VmRSS) after each broker's runs, median: " + ", ".join(
+        f"{n} {m:,.0f} MiB" for n, m in resident.items()) + ".", ""]
+    if a.compare_to == "kafka":
+        lines += ["Kafka: one KRaft node in combined mode, 1 GiB heap (kafka-server-start.sh's default);"
+                  " `kafka` its defaults (acknowledges before any fsync), `kafka-durable` with"
+                  " `log.flush.interval.messages=1` (every acknowledged write fsynced, like Sluice).", ""]
     out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost.md"
     publish(lines, out)
 

@@ -7,7 +7,9 @@ Apache Kafka 4.4 (tests/kafka/peer.py, one KRaft node, Kafka's 1 GiB heap) twice
 defaults (it acknowledges before any fsync) and durable like Sluice
 (`log.flush.interval.messages=1`: every acknowledged write fsynced). --rounds N runs the whole
 matrix N times, alternating which broker goes first, and reports each row's median (by
-records/s) per broker. Each broker's resident memory after the run is reported too."""
+records/s) per broker. Each broker's resident memory after the run is reported too.
+--cluster runs three nodes of each broker (perf/sluice_cluster.py: one shard per node; Kafka
+three KRaft nodes in combined mode) and every topic at replication factor 3."""
 import argparse
 import datetime
 import json
@@ -90,12 +92,12 @@ def delete_topic(bootstrap, topic):
         print(f"cannot delete {topic} on {bootstrap}: {e}", file=sys.stderr)
 
 
-def start_kafka(root: Path, configs: dict):
-    """A single Kafka 4.4 node (scripts/kafka-install puts it in tests/kafka/libs)."""
+def start_kafka(root: Path, configs: dict, nodes: int = 1):
+    """Kafka 4.4 KRaft nodes (scripts/kafka-install puts it in tests/kafka/libs)."""
     from peer import KafkaCluster
     if not (ROOT / "tests" / "kafka" / "libs" / ".installed").exists():
         subprocess.run([str(ROOT / "scripts" / "kafka-install")], check=True)
-    return KafkaCluster(root, nodes=1, configs=configs, heap_mb=KAFKA_HEAP_MB).start()
+    return KafkaCluster(root, nodes=nodes, configs=configs, heap_mb=KAFKA_HEAP_MB, free_port=free_port).start()
 
 
 def resident_mib(pid: int) -> float:
@@ -134,18 +136,29 @@ def main():
                     "with its defaults and durable (log.flush.interval.messages=1)")
     ap.add_argument("--compare-binary", help="another sluice binary to start and compare against")
     ap.add_argument("--compare-name", default="other")
+    ap.add_argument("--cluster", action="store_true", help="three nodes of each broker, topics at RF 3")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--producers", default="1,4,16", help="the rows' producer counts")
+    ap.add_argument("--partitions", default="1,8,64", help="the rows' partition counts")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
     a = ap.parse_args()
+    a.producer_counts = [int(x) for x in a.producers.split(",")]
+    a.partition_counts = [int(x) for x in a.partitions.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="sluice-perf-"))
-    proc, sluice = start_sluice(work / "data", work / "broker.log")
-    procs = [proc]
+    kafkas = []  # started clusters, Sluice's with --cluster
+    if a.cluster:
+        from sluice_cluster import SluiceCluster
+        kafkas.append(SluiceCluster(work / "sluice", free_port).start())
+        procs, sluice = [], kafkas[0].bootstrap()
+        pids = {"sluice": kafkas[0].pids()}
+    else:
+        proc, sluice = start_sluice(work / "data", work / "broker.log")
+        procs, pids = [proc], {"sluice": [proc.pid]}
     targets = [("sluice", sluice)]
-    pids = {"sluice": proc.pid}
-    kafkas = []
+    nodes = 3 if a.cluster else 1
     memory = {}
     if a.compare_binary:
         other, other_addr = start_sluice(work / "data-other", work / "other.log", binary=Path(a.compare_binary))
@@ -153,9 +166,9 @@ def main():
         targets.append((a.compare_name, other_addr))
     elif a.compare_to == "kafka":
         for name, configs in KAFKA_CONFIGS.items():
-            kafkas.append(start_kafka(work / name, configs))
+            kafkas.append(start_kafka(work / name, configs, nodes))
             targets.append((name, kafkas[-1].bootstrap()))
-            pids[name] = kafkas[-1].pids()[0]
+            pids[name] = kafkas[-1].pids()
     elif a.compare_to:
         targets.append((a.compare_name, a.compare_to))
     try:
@@ -165,8 +178,8 @@ def main():
         for name, bootstrap in targets:
             e2e[name] = bench(bootstrap, f"perf-e2e-{int(time.time() * 1000)}", work / f"{name}-e2e.json", mode="e2e",
                               duration=a.duration, warmup=a.warmup, producers=4, consumers=4, partitions=8,
-                              message_size=1024, acks="all", rate=int(peak / 2))
-        memory = {name: resident_mib(pid) for name, pid in pids.items()}
+                              message_size=1024, acks="all", rate=int(peak / 2), replication_factor=nodes)
+        memory = {name: sum(resident_mib(pid) for pid in ps) for name, ps in pids.items()}
     finally:
         for p in procs:
             p.terminate()
@@ -178,7 +191,7 @@ def main():
     date = datetime.date.today().isoformat()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"{date}-{commit}"
+    stem = out_dir / (f"{date}-{commit}" + ("-cluster" if a.cluster else ""))
     write_markdown(stem.with_suffix(".md"), rows, e2e, targets, peak, a, commit, memory)
     plot(stem.with_suffix(".png"), rows)
     shutil.rmtree(work, ignore_errors=True)
@@ -191,19 +204,20 @@ def run_rows(targets, a, work):
     for round_ in range(a.rounds):
         order = targets if round_ % 2 == 0 else list(reversed(targets))
         for acks in ["1", "all"]:
-            for producers in [1, 4, 16]:
-                for partitions in [1, 8, 64]:
+            for producers in a.producer_counts:
+                for partitions in a.partition_counts:
                     for name, bootstrap in order:
                         topic = f"perf-{acks}-{partitions}-{int(time.time() * 1000)}"
                         r = bench(bootstrap, topic, work / f"{name}.json", mode="produce",
                                   duration=a.duration, warmup=a.warmup, producers=producers,
-                                  partitions=partitions, message_size=1024, acks=acks)
+                                  partitions=partitions, message_size=1024, acks=acks,
+                                  replication_factor=3 if a.cluster else 1)
                         delete_topic(bootstrap, topic)
                         runs.setdefault((acks, producers, partitions, name), []).append(r)
     rows = []
     for acks in ["1", "all"]:
-        for producers in [1, 4, 16]:
-            for partitions in [1, 8, 64]:
+        for producers in a.producer_counts:
+            for partitions in a.partition_counts:
                 row = {"acks": acks, "producers": producers, "partitions": partitions}
                 for name, _ in targets:
                     done = sorted((r for r in runs[(acks, producers, partitions, name)] if r),
@@ -224,13 +238,15 @@ def fmt(r, key):
 
 
 def command_options(a):
-    out = ""
+    out = " --cluster" if a.cluster else ""
     if a.compare_to == "kafka":
         out += " --compare-to kafka"
     elif a.compare_to:
         out += f" --compare-to {a.compare_to} --compare-name {a.compare_name}"
     if a.compare_binary:
         out += f" --compare-binary {a.compare_binary} --compare-name {a.compare_name}"
+    if a.producers != "1,4,16" or a.partitions != "1,8,64":
+        out += f" --producers {a.producers} --partitions {a.partitions}"
     if a.rounds != 1:
         out += f" --rounds {a.rounds} (each row: the median of {a.rounds} runs per broker by records/s)"
     return out
@@ -239,7 +255,8 @@ def command_options(a):
 def write_markdown(path, rows, e2e, targets, peak, a, commit, memory=None):
     cpu = cpu_model()
     lines = [
-        f"# sluice bench matrix, {datetime.date.today().isoformat()}, commit {commit}",
+        f"# sluice bench matrix, {datetime.date.today().isoformat()}, commit {commit}"
+        + (": three nodes each, replication factor 3" if a.cluster else ""),
         "",
         f"- Command: `perf/run{command_options(a)}`"
         f" (each row: `sluice bench --mode produce --duration {a.duration} --warmup {a.warmup} --message-size 1024`)",
@@ -265,7 +282,8 @@ def write_markdown(path, rows, e2e, targets, peak, a, commit, memory=None):
             cells.append(f"{x['latency_ms']['p99'] / y['latency_ms']['p99']:.2f}" if x and y and y["latency_ms"]["p99"] else "-")
         lines.append("| " + " | ".join(cells) + " |")
     if memory:
-        lines += ["", "Resident memory after the matrix and the e2e run (VmRSS): " + ", ".join(
+        nodes = " (each the sum over its three nodes)" if a.cluster else ""
+        lines += ["", f"Resident memory after the matrix and the e2e run (VmRSS){nodes}: " + ", ".join(
             f"{n} {m:,.0f} MiB" for n, m in memory.items()) + "."]
     lines += ["", f"## e2e at half the acks=all peak ({peak:,.0f} rec/s → --rate {int(peak / 2)})", "",
               "| broker | rec/s | p50 | p90 | p99 | p99.9 | max | missing |", "|---|---|---|---|---|---|---|---|"]

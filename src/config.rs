@@ -390,7 +390,10 @@ impl Default for Config {
             max_connections_per_ip: 1_000,
             connections_max_idle_ms: 600_000,
             max_in_flight_requests_per_connection: 500,
-            max_request_memory_bytes_per_shard: 4 * DEFAULT_REQUEST_MAX_BYTES,
+            // A largest request and some room: more only holds produce data a stalled disk
+            // cannot take yet, raising latency and resident memory, not throughput
+            // (perf/results/2026-12-05-request-memory.md).
+            max_request_memory_bytes_per_shard: 128 * 1024 * 1024,
             request_read_timeout_ms: 30_000,
             max_topics: 0,
             max_partitions_per_shard: 0,

@@ -82,6 +82,9 @@ pub struct BenchArgs {
     /// Partitions of the topic, when the bench creates it.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
+    /// Replicas of each partition, when the bench creates the topic.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: i32,
     #[arg(long, default_value_t = 1024)]
     pub message_size: usize,
     #[arg(long, default_value = "none", value_parser = parse_keys)]
@@ -148,6 +151,9 @@ impl BenchArgs {
         }
         if self.partitions < 1 {
             return Err("--partitions must be at least 1".into());
+        }
+        if !(1..=16).contains(&self.replication_factor) {
+            return Err("--replication-factor must be in 1..=16".into());
         }
         if let Some(d) = self.duration {
             if !(d > 0.0 && d.is_finite()) {

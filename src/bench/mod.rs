@@ -340,7 +340,11 @@ fn ensure_topic(args: &BenchArgs) -> anyhow::Result<i32> {
         return Ok(t.partitions().len() as i32);
     }
     let admin: AdminClient<DefaultClientContext> = produce::client_config(args).create()?;
-    let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(
+        &args.topic,
+        args.partitions,
+        TopicReplication::Fixed(args.replication_factor),
+    );
     let results = futures::executor::block_on(admin.create_topics(
         [&topic],
         &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
