@@ -1,7 +1,8 @@
-//! ListTransactions v0–1 (KIP-664): the transactional ids every shard coordinates, filtered by
-//! state, producer id and (v1) how long their transaction has run. State names Kafka does not
-//! know come back as `unknown_state_filters` and match nothing. v2's id pattern (a Java
-//! regular expression, KIP-1152) is not served: clients ask for v1 and filter themselves.
+//! ListTransactions v0–2 (KIP-664): the transactional ids every shard coordinates, filtered by
+//! state, producer id, (v1) how long their transaction has run and (v2, KIP-1152) a regular
+//! expression the whole id must match. State names Kafka does not know come back as
+//! `unknown_state_filters` and match nothing. Patterns are the regex crate's syntax (RE2's),
+//! which shares Java's for everything but backreferences and lookaround.
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
@@ -14,6 +15,7 @@ use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{
     ListTransactionsRequest, ListTransactionsResponse, ProducerId, TransactionalId,
 };
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 pub async fn handle(
@@ -23,6 +25,13 @@ pub async fn handle(
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: ListTransactionsRequest = decode(body, version)?;
+    let pattern = match id_pattern(req.transactional_id_pattern.as_deref()) {
+        Ok(pattern) => pattern,
+        Err(e) => {
+            let refused = ListTransactionsResponse::default().with_error_code(e.code());
+            return encode(&refused, version);
+        }
+    };
     let mut states = Vec::new();
     let mut unknown = Vec::new();
     for name in &req.state_filters {
@@ -45,6 +54,7 @@ pub async fn handle(
         Ok(listed) => response.with_transaction_states(
             listed
                 .into_iter()
+                .filter(|(id, _, _)| pattern.as_ref().is_none_or(|p| p.is_match(id)))
                 .filter(|(id, _, _)| {
                     authorize::permits(
                         shard,
@@ -65,4 +75,38 @@ pub async fn handle(
         Err(e) => response.with_error_code(e.code()),
     };
     encode(&response, version)
+}
+
+/// Longest id pattern taken: a regular expression compiles in time and memory linear in it.
+const MAX_PATTERN_BYTES: usize = 4096;
+
+/// The compiled id pattern, anchored to match whole ids; None (no filter) for a null or empty
+/// one. INVALID_REGULAR_EXPRESSION for one that does not compile or is too long.
+fn id_pattern(pattern: Option<&str>) -> Result<Option<regex::Regex>, ResponseError> {
+    match pattern {
+        None | Some("") => Ok(None),
+        Some(p) if p.len() > MAX_PATTERN_BYTES => Err(ResponseError::InvalidRegularExpression),
+        Some(p) => regex::Regex::new(&format!("^(?:{p})$"))
+            .map(Some)
+            .map_err(|_| ResponseError::InvalidRegularExpression),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_pattern_matches_whole_ids() {
+        let p = id_pattern(Some("t-.*")).unwrap().unwrap();
+        assert!(p.is_match("t-1") && !p.is_match("xt-1"));
+        let p = id_pattern(Some("a|b")).unwrap().unwrap();
+        assert!(p.is_match("a") && p.is_match("b") && !p.is_match("ab"));
+        assert!(id_pattern(None).unwrap().is_none());
+        assert!(id_pattern(Some("")).unwrap().is_none());
+        assert_eq!(
+            id_pattern(Some("(")).unwrap_err(),
+            ResponseError::InvalidRegularExpression
+        );
+    }
 }

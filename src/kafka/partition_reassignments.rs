@@ -74,17 +74,29 @@ pub async fn alter(
             })
         })
         .collect();
-    let n = partitions.len();
-    let outcomes = if shard.config.is_clustered() {
-        let op = ControllerOp::Reassign {
-            partitions: partitions.clone(),
-        };
+    let allow_rf_change = req.allow_replication_factor_change;
+    let refused: Vec<Option<(i16, Option<String>)>> = partitions
+        .iter()
+        .map(|p| changes_rf(shard, p).filter(|_| !allow_rf_change))
+        .collect();
+    let asked: Vec<_> = (partitions.iter().zip(&refused))
+        .filter(|(_, r)| r.is_none())
+        .map(|(p, _)| p.clone())
+        .collect();
+    let n = asked.len();
+    let mut decided = if shard.config.is_clustered() {
+        let op = ControllerOp::Reassign { partitions: asked };
         controller::submit(shard, op)
             .await
             .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n])
     } else {
-        partitions.iter().map(|p| alone(shard, p)).collect()
-    };
+        asked.iter().map(|p| alone(shard, p)).collect()
+    }
+    .into_iter();
+    let outcomes: Vec<_> = refused
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| decided.next().expect("one outcome per partition asked")))
+        .collect();
     let answers =
         partitions
             .into_iter()
@@ -104,10 +116,51 @@ pub async fn alter(
                 .with_partitions(partitions)
         })
         .collect();
-    encode(
-        &AlterPartitionReassignmentsResponse::default().with_responses(topics),
-        version,
-    )
+    let response = AlterPartitionReassignmentsResponse::default()
+        .with_allow_replication_factor_change(allow_rf_change)
+        .with_responses(topics);
+    encode(&response, version)
+}
+
+/// The refusal of a target that changes the partition's replication factor (Kafka's answer
+/// to such a move when v1's `AllowReplicationFactorChange` is false); None when it keeps it,
+/// cancels a move, names brokers there are not, or names a partition that does not exist
+/// (answered as before).
+fn changes_rf(
+    shard: &Shard,
+    (topic, index, target): &(String, i32, Option<Vec<i32>>),
+) -> Option<(i16, Option<String>)> {
+    let target = target.as_ref()?;
+    let catalog = shard.catalog();
+    // A target naming brokers there are not is refused as an invalid assignment first, as
+    // Kafka does.
+    let registered = |node: &i32| match catalog.is_clustered() {
+        true => catalog.brokers.iter().any(|b| b.node_id == *node),
+        false => *node == shard.config.node_id,
+    };
+    if !target.iter().all(registered) {
+        return None;
+    }
+    let meta = catalog
+        .topics
+        .get(topic)
+        .filter(|t| t.has_partition(*index))?;
+    let current = match meta.assignment(*index) {
+        // During a move the replicas are the target then those being removed.
+        Some(a) => a.replicas.len() - a.removing.len(),
+        None => 1, // a single node's partition: its one replica
+    };
+    (target.len() != current).then(|| {
+        let message = format!(
+            "the replication factor would change from {current} to {}, and \
+             AllowReplicationFactorChange is false",
+            target.len()
+        );
+        (
+            ResponseError::InvalidReplicationFactor.code(),
+            Some(message),
+        )
+    })
 }
 
 pub async fn list(

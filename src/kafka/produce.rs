@@ -29,6 +29,7 @@ use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+use uuid::Uuid;
 
 /// The first Produce version of transaction version 2 (KIP-890 part 2): a transactional
 /// batch adds its partition to the producer's transaction, which sends no AddPartitionsToTxn.
@@ -191,8 +192,9 @@ pub async fn handle(
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
-    let req =
+    let mut req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
+    name_topics(shard, &mut req);
     let refused = refusals(shard, caller, &req);
     let verified = match refused.transaction {
         false => verify_transactional(shard, &req, version).await,
@@ -219,6 +221,16 @@ pub async fn handle(
         let outcomes = started.gather(gone).await;
         respond(&req, slots, &outcomes, version)
     })))
+}
+
+/// Names the topics a v13+ request gives by id (an unknown id leaves the name empty).
+fn name_topics(shard: &Shard, req: &mut ProduceRequest) {
+    let catalog = shard.catalog();
+    for t in &mut req.topics {
+        if let Some(meta) = t.topic_id.and_then(|id| catalog.by_id.get(&id)) {
+            t.name = meta.name.to_string();
+        }
+    }
 }
 
 /// What the authorizer refuses: the whole request (a transactional producer without WRITE on
@@ -272,6 +284,9 @@ fn route(
         for p in &topic.partitions {
             let slot = match known {
                 _ if !acks_valid => Err(ResponseError::InvalidRequiredAcks),
+                _ if topic.topic_id.is_some() && topic.name.is_empty() => {
+                    Err(ResponseError::UnknownTopicId)
+                }
                 _ if refused.transaction => Err(ResponseError::TransactionalIdAuthorizationFailed),
                 _ if refused.topics.contains(&topic.name) => {
                     Err(ResponseError::TopicAuthorizationFailed)
@@ -402,6 +417,7 @@ fn respond(
                 .collect();
             TopicProduceResponse::default()
                 .with_name(TopicName(super::str_bytes(&topic.name)))
+                .with_topic_id(Uuid::from_bytes(topic.topic_id.unwrap_or_default()))
                 .with_partition_responses(partitions)
         })
         .collect();

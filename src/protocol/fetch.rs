@@ -1,4 +1,4 @@
-//! Hand-written Fetch response encoder (v4..=13). The response is a list of chunks: small
+//! Hand-written Fetch response encoder (v4..=18). The response is a list of chunks: small
 //! framing chunks built here, and each partition's records as the log located them (a file
 //! range to sendfile, or bytes read on the copying path), so that record bytes are never copied
 //! into a response buffer.
@@ -8,7 +8,10 @@ use super::wire::Writer;
 use bytes::{BufMut, BytesMut};
 
 pub const MIN_VERSION: i16 = 4;
-pub const MAX_VERSION: i16 = 13;
+/// v14–18 answer as v13: v14 adds an error tiered storage raises, v15 moves the replica id
+/// into the request's replica state, v16 adds leader hints (tagged fields, KIP-951, left out
+/// as a broker may), v17 and v18 add request fields a follower sends (tagged).
+pub const MAX_VERSION: i16 = 18;
 const FIRST_FLEXIBLE: i16 = 12;
 const FIRST_TOPIC_ID: i16 = 13;
 

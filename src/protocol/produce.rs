@@ -1,13 +1,15 @@
-//! Hand-written Produce request decoder (v3..=12). Record bytes stay `Bytes` slices of the
+//! Hand-written Produce request decoder (v3..=13). Record bytes stay `Bytes` slices of the
 //! request frame: they are not copied here. v10–12 read as v9: they change only what a
 //! response may carry (KIP-951's leader hints, KIP-890's errors) and, with v12, what a
-//! transactional batch means (it adds its partition: `kafka/produce.rs`).
+//! transactional batch means (it adds its partition: `kafka/produce.rs`). v13 names topics by
+//! id (KIP-516), which the handler resolves.
 
 use super::wire::{Reader, WireResult};
 use bytes::Bytes;
 
 pub const MIN_VERSION: i16 = 3;
-pub const MAX_VERSION: i16 = 12;
+pub const MAX_VERSION: i16 = 13;
+const FIRST_TOPIC_ID: i16 = 13;
 const FIRST_FLEXIBLE: i16 = 9;
 
 #[derive(Debug)]
@@ -20,7 +22,11 @@ pub struct ProduceRequest {
 
 #[derive(Debug)]
 pub struct TopicData {
+    /// The topic's name: from the request before v13, from its id (by the handler) from v13;
+    /// empty while unresolved.
     pub name: String,
+    /// v13+: the id the request names the topic by.
+    pub topic_id: Option<[u8; 16]>,
     pub partitions: Vec<PartitionData>,
 }
 
@@ -38,7 +44,11 @@ pub fn decode(body: Bytes, version: i16) -> WireResult<ProduceRequest> {
     let topic_count = r.array_len()?.unwrap_or(0);
     let mut topics = Vec::with_capacity(topic_count);
     for _ in 0..topic_count {
-        let name = r.string()?;
+        let (name, topic_id) = if version >= FIRST_TOPIC_ID {
+            (String::new(), Some(r.uuid()?))
+        } else {
+            (r.string()?, None)
+        };
         let partition_count = r.array_len()?.unwrap_or(0);
         let mut partitions = Vec::with_capacity(partition_count);
         for _ in 0..partition_count {
@@ -48,7 +58,11 @@ pub fn decode(body: Bytes, version: i16) -> WireResult<ProduceRequest> {
             partitions.push(PartitionData { index, records });
         }
         r.skip_tagged_fields()?;
-        topics.push(TopicData { name, partitions });
+        topics.push(TopicData {
+            name,
+            topic_id,
+            partitions,
+        });
     }
     r.skip_tagged_fields()?;
     Ok(ProduceRequest {
@@ -76,6 +90,7 @@ mod tests {
                 .with_timeout_ms(1500)
                 .with_topic_data(vec![TopicProduceData::default()
                     .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_topic_id(uuid::Uuid::from_bytes([7; 16]))
                     .with_partition_data(vec![PartitionProduceData::default()
                         .with_index(3)
                         .with_records(Some(records.clone()))])]);
@@ -83,7 +98,14 @@ mod tests {
             req.encode(&mut buf, version).unwrap();
             let got = decode(buf.freeze(), version).unwrap();
             assert_eq!((got.acks, got.timeout_ms), (-1, 1500));
-            assert_eq!(got.topics[0].name, "t");
+            if version >= FIRST_TOPIC_ID {
+                assert_eq!(got.topics[0].topic_id, Some([7; 16]));
+            } else {
+                assert_eq!(
+                    (got.topics[0].name.as_str(), got.topics[0].topic_id),
+                    ("t", None)
+                );
+            }
             assert_eq!(got.topics[0].partitions[0].index, 3);
             assert_eq!(got.topics[0].partitions[0].records.as_ref(), Some(&records));
         }

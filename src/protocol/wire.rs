@@ -57,6 +57,14 @@ impl Reader {
         Ok(self.buf.get_i64())
     }
 
+    /// A UUID (a topic id): 16 bytes.
+    pub fn uuid(&mut self) -> WireResult<[u8; 16]> {
+        self.need(16)?;
+        let mut id = [0u8; 16];
+        self.buf.copy_to_slice(&mut id);
+        Ok(id)
+    }
+
     pub fn uvarint(&mut self) -> WireResult<u32> {
         let mut value: u32 = 0;
         for shift in (0..35).step_by(7) {

@@ -22,10 +22,22 @@ def produce_v3_oldest_version(s: Side):
 
 @scenario
 def produce_newest_version(s: Side):
+    """Produce v13 names the topic by id (KIP-516)."""
     s.create("p-v13")
-    return s.send("Produce", 13, {"Acks": -1, "TimeoutMs": 5000, "TopicData": [
-        {"Name": "p-v13", "TopicId": "AAAAAAAAAAAAAAAAAAAAAA",
-         "PartitionData": [{"Index": 0, "Records": THREE}]}]})
+    topic_id = s.topic_id("p-v13")
+    produced = s.send("Produce", 13, {"Acks": -1, "TimeoutMs": 5000, "TopicData": [
+        {"TopicId": topic_id, "PartitionData": [{"Index": 0, "Records": THREE}]}]})
+    return produced, s.fetch("p-v13", 0, 0)
+
+
+@scenario
+def produce_v13_unknown_topic_id(s: Side):
+    answer = s.send("Produce", 13, {"Acks": -1, "TimeoutMs": 5000, "TopicData": [
+        {"TopicId": "3q2-7wAAAAAAAAAAAAAAAA", "PartitionData": [{"Index": 0, "Records": THREE}]},
+        {"TopicId": "AAAAAAAAAAAAAAAAAAAAAA", "PartitionData": [{"Index": 0, "Records": THREE}]}]})
+    # Kafka answers topics in its map's order, not the request's.
+    answer["Responses"].sort(key=lambda t: t["TopicId"])
+    return answer
 
 
 @scenario

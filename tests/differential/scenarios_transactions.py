@@ -199,6 +199,20 @@ def list_transactions_newest_version(s: Side):
 
 
 @scenario
+def list_transactions_by_id_pattern(s: Side):
+    """v2's pattern (KIP-1152) matches whole ids; one that does not compile is refused."""
+    pid, epoch = _begin(s, "t-pattern-1", "tx-pattern")
+    _add_partitions(s, "t-pattern-1", pid, epoch, "tx-pattern")
+    def listed(pattern):
+        answer = s.send("ListTransactions", 2, {"StateFilters": ["Ongoing"], "ProducerIdFilters": [pid],
+                                                "DurationFilter": -1, "TransactionalIdPattern": pattern})
+        return answer["ErrorCode"], [t["TransactionalId"] for t in answer["TransactionStates"]]
+    answers = [listed(p) for p in ("t-pattern-.*", "t-pattern", "pattern-1", "", "t-(pattern")]
+    _end(s, "t-pattern-1", pid, epoch, commit=False)
+    return answers
+
+
+@scenario
 def transactional_produce_newest_version(s: Side):
     """Produce v12 (transaction version 2): the batch adds its partition itself."""
     pid, epoch = _begin(s, "t-v12", "tx-v12")

@@ -175,6 +175,15 @@ def alter_partition_reassignments_newest_version(s: Side):
 
 
 @scenario
+def alter_partition_reassignments_refusing_a_replication_factor_change(s: Side):
+    s.create("apr-rf")
+    return s.send("AlterPartitionReassignments", 1, {"TimeoutMs": 10_000, "AllowReplicationFactorChange": False,
+                                                     "Topics": [{"Name": "apr-rf", "Partitions": [
+                                                         {"PartitionIndex": 0, "Replicas": [1, 2]},
+                                                         {"PartitionIndex": 0, "Replicas": [1]}]}]})
+
+
+@scenario
 def describe_quorum(s: Side):
     r = s.send("DescribeQuorum", 1, {"Topics": [{"TopicName": "__cluster_metadata", "Partitions": [
         {"PartitionIndex": 0}]}]})

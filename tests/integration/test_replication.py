@@ -9,12 +9,20 @@ import socket
 import threading
 import time
 
+import sys
+from pathlib import Path
+
 import kafka_wire as kw
 import pytest
 from cluster import Cluster
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from history import History, check_history, read_all
 from waiting import wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+import protocol  # noqa: E402  (Kafka's own schemas: any request at any version)
+
+INVALID_REPLICATION_FACTOR = 38
 
 # Faster timing than production, so fencing and in-sync changes fit a test's bounds.
 REPLICATED = """
@@ -442,6 +450,13 @@ def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replic
     for i in range(300):
         producer.produce("moved", value=f"m{i}".encode(), partition=0)
     assert producer.flush(30) == 0
+    # AlterPartitionReassignments v1 may forbid a change of replication factor (KIP-860).
+    grow = {"TimeoutMs": 10_000, "AllowReplicationFactorChange": False, "Topics": [
+        {"Name": "moved", "Partitions": [{"PartitionIndex": 0, "Replicas": replicas + [outsider]}]}]}
+    with protocol.Connection("127.0.0.1", cluster.nodes[1].port) as conn:
+        refused = conn.send("AlterPartitionReassignments", 1, grow)
+    assert refused["Responses"][0]["Partitions"][0]["ErrorCode"] == INVALID_REPLICATION_FACTOR, refused
+    assert refused["AllowReplicationFactorChange"] is False
     # The leader's replica moves to the node that had none.
     target = [outsider] + [r for r in replicas if r != leader]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
