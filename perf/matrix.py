@@ -42,6 +42,7 @@ def head_commit() -> str:
 
 def publish(lines: list[str], out: Path):
     """Writes a results file and shows it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     print(f"written to {out}")

@@ -33,8 +33,8 @@ def run(script: str, out_dir: Path, *args) -> list[Path]:
 
 
 def demoted(text: str) -> list[str]:
-    """A part's report under the joined file's own title: its headings one level down."""
-    return [("#" + line if line.startswith("#") else line) for line in text.splitlines()]
+    """A part's report under its section of the joined file: its headings two levels down."""
+    return [("##" + line if line.startswith("#") else line) for line in text.splitlines()]
 
 
 def main():

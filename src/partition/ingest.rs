@@ -109,27 +109,36 @@ pub fn apply(
     if !rules.reads_records() && !headers.iter().any(converts) {
         return Ok((records, headers));
     }
-    let mut out = Vec::with_capacity(records.len());
+    // Every batch's records are parsed (whatever the rule: a compressed batch whose records do
+    // not parse is refused, not stored or converted), in place when they are not compressed:
+    // the common append, checked for timestamps, copies nothing.
     let mut at = 0;
+    let mut converted = Vec::new();
     for h in &headers {
         let raw = &records[at..at + h.size_bytes];
         at += h.size_bytes;
-        let converts = converts(h);
-        if !rules.reads_records() && !converts {
-            out.extend_from_slice(raw);
-            continue;
-        }
-        // Whatever the rule, the records inside are parsed: a compressed batch whose records
-        // do not parse is refused, not stored or converted.
-        let plain = decompressed(name, raw, h)?;
+        let plain = match h.compression() == Codec::None as i16 {
+            true => std::borrow::Cow::Borrowed(raw),
+            false => std::borrow::Cow::Owned(decompressed(name, raw, h)?),
+        };
         check_records(name, &plain, rules, now_ms)?;
-        match rules.codec {
-            Some(to) if converts => {
-                let plain_header = batch::parse_header(&plain).expect("converted above");
-                out.extend(convert(name, &plain, &plain_header, to)?);
+        converted.push(match rules.codec {
+            Some(to) if converts(h) => {
+                let plain_header = batch::parse_header(&plain).expect("parsed above");
+                Some(convert(name, &plain, &plain_header, to)?)
             }
-            _ => out.extend_from_slice(raw),
-        }
+            _ => None,
+        });
+    }
+    if converted.iter().all(Option::is_none) {
+        return Ok((records, headers));
+    }
+    let mut out = Vec::with_capacity(records.len());
+    let mut at = 0;
+    for (h, c) in headers.iter().zip(converted) {
+        let raw = &records[at..at + h.size_bytes];
+        at += h.size_bytes;
+        out.extend_from_slice(c.as_deref().unwrap_or(raw));
     }
     let out = Bytes::from(out);
     let headers =
@@ -137,7 +146,7 @@ pub fn apply(
     Ok((out, headers))
 }
 
-/// The batch with its records uncompressed (a copy even when they already were).
+/// The batch with its records uncompressed.
 fn decompressed(name: &str, raw: &[u8], h: &BatchHeader) -> Result<Vec<u8>, Rejected> {
     convert(name, raw, h, Codec::None)
 }
