@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "sluice"
 sys.path.insert(0, str(ROOT / "tests" / "kafka"))
-from protocol import Connection  # noqa: E402
+from peer import wait_listed  # noqa: E402
 
 START_TIMEOUT_S = 60
 
@@ -71,22 +71,7 @@ class SluiceCluster:
         return self
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S):
-        """Every node answers Metadata naming every node and one controller."""
-        deadline = time.monotonic() + timeout_s
-        for n in self.nodes:
-            while True:
-                if not n.alive():
-                    raise RuntimeError(f"node {n.node_id} exited: see {n.log_path}")
-                try:
-                    with Connection("127.0.0.1", n.port, timeout_s=2) as c:
-                        meta = c.send("Metadata", 12, {"Topics": []})
-                    if len(meta["Brokers"]) == len(self.nodes) and meta["ControllerId"] > 0:
-                        break
-                except (OSError, ValueError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"node {n.node_id} not ready: see {n.log_path}")
-                time.sleep(0.2)
+        wait_listed(self.nodes, timeout_s, lambda n: f"see {n.log_path}")
 
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)

@@ -555,13 +555,9 @@ impl Partition {
     /// the written end, and it reports the follower's position first): the first batch whole
     /// even past `max_bytes` (KIP-74).
     pub async fn read(&self, req: ReadRequest) -> ReadResult {
-        if let Err(e) = self.check_read(&req) {
-            let log = self.log.borrow();
-            return ReadResult::refused(&req, e, log.high_watermark(), log.log_start_offset);
-        }
-        let stable = match self.stable_bound().await {
+        let stable = match self.admit(&req).await {
             Ok(stable) => stable,
-            Err(e) => return self.read_failed(&req, e),
+            Err(refused) => return refused,
         };
         let (plan, hw, lso) = {
             let log = self.log.borrow();
@@ -599,13 +595,9 @@ impl Partition {
     /// The answer of a leader that sends a consumer to `replica` (KIP-392): the partition's
     /// offsets and no records, as Kafka skips the read.
     pub async fn redirect(&self, req: ReadRequest, replica: i32) -> ReadResult {
-        if let Err(e) = self.check_read(&req) {
-            let log = self.log.borrow();
-            return ReadResult::refused(&req, e, log.high_watermark(), log.log_start_offset);
-        }
-        let stable = match self.stable_bound().await {
+        let stable = match self.admit(&req).await {
             Ok(stable) => stable,
-            Err(e) => return self.read_failed(&req, e),
+            Err(refused) => return refused,
         };
         let (hw, lso) = {
             let log = self.log.borrow();
@@ -615,6 +607,23 @@ impl Partition {
             preferred_read_replica: replica,
             ..self.read_result(&req, hw, stable.offset, lso, None)
         }
+    }
+
+    /// A read's admission (`check_read`), then the last stable offset's place: the answer
+    /// to give instead when either fails.
+    async fn admit(&self, req: &ReadRequest) -> Result<LogPosition, ReadResult> {
+        if let Err(e) = self.check_read(req) {
+            let log = self.log.borrow();
+            return Err(ReadResult::refused(
+                req,
+                e,
+                log.high_watermark(),
+                log.log_start_offset,
+            ));
+        }
+        self.stable_bound()
+            .await
+            .map_err(|e| self.read_failed(req, e))
     }
 
     fn read_failed(&self, req: &ReadRequest, e: std::io::Error) -> ReadResult {

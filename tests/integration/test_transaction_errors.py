@@ -237,7 +237,7 @@ def test_transaction_version_2_bumps_the_epoch_per_transaction(broker):
                       ApiVersionsResponse, 3)
         assert v3.supported_features == [] and len(v3.finalized_features) == 1
         served = {k.api_key: k.max_version for k in versions.api_keys}
-        assert (served[API_PRODUCE], served[API_END_TXN], served[API_TXN_OFFSET_COMMIT]) == (12, 5, 5)
+        assert (served[API_PRODUCE], served[API_END_TXN], served[API_TXN_OFFSET_COMMIT]) == (13, 5, 5)
 
         coordinator_ready(raw, "tv2-t")
         code, pid, epoch = raw.init("tv2-t")

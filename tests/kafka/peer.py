@@ -156,22 +156,7 @@ class KafkaCluster:
         return self
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S):
-        """Every node answers Metadata naming every node as a broker (registered and unfenced)."""
-        from protocol import Connection
-        deadline = time.monotonic() + timeout_s
-        for n in self.nodes:
-            while True:
-                if not n.alive():
-                    raise RuntimeError(f"Kafka node {n.node_id} exited:\n{n.log()[-4000:]}")
-                try:
-                    with Connection("127.0.0.1", n.port, timeout_s=2) as c:
-                        if len(c.send("Metadata", 12, {"Topics": []})["Brokers"]) == len(self.nodes):
-                            break
-                except (OSError, ValueError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"Kafka node {n.node_id} not ready:\n{n.log()[-4000:]}")
-                time.sleep(0.2)
+        wait_listed(self.nodes, timeout_s, lambda n: n.log()[-4000:])
 
     def pids(self) -> list[int]:
         return [n.proc.pid for n in self.nodes if n.alive()]
@@ -193,3 +178,24 @@ def random_cluster_id() -> str:
     """A cluster id in Kafka's form (a base64 UUID), without starting a JVM."""
     import base64
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def wait_listed(nodes, timeout_s: float, why):
+    """Waits until every node answers Metadata naming every node as a broker (registered and
+    unfenced) and a controller; `why(node)` tells where to look when one exits or never does."""
+    from protocol import Connection
+    deadline = time.monotonic() + timeout_s
+    for n in nodes:
+        while True:
+            if not n.alive():
+                raise RuntimeError(f"node {n.node_id} exited: {why(n)}")
+            try:
+                with Connection("127.0.0.1", n.port, timeout_s=2) as c:
+                    meta = c.send("Metadata", 12, {"Topics": []})
+                if len(meta["Brokers"]) == len(nodes) and meta["ControllerId"] >= 0:
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {n.node_id} not ready: {why(n)}")
+            time.sleep(0.2)
