@@ -3,7 +3,6 @@ port and data dir, every node a voter, production timing defaults (1 s heartbeat
 sessions, as Kafka's KRaft). The counterpart of tests/kafka/peer.py's KafkaCluster, with the
 same shape (`nodes`, each with `node_id`, `port`, `kill()`, `stop()`; `bootstrap()`, `pids()`,
 `stop()`), so that perf/matrix.py and perf/failover.py drive either the same way."""
-import signal
 import subprocess
 import sys
 import time
@@ -12,12 +11,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target" / "release" / "sluice"
 sys.path.insert(0, str(ROOT / "tests" / "kafka"))
-from peer import wait_listed  # noqa: E402
+from peer import NodeProcess, wait_listed  # noqa: E402
 
 START_TIMEOUT_S = 60
 
 
-class SluiceNode:
+class SluiceNode(NodeProcess):
     def __init__(self, root: Path, node_id: int, port: int, rpc_port: int, voters: str, shards: int):
         self.node_id, self.port, self.rpc_port = node_id, port, rpc_port
         self.data_dir = root / f"node-{node_id}"
@@ -29,27 +28,6 @@ class SluiceNode:
 
     def start(self):
         self.proc = subprocess.Popen(self.args, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int):
-        if self.alive():
-            self.proc.send_signal(sig)
-
-    def kill(self):
-        self.signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
-
-    def stop(self, timeout_s: float = 30):
-        """SIGTERM: a controlled shutdown (leaderships move first); SIGKILL past timeout_s."""
-        self.signal(signal.SIGTERM)
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 class SluiceCluster:

@@ -47,7 +47,34 @@ def java(main: str, *args, heap_mb: int = 256, **kwargs) -> subprocess.Completed
                           **kwargs)
 
 
-class KafkaNode:
+class NodeProcess:
+    """A broker node's process, as tests and benchmarks signal it (Kafka's here, Sluice's in
+    perf/sluice_cluster.py)."""
+    proc: subprocess.Popen | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 30):
+        """SIGTERM: a controlled shutdown (leaderships move first); SIGKILL past timeout_s."""
+        self.signal(signal.SIGTERM)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class KafkaNode(NodeProcess):
     def __init__(self, root: Path, node_id: int, port: int, controller_port: int, sasl_port: int | None = None):
         self.node_id = node_id
         self.port = port
@@ -86,26 +113,10 @@ class KafkaNode:
              "-cp", f"{LIBS}/*", "kafka.Kafka", str(self.properties)],
             stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def signal(self, sig: int):
+        # The JVM's whole process group (the node runs in a session of its own).
         if self.alive():
             os.killpg(self.proc.pid, sig)
-
-    def kill(self):
-        self.signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
-
-    def stop(self, timeout_s: float = 30):
-        """SIGTERM: Kafka's controlled shutdown; SIGKILL if it takes longer than timeout_s."""
-        self.signal(signal.SIGTERM)
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
