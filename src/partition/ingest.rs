@@ -109,14 +109,18 @@ pub fn apply(
     if !rules.reads_records() && !headers.iter().any(converts) {
         return Ok((records, headers));
     }
-    // Every batch's records are parsed (whatever the rule: a compressed batch whose records do
-    // not parse is refused, not stored or converted), in place when they are not compressed:
-    // the common append, checked for timestamps, copies nothing.
+    // A batch a record rule reads, or that is converted, has its records parsed (a compressed
+    // batch whose records do not parse is refused, not stored or converted), in place when they
+    // are not compressed: the common append, checked for timestamps, copies nothing.
     let mut at = 0;
     let mut converted = Vec::new();
     for h in &headers {
         let raw = &records[at..at + h.size_bytes];
         at += h.size_bytes;
+        if !rules.reads_records() && !converts(h) {
+            converted.push(None);
+            continue;
+        }
         let plain = match h.compression() == Codec::None as i16 {
             true => std::borrow::Cow::Borrowed(raw),
             false => std::borrow::Cow::Owned(decompressed(name, raw, h)?),
