@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 import kafka_wire as kw  # noqa: E402
 from cluster import metadata_v1  # noqa: E402
-from matrix import BINARY, bench, free_port, listening  # noqa: E402
+from matrix import BINARY, bench, free_port, listening, percentile  # noqa: E402
 
 
 def create_topic(port: int, name: str, replicas: int = 3, partitions: int = 1) -> int:
@@ -68,11 +68,6 @@ class Node:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
-
-
-def percentile(values, p):
-    s = sorted(values)
-    return s[min(len(s) - 1, int(len(s) * p / 100))]
 
 
 def summary(ms):

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from matrix import ROOT, cpu_model, free_port, head_commit, publish, start_kafka
+from matrix import ROOT, cpu_model, free_port, head_commit, percentile, publish, start_kafka
 from sluice_cluster import SluiceCluster
 
 sys.path.insert(0, str(ROOT / "tests" / "kafka"))
@@ -105,11 +105,6 @@ def trial(cluster, restart, sig: int) -> float:
     node.stop() if sig == signal.SIGTERM else node.kill()
     restart(node)
     return elapsed
-
-
-def percentile(values, p):
-    s = sorted(values)
-    return s[min(len(s) - 1, int(len(s) * p / 100))]
 
 
 def start_systems(work: Path):

@@ -48,6 +48,12 @@ def publish(lines: list[str], out: Path):
     print(f"written to {out}")
 
 
+def percentile(values, p):
+    """The value at percentile `p` (0-100) of `values`: the nearest rank, at most the largest."""
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p / 100))]
+
+
 def cpu_model() -> str:
     """This machine's CPU model, as /proc/cpuinfo names it."""
     return next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")

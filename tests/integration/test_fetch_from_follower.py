@@ -8,12 +8,12 @@ below its own high watermark. Checked with raw requests (Kafka's own schemas, te
 protocol.py) and end to end with librdkafka's `client.rack`, whose reads must come back
 byte-equal from the follower."""
 import sys
-import time
 from pathlib import Path
 
+import ck
 import pytest
 from cluster import FAST, Cluster
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 from metrics import metrics_config, total
 from waiting import wait_until
@@ -124,23 +124,10 @@ def test_librdkafka_with_client_rack_reads_every_record_from_its_racks_follower(
     create(c, "racked", [1, 2, 3])
     sent = produce(c, "racked")
     before = {i: total(c.metrics[i], "sluice_follower_consumer_reads_total") for i in (1, 2, 3)}
-    consumer = Consumer({"bootstrap.servers": c.nodes[1].bootstrap, "group.id": "ffr", "client.rack": "r3",
-                         "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 1000})
-    consumer.assign([TopicPartition("racked", 0, OFFSET_BEGINNING)])
-    got = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < RECORDS and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            got.append((msg.offset(), msg.key(), msg.value(), msg.headers()))
-    finally:
-        consumer.close()
+    got = ck.consume(c.nodes[1].bootstrap, "racked", [0], RECORDS,
+                     extra={"client.rack": "r3", "topic.metadata.refresh.interval.ms": 1000})[0]
     assert [g[0] for g in got] == list(range(RECORDS)), "every offset once, in order"
-    assert [(k, v, h) for _, k, v, h in got] == sent, "byte-equal keys, values and headers"
+    assert [(k, v, h) for _, k, v, h, _ in got] == sent, "byte-equal keys, values and headers"
     assert total(c.metrics[1], "sluice_preferred_replica_redirects_total") > 0
     served = {i: total(c.metrics[i], "sluice_follower_consumer_reads_total") - before[i] for i in (1, 2, 3)}
     assert served[3] > 0 and served[2] == 0, f"reads served as a follower, by node: {served}"
