@@ -145,18 +145,27 @@ impl<R: GroupRequest> Request for OnLoadedCoordinator<R> {
     }
 }
 
+/// The `__consumer_offsets` partition of a group this node coordinates: COORDINATOR_NOT_AVAILABLE
+/// before the topic exists, NOT_COORDINATOR when another node leads the partition (in a
+/// cluster; the client asks FindCoordinator again).
+pub fn coordinated_partition(shard: &Shard, group_id: &str) -> Result<i32, ResponseError> {
+    let catalog = shard.catalog();
+    let topic = catalog
+        .topics
+        .get(OFFSETS_TOPIC)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let partition = offsets_partition(group_id, topic.record.partitions);
+    if !catalog.leads(topic, partition) {
+        return Err(ResponseError::NotCoordinator);
+    }
+    Ok(partition)
+}
+
 /// Sends a group request to the shard that owns its group; Err(code) when groups cannot be
-/// served yet (no `__consumer_offsets`) or the shard is stopping.
+/// served here (`coordinated_partition`) or the shard is stopping.
 pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::Reply, i16> {
     let not_available = ResponseError::CoordinatorNotAvailable.code();
-    let catalog = shard.catalog();
-    let topic = catalog.topics.get(OFFSETS_TOPIC).ok_or(not_available)?;
-    let partition = offsets_partition(request.group(), topic.record.partitions);
-    // In a cluster the group's partition may be led by another node: the client asks
-    // FindCoordinator again.
-    if !catalog.leads(topic, partition) {
-        return Err(ResponseError::NotCoordinator.code());
-    }
+    let partition = coordinated_partition(shard, request.group()).map_err(|e| e.code())?;
     let owner = shard.owner(OFFSETS_TOPIC, partition);
     shard
         .call(owner, OnLoadedCoordinator { request, partition })

@@ -62,7 +62,8 @@ pub async fn handle(
                         })
                         .collect(),
                 ),
-            Err(c) => out.with_error_code(c).with_group_state(str_bytes("Dead")),
+            // Kafka's answer for a group it cannot describe: the code, an empty state.
+            Err(c) => out.with_error_code(c),
         };
         groups.push(not_found_from_v6(described, version));
     }

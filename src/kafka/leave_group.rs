@@ -43,13 +43,15 @@ pub async fn handle(
         group,
         members: members.clone(),
     };
+    // A group not served here (NOT_COORDINATOR, ...) is answered with its top-level error
+    // alone and no member rows, as Kafka does.
     let (code, each) = route(shard, leave)
         .await
         .unwrap_or_else(|c| (c, Vec::new()));
     let resp = if version >= 3 {
         let results = members
             .iter()
-            .zip(each.iter().copied().chain(std::iter::repeat(code)))
+            .zip(each.iter().copied())
             .map(|((id, instance), c)| {
                 MemberResponse::default()
                     .with_member_id(super::str_bytes(id))

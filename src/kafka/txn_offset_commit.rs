@@ -101,6 +101,8 @@ async fn verify(
     if req.group_id.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
+    // Another node's group is refused before its transaction is asked about (Kafka's order).
+    crate::group::coordinated_partition(shard, &req.group_id)?;
     let check = txn_ops::Verify {
         id: req.transactional_id.0.to_string(),
         producer_id: req.producer_id.0,

@@ -1,5 +1,6 @@
 """Kafka 4.4 and Sluice, one node each, started once for the whole differential suite (a JVM
-takes seconds and about 350 MiB to start) and stopped when it ends."""
+takes seconds and about 350 MiB to start) and stopped when it ends; a secured pair and a pair of
+three-node clusters, each started only if a scenario needs it."""
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "kafka"), str(HERE.parent / "integration")]
 
 from broker import Broker, free_port  # noqa: E402
+from cluster import Cluster  # noqa: E402
 from peer import KafkaCluster  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
@@ -91,3 +93,22 @@ def secure_brokers(tmp_path_factory):
         sluice.kill()
         kafka.stop()
     sluice.assert_no_panic()
+
+
+@pytest.fixture(scope="session")
+def cluster_brokers(tmp_path_factory):
+    """Three Kafka nodes and three Sluice nodes (node ids 1 to 3, every one a voter; the
+    internal topics with three replicas on both), for the coordinator errors that need another
+    node. Each side: (node id: port, a controlled shutdown of one node)."""
+    root = tmp_path_factory.mktemp("differential-cluster")
+    kafka = KafkaCluster(root / "kafka", nodes=3, configs=KAFKA_CONFIGS, heap_mb=384, free_port=free_port)
+    sluice = Cluster(root / "sluice", voters=3, config=SLUICE_CONFIG)
+    kafka.start()
+    try:
+        sluice.start()
+        sluice.wait_for_brokers({1, 2, 3})
+        yield {"kafka": ({n.node_id: n.port for n in kafka.nodes}, lambda i: kafka.nodes[i - 1].stop()),
+               "sluice": ({i: n.port for i, n in sluice.nodes.items()}, lambda i: sluice.nodes[i].stop())}
+    finally:
+        kafka.stop()
+        sluice.stop()  # and every node's log is checked for a panic

@@ -6,9 +6,11 @@ SCENARIOS = {}
 LAST = set()
 # Scenarios for the secured pair (SASL and ACLs: conftest.secure_brokers).
 SECURE = set()
+# Scenarios for the three-node pair (conftest.cluster_brokers): coordinators on other nodes.
+CLUSTER = set()
 
 
-def scenario(fn=None, *, last=False, secure=False):
+def scenario(fn=None, *, last=False, secure=False, cluster=False):
     def register(fn):
         assert fn.__name__ not in SCENARIOS, f"two scenarios named {fn.__name__}"
         SCENARIOS[fn.__name__] = fn
@@ -16,6 +18,8 @@ def scenario(fn=None, *, last=False, secure=False):
             LAST.add(fn.__name__)
         if secure:
             SECURE.add(fn.__name__)
+        if cluster:
+            CLUSTER.add(fn.__name__)
         return fn
 
     return register if fn is None else register(fn)

@@ -36,7 +36,7 @@ NOT_READY = (15, 16, 14)
 
 
 class Side:
-    def __init__(self, name: str, port: int, node_id: int):
+    def __init__(self, name: str, port: int, node_id: int, nodes: dict[int, int] | None = None, stop_node=None):
         self.name = name
         self.port = port
         self.node_id = node_id
@@ -44,6 +44,19 @@ class Side:
         self._conn = None
         # (user, password): connections log in with SASL/PLAIN first (the secured pair).
         self.credentials = None
+        # Every node of the broker's cluster (node id: port), and `stop_node(node_id)`, a
+        # controlled shutdown of one (the three-node pair; one node otherwise).
+        self.nodes = nodes or {node_id: port}
+        self.stop_node = stop_node
+        self._at = {node_id: self}
+
+    def at(self, node_id: int) -> "Side":
+        """The same broker's node `node_id`, as a Side of its own (closed with this one)."""
+        if node_id not in self._at:
+            other = Side(self.name, self.nodes[node_id], node_id, self.nodes, self.stop_node)
+            other.credentials = self.credentials
+            self._at[node_id] = other
+        return self._at[node_id]
 
     def connect(self, client_id="differential", credentials=None) -> protocol.Connection:
         c = protocol.Connection("127.0.0.1", self.port, client_id=client_id)
@@ -63,6 +76,9 @@ class Side:
     def close(self):
         for c in self.connections:
             c.close()
+        for node_id, other in self._at.items():
+            if node_id != self.node_id:
+                other.close()
 
     def send(self, api: str, version: int, body: dict | None = None) -> dict:
         return self.conn.send(api, version, body)
@@ -83,18 +99,30 @@ class Side:
         return self.send("Metadata", 12, {"Topics": [{"Name": topic}]})["Topics"][0]["TopicId"]
 
     def wait_leaders(self, topic: str, partitions: int):
-        """Until every partition answers ListOffsets without an error: Kafka's broker learns a
-        new topic from its controller, and becomes each partition's leader, a moment after
-        CreateTopics answers (its Metadata may name the leader before the leader serves)."""
+        """Until every partition answers ListOffsets without an error (on some node: its
+        leader): Kafka's broker learns a new topic from its controller, and becomes each
+        partition's leader, a moment after CreateTopics answers (its Metadata may name the
+        leader before the leader serves)."""
         deadline = time.monotonic() + DEADLINE_S
         body = {"ReplicaId": -1, "Topics": [{"Name": topic, "Partitions": [
             {"PartitionIndex": p, "Timestamp": -1} for p in range(partitions)]}]}
         while True:
-            answer = self.send("ListOffsets", 1, body)["Topics"][0]["Partitions"]
-            if all(p["ErrorCode"] == 0 for p in answer):
+            answers = [self.at(n).send("ListOffsets", 1, body)["Topics"][0]["Partitions"] for n in self.nodes]
+            answer = [min(a, key=lambda p: p["ErrorCode"] != 0) for a in zip(*answers)]
+            if all(p["ErrorCode"] == 0 for p in answer) and self._known_everywhere(topic, partitions):
                 return
             assert time.monotonic() < deadline, f"{self.name}: {topic} has no leaders: {answer}"
             time.sleep(0.05)
+
+    def _known_everywhere(self, topic: str, partitions: int) -> bool:
+        """Whether every node's Metadata names the topic's partitions and their leaders (each
+        node learns a topic on its own: a request about it to one that has not yet is answered
+        UNKNOWN_TOPIC_OR_PARTITION)."""
+        for n in self.nodes:
+            t = self.at(n).send("Metadata", 12, {"Topics": [{"Name": topic}]})["Topics"][0]
+            if t["ErrorCode"] or len(t["Partitions"]) != partitions or any(p["LeaderId"] < 0 for p in t["Partitions"]):
+                return False
+        return True
 
     def produce(self, topic: str, partition: int, records: bytes, acks: int = -1, version: int = 9,
                 transactional_id: str | None = None) -> dict:
@@ -147,19 +175,20 @@ class Side:
         deadline = time.monotonic() + DEADLINE_S
         while True:
             c = self.send("FindCoordinator", 4, {"KeyType": key_type, "CoordinatorKeys": [key]})["Coordinators"][0]
-            loaded = c["ErrorCode"] == 0 and (key_type != 0 or self.send("DescribeGroups", 5, {"Groups": [key]})[
-                "Groups"][0]["ErrorCode"] not in NOT_READY)
+            loaded = c["ErrorCode"] == 0 and (key_type != 0 or self.at(c["NodeId"]).send(
+                "DescribeGroups", 5, {"Groups": [key]})["Groups"][0]["ErrorCode"] not in NOT_READY)
             if loaded or c["ErrorCode"] not in (0, *NOT_READY):
                 return c
             assert time.monotonic() < deadline, f"{self.name}: no coordinator for {key}: {c}"
             time.sleep(0.1)
 
     def init_producer(self, transactional_id: str | None = None, timeout_ms: int = 60_000, version: int = 4) -> dict:
+        at = self
         if transactional_id is not None:
-            self.coordinator(transactional_id, key_type=1)
+            at = self.at(self.coordinator(transactional_id, key_type=1)["NodeId"])
         deadline = time.monotonic() + DEADLINE_S
         while True:
-            r = self.send("InitProducerId", version, {"TransactionalId": transactional_id,
+            r = at.send("InitProducerId", version, {"TransactionalId": transactional_id,
                                                       "TransactionTimeoutMs": timeout_ms,
                                                       "ProducerId": -1, "ProducerEpoch": -1})
             if r["ErrorCode"] not in (*NOT_READY, 51):  # or concurrent transactions
@@ -191,11 +220,11 @@ class Side:
     def stable_member(self, group: str, subscribed: tuple[str, ...] | None = None) -> tuple[str, int]:
         """A group with one member through join and sync: (member id, generation). With
         `subscribed`, the member's metadata is a consumer subscription to those topics."""
-        self.coordinator(group)
+        home = self.at(self.coordinator(group)["NodeId"])
         kw = {} if subscribed is None else {"metadata": subscription(subscribed)}
-        j = self.join_member(group, **kw)
+        j = home.join_member(group, **kw)
         assert j["ErrorCode"] == 0, f"{self.name}: join {j}"
-        s = self.sync(group, j["GenerationId"], j["MemberId"], [(j["MemberId"], b"")])
+        s = home.sync(group, j["GenerationId"], j["MemberId"], [(j["MemberId"], b"")])
         assert s["ErrorCode"] == 0, f"{self.name}: sync {s}"
         return j["MemberId"], j["GenerationId"]
 

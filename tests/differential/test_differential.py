@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 import protocol
-import scenarios_groups  # noqa: F401  (registers its scenarios)
+import scenarios_cluster  # noqa: F401  (registers its scenarios)
+import scenarios_groups  # noqa: F401
 import scenarios_produce_fetch  # noqa: F401
 import scenarios_security  # noqa: F401
 import scenarios_topics  # noqa: F401
 import scenarios_transactions  # noqa: F401
 import scenarios_versions  # noqa: F401
 from known import KNOWN
-from registry import SCENARIOS, SECURE, in_order
+from registry import CLUSTER, SCENARIOS, SECURE, in_order
 from side import Side, normalise
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -51,11 +52,20 @@ def observe(side: Side, name: str):
         side.close()
 
 
+def sides(request, name: str) -> tuple[Side, Side]:
+    """Kafka's and Sluice's side of the pair the scenario runs on."""
+    if name in CLUSTER:
+        pair = request.getfixturevalue("cluster_brokers")
+        return tuple(Side(k, nodes[1], 1, nodes=nodes, stop_node=stop) for k, (nodes, stop) in pair.items())
+    pair = request.getfixturevalue("secure_brokers" if name in SECURE else "brokers")
+    return Side("kafka", *pair["kafka"]), Side("sluice", *pair["sluice"])
+
+
 @pytest.mark.parametrize("name", in_order())
 def test_scenario(request, name):
-    brokers = request.getfixturevalue("secure_brokers" if name in SECURE else "brokers")
-    kafka = observe(Side("kafka", *brokers["kafka"]), name)
-    sluice = observe(Side("sluice", *brokers["sluice"]), name)
+    kafka_side, sluice_side = sides(request, name)
+    kafka = observe(kafka_side, name)
+    sluice = observe(sluice_side, name)
     found = differences(kafka, sluice)
     report = "\n".join(f"  {p}: kafka {k!r:.300} sluice {s!r:.300}" for p, k, s in found)
     known = KNOWN.get(name)
