@@ -19,9 +19,13 @@
    --compare-to kafka measures Apache Kafka 4.4 (one KRaft node, 1 GiB heap) the same way, with
    its defaults and durable (`log.flush.interval.messages=1`), its CPU the JVM's utime+stime
    (every thread) and its resident memory after the runs beside Sluice's.
+   --cluster measures three nodes of each (perf/sluice_cluster.py, Kafka's three KRaft nodes),
+   the topics at replication factor 3, broker CPU and memory summed over the nodes; --pin as
+   perf/matrix.py's.
 
 Usage: perf/run --cost [--records N] [--compare-binary PATH] [--compare-config FILE]
-                       [--compare-name NAME] [--tansu PATH] [--compare-to kafka]
+                       [--compare-name NAME] [--tansu PATH] [--compare-to kafka] [--cluster]
+                       [--pin BROKER_CPUS:CLIENT_CPUS]
 """
 import argparse
 import datetime
@@ -33,8 +37,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from matrix import (BINARY, KAFKA_CONFIGS, ROOT, bench, cpu_model, cpu_seconds, free_port,
-                    head_commit, listening, publish, resident_mib, start_kafka, start_sluice)
+from matrix import (BINARY, KAFKA_CONFIGS, PINNED, ROOT, bench, cpu_model, cpu_seconds, free_port,
+                    head_commit, listening, pin, publish, resident_mib, start_kafka, start_sluice, taskset)
 
 GIB = 1 << 30
 
@@ -45,28 +49,30 @@ def probe(work: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def measured(pid: int, run) -> tuple[float, dict]:
-    """Broker CPU seconds spent while `run()` runs, and its report."""
-    before = cpu_seconds(pid)
+def measured(pids: list[int], run) -> tuple[float, dict]:
+    """Broker CPU seconds (every node's process together) spent while `run()` runs, and its report."""
+    before = sum(cpu_seconds(pid) for pid in pids)
     report = run()
-    return cpu_seconds(pid) - before, report
+    return sum(cpu_seconds(pid) for pid in pids) - before, report
 
 
-def cost_per_byte(pid: int, bootstrap: str, work: Path, records: int) -> dict:
+def cost_per_byte(pids: list[int], bootstrap: str, work: Path, records: int, replicas: int) -> dict:
     topic = "cost-1k"
-    cpu_p, prod = measured(pid, lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
-                                                    producers=2, partitions=8, message_size=1024, acks="all"))
-    cpu_f, cons = measured(pid, lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
-                                                    consumers=2, **{"from": "earliest"}))
+    cpu_p, prod = measured(pids, lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
+                                               producers=2, partitions=8, message_size=1024, acks="all",
+                                               replication_factor=replicas))
+    cpu_f, cons = measured(pids, lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
+                                               consumers=2, **{"from": "earliest"}))
     assert prod and prod["errors"] == 0 and prod["records"] >= records, prod
     assert cons and cons["records"] >= records, cons
     return {"produce_s_per_gib": cpu_p / (prod["bytes"] / GIB), "fetch_s_per_gib": cpu_f / (cons["bytes"] / GIB),
             "produce_bytes": prod["bytes"], "fetch_bytes": cons["bytes"]}
 
 
-def cost_per_record(pid: int, bootstrap: str, work: Path, records: int) -> float:
-    cpu, r = measured(pid, lambda: bench(bootstrap, "cost-100b", work / "r.json", mode="produce", count=records,
-                                         producers=2, partitions=8, message_size=100, acks="1"))
+def cost_per_record(pids: list[int], bootstrap: str, work: Path, records: int, replicas: int) -> float:
+    cpu, r = measured(pids, lambda: bench(bootstrap, "cost-100b", work / "r.json", mode="produce", count=records,
+                                          producers=2, partitions=8, message_size=100, acks="1",
+                                          replication_factor=replicas))
     assert r and r["errors"] == 0, r
     return cpu / (r["records"] / 1e6)
 
@@ -88,23 +94,23 @@ def start_tansu(path: str, work: Path):
 
 
 def process_started(start):
-    """A starter of one broker process: (pid, bootstrap, stop)."""
+    """A starter of one broker process: (pids, bootstrap, stop)."""
     def started():
         proc, bootstrap = start()
 
         def stop():
             proc.terminate()
             proc.wait(timeout=30)
-        return proc.pid, bootstrap, stop
+        return [proc.pid], bootstrap, stop
     return started
 
 
-def kafka_started(root: Path, configs: dict):
-    """A starter of one Kafka 4.4 node: (pid, bootstrap, stop)."""
+def cluster_started(root: Path, start):
+    """A starter of a fresh cluster (Kafka's or Sluice's, `start(root)`): (pids, bootstrap, stop)."""
     def started():
         shutil.rmtree(root, ignore_errors=True)
-        kafka = start_kafka(root, configs)
-        return kafka.pids()[0], kafka.bootstrap(), kafka.stop
+        cluster = start(root)
+        return cluster.pids(), cluster.bootstrap(), cluster.stop
     return started
 
 
@@ -117,12 +123,23 @@ def main():
     ap.add_argument("--tansu", help="a tansu binary (in-memory storage) to compare cost per record with")
     ap.add_argument("--compare-to", choices=["kafka"], help="kafka: Kafka 4.4, with its defaults and durable")
     ap.add_argument("--rounds", type=int, default=3, help="runs per broker (each figure: the median)")
+    ap.add_argument("--cluster", action="store_true", help="three nodes of each broker, topics at RF 3")
+    ap.add_argument("--pin", metavar="BROKER_CPUS:CLIENT_CPUS", help="brokers on some CPUs, the load generator on others")
     ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
     a = ap.parse_args()
+    if a.cluster and (a.compare_binary or a.compare_config or a.tansu):
+        ap.error("--cluster compares with --compare-to kafka only")
+    pin(a.pin)
+    nodes = 3 if a.cluster else 1
     work = Path(tempfile.mkdtemp(prefix="sluice-cost-"))
     limits = probe(work)
     byte_runs, record_runs, memory = {}, {}, {}
-    starters = [("sluice", process_started(lambda: start_sluice(work / "data-sluice", work / "sluice.log")))]
+    if a.cluster:
+        from sluice_cluster import SluiceCluster
+        starters = [("sluice", cluster_started(work / "sluice", lambda root: SluiceCluster(
+            root, free_port, command_prefix=taskset("broker")).start()))]
+    else:
+        starters = [("sluice", process_started(lambda: start_sluice(work / "data-sluice", work / "sluice.log")))]
     if a.compare_binary or a.compare_config:
         other = Path(a.compare_binary) if a.compare_binary else BINARY
         config = Path(a.compare_config) if a.compare_config else None
@@ -131,17 +148,18 @@ def main():
     if a.tansu:
         starters.append(("tansu", process_started(lambda: start_tansu(a.tansu, work))))
     if a.compare_to == "kafka":
-        starters += [(name, kafka_started(work / name, configs)) for name, configs in KAFKA_CONFIGS.items()]
+        starters += [(name, cluster_started(work / name, lambda root, c=configs: start_kafka(root, c, nodes)))
+                     for name, configs in KAFKA_CONFIGS.items()]
     for round_ in range(a.rounds):
         # Alternate the order, so that no broker always runs on a warmer or cooler machine.
         order = starters if round_ % 2 == 0 else list(reversed(starters))
         for name, start in order:
-            pid, bootstrap, stop = start()
+            pids, bootstrap, stop = start()
             try:
                 if name != "tansu":
-                    byte_runs.setdefault(name, []).append(cost_per_byte(pid, bootstrap, work, a.records))
-                record_runs.setdefault(name, []).append(cost_per_record(pid, bootstrap, work, a.records))
-                memory.setdefault(name, []).append(resident_mib(pid))
+                    byte_runs.setdefault(name, []).append(cost_per_byte(pids, bootstrap, work, a.records, nodes))
+                record_runs.setdefault(name, []).append(cost_per_record(pids, bootstrap, work, a.records, nodes))
+                memory.setdefault(name, []).append(sum(resident_mib(pid) for pid in pids))
             finally:
                 stop()
             shutil.rmtree(work / "data-sluice", ignore_errors=True)
@@ -167,9 +185,14 @@ def write(a, limits, byte_cost, record_cost, resident):
         + (f" --compare-config {a.compare_config}" if a.compare_config else "")
         + (f" --compare-name {a.compare_name}" if a.compare_binary or a.compare_config else "")
         + (" --tansu PATH" if a.tansu else "") + (" --compare-to kafka" if a.compare_to else "")
+        + (" --cluster" if a.cluster else "") + (f" --pin {a.pin}" if a.pin else "")
         + f" --rounds {a.rounds}`",
-        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; broker and clients share it.",
-        "- Broker CPU is utime+stime of the broker process (every thread), from /proc.", "",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; "
+        + (f"brokers on CPUs {PINNED['broker']}, clients on CPUs {PINNED['client']} (taskset)."
+           if a.pin else "broker and clients share it."),
+        "- Broker CPU is utime+stime of the broker process (every thread), from /proc"
+        + ("; three nodes of each broker, the topics at replication factor 3, CPU and memory the sum"
+           " over the three nodes." if a.cluster else "."), "",
         "## This machine's limits (sluice probe, same run)", "",
         "| memcpy | CRC32C | 4 KiB write+fdatasync p50 | p99 | overwriting p50 | p99 |",
         "|---|---|---|---|---|---|",
@@ -210,10 +233,11 @@ def write(a, limits, byte_cost, record_cost, resident):
     lines += ["", "Resident memory (VmRSS) after each broker's runs, median: " + ", ".join(
         f"{n} {m:,.0f} MiB" for n, m in resident.items()) + ".", ""]
     if a.compare_to == "kafka":
-        lines += ["Kafka: one KRaft node in combined mode, 1 GiB heap (kafka-server-start.sh's default);"
+        lines += [f"Kafka: {'three KRaft nodes' if a.cluster else 'one KRaft node'} in combined mode, 1 GiB heap"
+                  " each (kafka-server-start.sh's default);"
                   " `kafka` its defaults (acknowledges before any fsync), `kafka-durable` with"
                   " `log.flush.interval.messages=1` (every acknowledged write fsynced, like Sluice).", ""]
-    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost.md"
+    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost{'-cluster' if a.cluster else ''}.md"
     publish(lines, out)
 
 

@@ -8,12 +8,14 @@ against the other broker right after Sluice; --compare-to kafka starts Apache Ka
 with its defaults and durable (as perf/matrix.py does). For a Sluice, the broker's own share too: the p99 of
 its Produce requests' time from last byte read to response written
 (`sluice_request_duration_seconds`, bucket bounds, warm-up included), so that the broker's part
-of a p99 stands apart from the client's and the CPU queue's.
+of a p99 stands apart from the client's and the CPU queue's. --cluster runs three nodes of each
+broker (as perf/matrix.py's --cluster) with every topic at replication factor 3; --pin as
+perf/matrix.py's.
 
-Writes perf/results/<date>-<commit>-latency.md and a PNG of p99 against rate.
+Writes perf/results/<date>-<commit>-latency.md (-latency-cluster.md) and a PNG of p99 against rate.
 
 Usage: perf/run --latency [--compare-to HOST:PORT|kafka | --compare-binary PATH] [--compare-name NAME]
-                          [--rates 5000,20000,50000]
+                          [--rates 5000,20000,50000] [--cluster] [--pin BROKER_CPUS:CLIENT_CPUS]
 """
 import argparse
 import datetime
@@ -25,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from matrix import (BINARY, KAFKA_CONFIGS, ROOT, bench, cpu_model, delete_topic, free_port, head_commit,
-                    start_kafka, start_sluice)
+from matrix import (BINARY, KAFKA_CONFIGS, PINNED, ROOT, bench, cpu_model, delete_topic, free_port, head_commit,
+                    pin, start_kafka, start_sluice, taskset)
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from metrics import scrape  # noqa: E402  (the tests' reader of the endpoint)
@@ -42,7 +44,7 @@ def point(bootstrap, metrics, name, work, a, acks, linger, rate):
     before = produce_buckets(metrics)
     r = bench(bootstrap, topic, work / f"{name}.json", mode="e2e", duration=a.duration, warmup=a.warmup,
               producers=1, consumers=1, partitions=PARTITIONS, message_size=1024, acks=acks,
-              linger_ms=linger, rate=rate)
+              linger_ms=linger, rate=rate, replication_factor=3 if a.cluster else 1)
     if r is not None and metrics:
         r["broker_p99_at_most_ms"] = broker_p99_ms(before, produce_buckets(metrics))
     delete_topic(bootstrap, topic)
@@ -88,20 +90,28 @@ def main():
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--rates", default=",".join(str(r) for r in RATES))
+    ap.add_argument("--cluster", action="store_true", help="three nodes of each broker, topics at RF 3")
+    ap.add_argument("--pin", metavar="BROKER_CPUS:CLIENT_CPUS", help="brokers on some CPUs, the load generator on others")
     ap.add_argument("--out-dir", default=str(ROOT / "perf" / "results"))
     a = ap.parse_args()
+    pin(a.pin)
     rates = [int(r) for r in a.rates.split(",")]
     work = Path(tempfile.mkdtemp(prefix="sluice-latency-"))
-    proc, sluice, metrics = start_with_metrics(work, "sluice")
-    procs, targets = [proc], [("sluice", sluice, metrics)]
-    kafkas = []
+    procs, targets, kafkas = [], [], []  # kafkas: started clusters, Sluice's with --cluster
+    if a.cluster:
+        from sluice_cluster import SluiceCluster
+        kafkas.append(SluiceCluster(work / "sluice", free_port, command_prefix=taskset("broker")).start())
+        targets.append(("sluice", kafkas[0].bootstrap(), None))
+    else:
+        proc, sluice, metrics = start_with_metrics(work, "sluice")
+        procs, targets = [proc], [("sluice", sluice, metrics)]
     if a.compare_binary:
         other, addr, other_metrics = start_with_metrics(work, "other", a.compare_binary)
         procs.append(other)
         targets.append((a.compare_name, addr, other_metrics))
     elif a.compare_to == "kafka":
         for name, configs in KAFKA_CONFIGS.items():
-            kafkas.append(start_kafka(work / name, configs))
+            kafkas.append(start_kafka(work / name, configs, nodes=3 if a.cluster else 1))
             targets.append((name, kafkas[-1].bootstrap(), None))
     elif a.compare_to:
         targets.append((a.compare_name, a.compare_to, None))
@@ -123,7 +133,7 @@ def main():
     commit = head_commit()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency"
+    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency{'-cluster' if a.cluster else ''}"
     write_markdown(stem.with_suffix(".md"), points, targets, a, commit)
     plot(stem.with_suffix(".png"), points, targets)
     shutil.rmtree(work, ignore_errors=True)
@@ -151,12 +161,16 @@ def write_markdown(path, points, targets, a, commit):
         other = f" --compare-to {a.compare_to} --compare-name {a.compare_name}"
     if a.rates != ",".join(str(r) for r in RATES):
         other += f" --rates {a.rates}"
+    other += (" --cluster" if a.cluster else "") + (f" --pin {a.pin}" if a.pin else "")
+    where = (f"brokers on CPUs {PINNED['broker']}, the load generator on CPUs {PINNED['client']} (taskset)."
+             if a.pin else "brokers and clients share it.")
     lines = [
-        f"# Latency against throughput, {datetime.date.today().isoformat()}, commit {commit}", "",
+        f"# Latency against throughput, {datetime.date.today().isoformat()}, commit {commit}"
+        + (": three nodes each, replication factor 3" if a.cluster else ""), "",
         f"- Command: `perf/run --latency{other}` (each point: `sluice bench --mode e2e --rate R --duration {a.duration}"
         f" --warmup {a.warmup} --producers 1 --consumers 1 --partitions {PARTITIONS} --message-size 1024"
-        " --acks A --linger-ms L`)",
-        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; brokers and clients share it.",
+        f" --acks A --linger-ms L{' --replication-factor 3' if a.cluster else ''}`)",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; {where}",
         "- Latency in ms from each record's intended send time: `ack` to its delivery report, `e2e` to its"
         " receipt by the consumer. The rate column is what was achieved. `broker p99`: the bucket bound"
         " under which 99% of a Sluice's Produce requests went from last byte read to response written"

@@ -9,7 +9,10 @@ defaults (it acknowledges before any fsync) and durable like Sluice
 matrix N times, alternating which broker goes first, and reports each row's median (by
 records/s) per broker. Each broker's resident memory after the run is reported too.
 --cluster runs three nodes of each broker (perf/sluice_cluster.py: one shard per node; Kafka
-three KRaft nodes in combined mode) and every topic at replication factor 3."""
+three KRaft nodes in combined mode) and every topic at replication factor 3.
+--pin BROKER_CPUS:CLIENT_CPUS (taskset lists, e.g. 0:1 or 0-3:4-15) runs every broker process
+on the first CPUs and the load generator on the others, so that a broker's throughput is not
+its share of CPUs it contends for with the clients (Sluice then runs one shard per CPU it has)."""
 import argparse
 import datetime
 import json
@@ -32,6 +35,19 @@ KAFKA_CONFIGS = {
     "kafka-durable": {"log.flush.interval.messages": 1},
 }
 KAFKA_HEAP_MB = 1024  # kafka-server-start.sh's default (KAFKA_HEAP_OPTS=-Xmx1G -Xms1G)
+# --pin: the CPUs (taskset lists) brokers and the load generator run on; unset, anywhere.
+PINNED = {"broker": None, "client": None}
+
+
+def pin(spec: str | None):
+    """Sets PINNED from --pin's BROKER_CPUS:CLIENT_CPUS (nothing without one)."""
+    if spec:
+        PINNED["broker"], PINNED["client"] = spec.split(":")
+
+
+def taskset(role: str) -> list[str]:
+    """The command prefix that keeps a `role` ("broker" or "client") process on its CPUs."""
+    return ["taskset", "-c", PINNED[role]] if PINNED[role] else []
 
 
 def head_commit() -> str:
@@ -67,7 +83,7 @@ def free_port():
 
 def start_sluice(data_dir: Path, log_path: Path, config: Path | None = None, binary: Path = BINARY):
     port = free_port()
-    args = [str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]
+    args = [*taskset("broker"), str(binary), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]
     if config is not None:
         args += ["--config", str(config)]
     proc = subprocess.Popen(args, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
@@ -104,7 +120,8 @@ def start_kafka(root: Path, configs: dict, nodes: int = 1):
     from peer import KafkaCluster
     if not (ROOT / "tests" / "kafka" / "libs" / ".installed").exists():
         subprocess.run([str(ROOT / "scripts" / "kafka-install")], check=True)
-    return KafkaCluster(root, nodes=nodes, configs=configs, heap_mb=KAFKA_HEAP_MB, free_port=free_port).start()
+    return KafkaCluster(root, nodes=nodes, configs=configs, heap_mb=KAFKA_HEAP_MB, free_port=free_port,
+                        command_prefix=taskset("broker")).start()
 
 
 def resident_mib(pid: int) -> float:
@@ -122,14 +139,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def bench(bootstrap, topic, out: Path, **opts):
-    args = [str(BINARY), "bench", "--bootstrap", bootstrap, "--topic", topic, "--json", str(out)]
+    args = [*taskset("client"), str(BINARY), "bench", "--bootstrap", bootstrap, "--topic", topic, "--json", str(out)]
     for k, v in opts.items():
         flag = f"--{k.replace('_', '-')}"
         if isinstance(v, list):  # a repeated flag, e.g. client_config=["KEY=VALUE", ...]
             args += [a for item in v for a in (flag, str(item))]
         else:
             args += [flag] if v is True else [flag, str(v)]
-    print("+", " ".join(args[1:]), flush=True)
+    print("+", " ".join(args), flush=True)
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode not in (0, 2):  # 2: the run completed with errors, which are in the JSON
         print(p.stderr, file=sys.stderr)
@@ -144,6 +161,7 @@ def main():
     ap.add_argument("--compare-binary", help="another sluice binary to start and compare against")
     ap.add_argument("--compare-name", default="other")
     ap.add_argument("--cluster", action="store_true", help="three nodes of each broker, topics at RF 3")
+    ap.add_argument("--pin", metavar="BROKER_CPUS:CLIENT_CPUS", help="brokers on some CPUs, the load generator on others")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--producers", default="1,4,16", help="the rows' producer counts")
     ap.add_argument("--partitions", default="1,8,64", help="the rows' partition counts")
@@ -153,12 +171,13 @@ def main():
     a = ap.parse_args()
     a.producer_counts = [int(x) for x in a.producers.split(",")]
     a.partition_counts = [int(x) for x in a.partitions.split(",")]
+    pin(a.pin)
 
     work = Path(tempfile.mkdtemp(prefix="sluice-perf-"))
     kafkas = []  # started clusters, Sluice's with --cluster
     if a.cluster:
         from sluice_cluster import SluiceCluster
-        kafkas.append(SluiceCluster(work / "sluice", free_port).start())
+        kafkas.append(SluiceCluster(work / "sluice", free_port, command_prefix=taskset("broker")).start())
         procs, sluice = [], kafkas[0].bootstrap()
         pids = {"sluice": kafkas[0].pids()}
     else:
@@ -246,6 +265,8 @@ def fmt(r, key):
 
 def command_options(a):
     out = " --cluster" if a.cluster else ""
+    if a.pin:
+        out += f" --pin {a.pin}"
     if a.compare_to == "kafka":
         out += " --compare-to kafka"
     elif a.compare_to:
@@ -267,8 +288,9 @@ def write_markdown(path, rows, e2e, targets, peak, a, commit, memory=None):
         "",
         f"- Command: `perf/run{command_options(a)}`"
         f" (each row: `sluice bench --mode produce --duration {a.duration} --warmup {a.warmup} --message-size 1024`)",
-        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; the broker and the load"
-        " generator share it.",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; "
+        + (f"brokers on CPUs {PINNED['broker']}, the load generator on CPUs {PINNED['client']} (taskset)."
+           if a.pin else "the broker and the load generator share it."),
         "- Latency is send to acknowledgement, in ms, for an open-loop producer at full speed: it is"
         " dominated by the client's own queue, so compare it between rows and brokers, not as a floor.",
         "",

@@ -17,11 +17,12 @@ START_TIMEOUT_S = 60
 
 
 class SluiceNode(NodeProcess):
-    def __init__(self, root: Path, node_id: int, port: int, rpc_port: int, voters: str, shards: int):
+    def __init__(self, root: Path, node_id: int, port: int, rpc_port: int, voters: str, shards: int,
+                 command_prefix=()):
         self.node_id, self.port, self.rpc_port = node_id, port, rpc_port
         self.data_dir = root / f"node-{node_id}"
         self.log_path = root / f"node-{node_id}.log"
-        self.args = [str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(self.data_dir),
+        self.args = [*command_prefix, str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(self.data_dir),
                      "--shards", str(shards), "--node-id", str(node_id), "--rpc-listen", f"127.0.0.1:{rpc_port}",
                      "--voters", voters]
         self.proc: subprocess.Popen | None = None
@@ -31,12 +32,14 @@ class SluiceNode(NodeProcess):
 
 
 class SluiceCluster:
-    def __init__(self, root: Path, free_port, nodes: int = 3, shards: int = 1):
+    """`command_prefix` goes before each node's command (a benchmark's `taskset -c CPUS`)."""
+
+    def __init__(self, root: Path, free_port, nodes: int = 3, shards: int = 1, command_prefix=()):
         root.mkdir(parents=True, exist_ok=True)
         ids = list(range(1, nodes + 1))
         rpc = {i: free_port() for i in ids}
         voters = ",".join(f"{i}@127.0.0.1:{rpc[i]}" for i in ids)
-        self.nodes = [SluiceNode(root, i, free_port(), rpc[i], voters, shards) for i in ids]
+        self.nodes = [SluiceNode(root, i, free_port(), rpc[i], voters, shards, command_prefix) for i in ids]
 
     def start(self) -> "SluiceCluster":
         for n in self.nodes:

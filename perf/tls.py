@@ -64,10 +64,10 @@ def secured(work: Path) -> list[str]:
 
 
 def one_round(pid, bootstrap, work, records, extra, topic) -> dict:
-    cpu_p, prod = measured(pid, lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
+    cpu_p, prod = measured([pid], lambda: bench(bootstrap, topic, work / "p.json", mode="produce", count=records,
                                               producers=2, partitions=8, message_size=1024, acks="all",
                                               client_config=extra))
-    cpu_c, cons = measured(pid, lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
+    cpu_c, cons = measured([pid], lambda: bench(bootstrap, topic, work / "c.json", mode="consume", count=records,
                                               consumers=2, client_config=extra, **{"from": "earliest"}))
     assert prod and prod["errors"] == 0 and prod["records"] >= records, prod
     assert cons and cons["records"] >= records, cons

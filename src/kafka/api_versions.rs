@@ -1,10 +1,14 @@
 //! ApiVersions: the table of served versions, and from v3 the features (KIP-584): the one
 //! Sluice has is `transaction.version` (KIP-890 part 2), finalized at the configured level. A
 //! request at a version newer than served gets UNSUPPORTED_VERSION in the v0 format, which
-//! every client can read (KIP-511).
+//! every client can read (KIP-511). From v5 (KIP-1242) a client may name the cluster and node
+//! it means to reach; a broker that is not that node answers REBOOTSTRAP_REQUIRED, so that a
+//! client whose address now leads elsewhere bootstraps again.
 
 use super::{encode, str_bytes, Reply, SUPPORTED};
+use crate::protocol::wire::{Reader, WireResult};
 use crate::shard::Shard;
+use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
@@ -18,7 +22,10 @@ const MAX_TRANSACTION_VERSION: i16 = 2;
 /// (clients keep the features of the highest epoch they were told).
 const FEATURES_EPOCH: i64 = 1;
 
-pub const MAX_VERSION: i16 = 4;
+pub const MAX_VERSION: i16 = 5;
+/// The first version whose request names the cluster and node the client means (KIP-1242);
+/// its response is v4's.
+const INTENDED_NODE_VERSION: i16 = 5;
 /// Below this version a supported feature whose lowest level is 0 is left out, as Kafka
 /// leaves it out (KAFKA-17011: older clients refuse a minimum of 0).
 const ZERO_MIN_FEATURES_VERSION: i16 = 4;
@@ -36,7 +43,16 @@ pub fn response() -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_api_keys(api_keys)
 }
 
-pub fn handle(shard: &Shard, version: i16) -> anyhow::Result<Reply> {
+pub fn handle(shard: &Shard, version: i16, body: Bytes) -> anyhow::Result<Reply> {
+    if version >= INTENDED_NODE_VERSION {
+        let intended = intended_node(body).map_err(|e| anyhow::anyhow!("ApiVersions: {}", e.0))?;
+        let catalog = shard.catalog();
+        if let Err(e) = check_intended(intended, &catalog.cluster_id, catalog.node_id) {
+            // Kafka's answer: the code alone, no API or feature listed.
+            let refused = ApiVersionsResponse::default().with_error_code(e.code());
+            return encode(&refused, INTENDED_NODE_VERSION - 1);
+        }
+    }
     let level = shard.config.transactions.version;
     let supported = SupportedFeatureKey::default()
         .with_name(str_bytes(TRANSACTION_VERSION))
@@ -54,7 +70,37 @@ pub fn handle(shard: &Shard, version: i16) -> anyhow::Result<Reply> {
         .with_supported_features(supported)
         .with_finalized_features_epoch(FEATURES_EPOCH)
         .with_finalized_features(vec![finalized]);
-    encode(&resp, version)
+    // v5's response is v4's, field for field.
+    encode(&resp, version.min(INTENDED_NODE_VERSION - 1))
+}
+
+/// The (cluster id, node id) a v5+ request names: the client names both or neither.
+fn intended_node(body: Bytes) -> WireResult<(Option<String>, i32)> {
+    let mut r = Reader::new(body, true);
+    r.string()?; // ClientSoftwareName
+    r.string()?; // ClientSoftwareVersion
+    let cluster_id = r.nullable_string()?;
+    let node_id = r.i32()?;
+    r.skip_tagged_fields()?;
+    Ok((cluster_id, node_id))
+}
+
+/// Whether a request meant for `intended` may be served here: one naming no node reaches any;
+/// one naming another cluster or node is REBOOTSTRAP_REQUIRED; one naming half of an address
+/// (a cluster without a node, or a node without a cluster) INVALID_REQUEST, as Kafka answers.
+fn check_intended(
+    intended: (Option<String>, i32),
+    cluster_id: &str,
+    node_id: i32,
+) -> Result<(), ResponseError> {
+    match intended {
+        (None, -1) => Ok(()),
+        (Some(cluster), node) if node >= 0 => match cluster == cluster_id && node == node_id {
+            true => Ok(()),
+            false => Err(ResponseError::RebootstrapRequired),
+        },
+        _ => Err(ResponseError::InvalidRequest),
+    }
 }
 
 /// The answer to an ApiVersions request at an unsupported version: encoded as v0.
@@ -63,4 +109,28 @@ pub fn unsupported() -> anyhow::Result<Reply> {
         &response().with_error_code(ResponseError::UnsupportedVersion.code()),
         0,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_for_another_node_or_cluster_is_not_for_this_one() {
+        let check = |cluster: Option<&str>, node| {
+            check_intended((cluster.map(String::from), node), "c1", 1)
+        };
+        assert_eq!(check(Some("c1"), 1), Ok(()));
+        assert_eq!(check(None, -1), Ok(()), "naming no node reaches any");
+        assert_eq!(
+            check(Some("c1"), 2),
+            Err(ResponseError::RebootstrapRequired)
+        );
+        assert_eq!(
+            check(Some("c2"), 1),
+            Err(ResponseError::RebootstrapRequired)
+        );
+        assert_eq!(check(None, 2), Err(ResponseError::InvalidRequest));
+        assert_eq!(check(Some("c1"), -1), Err(ResponseError::InvalidRequest));
+    }
 }

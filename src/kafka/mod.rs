@@ -90,7 +90,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DeleteGroups, 0, 3),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 5),
@@ -155,7 +155,7 @@ pub async fn dispatch(
             offset_for_leader_epoch::handle(shard, caller, v, body).await
         }
         ApiKey::Metadata => metadata::handle(shard, caller, v, body).await,
-        ApiKey::ApiVersions => api_versions::handle(shard, v),
+        ApiKey::ApiVersions => api_versions::handle(shard, v, body),
         ApiKey::CreateTopics => create_topics::handle(shard, caller, v, body).await,
         ApiKey::DeleteTopics => delete_topics::handle(shard, caller, v, body).await,
         ApiKey::DescribeConfigs => describe_configs::handle(shard, caller, v, body).await,

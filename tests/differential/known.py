@@ -16,10 +16,8 @@ CLOSED = ("",)  # the connection is closed: "Kafka APIs served" lists the versio
 
 KNOWN: dict[str, Known] = {
     "api_versions_common_apis": Known(VERSIONS, (".*",)),
-    "api_versions_unsupported_version": Known(VERSIONS, ("[2][0][2]",)),
     "list_offsets_newest_version": Known(VERSIONS, CLOSED),
     "offset_fetch_newest_version": Known(VERSIONS, CLOSED),
-    "delete_groups_newest_version": Known(VERSIONS, CLOSED),
     "offset_commit_newest_version": Known(VERSIONS, CLOSED),
     "txn_offset_commit_newest_version": Known(VERSIONS, CLOSED),
     "delete_topic_internal": Known("deleting `__consumer_offsets` or `__transaction_state`",

@@ -26,6 +26,40 @@ def api_versions_v4_supported_features(s: Side):
     return r["ErrorCode"], [f for f in r["SupportedFeatures"] if f["Name"] == "transaction.version"]
 
 
+def _api_versions_v5(s: Side, cluster_id, node_id) -> dict:
+    """ApiVersions v5 naming the cluster and node the client means (KIP-1242): its error code
+    and whether it still lists the APIs."""
+    r = s.send("ApiVersions", 5, {"ClientSoftwareName": "differential", "ClientSoftwareVersion": "1.0",
+                                  "ClusterId": cluster_id, "NodeId": node_id})
+    return {"error": r["ErrorCode"], "lists_apis": bool(r["ApiKeys"]),
+            "lists_features": bool(r["SupportedFeatures"]) or bool(r["FinalizedFeatures"])}
+
+
+def _this_node(s: Side) -> tuple[str, int]:
+    meta = s.send("Metadata", 12, {"Topics": []})
+    return meta["ClusterId"], next(b["NodeId"] for b in meta["Brokers"] if b["Port"] == s.port)
+
+
+@scenario
+def api_versions_v5_for_this_node(s: Side):
+    cluster, node = _this_node(s)
+    return _api_versions_v5(s, cluster, node), _api_versions_v5(s, None, -1)
+
+
+@scenario
+def api_versions_v5_for_another_node_or_cluster(s: Side):
+    cluster, node = _this_node(s)
+    return {"other_node": _api_versions_v5(s, cluster, node + 1),
+            "other_cluster": _api_versions_v5(s, "AAAAAAAAAAAAAAAAAAAAAQ", node)}
+
+
+@scenario
+def api_versions_v5_half_an_address(s: Side):
+    cluster, node = _this_node(s)
+    return {"cluster_only_other": _api_versions_v5(s, "AAAAAAAAAAAAAAAAAAAAAQ", -1),
+            "node_only_other": _api_versions_v5(s, None, node + 1)}
+
+
 @scenario
 def api_versions_v3_supported_features(s: Side):
     r = s.send("ApiVersions", 3, {"ClientSoftwareName": "differential", "ClientSoftwareVersion": "1.0"})

@@ -55,10 +55,18 @@ def create(c: Cluster, name: str, replicas: list[int]):
         return True
 
     wait_until(created, timeout_s=30, what=f"{name} created")
+    wait_in_sync(c, name, replicas)
+
+
+def wait_in_sync(c: Cluster, name: str, replicas: list[int]):
+    """Until every node is live and says `name` is led by its first replica with all of them in
+    sync (on this shared machine a loaded follower can drop out of the ISR, or a node miss
+    its heartbeats, for a moment: a leader sends consumers only to a live in-sync replica)."""
     def settled(i):
         parts = c.metadata(i).topics.get(name)
         return bool(parts) and parts[0][2] == replicas[0] and sorted(parts[0][4]) == sorted(replicas)
 
+    c.wait_for_brokers({1, 2, 3})
     wait_until(lambda: all(settled(i) for i in (1, 2, 3)), timeout_s=30,
                what=f"{name} led by {replicas[0]} with every replica in sync")
 
@@ -90,6 +98,7 @@ def test_a_leader_sends_a_consumer_to_the_in_sync_replica_of_its_rack(racks):
     for node in (2, 3):
         wait_until(lambda node=node: fetch(c, node, "near", 0, rack=f"r{node}")["HighWatermark"] == RECORDS,
                    timeout_s=20, what=f"node {node} knows the high watermark")
+    wait_in_sync(c, "near", [1, 2, 3])
     sent_there = fetch(c, 1, "near", 0, rack="r2")
     assert (sent_there["ErrorCode"], sent_there["PreferredReadReplica"]) == (0, 2)
     assert not sent_there["Records"], "a consumer sent elsewhere gets no records"

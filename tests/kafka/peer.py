@@ -105,10 +105,10 @@ class KafkaNode(NodeProcess):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
-    def start(self, heap_mb: int, jvm_args=()):
+    def start(self, heap_mb: int, jvm_args=(), command_prefix=()):
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            ["java", f"-Xmx{heap_mb}m", f"-Xms{heap_mb}m", *JVM_FLAGS, *jvm_args,
+            [*command_prefix, "java", f"-Xmx{heap_mb}m", f"-Xms{heap_mb}m", *JVM_FLAGS, *jvm_args,
              f"-Dlog4j2.configurationFile={LOG4J}", f"-Dkafka.logs.dir={self.dir}",
              "-cp", f"{LIBS}/*", "kafka.Kafka", str(self.properties)],
             stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True)
@@ -126,15 +126,17 @@ class KafkaCluster:
     """`nodes` KRaft nodes in combined mode, every one a voter; `configs` go into every node's
     server.properties over the defaults below (Kafka's, except what a small test cluster needs).
     With `sasl`, each node also has a SASL_PLAINTEXT listener (its mechanisms and JAAS
-    settings are the caller's `configs`)."""
+    settings are the caller's `configs`). `command_prefix` goes before each node's `java`
+    (a benchmark's `taskset -c CPUS`)."""
 
     def __init__(self, root: Path, nodes: int = 1, configs: dict | None = None, heap_mb: int = 512,
-                 free_port=_free_port, jvm_args=(), sasl: bool = False):
+                 free_port=_free_port, jvm_args=(), sasl: bool = False, command_prefix=()):
         if not installed():
             raise NotInstalled(f"Kafka is not installed in {LIBS}: run scripts/kafka-install")
         self.root = Path(root)
         self.heap_mb = heap_mb
         self.jvm_args = list(jvm_args)
+        self.command_prefix = list(command_prefix)
         self.nodes = [KafkaNode(self.root, i + 1, free_port(), free_port(), free_port() if sasl else None)
                       for i in range(nodes)]
         replicas = min(3, nodes)
@@ -158,7 +160,7 @@ class KafkaCluster:
             n.write_properties(voters, self.configs)
             java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(n.properties))
         for n in self.nodes:
-            n.start(self.heap_mb, self.jvm_args)
+            n.start(self.heap_mb, self.jvm_args, self.command_prefix)
         try:
             self.wait_ready()
         except BaseException:
