@@ -234,7 +234,7 @@ def write(a, limits, byte_cost, record_cost, resident):
         f"{n} {m:,.0f} MiB" for n, m in resident.items()) + ".", ""]
     if a.compare_to == "kafka":
         lines += [f"Kafka: {'three KRaft nodes' if a.cluster else 'one KRaft node'} in combined mode, 1 GiB heap"
-                  " each (kafka-server-start.sh's default);"
+                  f"{' each' if a.cluster else ''} (kafka-server-start.sh's default);"
                   " `kafka` its defaults (acknowledges before any fsync), `kafka-durable` with"
                   " `log.flush.interval.messages=1` (every acknowledged write fsynced, like Sluice).", ""]
     out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost{'-cluster' if a.cluster else ''}.md"

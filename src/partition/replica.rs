@@ -332,6 +332,47 @@ impl Partition {
         Ok(())
     }
 
+    /// Replaces this follower's log with an empty one starting at `offset` when all it holds
+    /// lies below that (its leader's log start: retention or DeleteRecords removed the records
+    /// that would continue it, as for a new replica of an old topic or a wiped disk; Kafka's
+    /// `truncateFullyAndStartAt`), or when it is empty and the leader's first batch begins
+    /// before it. Under the append lock, after fencing the journal (which must not replay old
+    /// records into the new log); then the fetcher fetches from `offset`.
+    pub async fn restart_log_at(&self, offset: i64) -> Result<(), ResponseError> {
+        let _turn = self.append_lock.lock().await;
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if self.is_leader() || (end >= offset && start != end) {
+            return Ok(()); // it leads now, or it holds records at `offset` after all
+        }
+        match end < offset {
+            true => log::warn!(
+                "replica of {}: its log [{start}, {end}) lies below the leader's log start \
+                 {offset}: starting over there",
+                self.name
+            ),
+            false => log::info!(
+                "replica of {}: the leader's batch holding {end} begins at {offset}: \
+                 starting there",
+                self.name
+            ),
+        }
+        let restarted = match self.env.fence_journal().await {
+            Ok(_journal) => {
+                let now_ms = self.env.clock.wall_ms();
+                PartitionLog::restart_at(&self.log, offset, now_ms).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = restarted {
+            self.env
+                .storage_error(&self.name, "restart at the leader's log start", &e);
+            self.retire();
+            return Err(ResponseError::KafkaStorageError);
+        }
+        self.needs_truncation.set(false);
+        Ok(())
+    }
+
     /// Appends batches fetched from the leader as they are (offsets, epochs, CRCs kept), and
     /// queues them for the flusher. Returns the new log end. The batches must be whole, valid,
     /// dense and begin at the log end.

@@ -205,7 +205,7 @@ async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> s
             }
             let records = p.records.clone().filter(|r| !r.is_empty());
             let end = match records {
-                Some(r) => match f.partition.append_replica(r).await {
+                Some(r) => match append_from_leader(f, r).await {
                     Ok(end) => end,
                     Err(e) => {
                         log::warn!("replica of {}: append failed: {e:?}", f.partition.name());
@@ -231,16 +231,32 @@ async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> s
     Ok(())
 }
 
+/// Appends what the leader sent. A log that restarted empty at the leader's log start may be
+/// sent the batch holding that start, which begins before it (DeleteRecords moves a log start
+/// inside a batch): the empty log moves back to that batch's base first, as Kafka's follower
+/// does on an UnexpectedAppendOffsetException.
+async fn append_from_leader(f: &Followed, records: bytes::Bytes) -> Result<i64, ResponseError> {
+    let first_base = records
+        .get(..8)
+        .map(|b| i64::from_be_bytes(b.try_into().expect("8 bytes")));
+    let empty = f.partition.log_start_offset() == f.view.log_end_offset;
+    if let Some(base) = first_base.filter(|&b| empty && b < f.view.log_end_offset) {
+        f.partition.restart_log_at(base).await?;
+    }
+    f.partition.append_replica(records).await
+}
+
 /// The leader has no records at the fetched offset: past its end (a tail it never had; cut to
-/// its high watermark and fetch again), or below its log start (not handled yet: logged).
+/// its high watermark and fetch again), or below its log start (everything here is older than
+/// what the leader keeps: start over at its log start, Kafka's rule).
 async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
     if f.view.log_end_offset < leader_log_start {
-        log::error!(
-            "replica of {}: log end {} is below the leader's log start {leader_log_start}; \
-             this replica cannot catch up",
-            f.partition.name(),
-            f.view.log_end_offset
-        );
+        if let Err(e) = f.partition.restart_log_at(leader_log_start).await {
+            log::error!(
+                "replica of {}: restart at the leader's log start failed: {e:?}",
+                f.partition.name()
+            );
+        }
         return;
     }
     if let Err(e) = f.partition.truncate_diverged(leader_hw, true).await {

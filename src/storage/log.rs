@@ -953,6 +953,66 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Replaces the whole log with an empty one starting at `offset`: a follower's, when its
+    /// leader no longer has the records that would continue it (everything here lies below the
+    /// leader's log start, Kafka's `truncateFullyAndStartAt`), or an empty log moved back to the
+    /// base of the leader's batch holding that start. In an order a crash cannot harm: the log
+    /// start first (a crash leaves the old log, all of it below its start, which the follower
+    /// replaces again), then the old segments and what describes them, then the new segment.
+    /// The caller holds the append lock and has fenced the journal.
+    pub async fn restart_at(
+        log: &std::cell::RefCell<PartitionLog>,
+        offset: i64,
+        now_ms: u64,
+    ) -> std::io::Result<()> {
+        let (dir, bases) = {
+            let l = log.borrow();
+            let empty = l.log_start_offset == l.log_end_offset();
+            assert!(
+                l.log_end_offset() < offset || empty,
+                "only an empty log, or one wholly below {offset}, restarts there"
+            );
+            let bases: Vec<i64> = l.segments.iter().map(|s| s.meta.base_offset).collect();
+            (l.dir.clone(), bases)
+        };
+        super::retention::write_log_start(&dir, offset).await?;
+        for base in bases {
+            recovery::remove_segment(&dir, base)?;
+        }
+        producer_snapshots::remove_above(&dir, i64::MIN)?;
+        txn_index::rewrite(&dir, &[])?;
+        LeaderEpochs::default().save(&dir)?;
+        let file = open_segment_file(&SegmentMeta::log_path(&dir, offset)).await?;
+        sync_dir(&dir).await?;
+        let segment = Segment::new(SegmentMeta::new(offset, now_ms), file)?;
+        log.borrow_mut().reset_to(segment, offset);
+        Ok(())
+    }
+
+    /// The bookkeeping of a log that is `segment` alone, empty and starting at `offset`
+    /// (`restart_at`). A sync still in flight for the old files completes below every position
+    /// here and changes nothing (`complete_sync` keeps the furthest).
+    fn reset_to(&mut self, segment: Segment, offset: i64) {
+        let start = LogPosition {
+            offset,
+            segment_base: offset,
+            file_position: 0,
+        };
+        self.segments = vec![segment];
+        self.log_start_offset = offset;
+        self.high_watermark = start;
+        self.synced = start;
+        self.written = start;
+        self.planned = start;
+        self.unsynced_closed.clear();
+        self.dirty = false;
+        self.producers = ProducerTable::default();
+        self.cleaned_to = offset;
+        self.epochs = LeaderEpochs::default();
+        self.ends.clear();
+        self.aborted.clear();
+    }
+
     /// Where a truncation at `offset` cuts (None: past the log end): the later segments, which
     /// leave the list now and whose files the caller removes; the kept segment's file; and the
     /// bytes of it to look in for the first batch reaching `offset`, from the index entry at or
@@ -1466,6 +1526,53 @@ mod tests {
                 read_offsets(&reopened, 0).await,
                 (0..41).collect::<Vec<_>>()
             );
+        });
+    }
+
+    /// A follower whose whole log (90 records) lies below its leader's log start restarts empty
+    /// there, takes the leader's batches from it, and reopens as it was; an empty log may move
+    /// back to the base of the leader's batch that holds the start.
+    #[test]
+    fn a_log_restarts_empty_at_its_leaders_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = filled_log(path.clone()).await;
+            sync(&log).await;
+            assert_eq!(log.borrow().log_end_offset(), 90);
+            PartitionLog::restart_at(&log, 200, 0).await.unwrap();
+            {
+                let l = log.borrow();
+                assert_eq!(
+                    (l.log_start_offset, l.log_end_offset(), l.high_watermark()),
+                    (200, 200, 200)
+                );
+                assert_eq!(l.segments.len(), 1);
+                assert!(l.producers.is_empty() && l.epochs.latest().is_none());
+            }
+            // The leader's log start lies inside its batch [198, 201]: back to 198.
+            PartitionLog::restart_at(&log, 198, 0).await.unwrap();
+            append_replica(&log, Bytes::from(synthetic(198, 4, 40, 1000))).await;
+            sync(&log).await;
+            assert_eq!(
+                read_offsets(&log, 198).await,
+                (198..202).collect::<Vec<_>>()
+            );
+            drop(log);
+            let reopened = RefCell::new(
+                PartitionLog::open(path.clone(), settings(2048), 0, 0)
+                    .await
+                    .unwrap(),
+            );
+            let l = reopened.borrow();
+            assert_eq!((l.log_start_offset, l.log_end_offset()), (198, 202));
+            assert_eq!(l.segments[0].meta.base_offset, 198);
+            let files = std::fs::read_dir(&path).unwrap();
+            let logs = files.filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().ends_with(".log")
+            });
+            assert_eq!(logs.count(), 1, "the old segments are gone");
         });
     }
 

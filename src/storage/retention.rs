@@ -195,7 +195,7 @@ impl PartitionLog {
 }
 
 /// Replaces the log start file atomically: a crash leaves the old value or the new one.
-async fn write_log_start(dir: &Path, offset: i64) -> std::io::Result<()> {
+pub(super) async fn write_log_start(dir: &Path, offset: i64) -> std::io::Result<()> {
     let tmp = dir.join(format!("{LOG_START_FILE}.tmp"));
     write_file(&tmp, offset.to_le_bytes().to_vec()).await?;
     std::fs::rename(&tmp, dir.join(LOG_START_FILE))?;

@@ -4,8 +4,10 @@ in-sync replica when a leader dies.
 
 Real `sluice serve` processes (`cluster.py`), an idempotent librdkafka producer whose every send
 and acknowledgement is recorded, and a checker over what a consumer reads back afterwards."""
+import shutil
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -433,6 +435,139 @@ def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster)
     finally:
         c.close()
     assert (low, high) == (60, 100)
+
+
+# Retention every 200 ms, so that a test sees the first segments go.
+AGED = REPLICATED + "[log]\nretention_check_interval_ms = 200\n"
+
+
+def log_start(cluster: Cluster, node: int, topic: str) -> int:
+    """Partition 0's log start offset as its leader, node `node`, answers ListOffsets (earliest)."""
+    body = {"ReplicaId": -1, "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "Timestamp": -2}]}]}
+    with protocol.Connection("127.0.0.1", cluster.nodes[node].port) as conn:
+        p = conn.send("ListOffsets", 1, body)["Topics"][0]["Partitions"][0]
+    assert p["ErrorCode"] == 0, p
+    return p["Offset"]
+
+
+def settled_log_start(cluster: Cluster, node: int, topic: str, above: int) -> int:
+    """The leader's log start once retention has moved it past `above` and stopped moving it
+    (five retention passes without a change)."""
+    def settled():
+        first = log_start(cluster, node, topic)
+        time.sleep(1)
+        return first > above and log_start(cluster, node, topic) == first
+
+    wait_until(settled, 60, f"retention to move {topic}'s log start past {above} and settle")
+    return log_start(cluster, node, topic)
+
+
+def replica_copy(cluster: Cluster, node: int, topic: str, offset: int) -> tuple[int, bytes] | None:
+    """Node `node`'s copy of partition 0 from `offset` to its high watermark, read with consumer
+    Fetches v11 (which a follower serves from its own log, KIP-392): (high watermark, bytes);
+    None while it has no records at `offset`."""
+    out, high = b"", None
+    with protocol.Connection("127.0.0.1", cluster.nodes[node].port) as conn:
+        while high is None or offset < high:
+            body = {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 1, "MaxBytes": 1 << 20, "IsolationLevel": 0,
+                    "SessionId": 0, "SessionEpoch": -1, "RackId": "", "Topics": [{"Topic": topic, "Partitions": [
+                        {"Partition": 0, "FetchOffset": offset, "PartitionMaxBytes": 1 << 20}]}]}
+            p = conn.send("Fetch", 11, body)["Responses"][0]["Partitions"][0]
+            if p["ErrorCode"] != 0:
+                return None  # not there yet (a restarted replica has yet to start over)
+            high, records = p["HighWatermark"], whole_batches(p["Records"] or b"")
+            if not records:
+                break
+            out += records
+            base, last_delta = batch_offsets(records)[-1]
+            offset = base + last_delta + 1
+    return high, out
+
+
+def batch_starts(records: bytes) -> list[int]:
+    """Where each whole batch of a fetch's records begins."""
+    starts, at = [], 0
+    while at + 12 <= len(records) and at + 12 + struct.unpack_from(">i", records, at + 8)[0] <= len(records):
+        starts.append(at)
+        at += 12 + struct.unpack_from(">i", records, at + 8)[0]
+    return starts
+
+
+def batch_offsets(records: bytes) -> list[tuple[int, int]]:
+    """Each whole batch's (base offset, last offset delta)."""
+    return [(struct.unpack_from(">q", records, at)[0], struct.unpack_from(">i", records, at + 23)[0])
+            for at in batch_starts(records)]
+
+
+def whole_batches(records: bytes) -> bytes:
+    starts = batch_starts(records)
+    return records[:starts[-1] + 12 + struct.unpack_from(">i", records, starts[-1] + 8)[0]] if starts else b""
+
+
+def wait_same_copy(cluster: Cluster, leader: int, node: int, topic: str, offset: int):
+    """Until node `node` holds byte for byte what the leader holds from `offset` on."""
+    def same():
+        theirs = replica_copy(cluster, leader, topic, offset)
+        assert theirs is not None and theirs[1], f"the leader, node {leader}, has no records at {offset}"
+        return replica_copy(cluster, node, topic, offset) == theirs
+
+    wait_until(same, 30, f"node {node}'s copy of {topic} equal to its leader's")
+
+
+def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
+    """Kafka's rule for a follower whose log ends below its leader's log start: a replica added
+    to a topic that retention has trimmed, or a node whose partition directory was lost, starts
+    over at the leader's log start (or, when that lies inside a batch, at the batch's base),
+    catches up and joins the ISR, instead of staying behind for ever."""
+    import kafka
+    from kafka.admin import KafkaAdminClient
+    cluster = make_cluster(3, config=AGED, brokers=1)
+    cluster.wait_for_brokers({1, 2, 3, 4})
+    cluster.create_topic(1, "aged", 1, 3)
+    wait_until(lambda: all((s := partition_state(cluster, n, "aged", 0)) and s[0] > 0 and s[2] == s[1]
+                           for n in (1, 2, 3, 4)), 30, "the partition led, every replica in sync")
+    leader, replicas, _ = partition_state(cluster, 1, "aged", 0)
+    cluster.alter_topic_config(1, "aged", {"segment.bytes": "4096", "retention.bytes": "8192"})
+    bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 2000, "linger.ms": 5})
+    for i in range(2000):
+        producer.produce("aged", value=b"%05d-" % i + b"x" * 200, partition=0)
+    assert producer.flush(30) == 0
+    low = settled_log_start(cluster, leader, "aged", 1000)
+
+    # A new replica in place of a follower: it fetches from 0, which the leader no longer has.
+    outsider = next(n for n in (1, 2, 3, 4) if n not in replicas)
+    dropped, kept = [r for r in replicas if r != leader]
+    target = [leader, kept, outsider]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        assert admin.alter_partition_reassignments({kafka.TopicPartition("aged", 0): target}) == \
+            {kafka.TopicPartition("aged", 0): None}
+        wait_until(lambda: not admin.list_partition_reassignments(), 60, "the reassignment to complete")
+    finally:
+        admin.close()
+    assert partition_state(cluster, 1, "aged", 0)[1:] == (sorted(target), sorted(target))
+    assert partition_state(cluster, 1, "aged", 0)[0] == leader
+    wait_same_copy(cluster, leader, outsider, "aged", low)
+    assert "starting over there" in cluster.nodes[outsider].log()
+
+    # The leader's start moves inside a batch; then a follower loses its copy of the partition.
+    _, records = replica_copy(cluster, leader, "aged", low)
+    base = next(b for b, delta in batch_offsets(records) if delta > 0)  # a batch of two records or more
+    trimmer = cluster.admin(1)  # outlives its futures
+    deleted = trimmer.delete_records([TopicPartition("aged", 0, base + 1)])
+    assert list(deleted.values())[0].result(15).low_watermark == base + 1
+    cluster.nodes[kept].kill()
+    shutil.rmtree(cluster.nodes[kept].data_dir / "aged-0")
+    cluster.nodes[kept].start()
+    wait_same_copy(cluster, leader, kept, "aged", base + 1)
+    assert f"the leader's batch holding {base + 1} begins at {base}" in cluster.nodes[kept].log()
+    wait_until(lambda: (s := partition_state(cluster, leader, "aged", 0)) and s[2] == sorted(target), 60,
+               f"node {kept} back in sync")
+    for n in target:
+        assert "cannot catch up" not in cluster.nodes[n].log()
+    got = read_all(bootstrap, "aged", 2000)
+    assert [v for _, v in got] == [b"%05d-" % i + b"x" * 200 for i in range(base + 1, 2000)]
 
 
 def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replica(make_cluster):
