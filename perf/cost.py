@@ -237,7 +237,8 @@ def write(a, limits, byte_cost, record_cost, resident):
                   f"{' each' if a.cluster else ''} (kafka-server-start.sh's default);"
                   " `kafka` its defaults (acknowledges before any fsync), `kafka-durable` with"
                   " `log.flush.interval.messages=1` (every acknowledged write fsynced, like Sluice).", ""]
-    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost{'-cluster' if a.cluster else ''}.md"
+    kind = ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else "")
+    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost{kind}.md"
     publish(lines, out)
 
 

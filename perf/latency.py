@@ -133,7 +133,8 @@ def main():
     commit = head_commit()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency{'-cluster' if a.cluster else ''}"
+    kind = ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else "")
+    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency{kind}"
     write_markdown(stem.with_suffix(".md"), points, targets, a, commit)
     plot(stem.with_suffix(".png"), points, targets)
     shutil.rmtree(work, ignore_errors=True)

@@ -217,7 +217,8 @@ def main():
     date = datetime.date.today().isoformat()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / (f"{date}-{commit}" + ("-cluster" if a.cluster else ""))
+    # One name per kind of run: --vs-kafka runs several into one directory.
+    stem = out_dir / (f"{date}-{commit}" + ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else ""))
     write_markdown(stem.with_suffix(".md"), rows, e2e, targets, peak, a, commit, memory)
     plot(stem.with_suffix(".png"), rows)
     shutil.rmtree(work, ignore_errors=True)
