@@ -314,19 +314,10 @@ impl Partition {
                 "partition {}: truncating the divergent tail {offset}..{end}",
                 self.name
             );
-            // The journal must not replay the cut tail over what is appended next.
-            let cut = match self.env.fence_journal().await {
-                Ok(_journal) => {
-                    let now_ms = self.env.clock.wall_ms();
-                    PartitionLog::truncate_to(&self.log, offset, now_ms).await
-                }
-                Err(e) => Err(e),
-            };
-            if let Err(e) = cut {
-                self.env.storage_error(&self.name, "truncate", &e);
-                self.retire();
-                return Err(ResponseError::KafkaStorageError);
-            }
+            self.rewrite_fenced("truncate", |now_ms| {
+                PartitionLog::truncate_to(&self.log, offset, now_ms)
+            })
+            .await?;
         }
         self.needs_truncation.set(!complete);
         Ok(())
@@ -356,20 +347,34 @@ impl Partition {
                 self.name
             ),
         }
-        let restarted = match self.env.fence_journal().await {
-            Ok(_journal) => {
-                let now_ms = self.env.clock.wall_ms();
-                PartitionLog::restart_at(&self.log, offset, now_ms).await
-            }
+        self.rewrite_fenced("restart at the leader's log start", |now_ms| {
+            PartitionLog::restart_at(&self.log, offset, now_ms)
+        })
+        .await?;
+        self.needs_truncation.set(false);
+        Ok(())
+    }
+
+    /// Rewrites the log (`rewrite`, given the wall clock) with the journal fenced, which must
+    /// not replay what the rewrite removes over what is appended next; a failed rewrite
+    /// retires the partition (KAFKA_STORAGE_ERROR). The caller holds the append lock.
+    async fn rewrite_fenced<F>(
+        &self,
+        what: &str,
+        rewrite: impl FnOnce(u64) -> F,
+    ) -> Result<(), ResponseError>
+    where
+        F: Future<Output = std::io::Result<()>>,
+    {
+        let done = match self.env.fence_journal().await {
+            Ok(_journal) => rewrite(self.env.clock.wall_ms()).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = restarted {
-            self.env
-                .storage_error(&self.name, "restart at the leader's log start", &e);
+        if let Err(e) = done {
+            self.env.storage_error(&self.name, what, &e);
             self.retire();
             return Err(ResponseError::KafkaStorageError);
         }
-        self.needs_truncation.set(false);
         Ok(())
     }
 
