@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from matrix import (ROOT, bench, cpu_model, cpu_seconds, delete_topic, free_port, head_commit, pin, publish,
-                    start_kafka, start_sluice)
+                    sharing, start_kafka, start_sluice)
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from metrics import scrape  # noqa: E402  (the tests' reader of the endpoint)
@@ -68,8 +68,8 @@ def main():
              f" commit {head_commit()}", "",
              f"- Command: `.venv/bin/python perf/broker_share.py --pin {a.pin}` (each row: `sluice bench --mode"
              f" produce --duration {DURATION_S} --warmup 1 --message-size 1024`)",
-             f"- Machine: `nproc` = {os.cpu_count()}, {cpu_model()}, kernel `{platform.release()}`; brokers on CPUs"
-             f" {a.pin.split(':')[0]}, the load generator on CPUs {a.pin.split(':')[1]} (taskset).",
+             f"- Machine: `nproc` = {os.cpu_count()}, {cpu_model()}, kernel `{platform.release()}`;"
+             f" {sharing('')}",
              "- `CPU share`: the broker's utime+stime over the row's wall time (bench start-up and warm-up"
              " included); 1.00 is its CPU saturated. Requests per second and records per request from"
              " Sluice's own metrics (warm-up included).", "",

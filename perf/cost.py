@@ -37,8 +37,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from matrix import (BINARY, KAFKA_CONFIGS, PINNED, ROOT, bench, cpu_model, cpu_seconds, free_port,
-                    head_commit, listening, pin, publish, resident_mib, start_kafka, start_sluice, taskset)
+from matrix import (BINARY, KAFKA_CONFIGS, ROOT, bench, cpu_model, cpu_seconds, free_port, head_commit,
+                    listening, pin, publish, resident_mib, run_kind, sharing, start_kafka, start_sluice, taskset)
 
 GIB = 1 << 30
 
@@ -188,8 +188,7 @@ def write(a, limits, byte_cost, record_cost, resident):
         + (" --cluster" if a.cluster else "") + (f" --pin {a.pin}" if a.pin else "")
         + f" --rounds {a.rounds}`",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; "
-        + (f"brokers on CPUs {PINNED['broker']}, clients on CPUs {PINNED['client']} (taskset)."
-           if a.pin else "broker and clients share it."),
+        + sharing("broker and clients share it."),
         "- Broker CPU is utime+stime of the broker process (every thread), from /proc"
         + ("; three nodes of each broker, the topics at replication factor 3, CPU and memory the sum"
            " over the three nodes." if a.cluster else "."), "",
@@ -237,8 +236,7 @@ def write(a, limits, byte_cost, record_cost, resident):
                   f"{' each' if a.cluster else ''} (kafka-server-start.sh's default);"
                   " `kafka` its defaults (acknowledges before any fsync), `kafka-durable` with"
                   " `log.flush.interval.messages=1` (every acknowledged write fsynced, like Sluice).", ""]
-    kind = ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else "")
-    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost{kind}.md"
+    out = Path(a.out_dir) / f"{datetime.date.today().isoformat()}-{commit}-cost{run_kind(a)}.md"
     publish(lines, out)
 
 

@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from matrix import (BINARY, KAFKA_CONFIGS, PINNED, ROOT, bench, cpu_model, delete_topic, free_port, head_commit,
-                    pin, start_kafka, start_sluice, taskset)
+from matrix import (BINARY, KAFKA_CONFIGS, ROOT, bench, cpu_model, delete_topic, free_port, head_commit, pin,
+                    run_kind, sharing, start_kafka, start_sluice, taskset)
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from metrics import scrape  # noqa: E402  (the tests' reader of the endpoint)
@@ -133,8 +133,7 @@ def main():
     commit = head_commit()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    kind = ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else "")
-    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency{kind}"
+    stem = out_dir / f"{datetime.date.today().isoformat()}-{commit}-latency{run_kind(a)}"
     write_markdown(stem.with_suffix(".md"), points, targets, a, commit)
     plot(stem.with_suffix(".png"), points, targets)
     shutil.rmtree(work, ignore_errors=True)
@@ -163,15 +162,13 @@ def write_markdown(path, points, targets, a, commit):
     if a.rates != ",".join(str(r) for r in RATES):
         other += f" --rates {a.rates}"
     other += (" --cluster" if a.cluster else "") + (f" --pin {a.pin}" if a.pin else "")
-    where = (f"brokers on CPUs {PINNED['broker']}, the load generator on CPUs {PINNED['client']} (taskset)."
-             if a.pin else "brokers and clients share it.")
     lines = [
         f"# Latency against throughput, {datetime.date.today().isoformat()}, commit {commit}"
         + (": three nodes each, replication factor 3" if a.cluster else ""), "",
         f"- Command: `perf/run --latency{other}` (each point: `sluice bench --mode e2e --rate R --duration {a.duration}"
         f" --warmup {a.warmup} --producers 1 --consumers 1 --partitions {PARTITIONS} --message-size 1024"
         f" --acks A --linger-ms L{' --replication-factor 3' if a.cluster else ''}`)",
-        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; {where}",
+        f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; {sharing('brokers and clients share it.')}",
         "- Latency in ms from each record's intended send time: `ack` to its delivery report, `e2e` to its"
         " receipt by the consumer. The rate column is what was achieved. `broker p99`: the bucket bound"
         " under which 99% of a Sluice's Produce requests went from last byte read to response written"

@@ -50,6 +50,20 @@ def taskset(role: str) -> list[str]:
     return ["taskset", "-c", PINNED[role]] if PINNED[role] else []
 
 
+def sharing(shared: str) -> str:
+    """How brokers and the load generator share the machine, for a report's Machine line:
+    the CPUs --pin gave each, else `shared`."""
+    if PINNED["broker"]:
+        return f"brokers on CPUs {PINNED['broker']}, the load generator on CPUs {PINNED['client']} (taskset)."
+    return shared
+
+
+def run_kind(a) -> str:
+    """What tells a report's name apart by its kind of run (--vs-kafka writes several kinds
+    into one directory)."""
+    return ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else "")
+
+
 def head_commit() -> str:
     """The short hash of the checked-out commit, for a results file's name and header."""
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -217,8 +231,7 @@ def main():
     date = datetime.date.today().isoformat()
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    # One name per kind of run: --vs-kafka runs several into one directory.
-    stem = out_dir / (f"{date}-{commit}" + ("-cluster" if a.cluster else "") + ("-pinned" if a.pin else ""))
+    stem = out_dir / f"{date}-{commit}{run_kind(a)}"
     write_markdown(stem.with_suffix(".md"), rows, e2e, targets, peak, a, commit, memory)
     plot(stem.with_suffix(".png"), rows)
     shutil.rmtree(work, ignore_errors=True)
@@ -290,8 +303,7 @@ def write_markdown(path, rows, e2e, targets, peak, a, commit, memory=None):
         f"- Command: `perf/run{command_options(a)}`"
         f" (each row: `sluice bench --mode produce --duration {a.duration} --warmup {a.warmup} --message-size 1024`)",
         f"- Machine: `nproc` = {os.cpu_count()}, {cpu}, kernel `{platform.release()}`; "
-        + (f"brokers on CPUs {PINNED['broker']}, the load generator on CPUs {PINNED['client']} (taskset)."
-           if a.pin else "the broker and the load generator share it."),
+        + sharing("the broker and the load generator share it."),
         "- Latency is send to acknowledgement, in ms, for an open-loop producer at full speed: it is"
         " dominated by the client's own queue, so compare it between rows and brokers, not as a floor.",
         "",

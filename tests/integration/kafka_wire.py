@@ -231,13 +231,27 @@ def fetch_v4_batches(response: bytes) -> list[bytes]:
     aborted = struct.unpack(">i", response[pos:pos + 4])[0]
     pos += 4 + max(aborted, 0) * 16
     size = struct.unpack(">i", response[pos:pos + 4])[0]
-    records = response[pos + 4:pos + 4 + size]
+    return split_batches(response[pos + 4:pos + 4 + size])
+
+
+def split_batches(records: bytes) -> list[bytes]:
+    """Record batches split by their length fields (a trailing partial batch comes back short)."""
     out = []
     while records:
-        n = struct.unpack(">i", records[8:12])[0] + 12
+        n = struct.unpack(">i", records[8:12])[0] + 12 if len(records) >= 12 else len(records)
         out.append(records[:n])
         records = records[n:]
     return out
+
+
+def whole_batches(records: bytes) -> list[bytes]:
+    """The batches of a fetch's records that arrived whole (a fetch may end inside one)."""
+    return [b for b in split_batches(records) if len(b) >= 12 and len(b) == struct.unpack(">i", b[8:12])[0] + 12]
+
+
+def batch_offsets(batch: bytes) -> tuple[int, int]:
+    """A batch's (base offset, last offset delta)."""
+    return struct.unpack_from(">q", batch, 0)[0], struct.unpack_from(">i", batch, 23)[0]
 
 
 def join_group_v0(group: str, member_id="", session_timeout_ms=10_000) -> bytes:

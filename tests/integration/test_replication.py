@@ -7,7 +7,6 @@ and acknowledgement is recorded, and a checker over what a consumer reads back a
 import shutil
 import signal
 import socket
-import struct
 import threading
 import time
 
@@ -475,33 +474,13 @@ def replica_copy(cluster: Cluster, node: int, topic: str, offset: int) -> tuple[
             p = conn.send("Fetch", 11, body)["Responses"][0]["Partitions"][0]
             if p["ErrorCode"] != 0:
                 return None  # not there yet (a restarted replica has yet to start over)
-            high, records = p["HighWatermark"], whole_batches(p["Records"] or b"")
-            if not records:
+            high, batches = p["HighWatermark"], kw.whole_batches(p["Records"] or b"")
+            if not batches:
                 break
-            out += records
-            base, last_delta = batch_offsets(records)[-1]
+            out += b"".join(batches)
+            base, last_delta = kw.batch_offsets(batches[-1])
             offset = base + last_delta + 1
     return high, out
-
-
-def batch_starts(records: bytes) -> list[int]:
-    """Where each whole batch of a fetch's records begins."""
-    starts, at = [], 0
-    while at + 12 <= len(records) and at + 12 + struct.unpack_from(">i", records, at + 8)[0] <= len(records):
-        starts.append(at)
-        at += 12 + struct.unpack_from(">i", records, at + 8)[0]
-    return starts
-
-
-def batch_offsets(records: bytes) -> list[tuple[int, int]]:
-    """Each whole batch's (base offset, last offset delta)."""
-    return [(struct.unpack_from(">q", records, at)[0], struct.unpack_from(">i", records, at + 23)[0])
-            for at in batch_starts(records)]
-
-
-def whole_batches(records: bytes) -> bytes:
-    starts = batch_starts(records)
-    return records[:starts[-1] + 12 + struct.unpack_from(">i", records, starts[-1] + 8)[0]] if starts else b""
 
 
 def wait_same_copy(cluster: Cluster, leader: int, node: int, topic: str, offset: int):
@@ -553,7 +532,8 @@ def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
 
     # The leader's start moves inside a batch; then a follower loses its copy of the partition.
     _, records = replica_copy(cluster, leader, "aged", low)
-    base = next(b for b, delta in batch_offsets(records) if delta > 0)  # a batch of two records or more
+    # The first batch of two records or more.
+    base = next(b for b, delta in map(kw.batch_offsets, kw.whole_batches(records)) if delta > 0)
     trimmer = cluster.admin(1)  # outlives its futures
     deleted = trimmer.delete_records([TopicPartition("aged", 0, base + 1)])
     assert list(deleted.values())[0].result(15).low_watermark == base + 1
