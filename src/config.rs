@@ -15,6 +15,12 @@ pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
 /// Kafka's `socket.request.max.bytes` default: 100 MiB.
 pub const DEFAULT_REQUEST_MAX_BYTES: usize = 100 * 1024 * 1024;
+/// Replicas of an internal topic by default (Kafka's `offsets.topic.replication.factor` and
+/// `transaction.state.log.replication.factor`), capped by the voters.
+const DEFAULT_INTERNAL_REPLICATION_FACTOR: usize = 3;
+/// The most replicas an internal topic may be configured with (as many as brokers can hold
+/// the topic in any cluster this broker is tested at; Kafka's limit is Short.MAX_VALUE).
+const MAX_INTERNAL_REPLICATION_FACTOR: i16 = 16;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -52,6 +58,10 @@ pub struct Config {
     /// `offsets.topic.segment.bytes`): small enough that old commits reach closed segments,
     /// where compaction removes the superseded ones.
     pub offsets_topic_segment_bytes: u64,
+    /// Replicas of `__consumer_offsets` (Kafka's `offsets.topic.replication.factor`): the
+    /// topic is created once this many brokers are live, however long that takes. Unset:
+    /// min(3, voters), Kafka's 3 capped as its single-node defaults cap it.
+    pub offsets_topic_replication_factor: Option<i16>,
     /// Kafka's group.initial.rebalance.delay.ms: how long an empty group's first rebalance waits
     /// for more members.
     pub group_initial_rebalance_delay_ms: u64,
@@ -99,7 +109,7 @@ pub struct Config {
     /// This broker's rack: replicas of a partition go on distinct racks where racks are set.
     pub rack: Option<String>,
     /// Replicas of a topic created without a replication factor (Kafka's
-    /// default.replication.factor). `__consumer_offsets` gets min(3, live brokers).
+    /// default.replication.factor). The internal topics have their own.
     pub default_replication_factor: i16,
     pub cluster: ClusterConfig,
     pub log: LogConfig,
@@ -125,6 +135,9 @@ pub struct TransactionConfig {
     /// Partitions of `__transaction_state`, which place and persist transactional ids
     /// (Kafka's `transaction.state.log.num.partitions`).
     pub state_partitions: i32,
+    /// Replicas of `__transaction_state` (Kafka's
+    /// `transaction.state.log.replication.factor`), as `offsets_topic_replication_factor`.
+    pub state_log_replication_factor: Option<i16>,
     /// The longest `transaction.timeout.ms` a producer may ask for (Kafka's
     /// `transaction.max.timeout.ms`).
     pub max_timeout_ms: i32,
@@ -145,6 +158,7 @@ impl Default for TransactionConfig {
     fn default() -> Self {
         TransactionConfig {
             state_partitions: 16,
+            state_log_replication_factor: None,
             max_timeout_ms: 900_000, // Kafka's default, as txn::state::MAX_TIMEOUT_MS
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             check_interval_ms: 10_000,
@@ -383,6 +397,7 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             offsets_topic_partitions: 16,
             offsets_topic_segment_bytes: 100 * 1024 * 1024,
+            offsets_topic_replication_factor: None,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             producer_id_expiration_ms: 86_400_000,
@@ -557,6 +572,23 @@ impl Config {
     pub fn is_voter(&self) -> bool {
         self.voter_list()
             .is_ok_and(|voters| voters.iter().any(|v| v.id == self.node_id))
+    }
+
+    /// Replicas of an internal topic, `__transaction_state` or else `__consumer_offsets`: its
+    /// configured factor, or Kafka's default 3 capped by the voters (one on a single node).
+    pub fn internal_topic_replication_factor(&self, transaction_state: bool) -> usize {
+        let configured = match transaction_state {
+            true => self.transactions.state_log_replication_factor,
+            false => self.offsets_topic_replication_factor,
+        };
+        match (self.is_clustered(), configured) {
+            (false, _) => 1,
+            (true, Some(f)) => f as usize,
+            (true, None) => self
+                .voters
+                .len()
+                .clamp(1, DEFAULT_INTERNAL_REPLICATION_FACTOR),
+        }
     }
 
     /// Whether this node is part of a cluster (a controller quorum is configured).
@@ -738,6 +770,25 @@ impl Config {
         )?;
         let t = &self.transactions;
         in_range("transactions.state_partitions", t.state_partitions, 1, 1000)?;
+        for (name, factor) in [
+            (
+                "offsets_topic_replication_factor",
+                self.offsets_topic_replication_factor,
+            ),
+            (
+                "transactions.state_log_replication_factor",
+                t.state_log_replication_factor,
+            ),
+        ] {
+            if let Some(f) = factor {
+                in_range(name, f, 1, MAX_INTERNAL_REPLICATION_FACTOR)?;
+                if f > 1 && !self.is_clustered() {
+                    anyhow::bail!(
+                        "{name} = {f}: a single node keeps one replica (set 1 or leave it out)"
+                    );
+                }
+            }
+        }
         in_range("transactions.max_timeout_ms", t.max_timeout_ms, 1, i32::MAX)?;
         in_range(
             "transactions.id_expiration_ms",
@@ -1031,5 +1082,33 @@ mod tests {
             err.contains("max_in_flight_requests_per_connection"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn internal_topics_default_to_three_replicas_capped_by_the_voters() {
+        let voters = |n: usize| (1..=n).map(|i| format!("{i}@127.0.0.1:{}", 9000 + i));
+        let mut c = Config::default();
+        assert_eq!(c.internal_topic_replication_factor(false), 1); // a single node
+        for (count, expected) in [(1, 1), (2, 2), (3, 3), (5, 3)] {
+            c.voters = voters(count).collect();
+            assert_eq!(c.internal_topic_replication_factor(false), expected);
+            assert_eq!(c.internal_topic_replication_factor(true), expected);
+        }
+        c.offsets_topic_replication_factor = Some(5);
+        c.transactions.state_log_replication_factor = Some(2);
+        assert_eq!(c.internal_topic_replication_factor(false), 5);
+        assert_eq!(c.internal_topic_replication_factor(true), 2);
+    }
+
+    #[test]
+    fn a_single_node_refuses_internal_topics_of_several_replicas() {
+        let c = Config::parse("shards = 1\noffsets_topic_replication_factor = 3\n").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("offsets_topic_replication_factor"), "{err}");
+        let c = Config::parse("shards = 1\n[transactions]\nstate_log_replication_factor = 0\n");
+        let err = c.unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("state_log_replication_factor"), "{err}");
+        let c = Config::parse("shards = 1\noffsets_topic_replication_factor = 1\n").unwrap();
+        c.validate().unwrap();
     }
 }

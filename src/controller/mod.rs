@@ -233,11 +233,18 @@ pub async fn submit(shard: &Rc<Shard>, op: ControllerOp) -> Result<Vec<Outcome>,
     shard.call(CONTROLLER_SHARD, Submit(op)).await
 }
 
-/// Whether a cluster has the live brokers an internal topic (`__consumer_offsets`,
-/// `__transaction_state`) waits for before it is created: min(3, voters), so that it gets its
-/// replicas (Kafka's replication factor of 3 where there are three).
-pub fn internal_topic_brokers_live(shard: &Shard) -> bool {
-    shard.catalog().live_brokers().count() >= shard.config.voters.len().clamp(1, 3)
+/// Whether a cluster has the live brokers internal topic `name` (`__consumer_offsets`,
+/// `__transaction_state`) waits for before it is created: its replication factor
+/// (`Config::internal_topic_replication_factor`), so that it gets every replica. Kafka waits
+/// the same way, with no time limit: until then its coordinators are not available.
+pub fn internal_topic_brokers_live(shard: &Shard, name: &str) -> bool {
+    shard.catalog().live_brokers().count() >= internal_topic_replication_factor(shard, name)
+}
+
+/// Replicas of internal topic `name` (`Config::internal_topic_replication_factor`).
+pub fn internal_topic_replication_factor(shard: &Shard, name: &str) -> usize {
+    let config = &shard.config;
+    config.internal_topic_replication_factor(name == catalog::TXN_STATE_TOPIC)
 }
 
 /// A new producer id (from any shard), or an error code. Err: the controller is stopping.
@@ -681,7 +688,8 @@ pub(crate) fn with_internal_min_isr(
 /// Replicas for `count` new partitions of `topic`: none on a single node (it holds them all);
 /// in a cluster, placed over the live brokers (`placement.rs`). The replication factor -1 is
 /// the default: `default_replication_factor`, or for the internal topics (`__consumer_offsets`,
-/// `__transaction_state`) min(3, live brokers), as Kafka's default of 3 where there are three.
+/// `__transaction_state`) theirs (`Config::internal_topic_replication_factor`, created only
+/// once that many brokers are live).
 fn place(
     shard: &Shard,
     record: &CatalogRecord,
@@ -714,9 +722,7 @@ fn place(
         })
         .collect();
     let factor = match replication_factor {
-        -1 if [catalog::OFFSETS_TOPIC, catalog::TXN_STATE_TOPIC].contains(&topic) => {
-            live.len().clamp(1, 3)
-        }
+        -1 if catalog::is_internal(topic) => internal_topic_replication_factor(shard, topic),
         -1 => config.default_replication_factor as usize,
         n if n < 1 => {
             return Err(err(

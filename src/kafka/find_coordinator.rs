@@ -2,7 +2,8 @@
 //! (on a single node, this broker, on the shard that owns the partition, which the broker
 //! routes to internally). A transactional id is coordinated by the leader of its
 //! `__transaction_state` partition, a topic created at the first such request (as Kafka does;
-//! in a cluster with min(3, live brokers) replicas). v4 batches keys.
+//! in a cluster once `transactions.state_log_replication_factor` brokers are live, to hold
+//! every replica). v4 batches keys.
 
 use super::authorize::{self, Caller};
 use super::{decode, encode, str_bytes, Reply};
@@ -52,7 +53,8 @@ fn coordinator_of(
             None => {
                 // In a cluster, only once enough brokers are live for its replicas (Kafka
                 // waits for `transaction.state.log.replication.factor` brokers).
-                if !catalog.is_clustered() || controller::internal_topic_brokers_live(shard) {
+                let live = controller::internal_topic_brokers_live(shard, TXN_STATE_TOPIC);
+                if !catalog.is_clustered() || live {
                     create_txn_state_topic(shard);
                 }
                 return Err(not_available);

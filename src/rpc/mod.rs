@@ -194,8 +194,7 @@ async fn read_frame_of(
                 why,
             ));
         }
-        let mut payload = vec![0u8; header.payload_bytes];
-        reader.read_exact(&mut payload).await?;
+        let payload = read_payload(reader, header.payload_bytes).await?;
         frame::check_payload(&header, &payload).map_err(invalid)?;
         Ok::<_, std::io::Error>((header, payload))
     };
@@ -206,6 +205,24 @@ async fn read_frame_of(
             "a frame's bytes did not arrive in time",
         )),
     }
+}
+
+/// What a payload's buffer grows by as its bytes arrive.
+const PAYLOAD_CHUNK_BYTES: usize = 1 << 20;
+
+/// Reads a payload of `len_bytes`, its buffer growing only as bytes arrive, so that a header
+/// claiming a large frame (up to `MAX_FRAME_BYTES`) costs no more memory than what was sent.
+async fn read_payload(
+    reader: &mut ReadHalf<TcpStream>,
+    len_bytes: usize,
+) -> std::io::Result<Vec<u8>> {
+    let mut payload = Vec::with_capacity(len_bytes.min(PAYLOAD_CHUNK_BYTES));
+    while payload.len() < len_bytes {
+        let start = payload.len();
+        payload.resize(start + (len_bytes - start).min(PAYLOAD_CHUNK_BYTES), 0);
+        reader.read_exact(&mut payload[start..]).await?;
+    }
+    Ok(payload)
 }
 
 fn invalid(e: FrameError) -> std::io::Error {

@@ -344,7 +344,7 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
     let topic = NewTopic {
         name: OFFSETS_TOPIC.to_string(),
         partitions: shard.config.offsets_topic_partitions,
-        // The default: one replica alone, min(3, live brokers) in a cluster.
+        // The default: one replica alone, offsets_topic_replication_factor in a cluster.
         replication_factor: -1,
         assignments: Vec::new(),
         configs: vec![
@@ -517,27 +517,38 @@ fn run_cluster(
 
 /// How often a clustered node checks whether `__consumer_offsets` should be created.
 const OFFSETS_TOPIC_CHECK_MS: u64 = 1_000;
-/// How long the controller waits for enough brokers before it creates `__consumer_offsets`
-/// with fewer replicas.
-const OFFSETS_TOPIC_WAIT_MS: u64 = 30_000;
+/// How often a cluster still waiting for the brokers of `__consumer_offsets` says so (first at
+/// once).
+const OFFSETS_TOPIC_WAIT_LOG_MS: u64 = 30_000;
 
-/// In a cluster, the active controller creates `__consumer_offsets` once min(3, voters)
-/// brokers are live (or after `OFFSETS_TOPIC_WAIT_MS`), so it gets its replicas.
+/// In a cluster, the active controller creates `__consumer_offsets` once as many brokers are
+/// live as its replication factor asks, so it gets every replica; it waits for them however
+/// long that takes (Kafka's rule), saying so in the log, while groups find no coordinator.
 async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
     use crate::group::OFFSETS_TOPIC;
     let controller = shard.service::<Controller>();
     let cluster = controller.cluster.clone().expect("a clustered node");
-    let started_ms = shard.clock().monotonic_ms();
+    let mut said_ms: Option<u64> = None;
     loop {
         glommio::timer::sleep(Duration::from_millis(OFFSETS_TOPIC_CHECK_MS)).await;
-        let catalog = shard.catalog();
-        if catalog.topics.contains_key(OFFSETS_TOPIC) {
+        if shard.catalog().topics.contains_key(OFFSETS_TOPIC) {
             return;
         }
-        let waited_ms = shard.clock().monotonic_ms() - started_ms;
-        let enough = controller::internal_topic_brokers_live(&shard);
-        if cluster.is_active() && (enough || waited_ms >= OFFSETS_TOPIC_WAIT_MS) {
+        if !cluster.is_active() {
+            continue;
+        }
+        if controller::internal_topic_brokers_live(&shard, OFFSETS_TOPIC) {
             ensure_offsets_topic(&shard).await;
+        } else if said_ms
+            .is_none_or(|t| shard.clock().monotonic_ms() - t >= OFFSETS_TOPIC_WAIT_LOG_MS)
+        {
+            said_ms = Some(shard.clock().monotonic_ms());
+            log::warn!(
+                "{OFFSETS_TOPIC} waits for {} live brokers ({} live): consumer groups have no \
+                 coordinator until then (offsets_topic_replication_factor)",
+                controller::internal_topic_replication_factor(&shard, OFFSETS_TOPIC),
+                shard.catalog().live_brokers().count()
+            );
         }
     }
 }

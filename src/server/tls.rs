@@ -128,6 +128,21 @@ thread_local! {
         const { crate::metrics::LogLimiter::new(1_000) };
 }
 
+/// What to do about a refused client certificate, where the person reading the log can act:
+/// webpki, which rustls checks certificates with, takes X.509 version 3 only, and Kafka's own
+/// documentation makes version 1 client certificates (`openssl x509 -req` with no
+/// extensions), which Java accepts. Checking a version 1 chain by hand is not worth the risk.
+fn explained(why: String) -> String {
+    match why.contains("UnsupportedCertVersion") {
+        true => format!(
+            "{why}: the client's certificate is X.509 version 1, which Sluice does not \
+             accept; reissue it as version 3 (openssl x509 -req ... -extfile with \
+             `basicConstraints=CA:FALSE` and `extendedKeyUsage=clientAuth`)"
+        ),
+        false => why,
+    }
+}
+
 /// The TLS handshake of a new connection on a TLS listener, bounded by
 /// `request_read_timeout_ms`. None: it failed or timed out (plaintext or garbage on the port,
 /// a refused client certificate); counted, logged at most once a second per shard, and the
@@ -152,7 +167,7 @@ pub async fn handshake(
             crate::metrics::bump(&shard.metrics().tls_handshakes);
             return Some(tls);
         }
-        Either::Left((Err(e), _)) => e.to_string(),
+        Either::Left((Err(e), _)) => explained(e.to_string()),
         Either::Right(_) => format!("no TLS handshake within {timeout_ms} ms"),
     };
     crate::metrics::bump(&shard.metrics().tls_handshake_failures);

@@ -42,14 +42,15 @@ def lazy_disk(tmp_path):
     disk.stop()
 
 
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+def openssl(*args, cwd) -> str:
+    """Runs openssl; what it printed."""
+    return subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """A CA; the broker's certificate (127.0.0.1 and localhost); carol's client certificate
-    signed by the CA; mallory's, self-signed."""
+    signed by the CA; mallory's, self-signed; dave's, signed by the CA but of X.509 version 1."""
     d = tmp_path_factory.mktemp("pki")
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
             "-days", "2", "-subj", "/CN=sluice-test-ca", cwd=d)
@@ -63,4 +64,10 @@ def pki(tmp_path_factory):
                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", ext, cwd=d)
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "mallory-key.pem", "-out",
             "mallory.pem", "-days", "2", "-subj", "/CN=mallory", cwd=d)
+    # Dave's is X.509 version 1, as the recipe in Kafka's security documentation makes one
+    # (`openssl x509 -req` with no extensions), signed by the CA.
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "dave-key.pem", "-out", "dave.csr",
+            "-subj", "/CN=dave", cwd=d)
+    openssl("x509", "-req", "-in", "dave.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "dave.pem", "-days", "2", cwd=d)
     return d

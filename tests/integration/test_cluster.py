@@ -5,6 +5,9 @@ client and producer/consumer, and with raw Kafka requests where a client would h
 import socket
 import struct
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import ck
 import kafka_wire as kw
@@ -17,6 +20,11 @@ from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResourc
 from metrics import metrics_config, scrape
 from records import check_partition, expected_by_partition
 from waiting import wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+import protocol  # noqa: E402  (Kafka's own schemas: any request at any version)
+
+COORDINATOR_NOT_AVAILABLE = 15
 
 
 @pytest.fixture
@@ -357,10 +365,29 @@ def test_garbage_on_the_rpc_port_closes_that_connection_only(make_cluster):
             assert kw.closed_by_peer(s, timeout_s=15), g[:16]
     half_open = socket.create_connection(("127.0.0.1", rpc), timeout=10)
     half_open.sendall(b"\x00\x00")
+    # Frames that claim nearly the limit (256 MiB) and stop after their first bytes: the node's
+    # memory (its address space, which a buffer of the claimed size would take at once) grows
+    # with the bytes that came, not with the 4 GiB claimed.
+    before_kib = virtual_memory_kib(c.nodes[2].proc.pid)
+    claims = [socket.create_connection(("127.0.0.1", rpc), timeout=10) for _ in range(16)]
+    for s in claims:
+        s.sendall(struct.pack(">IHBBQI", 250 << 20, 0x534C, 2, 2, 0, 0) + b"\x00" * 1000)
+    time.sleep(1)
+    grown_kib = virtual_memory_kib(c.nodes[2].proc.pid) - before_kib
+    assert grown_kib < 1 << 20, f"{grown_kib} KiB more for 16 frames of which 16 KB came"
     c.create_topic(2, "unharmed", 3, 3)
     wait_for_topic(c, 2, "unharmed")
     half_open.close()
+    for s in claims:
+        s.close()
     assert "rpc: connection from" in c.nodes[2].log()
+
+
+def virtual_memory_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmSize")
 
 
 def test_the_raft_state_is_on_metrics(tmp_path):
@@ -422,3 +449,39 @@ def test_every_metadata_write_goes_through_the_controller_from_any_node(make_clu
         assert error == 0
         ids.add(pid)
     assert len(ids) == 3
+
+
+def find_coordinator(port: int, key: str, key_type: int) -> int:
+    """FindCoordinator v1's error code for a group (key type 0) or transactional id (1)."""
+    with protocol.Connection("127.0.0.1", port) as conn:
+        return conn.send("FindCoordinator", 1, {"Key": key, "KeyType": key_type})["ErrorCode"]
+
+
+def replica_counts(c: Cluster, node: int, topic: str) -> set:
+    return {len(p[3]) for p in c.metadata(node).topics.get(topic, [])}
+
+
+def test_internal_topics_wait_for_their_replication_factor(make_cluster, tmp_path):
+    """Kafka's rule: `__consumer_offsets` and `__transaction_state` are created only once as
+    many brokers are live as their replication factor (3 here), however long that takes, so
+    that they never end with fewer replicas; until then groups and transactional ids have no
+    coordinator, which clients retry."""
+    c = make_cluster.track(Cluster(tmp_path / "partial", 3))
+    for n in (1, 2):
+        c.nodes[n].start()
+    c.wait_for_brokers({1, 2}, nodes=[1, 2])
+    # Several of the controller's checks (one a second) with two of three brokers live.
+    for _ in range(8):
+        for n in (1, 2):
+            assert find_coordinator(c.nodes[n].port, "g", 0) == COORDINATOR_NOT_AVAILABLE
+            assert find_coordinator(c.nodes[n].port, "t", 1) == COORDINATOR_NOT_AVAILABLE
+        time.sleep(1)
+    assert not {"__consumer_offsets", "__transaction_state"} & set(c.metadata(1).topics)
+    controller = c.metadata(1).controller_id
+    assert "__consumer_offsets waits for 3 live brokers (2 live)" in c.nodes[controller].log()
+    c.nodes[3].start()
+    c.wait_for_brokers({1, 2, 3})
+    wait_until(lambda: find_coordinator(c.nodes[3].port, "g", 0) == 0, 30, "a group coordinator")
+    wait_until(lambda: find_coordinator(c.nodes[3].port, "t", 1) == 0, 30, "a transaction coordinator")
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        assert replica_counts(c, 3, topic) == {3}, topic

@@ -158,7 +158,12 @@ class GroupReader:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                   "auto.offset.reset": "earliest", "enable.auto.commit": True,
                                   "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 500})
-        self.consumer.subscribe([topic])
+        # What the group assigned, as the poll thread's callbacks saw it (the consumer's own
+        # methods block while another thread polls it).
+        self.assigned = []
+        self.consumer.subscribe([topic], on_assign=lambda _c, ps: self.assigned.append(("+", ps)),
+                                on_revoke=lambda _c, ps: self.assigned.append(("-", ps)))
+        self.topic, self.group = topic, group
         self.got, self.errors = [], []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -173,6 +178,18 @@ class GroupReader:
                 self.errors.append(msg.error())
             else:
                 self.got.append((msg.offset(), msg.value()))
+
+    def state(self, cluster: Cluster, end: int) -> str:
+        """Where the reader stands, for a test that waited for it in vain."""
+        try:
+            admin = cluster.admin(1)  # held: a client dropped at once never completes its future
+            group = admin.describe_consumer_groups([self.group])[self.group].result(10)
+            group = (group.state, [(m.member_id, m.assignment.topic_partitions) for m in group.members])
+        except Exception as e:  # noqa: BLE001 (a post-mortem reports whatever it can)
+            group = repr(e)
+        return (f"end {end}, read up to {self.got[-1][0] if self.got else None}, assignments "
+                f"{self.assigned[-4:]}, group {group}, errors "
+                f"{self.errors[:3]}, {[partition_state(cluster, n, self.topic, 0) for n in (1, 2, 3)]}")
 
     def close(self):
         self.stop.set()
@@ -206,7 +223,8 @@ def test_rolling_restart_under_load_shows_clients_no_errors(make_cluster):
         wait_until(lambda: len(h.acked) > before + 500, 60, "acknowledgements after the restart")
     h.finish()
     end = max(h.acked.values()) + 1
-    wait_until(lambda: reader.got and reader.got[-1][0] >= end - 1, 60, "the group read everything")
+    wait_until(lambda: reader.got and reader.got[-1][0] >= end - 1, 60, "the group read everything",
+               lambda: reader.state(cluster, end))
     reader.close()
     assert not h.failed, f"delivery errors: {h.failed[:3]}"
     assert not reader.errors, f"consumer errors: {reader.errors[:3]}"

@@ -255,6 +255,21 @@ def test_mutual_tls_principal_is_authorized_by_acl(make_broker, pki):
     assert total(s.metrics, "sluice_tls_handshakes_total") >= 1
 
 
+def test_a_version_1_client_certificate_is_refused_with_what_to_do(make_broker, pki):
+    """Kafka (Java's TLS) accepts X.509 version 1 client certificates; Sluice's TLS (rustls,
+    webpki) cannot check them, so it refuses them at the handshake with a log line that says
+    to reissue them as version 3 (the README says so too)."""
+    assert "Version: 1 (0x0)" in openssl("x509", "-in", "dave.pem", "-noout", "-text", cwd=pki)
+    s = Secure(make_broker, pki)
+    dave = s.conf("SSL", **{"ssl.certificate.location": str(pki / "dave.pem"),
+                            "ssl.key.location": str(pki / "dave-key.pem")})
+    err = login_error(dave)
+    assert err is not None and err.code() in (
+        KafkaError._TRANSPORT, KafkaError._SSL, KafkaError._ALL_BROKERS_DOWN), err
+    wait_until(lambda: "is X.509 version 1, which Sluice does not accept; reissue it as version 3"
+               in s.broker.log(), 10, "the refusal explained")
+
+
 def bob_conf(s):
     return s.conf("SASL_SSL", "SCRAM-SHA-256", user=("bob", "bob-pw"))
 
