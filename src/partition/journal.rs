@@ -28,6 +28,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most bytes one pass writes to the journal: half a chunk, and no more than this.
 const MAX_PASS_BYTES: u64 = 1024 * 1024;
@@ -101,9 +102,19 @@ impl Journal {
 
     /// Opens the journal at `path`, making it (`capacity_bytes` of written zeroes) if it is
     /// missing or of another size. Replay has voided any journal there before. `run` tells this
-    /// process's records from an earlier one's (random).
-    pub async fn open(&self, path: &Path, capacity_bytes: u64, run: u64) -> io::Result<()> {
-        prepare(path, capacity_bytes)?;
+    /// process's records from an earlier one's (random). Making it runs on the executor's
+    /// blocking thread, so the shard's thread stays free (a slow disk took tens of seconds),
+    /// and gives up (ErrorKind::Interrupted) once `stop` is set: the broker is stopping.
+    pub async fn open(
+        &self,
+        path: &Path,
+        capacity_bytes: u64,
+        run: u64,
+        stop: &'static AtomicBool,
+    ) -> io::Result<()> {
+        let owned = path.to_path_buf();
+        let prepare = move || prepare(&owned, capacity_bytes, stop);
+        glommio::executor().spawn_blocking(prepare).await?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -270,14 +281,18 @@ impl Journal {
 /// Makes the journal file of `capacity_bytes` written zeroes, unless one is there: written, not
 /// fallocated, so that overwriting it never changes the file's block map (an fdatasync then
 /// writes data blocks only).
-fn prepare(path: &Path, capacity_bytes: u64) -> io::Result<()> {
+fn prepare(path: &Path, capacity_bytes: u64, stop: &AtomicBool) -> io::Result<()> {
     if std::fs::metadata(path).is_ok_and(|m| m.len() == capacity_bytes) {
         return Ok(());
     }
+    log::info!(
+        "journal {}: writing {capacity_bytes} bytes of zeroes",
+        path.display()
+    );
     let dir = path.parent().expect("a journal lives in a directory");
     crate::storage::disk::create_dir_durably(dir)?;
     let tmp = path.with_extension("tmp");
-    if let Err(e) = write_zeroes(&tmp, capacity_bytes) {
+    if let Err(e) = write_zeroes(&tmp, capacity_bytes, stop) {
         let _ = std::fs::remove_file(&tmp); // a full disk gets its room back
         return Err(e);
     }
@@ -287,12 +302,16 @@ fn prepare(path: &Path, capacity_bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Makes `path` a file of `bytes` written zeroes, durably.
-fn write_zeroes(path: &Path, bytes: u64) -> io::Result<()> {
+/// Makes `path` a file of `bytes` written zeroes, durably; Interrupted once `stop` is set.
+fn write_zeroes(path: &Path, bytes: u64, stop: &AtomicBool) -> io::Result<()> {
     let file = std::fs::File::create(path)?;
     let zeroes = vec![0; ZERO_CHUNK_BYTES];
     let mut at = 0;
     while at < bytes {
+        if stop.load(Ordering::Relaxed) {
+            let why = "the broker is stopping: journal left unmade";
+            return Err(io::Error::new(io::ErrorKind::Interrupted, why));
+        }
         let n = ZERO_CHUNK_BYTES.min((bytes - at) as usize);
         file.write_all_at(&zeroes[..n], at)?;
         at += n as u64;
@@ -322,6 +341,9 @@ fn write_at(file: &BufferedFile, bytes: &[u8], at: u64) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    /// A stop flag never set.
+    static NEVER: AtomicBool = AtomicBool::new(false);
+
     fn at(file_position: u64) -> LogPosition {
         LogPosition {
             offset: file_position as i64,
@@ -348,7 +370,7 @@ mod tests {
         let segment_path = dir.path().join("segment");
         let executor = glommio::LocalExecutorBuilder::default().spawn(move || async move {
             let journal = Journal::disabled();
-            journal.open(&path, 1024 * 1024, 7).await.unwrap();
+            journal.open(&path, 1024 * 1024, 7, &NEVER).await.unwrap();
             let segment = Rc::new(
                 OpenOptions::new()
                     .read(true)

@@ -29,7 +29,7 @@ use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,12 +160,19 @@ async fn open_journal(shard: &Shard) {
     let path = crate::storage::journal::path(&config.data_dir, id);
     let uuid = crate::clock::Ids::uuid(&mut RandomIds);
     let run = u64::from_le_bytes(uuid[..8].try_into().expect("16 bytes"));
-    let opened = shard.env.journal.open(&path, config.log.journal_bytes, run);
-    if let Err(e) = opened.await {
-        log::warn!(
+    let opened = shard
+        .env
+        .journal
+        .open(&path, config.log.journal_bytes, run, &SHUTDOWN);
+    match opened.await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+            log::info!("shard {id}: {e}");
+        }
+        Err(e) => log::warn!(
             "shard {id}: cannot open the journal {}: {e}; every append is synced in its own file",
             path.display()
-        );
+        ),
     }
 }
 
@@ -338,7 +345,8 @@ fn join_shards(handles: Vec<glommio::ExecutorJoinHandle<anyhow::Result<()>>>) ->
 /// clients retry) until it exists.
 async fn ensure_offsets_topic(shard: &Rc<Shard>) {
     use crate::group::OFFSETS_TOPIC;
-    if shard.catalog().topics.contains_key(OFFSETS_TOPIC) {
+    // A broker told to stop while starting makes it at its next start.
+    if shard.catalog().topics.contains_key(OFFSETS_TOPIC) || SHUTDOWN.load(Ordering::SeqCst) {
         return;
     }
     let topic = NewTopic {
@@ -466,6 +474,7 @@ async fn run_shard(
         glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
     }
     serve_clients(&shard, start.limits).await?;
+    wait_for_every_shard_to_stop_serving(&shard).await;
     drain(&shard).await;
     flusher.await;
     log::debug!("shard {id}: flusher stopped");
@@ -681,6 +690,29 @@ async fn release_leadership(shard: &Rc<Shard>) {
     let deadline_ms = shard.clock().monotonic_ms() + RELEASE_LIMIT_MS + 1_000;
     while !RELEASED.load(Ordering::SeqCst) && shard.clock().monotonic_ms() < deadline_ms {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+    }
+}
+
+/// Shards that stopped serving clients. A shard drains, closes its partitions and ends only
+/// once every shard got there, answering its peers meanwhile: a shard still starting (opening
+/// partitions or creating `__consumer_offsets` across the shards) awaits their replies, and a
+/// peer that had ended would leave it waiting for ever (seen: a SIGTERM during a slow start).
+static STOPPED_SERVING: AtomicUsize = AtomicUsize::new(0);
+/// How often a shard waiting for the others to stop serving says so.
+const STOP_WAIT_LOG_MS: u64 = 5_000;
+
+async fn wait_for_every_shard_to_stop_serving(shard: &Shard) {
+    STOPPED_SERVING.fetch_add(1, Ordering::SeqCst);
+    let mut said_ms = shard.clock().monotonic_ms();
+    while STOPPED_SERVING.load(Ordering::SeqCst) < shard.router.shards() {
+        glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+        if shard.clock().monotonic_ms() - said_ms >= STOP_WAIT_LOG_MS {
+            said_ms = shard.clock().monotonic_ms();
+            log::info!(
+                "shard {}: stopping once the shards still starting are done",
+                shard.id
+            );
+        }
     }
 }
 

@@ -81,6 +81,24 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0):
+        self.launch()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sockets = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+                mine = [line for line in sockets.splitlines() if f":{self.port} " in line]
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}\nsockets: {mine}")
+            if self.log().count("serving") >= self.shards * self.starts:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        return self
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise RuntimeError(f"broker did not start in {timeout_s}s:\n{self.log()}")
+
+    def launch(self):
+        """Starts the process and returns at once (`start` also waits until it serves)."""
         args = [str(self.binary), "serve", "--data-dir", str(self.data_dir), "--shards", str(self.shards)]
         # A config with [[listeners]] names its own (@PORT@ stands for this broker's port, where
         # its PLAINTEXT listener goes); otherwise --listen gives the one listener.
@@ -103,20 +121,7 @@ class Broker:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=set_limit)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sockets = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
-                mine = [line for line in sockets.splitlines() if f":{self.port} " in line]
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}\nsockets: {mine}")
-            if self.log().count("serving") >= self.shards * self.starts:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return self
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        raise RuntimeError(f"broker did not start in {timeout_s}s:\n{self.log()}")
+        return self
 
     def kill(self):
         """SIGKILL: no flush, no clean shutdown."""

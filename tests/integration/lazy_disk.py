@@ -14,7 +14,9 @@ class CannotMount(RuntimeError):
 
 
 class LazyDisk:
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, sync_delay_ms: int = 0):
+        """`sync_delay_ms`: how long each fsync waits first (a slow disk)."""
+        self.sync_delay_ms = sync_delay_ms
         self.backing = work / "backing"
         self.mount = work / "mount"
         self.log = work / "lazyfs.log"
@@ -25,7 +27,8 @@ class LazyDisk:
         """Mounts it, or raises CannotMount saying why."""
         self.backing.mkdir(parents=True)
         self.mount.mkdir(parents=True)
-        self.proc = subprocess.Popen([sys.executable, str(DAEMON), str(self.backing), str(self.mount), str(self.log)],
+        self.proc = subprocess.Popen([sys.executable, str(DAEMON), str(self.backing), str(self.mount), str(self.log),
+                                      str(self.sync_delay_ms)],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log.with_suffix(".err"), "w"))
         deadline = time.monotonic() + 10
         while not os.path.ismount(self.mount):

@@ -1,5 +1,5 @@
 """A FUSE file system that loses what was not synced, for power-loss tests (in the spirit of
-Jepsen's LazyFS). Run as `python lazyfs.py BACKING MOUNT LOG`.
+Jepsen's LazyFS). Run as `python lazyfs.py BACKING MOUNT LOG [SYNC_DELAY_MS]`.
 
 Every file operation passes through to BACKING, except that written bytes stay in this
 process's memory until the file is fsynced or fdatasynced: reads see them, the backing file
@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 
 from fuse import FUSE, FuseOSError, Operations
 
@@ -27,8 +28,10 @@ CRASH_PREFIX = "/.lazyfs-crash"
 
 
 class LazyFS(Operations):
-    def __init__(self, backing: str, log_path: str):
+    def __init__(self, backing: str, log_path: str, sync_delay_ms: int = 0):
         self.backing = backing
+        # A slow disk: each fsync and fdatasync (of a file or a directory) first waits this long.
+        self.sync_delay_s = sync_delay_ms / 1000
         self.log_path = log_path
         self.mutex = threading.Lock()
         # path -> [(offset, bytes)] written since the path's last sync, in write order.
@@ -76,6 +79,7 @@ class LazyFS(Operations):
         return len(data)
 
     def fsync(self, path, datasync, fh):
+        time.sleep(self.sync_delay_s)
         with self.mutex:
             for off, data in self.pending.pop(path, []):
                 os.pwrite(fh, data, off)
@@ -194,6 +198,7 @@ class LazyFS(Operations):
         return 0
 
     def fsyncdir(self, path, datasync, fh):
+        time.sleep(self.sync_delay_s)
         with self.mutex:
             fd = os.open(self._real(path), os.O_RDONLY)
             try:
@@ -222,8 +227,9 @@ class LazyFS(Operations):
 
 def main():
     backing, mount, log_path = sys.argv[1:4]
+    sync_delay_ms = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     # No attribute or name caching in the kernel: after a cut, sizes must come from here.
-    FUSE(LazyFS(backing, log_path), mount, foreground=True, nothreads=False,
+    FUSE(LazyFS(backing, log_path, sync_delay_ms), mount, foreground=True, nothreads=False,
          attr_timeout=0, entry_timeout=0, negative_timeout=0)
 
 
