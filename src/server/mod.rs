@@ -410,6 +410,7 @@ async fn run_shard(
     mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
 ) -> anyhow::Result<()> {
     let id = start.id;
+    let stop_mark = StopMark::default();
     let (senders, mut receivers) = mesh
         .join()
         .await
@@ -474,6 +475,7 @@ async fn run_shard(
         glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
     }
     serve_clients(&shard, start.limits).await?;
+    stop_mark.count();
     wait_for_every_shard_to_stop_serving(&shard).await;
     drain(&shard).await;
     flusher.await;
@@ -701,8 +703,33 @@ static STOPPED_SERVING: AtomicUsize = AtomicUsize::new(0);
 /// How often a shard waiting for the others to stop serving says so.
 const STOP_WAIT_LOG_MS: u64 = 5_000;
 
+/// Counts its shard in `STOPPED_SERVING` once: when the shard stops serving, or when it ends
+/// early on an error, which also stops the whole broker (rather than leave it half alive, and
+/// the other shards waiting for this one).
+#[derive(Default)]
+struct StopMark {
+    counted: std::cell::Cell<bool>,
+}
+
+impl StopMark {
+    fn count(&self) {
+        if !self.counted.replace(true) {
+            STOPPED_SERVING.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for StopMark {
+    fn drop(&mut self) {
+        if !self.counted.get() {
+            log::error!("a shard ended before it stopped serving: the broker stops");
+            SHUTDOWN.store(true, Ordering::SeqCst);
+            self.count();
+        }
+    }
+}
+
 async fn wait_for_every_shard_to_stop_serving(shard: &Shard) {
-    STOPPED_SERVING.fetch_add(1, Ordering::SeqCst);
     let mut said_ms = shard.clock().monotonic_ms();
     while STOPPED_SERVING.load(Ordering::SeqCst) < shard.router.shards() {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
