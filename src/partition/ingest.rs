@@ -64,6 +64,20 @@ impl Rules {
     fn reads_records(&self) -> bool {
         self.compacted || self.checks_timestamps()
     }
+
+    fn converts(&self, h: &BatchHeader) -> bool {
+        self.codec
+            .is_some_and(|t| t.codec as i16 != h.compression())
+    }
+
+    /// Whether `apply` decompresses or compresses any of these batches: milliseconds of CPU
+    /// per megabyte, worth running off the shard's thread (`Partition::ingest`).
+    pub fn inflates(&self, headers: &[BatchHeader]) -> bool {
+        let compressed = |h: &BatchHeader| h.compression() != Codec::None as i16;
+        headers
+            .iter()
+            .any(|h| self.converts(h) || (self.reads_records() && compressed(h)))
+    }
 }
 
 /// One refused record: its index in its batch and why (ProduceResponse v8+ `record_errors`).
@@ -101,11 +115,7 @@ pub fn apply(
     rules: &Rules,
     now_ms: i64,
 ) -> Result<(Bytes, Vec<BatchHeader>), Rejected> {
-    let converts = |h: &BatchHeader| {
-        rules
-            .codec
-            .is_some_and(|t| t.codec as i16 != h.compression())
-    };
+    let converts = |h: &BatchHeader| rules.converts(h);
     if !rules.reads_records() && !headers.iter().any(converts) {
         return Ok((records, headers));
     }

@@ -103,6 +103,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         let mesh = mesh.clone();
         let handle = LocalExecutorBuilder::new(placement(&config, &cpus, id)?)
             .name(&format!("shard-{id}"))
+            .blocking_thread_pool_placement(blocking_placement(&cpus)?)
             .spawn(move || async move { run_shard(start, mesh).await })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
@@ -132,6 +133,23 @@ fn placement(config: &Config, cpus: &[usize], id: usize) -> anyhow::Result<Place
         .filter(|l| cpus.contains(&l.cpu));
     Ok(Placement::Fenced(set))
 }
+
+/// Where a shard's blocking thread runs (recompression, journal preparation): on any of the
+/// broker's CPUs, not pinned beside its shard, so that the work it takes off a shard's thread
+/// goes to whichever CPU is free.
+fn blocking_placement(cpus: &[usize]) -> anyhow::Result<glommio::PoolPlacement> {
+    let set = glommio::CpuSet::online()
+        .map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?
+        .filter(|l| cpus.contains(&l.cpu));
+    Ok(glommio::PoolPlacement::Fenced(
+        BLOCKING_THREADS_PER_SHARD,
+        set,
+    ))
+}
+
+/// Threads per shard for work that would hold a shard's thread: one, so such work of one shard
+/// queues (each partition has at most one conversion in progress, under its append turn).
+const BLOCKING_THREADS_PER_SHARD: usize = 1;
 
 /// Writes what the shards' journals hold into the segment files, before any partition opens.
 fn replay_journals(config: &Config) -> anyhow::Result<()> {
