@@ -5,10 +5,10 @@
 //! wrong proof or a wrong size closes the connection with the reason.
 
 use super::frame::{CHALLENGE, HELLO, PROOF};
+use super::stream::RpcStream;
 use super::{read_frame_of, Writer};
 use crate::security::node::{NodeSecret, Side, NONCE_BYTES, PROOF_BYTES};
 use futures::io::ReadHalf;
-use glommio::net::TcpStream;
 use std::io::{Error, ErrorKind};
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The dialer's side: proves the secret and checks the server's proof.
 pub async fn open(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<RpcStream>,
     writer: &Writer,
     secret: &NodeSecret,
 ) -> std::io::Result<()> {
@@ -35,7 +35,7 @@ pub async fn open(
 /// The server's side: answers a HELLO and checks the dialer's proof, within
 /// `HANDSHAKE_TIMEOUT`.
 pub async fn answer(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<RpcStream>,
     writer: &Writer,
     secret: &NodeSecret,
 ) -> std::io::Result<()> {
@@ -58,7 +58,7 @@ pub async fn answer(
 
 /// The next frame, which must be of `kind` with a payload of `bytes`.
 async fn expect(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<RpcStream>,
     kind: u8,
     bytes: usize,
 ) -> std::io::Result<Vec<u8>> {

@@ -12,6 +12,7 @@
 pub mod frame;
 mod handshake;
 pub mod kafka_client;
+mod stream;
 pub mod tls;
 
 use crate::metrics::LogLimiter;
@@ -27,6 +28,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use stream::RpcStream;
 
 /// A fault hook for tests (a cut network link): while set, this node sends and accepts no
 /// inter-node traffic: no RPC frames (Raft, heartbeats, forwarded writes) and no replication
@@ -137,6 +139,16 @@ async fn serve_connection(
     secret: Option<NodeSecret>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    let stream = match tls::rpc_acceptor() {
+        None => RpcStream::Plain(stream),
+        Some(acceptor) => {
+            let accepted = within(FRAME_READ_TIMEOUT, acceptor.accept(stream)).await;
+            let tls = accepted.unwrap_or_else(|| Err(timed_out("no TLS handshake in time")));
+            // A dialer without a certificate of the cluster's CA is refused here.
+            let tls = tls.map_err(|e| denied_by_tls(&e))?;
+            RpcStream::Accepted(Box::new(tls))
+        }
+    };
     let (mut reader, writer) = stream.split();
     let writer = Rc::new(Writer::new(writer));
     if let Some(secret) = &secret {
@@ -166,7 +178,7 @@ async fn serve_connection(
 
 /// Reads one whole frame; None at a clean end of stream (between frames).
 async fn read_frame(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<RpcStream>,
 ) -> std::io::Result<Option<(Header, Vec<u8>)>> {
     read_frame_of(reader, frame::MAX_FRAME_BYTES).await
 }
@@ -175,7 +187,7 @@ async fn read_frame(
 /// is read: before the cluster-secret handshake a dialer is owed no more memory than a
 /// handshake frame.
 async fn read_frame_of(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<RpcStream>,
     max_payload_bytes: usize,
 ) -> std::io::Result<Option<(Header, Vec<u8>)>> {
     let mut head = [0u8; HEADER_BYTES];
@@ -213,7 +225,7 @@ const PAYLOAD_CHUNK_BYTES: usize = 1 << 20;
 /// Reads a payload of `len_bytes`, its buffer growing only as bytes arrive, so that a header
 /// claiming a large frame (up to `MAX_FRAME_BYTES`) costs no more memory than what was sent.
 async fn read_payload(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<RpcStream>,
     len_bytes: usize,
 ) -> std::io::Result<Vec<u8>> {
     let mut payload = Vec::with_capacity(len_bytes.min(PAYLOAD_CHUNK_BYTES));
@@ -225,18 +237,28 @@ async fn read_payload(
     Ok(payload)
 }
 
+fn timed_out(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, why.to_string())
+}
+
+/// A TLS handshake refused: logged as a refusal (PermissionDenied), at most once per interval.
+fn denied_by_tls(e: &std::io::Error) -> std::io::Error {
+    let why = format!("TLS handshake failed: {e}: check that every node's certificate is signed by the cluster's CA ([tls] ca_file) for the address it is dialed at");
+    std::io::Error::new(std::io::ErrorKind::PermissionDenied, why)
+}
+
 fn invalid(e: FrameError) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
 }
 
 /// A connection's sending side: whole frames, one at a time.
 struct Writer {
-    half: RefCell<Option<WriteHalf<TcpStream>>>,
+    half: RefCell<Option<WriteHalf<RpcStream>>>,
     lock: Semaphore,
 }
 
 impl Writer {
-    fn new(half: WriteHalf<TcpStream>) -> Writer {
+    fn new(half: WriteHalf<RpcStream>) -> Writer {
         Writer {
             half: RefCell::new(Some(half)),
             lock: Semaphore::new(1),
@@ -253,7 +275,11 @@ impl Writer {
         // Taken out while writing (the lock makes this the only writer), so no borrow is held
         // across the await.
         let mut half = self.half.borrow_mut().take().ok_or_else(closed)?;
-        let result = half.write_all(&bytes).await;
+        // Flushed: TLS holds written bytes until then.
+        let result = match half.write_all(&bytes).await {
+            Ok(()) => half.flush().await,
+            Err(e) => Err(e),
+        };
         if result.is_ok() {
             *self.half.borrow_mut() = Some(half);
         }
@@ -348,10 +374,13 @@ impl Peer {
         if e.kind() != std::io::ErrorKind::PermissionDenied {
             return;
         }
+        let hint = match e.to_string().starts_with("TLS handshake failed") {
+            true => "",
+            false => ": check that both have the same [cluster] secret",
+        };
         if let Some(n) = limiter.admit(born.elapsed().as_millis() as u64) {
             log::error!(
-                "rpc: node at {} refused: {e}: check that both have the same [cluster] secret \
-                 ({n} more not logged)",
+                "rpc: node at {} refused: {e}{hint} ({n} more not logged)",
                 self.addr
             );
         }
@@ -373,6 +402,13 @@ impl Peer {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let _ = stream.set_nodelay(true);
+        let stream = match self.dial_tls(stream).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.log_refusal(&e);
+                return Err(e);
+            }
+        };
         let (mut reader, writer) = stream.split();
         let writer = Writer::new(writer);
         if let Some(secret) = &self.secret {
@@ -400,8 +436,31 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// A new connection as RPC is spoken on this cluster: TLS where it is encrypted, the peer's
+    /// certificate checked against the CA for the address dialed.
+    async fn dial_tls(&self, stream: TcpStream) -> std::io::Result<RpcStream> {
+        let Some(dialer) = tls::rpc_dialer() else {
+            return Ok(RpcStream::Plain(stream));
+        };
+        let host = self
+            .addr
+            .rsplit_once(':')
+            .map_or(self.addr.as_str(), |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = rustls_pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}"))
+        })?;
+        let dialed = within(CONNECT_TIMEOUT, dialer.connect(name, stream)).await;
+        let tls = dialed.unwrap_or_else(|| Err(timed_out("TLS handshake timed out")));
+        Ok(RpcStream::Dialed(Box::new(
+            tls.map_err(|e| denied_by_tls(&e))?,
+        )))
+    }
+}
+
 /// Hands each reply on an outgoing connection to its caller; a broken stream fails them all.
-async fn read_replies(mut reader: ReadHalf<TcpStream>, conn: Rc<Conn>) {
+async fn read_replies(mut reader: ReadHalf<RpcStream>, conn: Rc<Conn>) {
     while let Ok(Some((header, payload))) = read_frame(&mut reader).await {
         let waiter = conn.waiters.borrow_mut().remove(&header.correlation);
         if let Some(tx) = waiter {

@@ -5,7 +5,7 @@
 //! server's side (`server/tls.rs`) is; both read PEM files through the helpers here.
 
 use crate::config::security::TlsConfig;
-use futures_rustls::TlsConnector;
+use futures_rustls::{TlsAcceptor, TlsConnector};
 use rustls::ClientConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -64,7 +64,37 @@ pub fn load(tls: &TlsConfig) -> anyhow::Result<()> {
         .with_client_auth_cert(chain, key)
         .map_err(|e| unusable(&tls.key_file, &e))?;
     *CURRENT.write().expect("TLS client lock") = Some(TlsConnector::from(Arc::new(config)));
+    let acceptor = rpc_server(tls, ca_file)?;
+    *RPC_ACCEPTOR.write().expect("TLS RPC lock") = Some(acceptor);
     Ok(())
+}
+
+/// The RPC listener's TLS side, once `load` found a trusted CA: every RPC connection is then
+/// TLS, accepted only from a dialer whose certificate the CA signed (mutual TLS), and dialed
+/// only to a peer whose certificate the CA signed for the address dialed.
+static RPC_ACCEPTOR: RwLock<Option<TlsAcceptor>> = RwLock::new(None);
+
+fn rpc_server(tls: &TlsConfig, ca_file: &Path) -> anyhow::Result<TlsAcceptor> {
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots(ca_file)?, provider())
+            .build()
+            .map_err(|e| unusable(ca_file, &e))?;
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certificates(&tls.cert_file)?, private_key(&tls.key_file)?)
+        .map_err(|e| unusable(&tls.cert_file, &e))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The RPC listener's TLS acceptor, where RPC is encrypted.
+pub fn rpc_acceptor() -> Option<TlsAcceptor> {
+    RPC_ACCEPTOR.read().expect("TLS RPC lock").clone()
+}
+
+/// What dials a peer's RPC port, where RPC is encrypted.
+pub fn rpc_dialer() -> Option<TlsConnector> {
+    rpc_acceptor().and(connector())
 }
 
 /// The client side in force, if loaded.

@@ -25,9 +25,13 @@ struct Acceptors {
 
 static CURRENT: RwLock<Option<Arc<Acceptors>>> = RwLock::new(None);
 
-/// Loads `[tls]` at start, where a listener uses TLS. Err: the files are unusable (start-up
-/// stops, naming them).
+/// Loads `[tls]` at start, where a listener uses TLS or the node is clustered. Err: the files
+/// are unusable (start-up stops, naming them).
 pub fn load(config: &Config) -> anyhow::Result<()> {
+    // A node of a cluster with a trusted CA dials TLS listeners and speaks TLS on its RPC port.
+    if let (Some(tls), true) = (&config.tls, config.is_clustered()) {
+        rpc_tls::load(tls)?;
+    }
     let uses_tls = config
         .effective_listeners()
         .iter()
@@ -37,9 +41,6 @@ pub fn load(config: &Config) -> anyhow::Result<()> {
     };
     let acceptors = build(tls)?;
     *CURRENT.write().expect("TLS config lock") = Some(Arc::new(acceptors));
-    if config.is_clustered() {
-        rpc_tls::load(tls)?;
-    }
     if kernel_tls_available() {
         log::info!("TLS: the kernel's tls module is loaded, but Sluice does not offload to it yet; TLS fetches are copied and encrypted in user space");
     } else {
@@ -52,6 +53,11 @@ pub fn load(config: &Config) -> anyhow::Result<()> {
 pub fn reload(config: &Config) {
     let Some(tls) = &config.tls else { return };
     if CURRENT.read().expect("TLS config lock").is_none() {
+        if config.is_clustered() {
+            if let Err(e) = rpc_tls::load(tls) {
+                log::error!("TLS: reload failed, keeping the previous certificate: {e}");
+            }
+        }
         return;
     }
     let reloaded = build(tls).and_then(|a| {

@@ -5,10 +5,13 @@ and an EXTERNAL SASL_SSL listener for clients; authorization is on and the nodes
 secret), transaction markers cross nodes the same way, ACLs made on one node hold on all, and
 the RPC port admits only connections that prove the secret."""
 import json
+import os
 import signal
 import socket
+import ssl
 import struct
 import subprocess
+import threading
 import time
 import uuid
 
@@ -205,32 +208,75 @@ def rpc_frame(kind, payload):
     return struct.pack(">I", len(head) + len(payload)) + head + payload
 
 
+def rpc_tls(port: int, pki, cert: str | None = "server") -> ssl.SSLSocket:
+    """A TLS connection to a node's RPC port as a node dials it: the cluster's CA, and the
+    certificate `cert` (None: none)."""
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    if cert is not None:
+        ctx.load_cert_chain(pki / f"{cert}.pem", pki / f"{cert}-key.pem")
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def closed(sock, timeout_s=15) -> bool:
+    """Whether the peer closes `sock` (a TLS alert first counts: it ends the session)."""
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        return True
+
+
+def read_to_close(sock, timeout_s=15) -> bytes:
+    sock.settimeout(timeout_s)
+    got = b""
+    try:
+        while chunk := sock.recv(4096):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return got
+
+
 def test_the_rpc_port_and_the_node_user_need_the_secret(tmp_path, pki):
-    """One node, then a second whose secret differs: it never joins. Raw RPC connections that
-    skip the handshake or prove a wrong secret are closed; a client cannot log in as the node
-    user without the secret."""
+    """One node, then a second whose secret differs, then a third whose certificate the
+    cluster's CA did not sign: neither joins. The RPC port speaks TLS only (the node has a CA):
+    plaintext and certificates of another CA are refused at TLS; over TLS, raw RPC connections
+    that skip the handshake or prove a wrong secret are closed; a client cannot log in as the
+    node user without the secret."""
     s = Secured(tmp_path / "cluster", pki, nodes=1)
     wrong = Secured(tmp_path / "wrong", pki, nodes=1, secret="x" * 32).cluster
+    mallory = Secured(tmp_path / "mallory", pki, nodes=1).cluster
     try:
         s.cluster.start()
         s.cluster.wait_for_brokers({1})
         node = s.cluster.nodes[1]
         # A first frame that claims 200 MiB is refused from its header, before any payload is
         # read or memory given to it (the first refusal, so the one logged).
-        with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
+        # (Over TLS, with a node's certificate: the port speaks TLS only, see below.)
+        with rpc_tls(node.rpc_port, pki) as sock:
             sock.sendall(struct.pack(">IHBBQI", 200 << 20, 0x534C, 2, 0xF0, 0, 0))
-            assert kw.closed_by_peer(sock, timeout_s=15)
+            assert closed(sock)
         wait_until(lambda: "a frame of 209715184 bytes where at most 32 fit" in node.log(), 5,
                    "the refusal logged")
-        with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
+        with rpc_tls(node.rpc_port, pki) as sock:
             sock.sendall(rpc_frame(1, b"raft?"))
-            assert kw.closed_by_peer(sock, timeout_s=15)
-        with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
+            assert closed(sock)
+        with rpc_tls(node.rpc_port, pki) as sock:
             sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
             challenge = kw.recv_exact(sock, 4 + 16 + 64)
             assert challenge[7] == 0xF1  # size, magic, version, then the kind
             sock.sendall(rpc_frame(0xF2, b"\x00" * 32))
-            assert kw.closed_by_peer(sock, timeout_s=15)
+            assert closed(sock)
+        # Plaintext, or TLS without a certificate the cluster's CA signed: refused at TLS.
+        with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
+            sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
+            answer = read_to_close(sock)
+            assert answer[:1] in (b"", b"\x15"), answer[:16]  # nothing, or a TLS alert
+        for cert in (None, "mallory"):
+            with rpc_tls(node.rpc_port, pki, cert) as sock:
+                sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
+                assert closed(sock)
         # The node user, guessed: refused like any wrong password.
         p = Producer(s.conf(user=("__sluice_node", "guess")))
         with pytest.raises(Exception):
@@ -253,6 +299,89 @@ def test_the_rpc_port_and_the_node_user_need_the_secret(tmp_path, pki):
         wait_until(lambda: "does not hold this cluster's secret: check that both have the same"
                    in stranger.log(), 20, "the stranger to be refused")
         assert set(s.cluster.metadata(1).brokers) == {1}
+        # A node with the secret but a certificate the cluster's CA did not sign: refused at TLS
+        # (its RPC and its inter-broker logins), so it never registers either.
+        impostor = mallory.nodes[1]
+        impostor.node_id, impostor.voters = 3, s.cluster.voters
+        impostor.config = impostor.config.replace("/server.pem", "/mallory.pem").replace(
+            "/server-key.pem", "/mallory-key.pem")
+        impostor.set_args()
+        impostor.start()
+        wait_until(lambda: "refused: TLS handshake failed" in node.log(), 30, "the impostor refused at TLS")
+        assert set(s.cluster.metadata(1).brokers) == {1}
     finally:
         wrong.stop()
+        mallory.stop()
         s.cluster.stop()
+
+
+class Sniffer:
+    """Captures TCP payloads on the loopback interface (a raw packet socket: root only) to or
+    from `ports`, as tcpdump would."""
+
+    ETH_P_ALL = 0x0003
+
+    def __init__(self, ports: set[int]):
+        self.ports = ports
+        self.payloads: dict[int, bytearray] = {p: bytearray() for p in ports}
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(self.ETH_P_ALL))
+        self.sock.bind(("lo", 0))
+        self.sock.settimeout(0.2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                frame = self.sock.recv(1 << 16)
+            except socket.timeout:
+                continue
+            if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:  # IPv4, TCP
+                continue
+            ip = frame[14:]
+            tcp = ip[(ip[0] & 0x0F) * 4:]
+            sport, dport = struct.unpack(">HH", tcp[:4])
+            payload = tcp[(tcp[12] >> 4) * 4:]
+            for port in {sport, dport} & self.ports:
+                self.payloads[port] += payload
+
+    def close(self) -> dict[int, bytes]:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+        return {p: bytes(b) for p, b in self.payloads.items()}
+
+
+def test_node_to_node_rpc_is_encrypted(secured):
+    """A capture of every RPC port while a topic is created, its metadata replicated over Raft
+    and records produced shows no plaintext: the topic's name, which the metadata log carries,
+    never appears there, while the same capture finds it in a request on the PLAINTEXT client
+    listener."""
+    if os.geteuid() != 0:
+        pytest.skip("a packet capture needs root")
+    s = secured
+    rpc = {n.rpc_port for n in s.cluster.nodes.values()}
+    plaintext = s.cluster.nodes[1].port
+    name = f"sniffed-{uuid.uuid4().hex}"
+    sniffer = Sniffer(rpc | {plaintext})
+    try:
+        admin = s.admin(2)
+        admin.create_topics([NewTopic(name, 3, 3)])[name].result(30)
+        wait_until(lambda: name in admin.list_topics(timeout=10).topics, 30, "the topic")
+        # A Metadata request naming the topic on the PLAINTEXT listener: the capture's control.
+        with socket.create_connection(("127.0.0.1", plaintext), timeout=10) as sock:
+            sock.sendall(kw.request(3, 1, 1, struct.pack(">i", 1) + kw.string(name)))
+            kw.read_response(sock)
+        p = Producer({**s.conf(), "acks": "all"})
+        for i in range(100):
+            p.produce(name, value=f"{name}-{i}".encode(), partition=i % 3)
+        assert p.flush(45) == 0
+    finally:
+        captured = sniffer.close()
+    assert name.encode() in captured[plaintext], "the capture missed the plaintext listener's request"
+    rpc_bytes = b"".join(captured[port] for port in rpc)
+    # Raft's entries, heartbeats and the forwarded CreateTopics: kilobytes, as TLS records.
+    assert len(rpc_bytes) > 1000 and b"\x17\x03\x03" in rpc_bytes, rpc_bytes[:64]
+    assert name.encode() not in rpc_bytes, "an RPC port carried the topic's name in plaintext"
+    assert b"SL\x02" not in rpc_bytes, "an RPC port carried a plaintext frame header"
