@@ -205,16 +205,29 @@ pub fn admin(common: &Common) -> anyhow::Result<(AdminClient<Context>, AdminOpti
     Ok((admin, options))
 }
 
-/// Every named outcome of an admin request (topics, groups) succeeded, or one error naming
-/// each failure.
+/// Every named outcome of an admin request (groups) succeeded, or one error naming each
+/// failure.
 pub fn all_done(
     admin: &AdminClient<Context>,
     what: &str,
     results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
 ) -> anyhow::Result<()> {
-    let failed: Vec<String> = results
+    let outcomes = results.into_iter().map(|r| match r {
+        Ok(name) => (name, None),
+        Err((name, code)) => (name, Some(code.to_string())),
+    });
+    all_succeeded(admin, what, outcomes.collect())
+}
+
+/// `all_done` for outcomes that carry their error's description (`topic_admin::Outcome`).
+pub fn all_succeeded(
+    admin: &AdminClient<Context>,
+    what: &str,
+    outcomes: Vec<(String, Option<String>)>,
+) -> anyhow::Result<()> {
+    let failed: Vec<String> = outcomes
         .into_iter()
-        .filter_map(|r| r.err().map(|(name, code)| format!("{name}: {code}")))
+        .filter_map(|(name, error)| error.map(|e| format!("{name}: {e}")))
         .collect();
     match failed.is_empty() {
         true => Ok(()),

@@ -14,6 +14,7 @@ mod output;
 mod position;
 mod produce;
 mod topic;
+mod topic_admin;
 
 pub use args::Tool;
 

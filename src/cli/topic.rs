@@ -1,11 +1,11 @@
-//! `sluice topic ...`: a topic's life cycle through librdkafka's admin API.
+//! `sluice topic ...`: a topic's life cycle through librdkafka's admin API (create, add
+//! partitions and delete through its C API, `topic_admin.rs`, for the broker's error messages).
 
 use super::args::{Common, TopicCommand};
 use super::client::{self, block_on};
 use super::output::{self, Table};
-use rdkafka::admin::{
-    AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
-};
+use super::topic_admin::{self, TopicOp};
+use rdkafka::admin::{AlterConfig, ConfigSource, ResourceSpecifier};
 use rdkafka::consumer::Consumer;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -44,15 +44,17 @@ fn create(
     replicas: i32,
     configs: &[(String, String)],
 ) -> anyhow::Result<()> {
-    let (admin, options) = client::admin(common)?;
-    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replicas));
-    for (k, v) in configs {
-        topic = topic.set(k, v);
-    }
+    let (admin, _) = client::admin(common)?;
+    let op = TopicOp::Create {
+        name,
+        partitions,
+        replicas,
+        configs,
+    };
     let what = format!("creating topic {name}");
-    let results = block_on(admin.create_topics([&topic], &options))
+    let outcomes = topic_admin::run(&admin, op, client::timeout(common))
         .map_err(|e| admin.inner().context().error(&what, e))?;
-    client::all_done(&admin, &what, results)?;
+    client::all_succeeded(&admin, &what, outcomes)?;
     let json = json!({"topic": name, "partitions": partitions, "replicas": replicas});
     output::print(common.format, &json, || {
         format!("created topic {name}: {partitions} partitions, {replicas} replicas\n")
@@ -217,11 +219,15 @@ fn alter_config(
 }
 
 fn add_partitions(common: &Common, name: &str, total: usize) -> anyhow::Result<()> {
-    let (admin, options) = client::admin(common)?;
+    let (admin, _) = client::admin(common)?;
     let what = format!("adding partitions to topic {name}");
-    let results = block_on(admin.create_partitions([&NewPartitions::new(name, total)], &options))
+    let op = TopicOp::AddPartitions {
+        name,
+        total: i32::try_from(total)?,
+    };
+    let outcomes = topic_admin::run(&admin, op, client::timeout(common))
         .map_err(|e| admin.inner().context().error(&what, e))?;
-    client::all_done(&admin, &what, results)?;
+    client::all_succeeded(&admin, &what, outcomes)?;
     let json = json!({"topic": name, "partitions": total});
     output::print(common.format, &json, || {
         format!("topic {name} now has {total} partitions\n")
@@ -230,11 +236,10 @@ fn add_partitions(common: &Common, name: &str, total: usize) -> anyhow::Result<(
 }
 
 fn delete(common: &Common, names: &[String]) -> anyhow::Result<()> {
-    let (admin, options) = client::admin(common)?;
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let results = block_on(admin.delete_topics(&refs, &options))
+    let (admin, _) = client::admin(common)?;
+    let outcomes = topic_admin::run(&admin, TopicOp::Delete { names }, client::timeout(common))
         .map_err(|e| admin.inner().context().error("deleting topics", e))?;
-    client::all_done(&admin, "deleting topics", results)?;
+    client::all_succeeded(&admin, "deleting topics", outcomes)?;
     output::print(common.format, &json!({"deleted": names}), || {
         format!("deleted {}\n", names.join(", "))
     });

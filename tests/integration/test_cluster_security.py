@@ -190,6 +190,18 @@ def test_a_secured_cluster_replicates_authorizes_and_survives_a_leader(secured):
         return json.loads(p.stdout)["healthy"] is True
 
     wait_until(healthy, 45, "sluice cluster health to say healthy")
+    # Topic commands too (librdkafka's C admin calls, for the broker's messages), as bob: refused
+    # with the authorizer's code, then made as the admin.
+    def topic(user, *args):
+        conf = [f"{k}={v}" for k, v in s.conf(user=user).items() if k != "bootstrap.servers"]
+        return subprocess.run([str(BINARY), "topic", *args, "--brokers", s.conf()["bootstrap.servers"],
+                               *[a for kv in conf for a in ("-X", kv)]], capture_output=True, text=True, timeout=60)
+
+    refused = topic(BOB, "create", "cli-made", "-p", "2", "-r", "3")
+    assert refused.returncode != 0 and "TopicAuthorizationFailed" in refused.stderr, refused.stderr
+    made = topic(ADMIN, "create", "cli-made", "-p", "2", "-r", "3")
+    assert made.returncode == 0, made.stderr
+    assert len(survivors.list_topics(timeout=10).topics["cli-made"].partitions) == 2
     for n, addr in s.metrics.items():
         assert total(addr, "sluice_authentication_failures_total") == 0, f"node {n}"
         assert "logging in as __sluice_node" not in s.cluster.nodes[n].log()

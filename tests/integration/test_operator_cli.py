@@ -54,6 +54,13 @@ def test_topic_life_cycle(broker):
 
     ok(broker, "topic", "add-partitions", "orders", "-n", "5")
     assert len(as_json(broker, "topic", "describe", "orders")["partitions"]) == 5
+    # A refusal says what the broker said, not only its code.
+    fewer = sluice(broker, "topic", "add-partitions", "orders", "-n", "2")
+    assert fewer.returncode != 0 and "InvalidPartitions" in fewer.stderr, fewer.stderr
+    assert "topic orders already has 5 partitions" in fewer.stderr, fewer.stderr
+    wide = sluice(broker, "topic", "create", "wide", "-r", "3")
+    assert wide.returncode != 0 and "InvalidReplicationFactor" in wide.stderr, wide.stderr
+    assert "this broker runs alone and stores one replica" in wide.stderr, wide.stderr
 
     again = sluice(broker, "topic", "create", "orders")
     assert again.returncode != 0
