@@ -46,10 +46,12 @@ def test_pinned_topic(make_broker):
     assert sum(len(v) for v in got.values()) == 400
 
 
-def shard_cpus(broker) -> dict[int, set[int]]:
-    """{shard: the CPUs its thread may run on}, from /proc."""
+def shard_threads(broker) -> dict[int, list[set[int]]]:
+    """{shard: the CPUs each of its threads may run on, oldest thread first}, from /proc: the
+    executor's thread, then its blocking thread (same name; recompression, journal making)."""
     found = {}
-    for task in (Path("/proc") / str(broker.proc.pid) / "task").iterdir():
+    tasks = sorted((Path("/proc") / str(broker.proc.pid) / "task").iterdir(), key=lambda t: int(t.name))
+    for task in tasks:
         name = (task / "comm").read_text().strip()
         if m := re.fullmatch(r"shard-(\d+)-\d+", name):
             allowed = re.search(r"Cpus_allowed_list:\s*(\S+)", (task / "status").read_text()).group(1)
@@ -57,14 +59,25 @@ def shard_cpus(broker) -> dict[int, set[int]]:
             for part in allowed.split(","):
                 lo, _, hi = part.partition("-")
                 cpus.update(range(int(lo), int(hi or lo) + 1))
-            found[int(m.group(1))] = cpus
+            found.setdefault(int(m.group(1)), []).append(cpus)
     return found
+
+
+def shard_cpus(broker) -> dict[int, set[int]]:
+    """{shard: the CPUs its executor's thread may run on}."""
+    return {shard: threads[0] for shard, threads in shard_threads(broker).items()}
+
+
+def blocking_cpus(broker) -> dict[int, set[int]]:
+    """{shard: the CPUs its blocking thread may run on}: any of the broker's."""
+    return {shard: threads[1] for shard, threads in shard_threads(broker).items()}
 
 
 def test_shards_are_pinned_by_default_and_placed_by_the_kernel_when_asked(make_broker):
     online = set(os.sched_getaffinity(0))
     pinned = make_broker(shards=2)
     assert shard_cpus(pinned) == {0: {0 % len(online)}, 1: {1 % len(online)}}
+    assert blocking_cpus(pinned) == {0: online, 1: online}
     placed = make_broker(shards=2, config="pin_shards = false\n")
     assert shard_cpus(placed) == {0: online, 1: online}
     # Unpinned shards still own their partitions and forward to each other.
@@ -77,6 +90,7 @@ def test_shards_are_pinned_by_default_and_placed_by_the_kernel_when_asked(make_b
         check_partition(got[p], want[p], f"placed[{p}]")
     fenced = make_broker(shards=2, config="pin_shards = false\ncpus = [0]\n")
     assert shard_cpus(fenced) == {0: {0}, 1: {0}}
+    assert blocking_cpus(fenced) == {0: {0}, 1: {0}}
 
 
 def test_shards_stay_on_the_cpus_the_broker_was_started_on(make_broker):
