@@ -33,6 +33,81 @@ pub enum Tool {
     /// The cluster's brokers, controller and health.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Set, list and delete SCRAM users (a SASL cluster's logins).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Create a user's SCRAM credential, or replace its password.
+    ///
+    /// Example: sluice user set alice --password 'alice-secret' --mechanism SCRAM-SHA-512
+    Set {
+        name: String,
+        #[arg(long)]
+        password: String,
+        #[arg(long, value_enum, default_value_t = Mechanism::Sha512)]
+        mechanism: Mechanism,
+        /// PBKDF2 iterations (Kafka's minimum and default is 4096).
+        #[arg(long, default_value_t = 4096)]
+        iterations: i32,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Users and their SCRAM mechanisms (all users, or those named).
+    ///
+    /// Example: sluice user list --format json
+    List {
+        names: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Delete a user's credentials (every mechanism it has, or those named).
+    ///
+    /// Example: sluice user delete alice --mechanism SCRAM-SHA-256
+    Delete {
+        name: String,
+        #[arg(long = "mechanism", value_enum)]
+        mechanisms: Vec<Mechanism>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// A SCRAM mechanism, by Kafka's name.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    #[value(name = "SCRAM-SHA-256")]
+    Sha256,
+    #[value(name = "SCRAM-SHA-512")]
+    Sha512,
+}
+
+impl Mechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Sha256 => "SCRAM-SHA-256",
+            Mechanism::Sha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    pub fn native(self) -> rdkafka::bindings::rd_kafka_ScramMechanism_t {
+        use rdkafka::bindings::rd_kafka_ScramMechanism_t::*;
+        match self {
+            Mechanism::Sha256 => RD_KAFKA_SCRAM_MECHANISM_SHA_256,
+            Mechanism::Sha512 => RD_KAFKA_SCRAM_MECHANISM_SHA_512,
+        }
+    }
+
+    pub fn of(native: rdkafka::bindings::rd_kafka_ScramMechanism_t) -> Option<Mechanism> {
+        use rdkafka::bindings::rd_kafka_ScramMechanism_t::*;
+        match native {
+            RD_KAFKA_SCRAM_MECHANISM_SHA_256 => Some(Mechanism::Sha256),
+            RD_KAFKA_SCRAM_MECHANISM_SHA_512 => Some(Mechanism::Sha512),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Args, Clone, Debug)]

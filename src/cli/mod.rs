@@ -1,4 +1,4 @@
-//! The operator's command line (`sluice topic|produce|consume|group|cluster`), built on
+//! The operator's command line (`sluice topic|produce|consume|group|cluster|user`), built on
 //! librdkafka (the `rdkafka` crate) like `sluice bench`, so that it works against any
 //! Kafka-compatible broker. Tables for people, JSON (`--format json`) for scripts; a failure is
 //! one line on stderr naming its cause and a non-zero exit, bounded by `--timeout-s`.
@@ -10,11 +10,13 @@ mod client;
 mod cluster;
 mod consume;
 mod group;
+mod native_admin;
 mod output;
 mod position;
 mod produce;
 mod topic;
 mod topic_admin;
+mod user;
 
 pub use args::Tool;
 
@@ -26,5 +28,6 @@ pub fn run(tool: Tool) -> anyhow::Result<i32> {
         Tool::Consume(a) => consume::run(a),
         Tool::Group(c) => group::run(c),
         Tool::Cluster(c) => cluster::run(c),
+        Tool::User(c) => user::run(c),
     }
 }

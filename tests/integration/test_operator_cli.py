@@ -249,7 +249,8 @@ def test_healthz_and_readyz(make_broker, tmp_path):
 
 
 def test_help_has_examples_and_completions_are_generated():
-    for cmd in (["topic", "create"], ["produce"], ["consume"], ["group", "seek"], ["cluster", "health"]):
+    for cmd in (["topic", "create"], ["produce"], ["consume"], ["group", "seek"], ["cluster", "health"],
+                ["user", "set"], ["user", "delete"]):
         p = subprocess.run([str(BINARY), *cmd, "--help"], capture_output=True, text=True, timeout=10)
         assert p.returncode == 0 and "sluice " in p.stdout and "Example" in p.stdout, (cmd, p.stdout)
     p = subprocess.run([str(BINARY), "completions", "bash"], capture_output=True, text=True, timeout=10)

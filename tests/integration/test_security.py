@@ -22,7 +22,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    UserScramCredentialUpsertion)
 
 import kafka_wire
-from broker import free_port
+from broker import BINARY, free_port
 from conftest import openssl
 from metrics import metrics_config, total
 from waiting import wait_until
@@ -547,3 +547,39 @@ def test_sessions_are_reauthenticated(make_broker, pki):
         time.sleep(2)
         sock.sendall(frame(3, 1, 3, struct.pack(">i", -1)))
         assert closed(sock)
+
+
+def test_sluice_user_manages_scram_logins(make_broker, pki):
+    """`sluice user set|list|delete` over SASL_SSL as the admin: a user it sets logs in with that
+    mechanism and password (and no other password), `list` shows mechanisms and iterations,
+    `delete` ends the logins; a user without ALTER on the cluster is refused with the
+    authorizer's code; an unknown user's `list` names it."""
+    s = Secure(make_broker, pki, authorization=True)
+
+    def user(who, *args):
+        conf = s.conf("SASL_SSL", "SCRAM-SHA-512", user=who)
+        settings = [a for k, v in conf.items() if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
+        return subprocess.run([str(BINARY), "user", *args, "--brokers", conf["bootstrap.servers"], *settings],
+                              capture_output=True, text=True, timeout=60)
+
+    alice = ("alice", "alice-pw")
+    made = user(ADMIN, "set", "alice", "--password", alice[1], "--mechanism", "SCRAM-SHA-256")
+    assert made.returncode == 0 and "set SCRAM-SHA-256 credential of user alice" in made.stdout, made.stderr
+    assert login_error(s.conf("SASL_SSL", "SCRAM-SHA-256", user=alice)) is None
+    assert login_error(s.conf("SASL_SSL", "SCRAM-SHA-256", user=("alice", "guess"))) is not None
+    assert login_error(s.conf("SASL_SSL", "SCRAM-SHA-512", user=alice)) is not None
+    assert user(ADMIN, "set", "bob", "--password", "bob-pw", "--iterations", "8192").returncode == 0
+    listed = user(ADMIN, "list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {(r["user"], r["mechanism"], r["iterations"]) for r in json.loads(listed.stdout)}
+    assert {r for r in rows if r[0] != "admin"} == {("alice", "SCRAM-SHA-256", 4096), ("bob", "SCRAM-SHA-512", 8192)}
+    assert any(r[0] == "admin" for r in rows), rows
+    # Bob logs in, but may not manage users: the cluster authorizer's refusal, by name.
+    refused = user(("bob", "bob-pw"), "set", "mallory", "--password", "x")
+    assert refused.returncode != 0 and "ClusterAuthorizationFailed" in refused.stderr, refused.stderr
+    gone = user(ADMIN, "delete", "alice")
+    assert gone.returncode == 0 and "deleted SCRAM-SHA-256 of user alice" in gone.stdout, gone.stderr
+    assert login_error(s.conf("SASL_SSL", "SCRAM-SHA-256", user=alice)) is not None
+    unknown = user(ADMIN, "list", "alice")
+    assert unknown.returncode != 0 and "alice" in unknown.stderr and "ResourceNotFound" in unknown.stderr, \
+        unknown.stderr
