@@ -3,9 +3,10 @@
 //! (`native_admin.rs`; the rdkafka crate has neither). The broker stores salted keys only.
 
 use super::args::{Common, Mechanism, UserCommand};
-use super::client;
+use super::client::{self, Context};
 use super::native_admin::{self as native, c, text, Guard, Request};
 use super::output::{self, Table};
+use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use serde_json::{json, Value};
 
@@ -45,7 +46,8 @@ fn set(
         password,
         iterations,
     };
-    alter(common, name, &[(mechanism, change)], "setting")?;
+    let (admin, _) = client::admin(common)?;
+    alter(&admin, common, name, &[(mechanism, change)], "setting")?;
     let json = json!({"user": name, "mechanism": mechanism.name(), "iterations": iterations});
     output::print(common.format, &json, || {
         format!("set {} credential of user {name}\n", mechanism.name())
@@ -54,10 +56,11 @@ fn set(
 }
 
 fn delete(common: &Common, name: &str, mechanisms: &[Mechanism]) -> anyhow::Result<()> {
+    let (admin, _) = client::admin(common)?;
     let mechanisms = match mechanisms.is_empty() {
         false => mechanisms.to_vec(),
         true => {
-            let held = describe(common, &[name.to_string()])?;
+            let held = describe(&admin, common, &[name.to_string()])?;
             held.into_iter().map(|(_, m, _)| m).collect()
         }
     };
@@ -65,7 +68,7 @@ fn delete(common: &Common, name: &str, mechanisms: &[Mechanism]) -> anyhow::Resu
         .iter()
         .map(|m| (*m, Alteration::Delete))
         .collect();
-    alter(common, name, &changes, "deleting")?;
+    alter(&admin, common, name, &changes, "deleting")?;
     let names: Vec<&str> = mechanisms.iter().map(|m| m.name()).collect();
     output::print(
         common.format,
@@ -76,7 +79,8 @@ fn delete(common: &Common, name: &str, mechanisms: &[Mechanism]) -> anyhow::Resu
 }
 
 fn list(common: &Common, names: &[String]) -> anyhow::Result<()> {
-    let rows = describe(common, names)?;
+    let (admin, _) = client::admin(common)?;
+    let rows = describe(&admin, common, names)?;
     let json: Vec<Value> = rows
         .iter()
         .map(|(u, m, i)| json!({"user": u, "mechanism": m.name(), "iterations": i}))
@@ -93,22 +97,22 @@ fn list(common: &Common, names: &[String]) -> anyhow::Result<()> {
 
 /// Applies `changes` to user `name`'s credentials; Err names each refused one.
 fn alter(
+    admin: &AdminClient<Context>,
     common: &Common,
     name: &str,
     changes: &[(Mechanism, Alteration)],
     doing: &str,
 ) -> anyhow::Result<()> {
-    let (admin, _) = client::admin(common)?;
     let what = format!("{doing} credentials of user {name}");
     let kind = rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_ALTERUSERSCRAMCREDENTIALS;
     // SAFETY: `submit_alter` hands librdkafka alterations it keeps alive for the call; the
     // event's responses are read while the event lives.
-    let event = native::call(&admin, kind, client::timeout(common), |r| unsafe {
+    let event = native::call(admin, kind, client::timeout(common), |r| unsafe {
         submit_alter(r, name, changes)
     })
     .map_err(|e| admin.inner().context().error(&what, e))?;
     let outcomes = unsafe { altered(event.0) };
-    client::all_succeeded(&admin, &what, outcomes)
+    client::all_succeeded(admin, &what, outcomes)
 }
 
 unsafe fn submit_alter(
@@ -173,13 +177,16 @@ unsafe fn altered(event: *mut rd::rd_kafka_event_t) -> Vec<(String, Option<Strin
 /// The credentials of `names` (every user's when empty): (user, mechanism, iterations), by
 /// user then mechanism. Err names each user that could not be described (RESOURCE_NOT_FOUND:
 /// no credentials).
-fn describe(common: &Common, names: &[String]) -> anyhow::Result<Vec<(String, Mechanism, i32)>> {
-    let (admin, _) = client::admin(common)?;
+fn describe(
+    admin: &AdminClient<Context>,
+    common: &Common,
+    names: &[String],
+) -> anyhow::Result<Vec<(String, Mechanism, i32)>> {
     let what = "describing users";
     let users: Vec<_> = names.iter().map(|n| c(n)).collect::<anyhow::Result<_>>()?;
     let kind = rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBEUSERSCRAMCREDENTIALS;
     // SAFETY: the names live until the call returns (librdkafka copies them).
-    let event = native::call(&admin, kind, client::timeout(common), |r| unsafe {
+    let event = native::call(admin, kind, client::timeout(common), |r| unsafe {
         let mut raw: Vec<*const std::ffi::c_char> = users.iter().map(|u| u.as_ptr()).collect();
         rd::rd_kafka_DescribeUserScramCredentials(
             r.rk,
@@ -192,7 +199,7 @@ fn describe(common: &Common, names: &[String]) -> anyhow::Result<Vec<(String, Me
     })
     .map_err(|e| admin.inner().context().error(what, e))?;
     let (rows, outcomes) = unsafe { described(event.0) };
-    client::all_succeeded(&admin, what, outcomes)?;
+    client::all_succeeded(admin, what, outcomes)?;
     Ok(rows)
 }
 

@@ -212,10 +212,7 @@ async fn read_frame_of(
     };
     match within(FRAME_READ_TIMEOUT, rest).await {
         Some(r) => r.map(Some),
-        None => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "a frame's bytes did not arrive in time",
-        )),
+        None => Err(timed_out("a frame's bytes did not arrive in time")),
     }
 }
 
@@ -355,10 +352,10 @@ impl Peer {
         match reply {
             Some(Ok(r)) => Ok(r),
             Some(Err(_)) => Err(closed()),
-            None => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no reply from {} in {limit:?}", self.addr),
-            )),
+            None => Err(timed_out(&format!(
+                "no reply from {} in {limit:?}",
+                self.addr
+            ))),
         }
     }
 
@@ -369,15 +366,12 @@ impl Peer {
         }
     }
 
-    fn log_refusal(&self, e: &std::io::Error) {
+    /// Logs a refusal at the handshake (TLS or the secret's), with `hint` on what to check.
+    fn log_refusal(&self, e: &std::io::Error, hint: &str) {
         let (limiter, born) = &self.refusals;
         if e.kind() != std::io::ErrorKind::PermissionDenied {
             return;
         }
-        let hint = match e.to_string().starts_with("TLS handshake failed") {
-            true => "",
-            false => ": check that both have the same [cluster] secret",
-        };
         if let Some(n) = limiter.admit(born.elapsed().as_millis() as u64) {
             log::error!(
                 "rpc: node at {} refused: {e}{hint} ({n} more not logged)",
@@ -399,13 +393,13 @@ impl Peer {
         }
         let stream = within(CONNECT_TIMEOUT, TcpStream::connect(self.addr.as_str()))
             .await
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
+            .ok_or_else(|| timed_out("connect timed out"))?
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let _ = stream.set_nodelay(true);
         let stream = match self.dial_tls(stream).await {
             Ok(s) => s,
             Err(e) => {
-                self.log_refusal(&e);
+                self.log_refusal(&e, "");
                 return Err(e);
             }
         };
@@ -416,12 +410,11 @@ impl Peer {
                 CONNECT_TIMEOUT,
                 handshake::open(&mut reader, &writer, secret),
             );
-            let proven = proven.await.unwrap_or_else(|| {
-                let why = "RPC handshake timed out";
-                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
-            });
+            let proven = proven
+                .await
+                .unwrap_or_else(|| Err(timed_out("RPC handshake timed out")));
             if let Err(e) = proven {
-                self.log_refusal(&e);
+                self.log_refusal(&e, ": check that both have the same [cluster] secret");
                 return Err(e);
             }
         }
@@ -434,9 +427,7 @@ impl Peer {
         *self.conn.borrow_mut() = Some(conn.clone());
         Ok(conn)
     }
-}
 
-impl Peer {
     /// A new connection as RPC is spoken on this cluster: TLS where it is encrypted, the peer's
     /// certificate checked against the CA for the address dialed.
     async fn dial_tls(&self, stream: TcpStream) -> std::io::Result<RpcStream> {

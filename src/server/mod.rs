@@ -128,19 +128,21 @@ fn placement(config: &Config, cpus: &[usize], id: usize) -> anyhow::Result<Place
     if config.cpus.is_empty() {
         return Ok(Placement::Unbound); // the thread inherits the process's CPUs
     }
-    let set = glommio::CpuSet::online()
-        .map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?
-        .filter(|l| cpus.contains(&l.cpu));
-    Ok(Placement::Fenced(set))
+    Ok(Placement::Fenced(cpu_set(cpus)?))
+}
+
+/// `cpus` as glommio's set of online CPUs.
+fn cpu_set(cpus: &[usize]) -> anyhow::Result<glommio::CpuSet> {
+    let online = glommio::CpuSet::online();
+    let online = online.map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?;
+    Ok(online.filter(|l| cpus.contains(&l.cpu)))
 }
 
 /// Where a shard's blocking thread runs (recompression, journal preparation): on any of the
 /// broker's CPUs, not pinned beside its shard, so that the work it takes off a shard's thread
 /// goes to whichever CPU is free.
 fn blocking_placement(cpus: &[usize]) -> anyhow::Result<glommio::PoolPlacement> {
-    let set = glommio::CpuSet::online()
-        .map_err(|e| anyhow::anyhow!("cannot list the CPUs: {e}"))?
-        .filter(|l| cpus.contains(&l.cpu));
+    let set = cpu_set(cpus)?;
     Ok(glommio::PoolPlacement::Fenced(
         BLOCKING_THREADS_PER_SHARD,
         set,

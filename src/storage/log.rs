@@ -1347,12 +1347,17 @@ mod tests {
     }
 
     /// A log of 2 KiB segments holding 30 batches of 3 records (offsets 0..90), not synced.
-    async fn filled_log(path: std::path::PathBuf) -> RefCell<PartitionLog> {
-        let log = RefCell::new(
+    /// The log at `path` with 2 KiB segments (several per `filled_log`), opened or reopened.
+    async fn open_small_segments(path: std::path::PathBuf) -> RefCell<PartitionLog> {
+        RefCell::new(
             PartitionLog::open(path, settings(2048), 0, 0)
                 .await
                 .unwrap(),
-        );
+        )
+    }
+
+    async fn filled_log(path: std::path::PathBuf) -> RefCell<PartitionLog> {
+        let log = open_small_segments(path).await;
         for _ in 0..30 {
             append(&log, 3).await;
         }
@@ -1390,11 +1395,7 @@ mod tests {
                 Some(ReadError::OffsetOutOfRange)
             );
             PartitionLog::close(&log).await.unwrap();
-            let reopened = RefCell::new(
-                PartitionLog::open(path, settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let reopened = open_small_segments(path).await;
             assert_eq!(reopened.borrow().log_end_offset(), 90);
             assert_eq!(
                 read_offsets(&reopened, 31).await,
@@ -1516,11 +1517,7 @@ mod tests {
             assert_eq!(read_offsets(&log, 35).await, (35..41).collect::<Vec<_>>());
             // And a restart without a clean close recovers the same log.
             drop(log);
-            let reopened = RefCell::new(
-                PartitionLog::open(path, settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let reopened = open_small_segments(path).await;
             assert_eq!(reopened.borrow().log_end_offset(), 41);
             assert_eq!(
                 read_offsets(&reopened, 0).await,
@@ -1559,11 +1556,7 @@ mod tests {
                 (198..202).collect::<Vec<_>>()
             );
             drop(log);
-            let reopened = RefCell::new(
-                PartitionLog::open(path.clone(), settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let reopened = open_small_segments(path.clone()).await;
             let l = reopened.borrow();
             assert_eq!((l.log_start_offset, l.log_end_offset()), (198, 202));
             assert_eq!(l.segments[0].meta.base_offset, 198);
@@ -1721,11 +1714,7 @@ mod tests {
             PartitionLog::delete_oldest(&log, count, 0).await.unwrap();
             assert_eq!(read_offsets(&log, cut).await, (cut..90).collect::<Vec<_>>());
             drop(log);
-            let log = RefCell::new(
-                PartitionLog::open(path, settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let log = open_small_segments(path).await;
             assert_eq!(
                 log.borrow().log_start_offset,
                 cut,
@@ -1797,11 +1786,7 @@ mod tests {
             );
             // And a restart finds the same log.
             drop(log);
-            let log = RefCell::new(
-                PartitionLog::open(path, settings(2048), 0, 0)
-                    .await
-                    .unwrap(),
-            );
+            let log = open_small_segments(path).await;
             assert_eq!(read_offsets(&log, 0).await, want);
         });
     }

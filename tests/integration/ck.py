@@ -1,10 +1,20 @@
 """confluent-kafka (librdkafka) helpers."""
+import subprocess
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker import BINARY
 from records import record
+
+
+def sluice_cli(conf: dict, *args, timeout_s=60) -> subprocess.CompletedProcess:
+    """Runs the operator command `sluice ARGS` against the brokers of librdkafka config `conf`,
+    its other settings passed as `-X KEY=VALUE` (as for a secured cluster)."""
+    settings = [a for k, v in conf.items() if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
+    return subprocess.run([str(BINARY), *args, "--brokers", conf["bootstrap.servers"], *settings],
+                          capture_output=True, text=True, timeout=timeout_s)
 
 
 def admin(bootstrap: str) -> AdminClient:

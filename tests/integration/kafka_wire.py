@@ -1,6 +1,7 @@
 """Minimal hand-built Kafka frames for raw-socket tests of malformed input. Only what the tests
 need: a request header v1, a Produce v3 body, and reading a response."""
 import socket
+import ssl
 import struct
 
 
@@ -153,10 +154,12 @@ def produce_v8_result(response: bytes) -> tuple[int, list[tuple[int, str]], str 
 
 
 def closed_by_peer(sock: socket.socket, timeout_s=5.0) -> bool:
+    """Whether the peer closes `sock` (on a TLS socket, an alert first counts: it ends the
+    session)."""
     sock.settimeout(timeout_s)
     try:
         return sock.recv(1) == b""
-    except ConnectionResetError:
+    except (ConnectionResetError, ssl.SSLError):
         return True
 
 

@@ -10,11 +10,11 @@ import signal
 import socket
 import ssl
 import struct
-import subprocess
 import threading
 import time
 import uuid
 
+import ck
 import kafka_wire as kw
 import pytest
 from cluster import FAST, Cluster
@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
-from broker import BINARY, free_port
+from broker import free_port
 from metrics import total
 from waiting import wait_until
 
@@ -180,26 +180,17 @@ def test_a_secured_cluster_replicates_authorizes_and_survives_a_leader(secured):
     wait_until(lambda: fully_in_sync(s, survivors), 45, "the restarted node back in sync")
     # The operator's command line reaches a secured cluster with -X settings, and finds it
     # healthy once the restarted node has caught up on the internal topics too.
-    settings = [f"{k}={v}" for k, v in s.conf().items() if k != "bootstrap.servers"]
-
     def healthy():
-        p = subprocess.run([str(BINARY), "cluster", "health", "--format", "json", "--brokers",
-                            s.conf()["bootstrap.servers"], *[a for kv in settings for a in ("-X", kv)]],
-                           capture_output=True, text=True, timeout=60)
+        p = ck.sluice_cli(s.conf(), "cluster", "health", "--format", "json")
         assert p.returncode in (0, 3), p.stderr  # 3: it asked, and the cluster is not healthy yet
         return json.loads(p.stdout)["healthy"] is True
 
     wait_until(healthy, 45, "sluice cluster health to say healthy")
     # Topic commands too (librdkafka's C admin calls, for the broker's messages), as bob: refused
     # with the authorizer's code, then made as the admin.
-    def topic(user, *args):
-        conf = [f"{k}={v}" for k, v in s.conf(user=user).items() if k != "bootstrap.servers"]
-        return subprocess.run([str(BINARY), "topic", *args, "--brokers", s.conf()["bootstrap.servers"],
-                               *[a for kv in conf for a in ("-X", kv)]], capture_output=True, text=True, timeout=60)
-
-    refused = topic(BOB, "create", "cli-made", "-p", "2", "-r", "3")
+    refused = ck.sluice_cli(s.conf(user=BOB), "topic", "create", "cli-made", "-p", "2", "-r", "3")
     assert refused.returncode != 0 and "TopicAuthorizationFailed" in refused.stderr, refused.stderr
-    made = topic(ADMIN, "create", "cli-made", "-p", "2", "-r", "3")
+    made = ck.sluice_cli(s.conf(), "topic", "create", "cli-made", "-p", "2", "-r", "3")
     assert made.returncode == 0, made.stderr
     assert len(survivors.list_topics(timeout=10).topics["cli-made"].partitions) == 2
     for n, addr in s.metrics.items():
@@ -228,15 +219,6 @@ def rpc_tls(port: int, pki, cert: str | None = "server") -> ssl.SSLSocket:
         ctx.load_cert_chain(pki / f"{cert}.pem", pki / f"{cert}-key.pem")
     raw = socket.create_connection(("127.0.0.1", port), timeout=10)
     return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-
-
-def closed(sock, timeout_s=15) -> bool:
-    """Whether the peer closes `sock` (a TLS alert first counts: it ends the session)."""
-    sock.settimeout(timeout_s)
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionResetError, ssl.SSLError):
-        return True
 
 
 def read_to_close(sock, timeout_s=15) -> bytes:
@@ -268,18 +250,18 @@ def test_the_rpc_port_and_the_node_user_need_the_secret(tmp_path, pki):
         # (Over TLS, with a node's certificate: the port speaks TLS only, see below.)
         with rpc_tls(node.rpc_port, pki) as sock:
             sock.sendall(struct.pack(">IHBBQI", 200 << 20, 0x534C, 2, 0xF0, 0, 0))
-            assert closed(sock)
+            assert kw.closed_by_peer(sock, timeout_s=15)
         wait_until(lambda: "a frame of 209715184 bytes where at most 32 fit" in node.log(), 5,
                    "the refusal logged")
         with rpc_tls(node.rpc_port, pki) as sock:
             sock.sendall(rpc_frame(1, b"raft?"))
-            assert closed(sock)
+            assert kw.closed_by_peer(sock, timeout_s=15)
         with rpc_tls(node.rpc_port, pki) as sock:
             sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
             challenge = kw.recv_exact(sock, 4 + 16 + 64)
             assert challenge[7] == 0xF1  # size, magic, version, then the kind
             sock.sendall(rpc_frame(0xF2, b"\x00" * 32))
-            assert closed(sock)
+            assert kw.closed_by_peer(sock, timeout_s=15)
         # Plaintext, or TLS without a certificate the cluster's CA signed: refused at TLS.
         with socket.create_connection(("127.0.0.1", node.rpc_port), timeout=10) as sock:
             sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
@@ -288,7 +270,7 @@ def test_the_rpc_port_and_the_node_user_need_the_secret(tmp_path, pki):
         for cert in (None, "mallory"):
             with rpc_tls(node.rpc_port, pki, cert) as sock:
                 sock.sendall(rpc_frame(0xF0, b"\x00" * 32))
-                assert closed(sock)
+                assert kw.closed_by_peer(sock, timeout_s=15)
         # The node user, guessed: refused like any wrong password.
         p = Producer(s.conf(user=("__sluice_node", "guess")))
         with pytest.raises(Exception):

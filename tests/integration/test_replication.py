@@ -511,13 +511,25 @@ def wait_same_copy(cluster: Cluster, leader: int, node: int, topic: str, offset:
     wait_until(same, 30, f"node {node}'s copy of {topic} equal to its leader's")
 
 
+def reassign(bootstrap: str, topic: str, target: list[int]):
+    """Moves partition 0 of `topic` to `target` with kafka-python's AlterPartitionReassignments,
+    and waits until no reassignment is in progress."""
+    import kafka
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        assert admin.alter_partition_reassignments({kafka.TopicPartition(topic, 0): target}) == \
+            {kafka.TopicPartition(topic, 0): None}
+        wait_until(lambda: not admin.list_partition_reassignments(), 60, "the reassignment to complete")
+    finally:
+        admin.close()
+
+
 def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
     """Kafka's rule for a follower whose log ends below its leader's log start: a replica added
     to a topic that retention has trimmed, or a node whose partition directory was lost, starts
     over at the leader's log start (or, when that lies inside a batch, at the batch's base),
     catches up and joins the ISR, instead of staying behind for ever."""
-    import kafka
-    from kafka.admin import KafkaAdminClient
     cluster = make_cluster(3, config=AGED, brokers=1)
     cluster.wait_for_brokers({1, 2, 3, 4})
     cluster.create_topic(1, "aged", 1, 3)
@@ -536,13 +548,7 @@ def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
     outsider = next(n for n in (1, 2, 3, 4) if n not in replicas)
     dropped, kept = [r for r in replicas if r != leader]
     target = [leader, kept, outsider]
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        assert admin.alter_partition_reassignments({kafka.TopicPartition("aged", 0): target}) == \
-            {kafka.TopicPartition("aged", 0): None}
-        wait_until(lambda: not admin.list_partition_reassignments(), 60, "the reassignment to complete")
-    finally:
-        admin.close()
+    reassign(bootstrap, "aged", target)
     assert partition_state(cluster, 1, "aged", 0)[1:] == (sorted(target), sorted(target))
     assert partition_state(cluster, 1, "aged", 0)[0] == leader
     wait_same_copy(cluster, leader, outsider, "aged", low)
@@ -569,8 +575,6 @@ def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
 
 
 def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replica(make_cluster):
-    import kafka
-    from kafka.admin import KafkaAdminClient
     cluster = make_cluster(3, brokers=1)
     cluster.wait_for_brokers({1, 2, 3, 4})
     cluster.create_topic(1, "moved", 1, 3)
@@ -592,13 +596,7 @@ def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replic
     assert refused["AllowReplicationFactorChange"] is False
     # The leader's replica moves to the node that had none.
     target = [outsider] + [r for r in replicas if r != leader]
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        assert admin.alter_partition_reassignments({kafka.TopicPartition("moved", 0): target}) == \
-            {kafka.TopicPartition("moved", 0): None}
-        wait_until(lambda: not admin.list_partition_reassignments(), 60, "the reassignment to complete")
-    finally:
-        admin.close()
+    reassign(bootstrap, "moved", target)
     state = partition_state(cluster, 1, "moved", 0)
     assert state[1] == sorted(target) and state[2] == sorted(target) and state[0] in target, state
     # The removed replica's copy is deleted; the new one holds the same bytes as the others.

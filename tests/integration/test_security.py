@@ -21,8 +21,9 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    ScramMechanism, UserScramCredentialDeletion,
                                    UserScramCredentialUpsertion)
 
+import ck
 import kafka_wire
-from broker import BINARY, free_port
+from broker import free_port
 from conftest import openssl
 from metrics import metrics_config, total
 from waiting import wait_until
@@ -557,10 +558,7 @@ def test_sluice_user_manages_scram_logins(make_broker, pki):
     s = Secure(make_broker, pki, authorization=True)
 
     def user(who, *args):
-        conf = s.conf("SASL_SSL", "SCRAM-SHA-512", user=who)
-        settings = [a for k, v in conf.items() if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
-        return subprocess.run([str(BINARY), "user", *args, "--brokers", conf["bootstrap.servers"], *settings],
-                              capture_output=True, text=True, timeout=60)
+        return ck.sluice_cli(s.conf("SASL_SSL", "SCRAM-SHA-512", user=who), "user", *args)
 
     alice = ("alice", "alice-pw")
     made = user(ADMIN, "set", "alice", "--password", alice[1], "--mechanism", "SCRAM-SHA-256")
