@@ -755,19 +755,8 @@ impl Config {
         )
     }
 
-    fn validate_groups_and_bounds(&self) -> anyhow::Result<()> {
-        in_range(
-            "offsets_topic_segment_bytes",
-            self.offsets_topic_segment_bytes,
-            1024,
-            u32::MAX as u64,
-        )?;
-        in_range(
-            "offsets_topic_partitions",
-            self.offsets_topic_partitions,
-            1,
-            1000,
-        )?;
+    /// The transaction coordinator's settings, and both internal topics' replication factors.
+    fn validate_transactions(&self) -> anyhow::Result<()> {
         let t = &self.transactions;
         in_range("transactions.state_partitions", t.state_partitions, 1, 1000)?;
         for (name, factor) in [
@@ -803,6 +792,23 @@ impl Config {
             3_600_000,
         )?;
         in_range("transactions.version", t.version, 0, 2)?;
+        Ok(())
+    }
+
+    fn validate_groups_and_bounds(&self) -> anyhow::Result<()> {
+        in_range(
+            "offsets_topic_segment_bytes",
+            self.offsets_topic_segment_bytes,
+            1024,
+            u32::MAX as u64,
+        )?;
+        in_range(
+            "offsets_topic_partitions",
+            self.offsets_topic_partitions,
+            1,
+            1000,
+        )?;
+        self.validate_transactions()?;
         in_range(
             "group_initial_rebalance_delay_ms",
             self.group_initial_rebalance_delay_ms,

@@ -39,6 +39,8 @@ pub struct ShardMetrics {
     pub request_memory_waits: AtomicU64,
     /// Connections closed because a request's bytes arrived too slowly.
     pub slow_requests_closed: AtomicU64,
+    /// Client connections this shard accepted and still serves.
+    pub connections: AtomicU64,
     /// Security (issue 19): failed SASL authentications and TLS handshakes, TLS handshakes
     /// completed, requests refused by the authorizer.
     pub authentication_failures: AtomicU64,
@@ -56,6 +58,10 @@ pub struct ShardMetrics {
     /// Segments and bytes deleted by retention and DeleteRecords.
     pub retention_deleted_segments: AtomicU64,
     pub retention_deleted_bytes: AtomicU64,
+    /// Passes of the retention and cleaner loops over the shard's partitions, counted as each
+    /// ends (a test or an operator can tell that a pass ran, not only what it removed).
+    pub retention_passes: AtomicU64,
+    pub cleaner_passes: AtomicU64,
     /// Fetch sessions held (KIP-227), and fetches served incrementally within one.
     pub fetch_sessions: AtomicU64,
     pub incremental_fetches: AtomicU64,
@@ -108,6 +114,7 @@ impl Default for ShardMetrics {
             request_memory_bytes: AtomicU64::new(0),
             request_memory_waits: AtomicU64::new(0),
             slow_requests_closed: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
             authentication_failures: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
             tls_handshakes: AtomicU64::new(0),
@@ -118,6 +125,8 @@ impl Default for ShardMetrics {
             cold_fetches: AtomicU64::new(0),
             retention_deleted_segments: AtomicU64::new(0),
             retention_deleted_bytes: AtomicU64::new(0),
+            retention_passes: AtomicU64::new(0),
+            cleaner_passes: AtomicU64::new(0),
             fetch_sessions: AtomicU64::new(0),
             incremental_fetches: AtomicU64::new(0),
             preferred_replica_redirects: AtomicU64::new(0),
@@ -459,6 +468,18 @@ const PER_SHARD: &[PerShard] = &[
         |m| &m.retention_deleted_bytes,
     ),
     (
+        "sluice_retention_passes_total",
+        "Passes of retention over the shard's partitions (each log.retention.check.interval.ms).",
+        "counter",
+        |m| &m.retention_passes,
+    ),
+    (
+        "sluice_cleaner_passes_total",
+        "Passes of the log cleaner over the shard's partitions (each log.cleaner.backoff.ms).",
+        "counter",
+        |m| &m.cleaner_passes,
+    ),
+    (
         "sluice_preferred_replica_redirects_total",
         "Consumers' partition reads a leader sent to an in-sync replica of their rack (KIP-392).",
         "counter",
@@ -481,6 +502,12 @@ const PER_SHARD: &[PerShard] = &[
         "Fetch requests served incrementally within a fetch session.",
         "counter",
         |m| &m.incremental_fetches,
+    ),
+    (
+        "sluice_connections",
+        "Client connections the shard accepted and still serves.",
+        "gauge",
+        |m| &m.connections,
     ),
     (
         "sluice_compaction_records_removed_total",

@@ -57,6 +57,9 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::WriteTxnMarkers => decode::<WriteTxnMarkersRequest>(body, v),
         ApiKey::DescribeTransactions => decode::<DescribeTransactionsRequest>(body, v),
         ApiKey::ListTransactions => decode::<ListTransactionsRequest>(body, v),
+        ApiKey::DescribeProducers => decode::<DescribeProducersRequest>(body, v),
+        ApiKey::DescribeLogDirs => decode::<DescribeLogDirsRequest>(body, v),
+        ApiKey::DescribeClientQuotas => decode::<DescribeClientQuotasRequest>(body, v),
         ApiKey::DeleteRecords => decode::<DeleteRecordsRequest>(body, v),
         ApiKey::AlterConfigs => decode::<AlterConfigsRequest>(body, v),
         ApiKey::IncrementalAlterConfigs => decode::<IncrementalAlterConfigsRequest>(body, v),
@@ -77,6 +80,7 @@ fuzz_target!(|data: &[u8]| {
         ApiKey::CreateAcls => decode::<CreateAclsRequest>(body, v),
         ApiKey::DescribeAcls => decode::<DescribeAclsRequest>(body, v),
         ApiKey::DeleteAcls => decode::<DeleteAclsRequest>(body, v),
+        ApiKey::UpdateFeatures => decode::<UpdateFeaturesRequest>(body, v),
         other => panic!("kafka::SUPPORTED serves {other:?}, which this target does not decode"),
     }
 });

@@ -131,17 +131,7 @@ pub fn run(
                 seq,
             },
         );
-        let key = match args.keys {
-            Keys::None => None,
-            Keys::Random => {
-                // xorshift: cheap and good enough to spread keys.
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                Some(rng.to_be_bytes())
-            }
-            Keys::Distinct(n) => Some((seq % n).to_be_bytes()),
-        };
+        let key = next_key(args.keys, seq, &mut rng);
         let mut record = BaseRecord::to(&args.topic).payload(&buf[..]);
         if let Some(k) = &key {
             record = record.key(&k[..]);
@@ -158,6 +148,27 @@ pub fn run(
     if let Some(t) = &mut txn {
         t.commit(&producer, &shared, worker);
     }
+    flush(&producer, &shared);
+    Ok(())
+}
+
+/// The key of record `seq` (None: records go round the partitions instead).
+fn next_key(keys: Keys, seq: u64, rng: &mut u64) -> Option<[u8; 8]> {
+    match keys {
+        Keys::None => None,
+        Keys::Random => {
+            // xorshift: cheap and good enough to spread keys.
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            Some(rng.to_be_bytes())
+        }
+        Keys::Distinct(n) => Some((seq % n).to_be_bytes()),
+    }
+}
+
+/// Waits up to 30 s for the records in flight; those still unacknowledged count as errors.
+fn flush(producer: &BaseProducer<Context>, shared: &Shared) {
     if producer.flush(Duration::from_secs(30)).is_err() {
         let left = producer.in_flight_count();
         for _ in 0..left {
@@ -167,7 +178,6 @@ pub fn run(
             "{left} records not acknowledged within 30 s of the end"
         ));
     }
-    Ok(())
 }
 
 /// A transactional producer's open transaction: committed every `records_per_txn` records.

@@ -36,6 +36,105 @@ pub enum Tool {
     /// Set, list and delete SCRAM users (a SASL cluster's logins).
     #[command(subcommand)]
     User(UserCommand),
+    /// Add, list and remove ACLs (Kafka's `kafka-acls` flags).
+    #[command(subcommand)]
+    Acl(AclCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AclCommand {
+    /// Add an ACL for each principal, host, operation and resource given.
+    ///
+    /// Example: sluice acl add --allow-principal User:alice --operation Read --operation Describe --topic orders
+    Add {
+        #[command(flatten)]
+        acl: AclArgs,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The ACLs of the resources and principals given (every ACL when none is given).
+    ///
+    /// Example: sluice acl list --topic orders --format json
+    List {
+        #[command(flatten)]
+        acl: AclArgs,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Remove the ACLs of a resource (those of the principals, hosts and operations given, or
+    /// all of them), and print what was removed.
+    ///
+    /// Example: sluice acl remove --allow-principal User:alice --operation Read --topic orders
+    Remove {
+        #[command(flatten)]
+        acl: AclArgs,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// An ACL command's principals, hosts, operations and resources, as `kafka-acls` names them.
+#[derive(Args, Clone, Debug)]
+pub struct AclArgs {
+    /// A principal the ACLs allow (User:NAME; repeatable).
+    #[arg(long = "allow-principal")]
+    pub allow_principals: Vec<String>,
+    /// A principal the ACLs deny (repeatable).
+    #[arg(long = "deny-principal")]
+    pub deny_principals: Vec<String>,
+    /// `list`: the principal whose ACLs to show, allowed or denied (repeatable).
+    #[arg(long = "principal")]
+    pub principals: Vec<String>,
+    /// The hosts the allowing ACLs name (default `*`, any host).
+    #[arg(long = "allow-host")]
+    pub allow_hosts: Vec<String>,
+    /// The hosts the denying ACLs name (default `*`).
+    #[arg(long = "deny-host")]
+    pub deny_hosts: Vec<String>,
+    #[arg(long = "operation", value_enum, ignore_case = true)]
+    pub operations: Vec<AclOperation>,
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
+    #[arg(long = "transactional-id")]
+    pub transactional_ids: Vec<String>,
+    /// The cluster itself (its one resource, `kafka-cluster`).
+    #[arg(long)]
+    pub cluster: bool,
+    /// How the resource names match: literal or prefixed; `list` and `remove` also take any
+    /// (either) and match (every ACL that applies to the name).
+    #[arg(long = "resource-pattern-type", value_enum, ignore_case = true, default_value_t = PatternType::Literal)]
+    pub pattern: PatternType,
+}
+
+/// An ACL operation, by `kafka-acls`' name.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AclOperation {
+    All,
+    Read,
+    Write,
+    Create,
+    Delete,
+    Alter,
+    Describe,
+    #[value(name = "ClusterAction")]
+    ClusterAction,
+    #[value(name = "DescribeConfigs")]
+    DescribeConfigs,
+    #[value(name = "AlterConfigs")]
+    AlterConfigs,
+    #[value(name = "IdempotentWrite")]
+    IdempotentWrite,
+}
+
+/// A resource pattern type, by `kafka-acls`' name.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatternType {
+    Literal,
+    Prefixed,
+    Any,
+    Match,
 }
 
 #[derive(Subcommand, Debug)]

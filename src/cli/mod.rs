@@ -1,10 +1,11 @@
-//! The operator's command line (`sluice topic|produce|consume|group|cluster|user`), built on
+//! The operator's command line (`sluice topic|produce|consume|group|cluster|user|acl`), built on
 //! librdkafka (the `rdkafka` crate) like `sluice bench`, so that it works against any
 //! Kafka-compatible broker. Tables for people, JSON (`--format json`) for scripts; a failure is
 //! one line on stderr naming its cause and a non-zero exit, bounded by `--timeout-s`.
 //!
 //! It uses nothing of the broker: it is a client, at the top layer beside `bench`.
 
+mod acl;
 pub mod args;
 mod client;
 mod cluster;
@@ -29,5 +30,6 @@ pub fn run(tool: Tool) -> anyhow::Result<i32> {
         Tool::Group(c) => group::run(c),
         Tool::Cluster(c) => cluster::run(c),
         Tool::User(c) => user::run(c),
+        Tool::Acl(c) => acl::run(c),
     }
 }

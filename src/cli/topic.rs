@@ -5,7 +5,7 @@ use super::args::{Common, TopicCommand};
 use super::client::{self, block_on};
 use super::output::{self, Table};
 use super::topic_admin::{self, TopicOp};
-use rdkafka::admin::{AlterConfig, ConfigSource, ResourceSpecifier};
+use rdkafka::admin::{ConfigSource, ResourceSpecifier};
 use rdkafka::consumer::Consumer;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -176,9 +176,9 @@ fn overrides(common: &Common, name: &str) -> anyhow::Result<BTreeMap<String, Str
     Ok(out)
 }
 
-/// AlterConfigs replaces a topic's whole set of overrides, so the new set is the current one
-/// with these edits (IncrementalAlterConfigs is not in librdkafka's Rust binding). Two
-/// operators editing one topic at once may lose one's edit, as with Kafka's older tools.
+/// IncrementalAlterConfigs (librdkafka's C call, `topic_admin.rs`): the edits alone, so
+/// two operators editing one topic's other keys at once both keep theirs, and a refusal
+/// carries the broker's message. Deleting a key the topic does not override is refused here.
 fn alter_config(
     common: &Common,
     name: &str,
@@ -189,24 +189,21 @@ fn alter_config(
         !sets.is_empty() || !deletes.is_empty(),
         "give --set KEY=VALUE or --delete KEY"
     );
-    let mut configs = overrides(common, name)?;
-    for key in deletes {
-        if configs.remove(key).is_none() {
-            anyhow::bail!("topic {name} has no override of {key} to delete");
-        }
+    let before = overrides(common, name)?;
+    if let Some(key) = deletes.iter().find(|k| !before.contains_key(*k)) {
+        anyhow::bail!("topic {name} has no override of {key} to delete");
     }
-    configs.extend(sets.iter().cloned());
-    let (admin, options) = client::admin(common)?;
-    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
-    for (k, v) in &configs {
-        alter = alter.set(k, v);
-    }
+    let (admin, _) = client::admin(common)?;
     let what = format!("altering the configs of topic {name}");
-    let results = block_on(admin.alter_configs([&alter], &options))
+    let op = TopicOp::AlterConfigs {
+        name,
+        sets,
+        deletes,
+    };
+    let outcomes = topic_admin::run(&admin, op, client::timeout(common))
         .map_err(|e| admin.inner().context().error(&what, e))?;
-    for r in results {
-        r.map_err(|(_, code)| admin.inner().context().error(&what, code))?;
-    }
+    client::all_succeeded(&admin, &what, outcomes)?;
+    let configs = overrides(common, name)?;
     let json = json!({"topic": name, "configs": configs});
     output::print(common.format, &json, || {
         let mut t = Table::new(&["CONFIG", "VALUE"]);

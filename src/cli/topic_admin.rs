@@ -1,7 +1,8 @@
-//! CreateTopics, CreatePartitions and DeleteTopics through librdkafka's C API
-//! (`native_admin.rs`): librdkafka's topic results carry the broker's error message ("500
-//! partitions of kp would put 408 partitions on shard 0, over its limit ..."), which the
-//! rdkafka crate's admin calls drop, keeping only the code.
+//! CreateTopics, CreatePartitions, DeleteTopics and IncrementalAlterConfigs through
+//! librdkafka's C API (`native_admin.rs`): librdkafka's topic and config results carry the
+//! broker's error message ("500 partitions of kp would put 408 partitions on shard 0, over its
+//! limit ..."), which the rdkafka crate's admin calls drop, keeping only the code (and it has
+//! no IncrementalAlterConfigs at all).
 
 use super::client::Context;
 use super::native_admin::{self as native, c, text, Guard, Request, ERRSTR_BYTES};
@@ -25,6 +26,12 @@ pub enum TopicOp<'a> {
     Delete {
         names: &'a [String],
     },
+    /// Sets and deletes some of a topic's overrides, keeping the others (KIP-339).
+    AlterConfigs {
+        name: &'a str,
+        sets: &'a [(String, String)],
+        deletes: &'a [String],
+    },
 }
 
 /// One topic's outcome: its name, and where it failed the error with the broker's message.
@@ -42,6 +49,7 @@ pub fn run(
         TopicOp::Create { .. } => RD_KAFKA_ADMIN_OP_CREATETOPICS,
         TopicOp::AddPartitions { .. } => RD_KAFKA_ADMIN_OP_CREATEPARTITIONS,
         TopicOp::Delete { .. } => RD_KAFKA_ADMIN_OP_DELETETOPICS,
+        TopicOp::AlterConfigs { .. } => RD_KAFKA_ADMIN_OP_INCREMENTALALTERCONFIGS,
     };
     // SAFETY: `submit` hands librdkafka objects it made and keeps alive for the call; the
     // event's results are read while the event lives.
@@ -85,7 +93,50 @@ unsafe fn submit(r: &Request, op: &TopicOp) -> anyhow::Result<()> {
             let mut raw: Vec<_> = topics.iter().map(|t| t.0).collect();
             rd::rd_kafka_DeleteTopics(r.rk, raw.as_mut_ptr(), raw.len(), r.options, r.queue);
         }
+        TopicOp::AlterConfigs {
+            name,
+            sets,
+            deletes,
+        } => submit_alter_configs(r, name, sets, deletes)?,
     }
+    Ok(())
+}
+
+/// IncrementalAlterConfigs of one topic: SET each of `sets`, DELETE each of `deletes`.
+unsafe fn submit_alter_configs(
+    r: &Request,
+    name: &str,
+    sets: &[(String, String)],
+    deletes: &[String],
+) -> anyhow::Result<()> {
+    use rd::rd_kafka_AlterConfigOpType_t::*;
+    let topic = rd::rd_kafka_ResourceType_t::RD_KAFKA_RESOURCE_TOPIC;
+    let made = rd::rd_kafka_ConfigResource_new(topic, c(name)?.as_ptr());
+    anyhow::ensure!(!made.is_null(), "librdkafka refused topic {name}");
+    let mut resource = Guard(made, rd::rd_kafka_ConfigResource_destroy);
+    let edits = sets
+        .iter()
+        .map(|(k, v)| (k, Some(v), RD_KAFKA_ALTER_CONFIG_OP_TYPE_SET))
+        .chain(
+            deletes
+                .iter()
+                .map(|k| (k, None, RD_KAFKA_ALTER_CONFIG_OP_TYPE_DELETE)),
+        );
+    for (key, value, op) in edits {
+        let value = value.map(|v| c(v)).transpose()?;
+        let value = value.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
+        let error = rd::rd_kafka_ConfigResource_add_incremental_config(
+            resource.0,
+            c(key)?.as_ptr(),
+            op,
+            value,
+        );
+        if let Some(e) = native::error(error) {
+            rd::rd_kafka_error_destroy(error);
+            anyhow::bail!("config {key}: {e}");
+        }
+    }
+    rd::rd_kafka_IncrementalAlterConfigs(r.rk, &mut resource.0, 1, r.options, r.queue);
     Ok(())
 }
 
@@ -105,16 +156,48 @@ unsafe fn outcomes(op: &TopicOp, event: *mut rd::rd_kafka_event_t) -> Vec<Outcom
             rd::rd_kafka_event_DeleteTopics_result(event),
             &mut count,
         ),
+        TopicOp::AlterConfigs { .. } => std::ptr::null_mut(),
     };
+    if let TopicOp::AlterConfigs { .. } = op {
+        return altered_configs(event);
+    }
     (0..count)
         .map(|i| {
             let result = *results.add(i);
-            let name = text(rd::rd_kafka_topic_result_name(result));
-            let code = rd::rd_kafka_topic_result_error(result);
-            let message = text(rd::rd_kafka_topic_result_error_string(result));
-            (
-                name,
-                (!native::ok(code)).then(|| native::described(code, &message)),
+            outcome(
+                rd::rd_kafka_topic_result_name(result),
+                rd::rd_kafka_topic_result_error(result),
+                rd::rd_kafka_topic_result_error_string(result),
+            )
+        })
+        .collect()
+}
+
+/// A result's outcome from librdkafka's name, code and message of it.
+unsafe fn outcome(
+    name: *const std::ffi::c_char,
+    code: rd::rd_kafka_resp_err_t,
+    message: *const std::ffi::c_char,
+) -> Outcome {
+    let failed = !native::ok(code);
+    (
+        text(name),
+        failed.then(|| native::described(code, &text(message))),
+    )
+}
+
+/// Each resource result of an IncrementalAlterConfigs event.
+unsafe fn altered_configs(event: *mut rd::rd_kafka_event_t) -> Vec<Outcome> {
+    let mut count = 0usize;
+    let result = rd::rd_kafka_event_IncrementalAlterConfigs_result(event);
+    let resources = rd::rd_kafka_IncrementalAlterConfigs_result_resources(result, &mut count);
+    (0..count)
+        .map(|i| {
+            let resource = *resources.add(i);
+            outcome(
+                rd::rd_kafka_ConfigResource_name(resource),
+                rd::rd_kafka_ConfigResource_error(resource),
+                rd::rd_kafka_ConfigResource_error_string(resource),
             )
         })
         .collect()

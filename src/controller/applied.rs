@@ -8,7 +8,8 @@
 
 use super::records::{self, MetadataRecord};
 use crate::config::Config;
-use crate::shard::{InstallCatalog, Shard};
+use crate::shard::catalog_install::install_on_every_shard;
+use crate::shard::Shard;
 use crate::storage::catalog::{registers, Catalog, CatalogRecord};
 use event_listener::Event;
 use std::cell::{Cell, RefCell};
@@ -141,10 +142,7 @@ pub async fn install_changes(shard: Rc<Shard>, applied: Rc<Applied>) {
         }
         match applied.catalog() {
             Ok(catalog) => {
-                let catalog = Arc::new(catalog);
-                let installs = (0..shard.router.shards())
-                    .map(|s| shard.call(s, InstallCatalog(catalog.clone())));
-                futures::future::join_all(installs).await;
+                install_on_every_shard(&shard, Arc::new(catalog)).await;
             }
             // Every node applies the same records, so this would be a bug on every node: the
             // shards keep the last catalog that resolved.

@@ -14,8 +14,11 @@
 //!   when the quorum's leader speaks for another cluster than the one its data dir belongs to.
 
 use super::applied::Applied;
+use super::features;
 use super::liveness::{Decision, Sessions};
-use super::messages::{self, BrokerHeartbeat, Failure, Forward, HeartbeatReply, Outcomes};
+use super::messages::{
+    self, BrokerHeartbeat, Failure, Forward, HeartbeatReply, Outcomes, SupportedLevels,
+};
 use super::quorum::Quorum;
 use super::records::{self, MetadataRecord};
 use super::{ControllerOp, Outcome};
@@ -62,7 +65,16 @@ pub struct Cluster {
     /// When the controller first refused this node's node id as held by a live broker, since
     /// the last heartbeat it answered (monotonic ms).
     refused_since_ms: Cell<Option<u64>>,
+    /// On the active controller: the feature levels each broker runs (`features`).
+    pub supported: RefCell<features::SupportedRanges>,
+    /// The controller this node last told its levels to (-1: none yet), and when (monotonic
+    /// ms).
+    told_levels: Cell<(i32, u64)>,
 }
+
+/// A broker tells the same controller its levels again after this: a controller that
+/// restarted (the same node id, its ranges gone with its memory) hears them within it.
+const RETELL_LEVELS_MS: u64 = 10_000;
 
 impl Cluster {
     pub fn new(
@@ -103,6 +115,8 @@ impl Cluster {
             led_term: Cell::new(0),
             releasing: Cell::new(false),
             refused_since_ms: Cell::new(None),
+            supported: RefCell::new(features::SupportedRanges::default()),
+            told_levels: Cell::new((-1, 0)),
         })
     }
 
@@ -248,6 +262,17 @@ impl Cluster {
                 messages::HEARTBEAT => match messages::decode::<BrokerHeartbeat>(&payload) {
                     Ok(hb) => self.on_heartbeat(&shard, hb).await,
                     Err(m) => self.failure(ResponseError::InvalidRequest, m),
+                },
+                messages::FEATURES => match messages::decode::<SupportedLevels>(&payload) {
+                    Ok(l) => {
+                        self.note_levels(&l);
+                        (messages::REPLY, Vec::new())
+                    }
+                    Err(m) => self.failure(ResponseError::InvalidRequest, m),
+                },
+                messages::QUORUM => match super::local_quorum_view(&shard) {
+                    Some(view) => (messages::REPLY, messages::encode(&view)),
+                    None => self.failure(ResponseError::NotController, "not the quorum's leader"),
                 },
                 messages::PRODUCER_IDS => match super::reserve_producer_ids(&shard).await {
                     Ok(block) => (messages::REPLY, messages::encode(&block)),
@@ -450,8 +475,58 @@ impl Cluster {
             );
             write_incarnation(&self.config, self.incarnation);
         }
+        self.tell_levels(target, shard.clock().monotonic_ms()).await;
         if let Some((version, bytes)) = reply.catalog {
             self.install_from_controller(version, &bytes).await;
+        }
+    }
+
+    fn levels(&self) -> SupportedLevels {
+        SupportedLevels {
+            node_id: self.config.node_id,
+            incarnation: self.incarnation,
+            metadata_version: features::own_range(),
+        }
+    }
+
+    fn note_levels(&self, l: &SupportedLevels) {
+        let mut supported = self.supported.borrow_mut();
+        if supported.of(l.node_id, l.incarnation) != Some(l.metadata_version) {
+            log::info!(
+                "controller: broker {} runs metadata.version {}..={}",
+                l.node_id,
+                l.metadata_version.0,
+                l.metadata_version.1
+            );
+        }
+        supported.note(l.node_id, l.incarnation, l.metadata_version);
+    }
+
+    /// Tells controller `target` (which just answered a heartbeat) the levels this binary
+    /// runs: at once when it is another controller than last told, else every
+    /// `RETELL_LEVELS_MS`; again at the next heartbeat if the call fails.
+    async fn tell_levels(&self, target: i32, now_ms: u64) {
+        let (told, at_ms) = self.told_levels.get();
+        if told == target && now_ms < at_ms + RETELL_LEVELS_MS {
+            return;
+        }
+        if target == self.config.node_id {
+            self.note_levels(&self.levels());
+            self.told_levels.set((target, now_ms));
+            return;
+        }
+        let Some(peer) = self.peer_of(target) else {
+            return;
+        };
+        let limit = Duration::from_millis(self.config.cluster.broker_heartbeat_interval_ms * 2);
+        let payload = messages::encode(&self.levels());
+        match peer.call(messages::FEATURES, &payload, limit).await {
+            Ok((messages::REPLY, _)) => self.told_levels.set((target, now_ms)),
+            Ok((_, body)) => {
+                let why = messages::decode::<Failure>(&body).map(|f| f.message);
+                log::debug!("controller {target} did not take this node's levels: {why:?}");
+            }
+            Err(e) => log::debug!("telling controller {target} this node's levels: {e}"),
         }
     }
 
@@ -518,7 +593,7 @@ fn not_controller(id: i32) -> Outcome {
 }
 
 /// Stops the process with `why`: a node that must not join the cluster.
-fn fatal(why: &str) -> ! {
+pub(crate) fn fatal(why: &str) -> ! {
     log::error!("{why}");
     eprintln!("sluice: {why}");
     std::process::exit(1);
@@ -620,6 +695,8 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
         {
             super::execute(&shard, super::ControllerOp::CompleteReassignments).await;
         }
+        // Read again: the awaits above may have taken a while, and heartbeats came meanwhile.
+        let now_ms = shard.clock().monotonic_ms();
         if cluster.led_term.replace(status.term) != status.term {
             let mut sessions = cluster.sessions.borrow_mut();
             cluster
@@ -629,12 +706,12 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
         if cluster.applied.cluster_id().is_empty() {
             let id = uuid::Uuid::new_v4().simple().to_string()[..22].to_string();
             log::info!("controller: forming cluster {id}");
-            let _ = cluster.commit(vec![MetadataRecord::ClusterId(id)]).await;
+            let _ = cluster.commit(records::bootstrap(id)).await;
             continue;
         }
         let timeout_ms = cluster.config.cluster.broker_session_timeout_ms;
         let expired = {
-            let sessions = cluster.sessions.borrow();
+            let mut sessions = cluster.sessions.borrow_mut();
             cluster
                 .applied
                 .read(|i| sessions.expired(&i.brokers, now_ms, timeout_ms))

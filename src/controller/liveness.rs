@@ -4,8 +4,13 @@
 //! fenced. A heartbeat from a new incarnation of a node id whose registration is alive is a
 //! second process with the same id, and is refused, unless the node says it is the restart of
 //! that registration (its data dir remembers the incarnation it registered with). A controller
-//! that has just taken over has seen no heartbeats: it gives every registered broker a full
+//! that has just taken over has not timed anyone's heartbeats: it gives every broker a full
 //! session from that moment (as Kafka's does).
+//!
+//! Invariant: a broker is fenced only after this controller saw it silent for a whole session.
+//! A broker it has no time for (registered in a record it applied after taking over, before
+//! any heartbeat of that broker reached it) is given a session from the moment it is first
+//! seen, never counted as silent since the start of time.
 
 use crate::storage::catalog::BrokerRecord;
 use std::collections::HashMap;
@@ -28,9 +33,17 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// A controller taking over: every registered broker's session starts now.
+    /// A controller taking over: every broker's session starts now, the registered ones and
+    /// those whose heartbeats reached this node before it noticed its new term (their
+    /// registrations may not be applied yet: dropping their times would fence them at the
+    /// next pass).
     pub fn take_over(&mut self, brokers: &[BrokerRecord], now_ms: u64) {
-        self.last_seen_ms = brokers.iter().map(|b| (b.node_id, now_ms)).collect();
+        for t in self.last_seen_ms.values_mut() {
+            *t = now_ms;
+        }
+        for b in brokers {
+            self.last_seen_ms.insert(b.node_id, now_ms);
+        }
     }
 
     fn alive(&self, node_id: i32, now_ms: u64, timeout_ms: u64) -> bool {
@@ -68,13 +81,17 @@ impl Sessions {
         decision
     }
 
-    /// Brokers registered, not fenced, and silent for `timeout_ms`: (node id, incarnation).
+    /// Brokers registered, not fenced, and silent for `timeout_ms`: (node id, incarnation). A
+    /// broker seen here for the first time starts its session now.
     pub fn expired(
-        &self,
+        &mut self,
         brokers: &[BrokerRecord],
         now_ms: u64,
         timeout_ms: u64,
     ) -> Vec<(i32, u64)> {
+        for b in brokers.iter().filter(|b| !b.fenced) {
+            self.last_seen_ms.entry(b.node_id).or_insert(now_ms);
+        }
         brokers
             .iter()
             .filter(|b| !b.fenced && !self.alive(b.node_id, now_ms, timeout_ms))
@@ -164,9 +181,24 @@ mod tests {
     fn a_new_controller_gives_every_broker_a_full_session() {
         let mut s = Sessions::default();
         let brokers = [broker(1, 1, false), broker(2, 1, false)];
-        assert_eq!(s.expired(&brokers, 0, 100).len(), 2);
         s.take_over(&brokers, 1_000);
         assert!(s.expired(&brokers, 1_050, 100).is_empty());
         assert_eq!(s.expired(&brokers, 1_100, 100).len(), 2);
+    }
+
+    /// CI, stop 52: the brokers registered with a new controller before its duty pass noticed
+    /// the term; the take-over ran on an image without their registrations and dropped their
+    /// heartbeat times, and the next pass fenced all three 0.4 s after they registered.
+    #[test]
+    fn heartbeats_before_the_take_over_and_unseen_brokers_keep_a_full_session() {
+        let mut s = Sessions::default();
+        assert_eq!(s.heartbeat(None, 1, 5, 0, 1_000, 100), Decision::Register);
+        s.take_over(&[], 1_050);
+        let registered = [broker(1, 5, false), broker(2, 8, false)];
+        // Broker 1 heartbeated before the take-over; broker 2's registration was applied
+        // without a heartbeat here: neither has been silent for a session.
+        assert!(s.expired(&registered, 1_100, 100).is_empty());
+        assert_eq!(s.expired(&registered, 1_150, 100), vec![(1, 5)]);
+        assert_eq!(s.expired(&registered, 1_200, 100), vec![(1, 5), (2, 8)]);
     }
 }

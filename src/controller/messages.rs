@@ -14,6 +14,14 @@ pub const FORWARD: u8 = 2;
 pub const HEARTBEAT: u8 = 3;
 /// Call: a block of producer ids for the caller (`()`), answered with `ProducerIdBlock`.
 pub const PRODUCER_IDS: u8 = 4;
+/// Call: the feature levels a broker's binary runs (`SupportedLevels`), to each new active
+/// controller and every 10 s to the same one, answered with an empty `REPLY`. Added after 0.1, whose controllers answer
+/// "unknown kind" (and so never raise a level).
+pub const FEATURES: u8 = 5;
+/// Call: the controller quorum as the active controller sees it (`()`), answered with a
+/// `QuorumView`: DescribeQuorum on a node that does not lead the quorum. Added after 0.1, whose
+/// controllers answer "unknown kind" (the client then gets NOT_LEADER_OR_FOLLOWER, as from 0.1).
+pub const QUORUM: u8 = 6;
 /// A call's successful reply.
 pub const REPLY: u8 = 128;
 /// A call's failure: a Kafka error code and a message (`Failure`).
@@ -43,6 +51,14 @@ pub struct BrokerHeartbeat {
     /// catalog when it is behind.
     pub metadata_version: u64,
     pub voter: bool,
+}
+
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct SupportedLevels {
+    pub node_id: i32,
+    pub incarnation: u64,
+    /// `metadata.version`'s (min, max).
+    pub metadata_version: (i16, i16),
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -105,6 +121,14 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forwarded_operation_keeps_the_archived_size_of_0_1() {
+        // A 0.1 controller reads operations forwarded by a newer node during a rolling
+        // upgrade: a variant added since must not be larger than the largest of 0.1's, or
+        // every operation would move (new variants box their payloads).
+        assert_eq!(std::mem::size_of::<ArchivedForward>(), 56);
+    }
 
     #[test]
     fn payloads_round_trip_and_garbage_is_an_error() {

@@ -18,6 +18,7 @@ pub mod bounds;
 mod broker_configs;
 pub mod cluster;
 pub mod elections;
+pub mod features;
 pub mod liveness;
 pub mod messages;
 pub mod placement;
@@ -30,15 +31,16 @@ pub mod security_ops;
 
 use crate::clock::Ids;
 use crate::partition::commit::{same_set, IsrRequest};
+use crate::shard::catalog_install::install_on_every_shard;
 use crate::shard::mesh::{Request, ShardGone};
-use crate::shard::{InstallCatalog, Shard, CONTROLLER_SHARD};
+use crate::shard::{Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::{self, Catalog, CatalogRecord, ConfigOp, TopicRecord};
 use crate::storage::topic_config::TopicConfig;
 use cluster::Cluster;
 use futures::future::LocalBoxFuture;
 use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
-use records::MetadataRecord;
+use records::{MetadataRecord, PartitionChange};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -87,7 +89,8 @@ pub enum ControllerOp {
         change: ConfigChange,
         validate_only: bool,
     },
-    /// A partition's leader asks for a new in-sync set (AlterPartition, KIP-497).
+    /// A partition's leader asks for a new in-sync set (AlterPartition, KIP-497), below
+    /// level `PARTITION_EPOCHS`.
     AlterPartition(IsrChange),
     /// A broker stops (controlled shutdown): its registration is fenced, which moves its
     /// leaderships to other in-sync replicas.
@@ -111,6 +114,26 @@ pub enum ControllerOp {
     CompleteReassignments,
     /// Credential and ACL changes (issue 19).
     Security(Vec<security_ops::SecurityChange>),
+    /// UpdateFeatures (KIP-584): all or nothing (`features::update`). Added after 0.1: an
+    /// older controller refuses it as a message it cannot read.
+    UpdateFeatures {
+        updates: Vec<features::FeatureUpdate>,
+        validate_only: bool,
+    },
+    /// `AlterPartition` from level `PARTITION_EPOCHS` on: computed at this partition epoch,
+    /// taken only at it (boxed: a variant larger than the largest of 0.1 would make every
+    /// forwarded operation unreadable to a 0.1 controller).
+    AlterPartitionAt(Box<(IsrChange, i32)>),
+}
+
+impl ControllerOp {
+    /// A leader's ask: with its partition epoch where it has one.
+    pub fn alter_partition(change: IsrChange, partition_epoch: Option<i32>) -> ControllerOp {
+        match partition_epoch {
+            Some(e) => ControllerOp::AlterPartitionAt(Box::new((change, e))),
+            None => ControllerOp::AlterPartition(change),
+        }
+    }
 }
 
 /// A leader's request to change its partition's in-sync replicas.
@@ -142,10 +165,11 @@ impl IsrChange {
         }
     }
 
-    /// The leader's request this change carries.
-    pub fn request(&self) -> IsrRequest {
+    /// The leader's request this change carries, computed at `partition_epoch`.
+    pub fn request(&self, partition_epoch: Option<i32>) -> IsrRequest {
         IsrRequest {
             epoch: self.leader_epoch,
+            partition_epoch,
             from: self.from_isr.clone(),
             isr: self.isr.clone(),
             joining: self.joining.clone(),
@@ -182,11 +206,14 @@ impl ControllerOp {
             ControllerOp::CreatePartitions { topics, .. } => topics.len(),
             ControllerOp::AlterConfigs { topics, .. } => topics.len(),
             ControllerOp::AlterBrokerConfigs { .. } => 1,
-            ControllerOp::AlterPartition(_) | ControllerOp::ShutdownBroker { .. } => 1,
+            ControllerOp::AlterPartition(_)
+            | ControllerOp::AlterPartitionAt(_)
+            | ControllerOp::ShutdownBroker { .. } => 1,
             ControllerOp::ElectLeaders { partitions, .. } => partitions.len(),
             ControllerOp::Reassign { partitions } => partitions.len(),
             ControllerOp::CompleteReassignments => 1,
             ControllerOp::Security(changes) => changes.len(),
+            ControllerOp::UpdateFeatures { .. } => 1,
         }
     }
 }
@@ -253,7 +280,7 @@ pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<Result<i64, i16>,
 }
 
 /// The controller quorum as its leader sees it (DescribeQuorum).
-#[derive(Debug, Clone)]
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub struct QuorumView {
     pub leader_id: i32,
     pub term: u64,
@@ -262,10 +289,26 @@ pub struct QuorumView {
     pub voters: Vec<(i32, u64)>,
 }
 
-/// The quorum's state if this node is its leader (from any shard); None on a follower or a
-/// single node. Err: the controller shard is stopping.
+/// The quorum's state as its leader sees it, from any shard of any node of a cluster: a node
+/// that does not lead the quorum asks the active controller (as a Kafka broker forwards
+/// DescribeQuorum to it). None: no controller answered (or a single node). Err: the
+/// controller shard is stopping.
 pub async fn quorum_view(shard: &Rc<Shard>) -> Result<Option<QuorumView>, ShardGone> {
     shard.call(CONTROLLER_SHARD, DescribeQuorum).await
+}
+
+/// The quorum's state if this node leads it (on the controller shard).
+fn local_quorum_view(shard: &Shard) -> Option<QuorumView> {
+    let controller = shard.service::<Controller>();
+    let quorum = controller.cluster.as_ref()?.quorum.clone()?;
+    let s = quorum.status();
+    let voters = quorum.voter_progress();
+    (s.leader && !voters.is_empty()).then_some(QuorumView {
+        leader_id: s.leader_id,
+        term: s.term,
+        commit: s.commit,
+        voters,
+    })
 }
 
 struct DescribeQuorum;
@@ -273,22 +316,21 @@ struct DescribeQuorum;
 impl Request for DescribeQuorum {
     type Reply = Option<QuorumView>;
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Option<QuorumView>> {
-        let controller = shard.service::<Controller>();
-        let view = controller
-            .cluster
-            .as_ref()
-            .and_then(|c| c.quorum.clone())
-            .and_then(|q| {
-                let s = q.status();
-                let voters = q.voter_progress();
-                (s.leader && !voters.is_empty()).then_some(QuorumView {
-                    leader_id: s.leader_id,
-                    term: s.term,
-                    commit: s.commit,
-                    voters,
-                })
-            });
-        Box::pin(async move { view })
+        Box::pin(async move {
+            if let Some(view) = local_quorum_view(&shard) {
+                return Some(view);
+            }
+            let cluster = shard.service::<Controller>().cluster.clone()?;
+            match cluster.call_controller(messages::QUORUM, &[]).await {
+                Ok(body) => messages::decode(&body).ok(),
+                Err((code, why)) => {
+                    log::debug!(
+                        "controller: no quorum view from the active controller: {code} {why:?}"
+                    );
+                    None
+                }
+            }
+        })
     }
 }
 
@@ -370,7 +412,12 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             r.0
         }
         ControllerOp::Security(changes) => security_ops::apply(&mut record, &mut out, changes),
+        ControllerOp::UpdateFeatures {
+            updates,
+            validate_only,
+        } => update_features(&controller, &mut record, &mut out, &updates, validate_only),
         op @ (ControllerOp::AlterPartition(_)
+        | ControllerOp::AlterPartitionAt(_)
         | ControllerOp::ShutdownBroker { .. }
         | ControllerOp::ElectLeaders { .. }
         | ControllerOp::Reassign { .. }
@@ -392,6 +439,30 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
     }
 }
 
+/// Finalises feature levels (`features::update`), logging each.
+fn update_features(
+    controller: &Controller,
+    record: &mut CatalogRecord,
+    out: &mut Vec<MetadataRecord>,
+    updates: &[features::FeatureUpdate],
+    validate_only: bool,
+) -> Vec<Outcome> {
+    let checked = match &controller.cluster {
+        Some(c) => features::update(record, &c.supported.borrow(), updates),
+        None => features::update(record, &features::SupportedRanges::default(), updates),
+    };
+    match checked {
+        Err(outcome) => vec![outcome],
+        Ok(records) => {
+            for r in records.into_iter().filter(|_| !validate_only) {
+                log::info!("controller: finalising {r:?}");
+                push(record, out, r);
+            }
+            vec![(0, None)]
+        }
+    }
+}
+
 /// The operations on partitions' replicas: in-sync set changes, a broker's controlled
 /// shutdown, leader elections.
 pub(crate) fn replication_op(
@@ -400,7 +471,8 @@ pub(crate) fn replication_op(
     op: ControllerOp,
 ) -> Vec<Outcome> {
     match op {
-        ControllerOp::AlterPartition(change) => vec![alter_partition(record, out, &change)],
+        ControllerOp::AlterPartition(change) => vec![alter_partition(record, out, &change, None)],
+        ControllerOp::AlterPartitionAt(at) => vec![alter_partition(record, out, &at.0, Some(at.1))],
         ControllerOp::ShutdownBroker {
             node_id,
             incarnation,
@@ -498,7 +570,16 @@ fn alter_partition(
     record: &mut CatalogRecord,
     out: &mut Vec<MetadataRecord>,
     change: &IsrChange,
+    partition_epoch: Option<i32>,
 ) -> Outcome {
+    let current = records::partition_epoch(record, &change.topic_id, change.partition);
+    let planted = crate::inject::active(crate::inject::Bug::StaleIsrChange);
+    if let Some(at) = partition_epoch.filter(|at| Some(*at) != current && !planted) {
+        return err(
+            ResponseError::InvalidUpdateVersion,
+            format!("partition epoch {at} is stale: the partition is at {current:?}"),
+        );
+    }
     let Some(topic) = record.topics.iter().find(|t| t.id == change.topic_id) else {
         return err(ResponseError::UnknownTopicOrPartition, "no such topic");
     };
@@ -510,7 +591,6 @@ fn alter_partition(
     };
     let epoch = a.leader_epoch;
     let stale = a.leader != change.leader || epoch != change.leader_epoch;
-    let planted = crate::inject::active(crate::inject::Bug::StaleIsrChange);
     if stale && !planted {
         return err(
             ResponseError::FencedLeaderEpoch,
@@ -531,7 +611,34 @@ fn alter_partition(
             format!("in-sync set {:?} for replicas {:?}", change.isr, a.replicas),
         );
     }
-    // A member joins on what its current registration reported: not fenced, not restarted.
+    if let Some(n) = ineligible_joiner(record, change, &a.isr) {
+        return err(
+            ResponseError::IneligibleReplica,
+            format!("replica {n} is fenced or has registered again since its fetches"),
+        );
+    }
+    if a.isr == change.isr {
+        return (0, None);
+    }
+    let at = partition_epoch.map_or(String::new(), |e| format!(" at partition epoch {e}"));
+    log::info!(
+        "controller: {}-{} in sync {:?} → {:?}{at}",
+        topic.name,
+        change.partition,
+        a.isr,
+        change.isr
+    );
+    push(
+        record,
+        out,
+        isr_record(change, epoch, partition_epoch.and(current)),
+    );
+    (0, None)
+}
+
+/// A member `change` adds to the in-sync set `isr` that may not join: it joins on what its
+/// current registration reported, so not fenced and not restarted since.
+fn ineligible_joiner(record: &CatalogRecord, change: &IsrChange, isr: &[i32]) -> Option<i32> {
     let registered = |n: &i32| {
         change.joining.iter().any(|(j, incarnation)| {
             j == n
@@ -541,38 +648,35 @@ fn alter_partition(
                     .any(|b| b.node_id == *n && b.incarnation == *incarnation && !b.fenced)
         })
     };
-    if let Some(n) = change
+    change
         .isr
         .iter()
-        .find(|n| !a.isr.contains(n) && !registered(n))
-    {
-        return err(
-            ResponseError::IneligibleReplica,
-            format!("replica {n} is fenced or has registered again since its fetches"),
-        );
-    }
-    if a.isr == change.isr {
-        return (0, None);
-    }
-    log::info!(
-        "controller: {}-{} in sync {:?} → {:?}",
-        topic.name,
-        change.partition,
-        a.isr,
-        change.isr
-    );
-    push(
-        record,
-        out,
-        MetadataRecord::AlterIsr {
+        .copied()
+        .find(|n| !isr.contains(n) && !registered(n))
+}
+
+/// The record of an in-sync set change the controller took: at the partition epoch where the
+/// ask carried one (level `PARTITION_EPOCHS`), else from its set in its leader epoch.
+fn isr_record(
+    change: &IsrChange,
+    leader_epoch: i32,
+    partition_epoch: Option<i32>,
+) -> MetadataRecord {
+    match partition_epoch {
+        Some(partition_epoch) => MetadataRecord::AlterPartition(Box::new(PartitionChange {
             id: change.topic_id,
             partition: change.partition,
-            epoch,
+            partition_epoch,
+            isr: change.isr.clone(),
+        })),
+        None => MetadataRecord::AlterIsr {
+            id: change.topic_id,
+            partition: change.partition,
+            epoch: leader_epoch,
             from: change.from_isr.clone(),
             isr: change.isr.clone(),
         },
-    );
-    (0, None)
+    }
 }
 
 /// Applies a change to the working record (so the request's next items see it) and keeps it
@@ -598,15 +702,8 @@ async fn commit(shard: &Rc<Shard>, record: &CatalogRecord) -> Result<(), Outcome
             err(ResponseError::KafkaStorageError, e.to_string())
         })?;
     let next = Arc::new(next);
-    let installs = (0..shard.router.shards()).map(|s| shard.call(s, InstallCatalog(next.clone())));
-    for (s, r) in futures::future::join_all(installs)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        if r.is_err() {
-            log::warn!("controller: shard {s} is stopping; it did not install the new catalog");
-        }
+    for s in install_on_every_shard(shard, next).await {
+        log::warn!("controller: shard {s} is stopping; it did not install the new catalog");
     }
     Ok(())
 }
@@ -842,36 +939,8 @@ fn create_partitions(
         let (id, current) = (t.id, t.partitions as i32);
         // New partitions get as many replicas as the topic's first one has.
         let factor = t.assignment.first().map_or(-1, |a| a.replicas.len() as i16);
-        let checked = if count <= current {
-            Err(err(
-                ResponseError::InvalidPartitions,
-                format!("topic {name} already has {current} partitions"),
-            ))
-        } else if count > catalog::MAX_PARTITIONS {
-            Err(err(
-                ResponseError::InvalidPartitions,
-                format!("at most {} partitions", catalog::MAX_PARTITIONS),
-            ))
-        } else {
-            bounds::check_new_partitions(shard, record, &name, current, count, false).and_then(
-                |()| match &assignments {
-                    None => place(shard, record, &name, factor, count - current),
-                    Some(lists) if lists.len() as i32 != count - current => Err(err(
-                        ResponseError::InvalidReplicaAssignment,
-                        format!(
-                            "adding {} partitions to {name} takes {} assignments, not {}",
-                            count - current,
-                            count - current,
-                            lists.len()
-                        ),
-                    )),
-                    Some(lists) => {
-                        let factor = (factor > 0).then_some(factor as usize);
-                        place_manually(shard, record, lists, factor)
-                    }
-                },
-            )
-        };
+        let checked =
+            added_partitions(shard, record, &name, (current, count), factor, &assignments);
         match checked {
             Err(e) => results.push(e),
             Ok(added) => {
@@ -889,6 +958,47 @@ fn create_partitions(
         }
     }
     results
+}
+
+/// The assignments of the partitions that take topic `name` from `current` to `count` (placed
+/// here, or as the request lists them), checked against the bounds.
+fn added_partitions(
+    shard: &Shard,
+    record: &CatalogRecord,
+    name: &str,
+    (current, count): (i32, i32),
+    factor: i16,
+    assignments: &Option<Vec<Vec<i32>>>,
+) -> Result<Vec<catalog::PartitionAssignment>, Outcome> {
+    if count <= current {
+        return Err(err(
+            ResponseError::InvalidPartitions,
+            format!("topic {name} already has {current} partitions"),
+        ));
+    }
+    if count > catalog::MAX_PARTITIONS {
+        return Err(err(
+            ResponseError::InvalidPartitions,
+            format!("at most {} partitions", catalog::MAX_PARTITIONS),
+        ));
+    }
+    bounds::check_new_partitions(shard, record, name, current, count, false)?;
+    match assignments {
+        None => place(shard, record, name, factor, count - current),
+        Some(lists) if lists.len() as i32 != count - current => Err(err(
+            ResponseError::InvalidReplicaAssignment,
+            format!(
+                "adding {} partitions to {name} takes {} assignments, not {}",
+                count - current,
+                count - current,
+                lists.len()
+            ),
+        )),
+        Some(lists) => {
+            let factor = (factor > 0).then_some(factor as usize);
+            place_manually(shard, record, lists, factor)
+        }
+    }
 }
 
 fn alter_configs(

@@ -261,8 +261,12 @@ pub fn recover_from(store: &RaftStore) -> anyhow::Result<CatalogRecord> {
             if e.data.is_empty() {
                 continue;
             }
-            let applied =
-                records::decode(&e.data).and_then(|recs| records::apply(&mut image, &recs));
+            let decoded = records::decode(&e.data);
+            if let Ok(recs) = &decoded {
+                records::check_level(recs)
+                    .map_err(|why| anyhow::anyhow!("entry {}: {why}", e.index))?;
+            }
+            let applied = decoded.and_then(|recs| records::apply(&mut image, &recs));
             if let Err(why) = applied {
                 log::error!("controller: entry {} does not apply: {why}", e.index);
             }

@@ -379,7 +379,15 @@ fn apply_entry(applied: &Applied, e: &Entry) -> Result<u64, String> {
     if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
         return Ok(applied.generation());
     }
-    let result = records::decode(&e.data).and_then(|recs| applied.apply(&recs));
+    let decoded = records::decode(&e.data);
+    if let Err(why) = decoded
+        .as_deref()
+        .map(records::check_level)
+        .unwrap_or(Ok(()))
+    {
+        super::cluster::fatal(&format!("controller: entry {}: {why}", e.index));
+    }
+    let result = decoded.and_then(|recs| applied.apply(&recs));
     if let Err(why) = &result {
         // Every voter reaches the same verdict on the same entry, so catalogs stay equal.
         log::error!("controller: entry {} does not apply: {why}", e.index);

@@ -7,10 +7,13 @@
 //! entry of a newer version by name rather than misreading it.
 
 use crate::storage::catalog::{
-    scope_configs, BrokerRecord, BrokerRecordV1, CatalogRecord, PartitionAssignment, TopicRecord,
+    scope_configs, BrokerRecord, BrokerRecordV1, CatalogRecord, PartitionAssignment, TopicEpochs,
+    TopicRecord,
 };
+use crate::storage::features::{self, MAX_METADATA_VERSION, PARTITION_EPOCHS};
 use crate::storage::security::{self, AclRecord, ScramCredentialRecord};
 use crate::storage::topic_config::UNCLEAN_LEADER_ELECTION;
+use std::collections::HashMap;
 
 /// The entry format this Sluice writes, and the newest it reads.
 const FORMAT_VERSION: u8 = 1;
@@ -104,6 +107,50 @@ pub enum MetadataRecord {
     /// A broker (re)registered, with its listeners: replaces its previous registration,
     /// unfenced. Partitions left without a leader that it holds in sync get it back as leader.
     RegisterBroker(Box<BrokerRecord>),
+    // From here on, written only at the level each names (`storage::features`): an older
+    // Sluice cannot read them, and runs only below that level.
+    /// A feature finalised at a level (UpdateFeatures; a new cluster's first entry): only
+    /// `metadata.version`, raised from level 2 on. Every partition's epoch starts at 0 as
+    /// the level reaches `PARTITION_EPOCHS`.
+    SetFeatureLevel(Box<(String, i16)>),
+    /// A leader's in-sync set change (AlterPartition) computed at partition epoch
+    /// `partition_epoch` (level `PARTITION_EPOCHS` on): at any other epoch it changes nothing.
+    AlterPartition(Box<PartitionChange>),
+}
+
+/// An in-sync set change at a partition epoch.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct PartitionChange {
+    pub id: [u8; 16],
+    pub partition: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
+/// Err where `records` finalise a level this binary does not run: a newer Sluice raised
+/// it, and this one must not go on with a catalog it can no longer keep (the node stops and
+/// says so; 0.1, which knew no levels, logged such entries as corrupt and ran on).
+pub fn check_level(records: &[MetadataRecord]) -> Result<(), String> {
+    for r in records {
+        if let MetadataRecord::SetFeatureLevel(f) = r {
+            if f.0 == features::METADATA_VERSION && f.1 > MAX_METADATA_VERSION {
+                return Err(format!(
+                    "the cluster runs {} {}; this Sluice runs up to {MAX_METADATA_VERSION}: run a Sluice that supports it",
+                    f.0, f.1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A new cluster's first entry: its id, at the newest level this Sluice runs at.
+pub fn bootstrap(cluster_id: String) -> Vec<MetadataRecord> {
+    let level = (features::METADATA_VERSION.to_string(), MAX_METADATA_VERSION);
+    vec![
+        MetadataRecord::ClusterId(cluster_id),
+        MetadataRecord::SetFeatureLevel(Box::new(level)),
+    ]
 }
 
 /// One log entry's bytes: the version, then the records in rkyv.
@@ -142,8 +189,72 @@ pub fn apply(catalog: &mut CatalogRecord, records: &[MetadataRecord]) -> Result<
     for r in records {
         apply_one(&mut next, r)?;
     }
+    if features::level(next.metadata_version) >= PARTITION_EPOCHS {
+        renew_partition_epochs(catalog, &mut next);
+    }
     *catalog = next;
     Ok(())
+}
+
+/// Every partition whose assignment `before` and `after` differ gets the next partition
+/// epoch; a new one starts at 0, a deleted topic's go. Run once per entry, so an entry that
+/// changes a partition twice moves its epoch once: every node applies the same entries, so
+/// every node counts the same epochs.
+fn renew_partition_epochs(before: &CatalogRecord, after: &mut CatalogRecord) {
+    // By topic id, so that an entry costs one pass over the catalog, not one per topic.
+    let old: HashMap<&[u8; 16], &TopicRecord> = before.topics.iter().map(|t| (&t.id, t)).collect();
+    let mut kept: HashMap<[u8; 16], Vec<i32>> = std::mem::take(&mut after.partition_epochs)
+        .into_iter()
+        .map(|e| (e.id, e.epochs))
+        .collect();
+    let mut epochs = Vec::with_capacity(after.topics.len());
+    for t in &after.topics {
+        let mut e = kept.remove(&t.id).unwrap_or_default();
+        e.resize(t.assignment.len(), 0);
+        let was = old.get(&t.id).map_or(&[][..], |o| &o.assignment[..]);
+        for (p, a) in t.assignment.iter().enumerate() {
+            if was.get(p).is_some_and(|o| o != a) {
+                e[p] += 1;
+            }
+        }
+        epochs.push(TopicEpochs {
+            id: t.id,
+            epochs: e,
+        });
+    }
+    after.partition_epochs = epochs;
+}
+
+/// Partition `partition` of topic `id`'s epoch; None below level `PARTITION_EPOCHS`.
+pub fn partition_epoch(c: &CatalogRecord, id: &[u8; 16], partition: i32) -> Option<i32> {
+    c.partition_epochs
+        .iter()
+        .find(|t| t.id == *id)
+        .and_then(|t| t.epochs.get(usize::try_from(partition).ok()?))
+        .copied()
+}
+
+/// A feature finalised: `metadata.version` only, at a level this Sluice runs at, never lowered
+/// (a catalog written at a level cannot be read below it).
+fn set_feature_level(c: &mut CatalogRecord, name: &str, level: i16) -> Result<(), String> {
+    if name != features::METADATA_VERSION || !features::supported(level) {
+        return Err(format!("feature {name} at level {level} is unknown here"));
+    }
+    if level < features::level(c.metadata_version) {
+        return Err(format!("{name} lowered to {level}"));
+    }
+    c.metadata_version = level;
+    Ok(())
+}
+
+/// An in-sync set change at a partition epoch: none at another epoch.
+fn alter_partition(c: &mut CatalogRecord, change: &PartitionChange) -> Result<(), String> {
+    let epoch = partition_epoch(c, &change.id, change.partition);
+    let a = assignment_mut(c, &change.id, change.partition)?;
+    if epoch != Some(change.partition_epoch) {
+        return Ok(());
+    }
+    set_isr(a, a.leader_epoch, None, &change.isr)
 }
 
 fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), String> {
@@ -189,6 +300,8 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
         | MetadataRecord::SetAssignment { .. }
         | MetadataRecord::ChangeIsr { .. }
         | MetadataRecord::AlterIsr { .. } => apply_to_partition(c, record)?,
+        MetadataRecord::AlterPartition(change) => alter_partition(c, change)?,
+        MetadataRecord::SetFeatureLevel(f) => set_feature_level(c, &f.0, f.1)?,
         MetadataRecord::SetScramCredential(_)
         | MetadataRecord::DeleteScramCredential(_)
         | MetadataRecord::CreateAcl(_)
@@ -202,6 +315,7 @@ fn apply_one(c: &mut CatalogRecord, record: &MetadataRecord) -> Result<(), Strin
             | MetadataRecord::SetAssignment { .. }
             | MetadataRecord::ChangeIsr { .. }
             | MetadataRecord::AlterIsr { .. }
+            | MetadataRecord::AlterPartition(_)
     ) {
         settle_fenced(c);
     }
@@ -726,6 +840,53 @@ mod tests {
             },
         ];
         assert_eq!(decode(&raw).unwrap(), want);
+    }
+
+    #[test]
+    fn partition_epochs_count_every_change_from_level_2_and_guard_isr_changes() {
+        let mut c = empty();
+        apply(&mut c, &[broker(1, 1), broker(2, 1)]).unwrap();
+        let mut t = topic("t", 1, &[1, 2]);
+        t.assignment[0].isr = vec![1, 2];
+        apply(&mut c, &[MetadataRecord::CreateTopic(t)]).unwrap();
+        assert!(c.partition_epochs.is_empty(), "level 1 keeps none");
+        apply(&mut c, &bootstrap("c".into())[1..]).unwrap();
+        assert_eq!(c.metadata_version, 2);
+        assert_eq!(partition_epoch(&c, &[1; 16], 1), Some(0));
+        // A fence moves partition 0's leadership from 1 to 2: only its epoch moves.
+        let fence = MetadataRecord::FenceBroker {
+            node_id: 1,
+            incarnation: 1,
+        };
+        apply(&mut c, &[fence]).unwrap();
+        assert_eq!(c.partition_epochs[0].epochs, vec![1, 0]);
+        let change = |partition_epoch, isr: Vec<i32>| {
+            MetadataRecord::AlterPartition(Box::new(PartitionChange {
+                id: [1; 16],
+                partition: 0,
+                partition_epoch,
+                isr,
+            }))
+        };
+        // Computed at epoch 0, before the fence: it changes nothing.
+        apply(&mut c, &[change(0, vec![2, 1])]).unwrap();
+        assert_eq!(c.topics[0].assignment[0].isr, vec![2]);
+        assert_eq!(c.partition_epochs[0].epochs, vec![1, 0]);
+        apply(&mut c, &[broker(1, 2)]).unwrap();
+        apply(&mut c, &[change(1, vec![2, 1])]).unwrap();
+        assert_eq!(c.topics[0].assignment[0].isr, vec![2, 1]);
+        assert_eq!(c.partition_epochs[0].epochs, vec![2, 0]);
+        // A level is never lowered, and an unknown feature is refused.
+        let lower =
+            MetadataRecord::SetFeatureLevel(Box::new((features::METADATA_VERSION.into(), 1)));
+        assert!(apply(&mut c, &[lower]).is_err());
+        let other = MetadataRecord::SetFeatureLevel(Box::new(("kraft.version".into(), 2)));
+        assert!(apply(&mut c, &[other]).is_err());
+        // A level beyond this binary stops the node, by name.
+        let newer =
+            MetadataRecord::SetFeatureLevel(Box::new((features::METADATA_VERSION.into(), 3)));
+        assert!(check_level(&[newer]).unwrap_err().contains("runs up to 2"));
+        assert_eq!(check_level(&bootstrap("c".into())), Ok(()));
     }
 
     #[test]

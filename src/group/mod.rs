@@ -25,7 +25,7 @@ use kafka_protocol::ResponseError;
 use records::Key;
 use state::{Coordinator, CoordinatorConfig, JoinResponse, Output, Reply, SyncResponse};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 pub use crate::storage::catalog::OFFSETS_TOPIC;
@@ -68,7 +68,27 @@ pub struct GroupService {
     unsettled: RefCell<Vec<(i32, i64, bool)>>,
     /// Groups whose metadata is being written again after a failed write (`persist_again`).
     rewriting: RefCell<std::collections::HashSet<String>>,
+    /// Offset commits appended and not yet applied to their groups, by (`__consumer_offsets`
+    /// partition, the leader generation they were appended under, the batch's end offset):
+    /// applied in log order once the partition commits them (`ops::SettleCommit`), whoever's
+    /// answer wakes first. Those of an earlier leadership are never applied: their answers
+    /// fail, or the partition's unload clears them.
+    pending_commits: RefCell<BTreeMap<PendingKey, PendingCommit>>,
 }
+
+/// (partition, leader generation, end offset) of an appended offset commit.
+type PendingKey = (i32, u64, i64);
+
+/// An offset commit appended and not yet applied.
+struct PendingCommit {
+    group: String,
+    accepted: Vec<((String, i32), state::CommittedOffset)>,
+}
+
+/// Commits appended and waiting for their partition's commit, per shard: beyond this a commit
+/// is answered only once applied (`ops::StageCommit`), which holds its connection back. Each
+/// entry is an in-flight OffsetCommit, so connections and their in-flight bound keep it lower.
+const MAX_PENDING_COMMITS: usize = 100_000;
 
 /// Markers held while a partition loads; each marker write waits for its commit, so a load
 /// sees at most a few per transactional id.
@@ -100,6 +120,7 @@ impl GroupService {
             loaded: RefCell::new(HashMap::new()),
             unsettled: RefCell::new(Vec::new()),
             rewriting: RefCell::new(std::collections::HashSet::new()),
+            pending_commits: RefCell::new(BTreeMap::new()),
         }
     }
 }
@@ -317,6 +338,125 @@ async fn append(
     txn: Option<(i64, i16)>,
 ) -> Result<(), i16> {
     let partition = offsets_partition_of(shard, group)?;
+    append_to(shard, &partition, records, acks, txn)
+        .await
+        .map(|_| ())
+}
+
+/// Appends an offset commit's records for `group` to its partition, checked as acks=all is
+/// (enough replicas in sync) but not waiting for their commit, and keeps the offsets to apply
+/// once they commit. Returns the leader generation it was appended under and the batch's end
+/// offset.
+async fn append_pending(
+    shard: &Rc<Shard>,
+    group: &str,
+    records: &[(Bytes, Option<Bytes>)],
+    accepted: Vec<((String, i32), state::CommittedOffset)>,
+) -> Result<(u64, i64), i16> {
+    let partition = offsets_partition_of(shard, group)?;
+    partition.check_insync(-1).map_err(|e| e.code())?;
+    let end_offset = append_to(shard, &partition, records, 1, None).await?;
+    let Some((leadership, _)) = partition.leadership() else {
+        return Err(ResponseError::NotLeaderOrFollower.code());
+    };
+    let pending = PendingCommit {
+        group: group.to_string(),
+        accepted,
+    };
+    let key = (partition.id().partition, leadership, end_offset);
+    let previous = shard
+        .service::<GroupService>()
+        .pending_commits
+        .borrow_mut()
+        .insert(key, pending);
+    // Within one leadership each append has its own end offset.
+    assert!(previous.is_none(), "two commits pending at {key:?}");
+    Ok((leadership, end_offset))
+}
+
+/// Waits until the commit appended at `end_offset` under `leadership` on `group`'s partition
+/// is committed, then applies every pending commit of that leadership up to the high
+/// watermark, in log order. Err: the commit's code (REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER,
+/// KAFKA_STORAGE_ERROR); its offsets are then not applied.
+async fn settle_pending(
+    shard: &Rc<Shard>,
+    group: &str,
+    (leadership, end_offset): (u64, i64),
+) -> Result<(), i16> {
+    let settled = apply_once_committed(shard, group, end_offset).await;
+    if settled.is_err() {
+        if let Ok(partition) = offsets_partition_of(shard, group) {
+            let key = (partition.id().partition, leadership, end_offset);
+            let groups = shard.service::<GroupService>();
+            groups.pending_commits.borrow_mut().remove(&key);
+        }
+    }
+    settled
+}
+
+/// Waits until `group`'s partition commits `end_offset`, then applies the pending commits its
+/// high watermark covers. Err: the wait's code; nothing applied, nothing dropped.
+async fn apply_once_committed(shard: &Rc<Shard>, group: &str, end_offset: i64) -> Result<(), i16> {
+    let partition = offsets_partition_of(shard, group)?;
+    let deadline_ms = shard.clock().monotonic_ms() + APPEND_TIMEOUT_MS as u64;
+    shard
+        .wait_committed(&partition, end_offset, deadline_ms)
+        .await
+        .map_err(|e| e.code())?;
+    apply_committed(&shard.service::<GroupService>(), &partition);
+    Ok(())
+}
+
+/// Applies the pending commits of `partition`'s present leadership that its high watermark
+/// covers, in log order.
+fn apply_committed(groups: &GroupService, partition: &Partition) {
+    let Some((leadership, _)) = partition.leadership() else {
+        return;
+    };
+    let index = partition.id().partition;
+    let high_watermark = partition.high_watermark();
+    let mut pending = groups.pending_commits.borrow_mut();
+    let covered: Vec<PendingKey> = pending
+        .range((index, leadership, i64::MIN)..=(index, leadership, high_watermark))
+        .map(|(k, _)| *k)
+        .collect();
+    let mut coordinator = groups.coordinator.borrow_mut();
+    for key in covered {
+        let c = pending.remove(&key).expect("listed just now");
+        coordinator.group_mut(&c.group).offsets.extend(c.accepted);
+    }
+}
+
+/// Whether so many commits wait that the next one should be answered only once applied.
+fn too_many_pending(groups: &GroupService) -> bool {
+    groups.pending_commits.borrow().len() >= MAX_PENDING_COMMITS
+}
+
+/// The newest end offset of `group`'s commits pending under its partition's present
+/// leadership (None: none is).
+fn newest_pending(shard: &Shard, group: &str) -> Option<i64> {
+    let partition = offsets_partition_of(shard, group).ok()?;
+    let (leadership, _) = partition.leadership()?;
+    let index = partition.id().partition;
+    let groups = shard.service::<GroupService>();
+    let pending = groups.pending_commits.borrow();
+    pending
+        .range((index, leadership, i64::MIN)..=(index, leadership, i64::MAX))
+        .filter(|(_, c)| c.group == group)
+        .map(|((_, _, end), _)| *end)
+        .max()
+}
+
+/// Appends `records` to `partition` (a `__consumer_offsets` partition owned by this shard); in
+/// `txn`'s transaction (producer id, epoch) when given: a TxnOffsetCommit. Returns the batch's
+/// end offset.
+async fn append_to(
+    shard: &Rc<Shard>,
+    partition: &Rc<Partition>,
+    records: &[(Bytes, Option<Bytes>)],
+    acks: i16,
+    txn: Option<(i64, i16)>,
+) -> Result<i64, i16> {
     let refs: Vec<crate::protocol::batch::KeyValue<'_>> = records
         .iter()
         .map(|(k, v)| (Some(&k[..]), v.as_deref()))
@@ -342,14 +482,14 @@ async fn append(
     };
     shard
         .produce(
-            &partition,
+            partition,
             Bytes::from(batch),
             source,
             acks,
             APPEND_TIMEOUT_MS,
         )
         .await
-        .map(|_| ())
+        .map(|a| a.end_offset)
         .map_err(|e| e.code())
 }
 

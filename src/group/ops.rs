@@ -4,7 +4,8 @@
 use super::records::{self, Key};
 use super::state::{CommittedOffset, JoinRequest, JoinResponse, SyncResponse};
 use super::MAX_OFFSET_METADATA_BYTES;
-use super::{append, process_outputs, settle, GroupRequest, GroupService, OffsetEntry};
+use super::{append, append_pending, apply_once_committed, newest_pending, process_outputs};
+use super::{settle, settle_pending, too_many_pending, GroupRequest, GroupService, OffsetEntry};
 use crate::shard::Shard;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -121,47 +122,39 @@ impl GroupRequest for Leave {
     }
 }
 
-/// OffsetCommit, or (with `txn`) TxnOffsetCommit: one error code per offset, answered once
-/// the commit is durable.
+/// TxnOffsetCommit: one error code per offset, answered once the commit is durable.
 ///
 /// A transactional commit (KIP-98, KIP-447) is written in the producer's transaction, which
 /// the transaction coordinator verified holds the group's offsets partition; its offsets stay
 /// pending (not served by OffsetFetch) until the transaction's marker settles them.
-pub struct Commit {
+pub struct TxnCommit {
     pub group: String,
     pub member: String,
     pub generation: i32,
     pub instance: Option<String>,
     pub offsets: Vec<OffsetEntry>,
-    /// The producer (id, epoch) of a TxnOffsetCommit.
-    pub txn: Option<(i64, i16)>,
+    /// The producer's (id, epoch).
+    pub producer: (i64, i16),
 }
 
-impl GroupRequest for Commit {
+impl GroupRequest for TxnCommit {
     type Reply = Vec<i16>;
     fn group(&self) -> &str {
         &self.group
     }
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<i16>> {
-        Box::pin(async move { commit(&shard, self).await })
+        Box::pin(async move { txn_commit(&shard, self).await })
     }
 }
 
-async fn commit(shard: &Rc<Shard>, c: Commit) -> Vec<i16> {
-    let groups = shard.service::<GroupService>();
+async fn txn_commit(shard: &Rc<Shard>, c: TxnCommit) -> Vec<i16> {
     // Kafka's rule: a transactional commit without membership (v0–2, or generation -1 and no
     // member id) is not checked against the group's members.
-    let unchecked = c.txn.is_some() && c.generation < 0 && c.member.is_empty();
+    let unchecked = c.generation < 0 && c.member.is_empty();
     if !unchecked {
-        let checked = groups.coordinator.borrow_mut().check_commit(
-            &c.group,
-            &c.member,
-            c.generation,
-            c.instance.as_deref(),
-        );
-        process_outputs(shard); // a refused admission is counted there
-        if let Err(e) = checked {
-            return c.offsets.iter().map(|_| e.code()).collect();
+        let checked = check_member(shard, &c.group, &c.member, c.generation, c.instance);
+        if let Err(code) = checked {
+            return vec![code; c.offsets.len()];
         }
     }
     let now_ms = shard.clock().wall_ms() as i64;
@@ -170,21 +163,129 @@ async fn commit(shard: &Rc<Shard>, c: Commit) -> Vec<i16> {
         return batch.codes;
     }
     // Like produce with acks=all: answered once the commit is durable.
-    if let Err(code) = append(shard, &c.group, &batch.records, -1, c.txn).await {
+    let producer = Some(c.producer);
+    if let Err(code) = append(shard, &c.group, &batch.records, -1, producer).await {
         batch.fail(code);
         return batch.codes;
     }
+    let groups = shard.service::<GroupService>();
     let mut coordinator = groups.coordinator.borrow_mut();
-    let g = coordinator.group_mut(&c.group);
-    match c.txn {
-        None => g.offsets.extend(batch.accepted),
-        Some((producer_id, _)) => g
-            .pending_offsets
-            .entry(producer_id)
-            .or_default()
-            .extend(batch.accepted),
-    }
+    coordinator
+        .group_mut(&c.group)
+        .pending_offsets
+        .entry(c.producer.0)
+        .or_default()
+        .extend(batch.accepted);
     batch.codes
+}
+
+/// Whether the member may commit the group's offsets (its generation, or its static
+/// instance); Err: the code every offset of its commit answers.
+fn check_member(
+    shard: &Rc<Shard>,
+    group: &str,
+    member: &str,
+    generation: i32,
+    instance: Option<String>,
+) -> Result<(), i16> {
+    let groups = shard.service::<GroupService>();
+    let checked = groups.coordinator.borrow_mut().check_commit(
+        group,
+        member,
+        generation,
+        instance.as_deref(),
+    );
+    process_outputs(shard); // a refused admission is counted there
+    checked.map_err(|e| e.code())
+}
+
+/// OffsetCommit's ordered part, run in its connection's request order: checks the member and
+/// appends the offsets. They are applied to the group once the append commits
+/// (`SettleCommit`, the answer's later part), so a connection's commits share fsyncs instead of
+/// each waiting for its own, and the requests behind them (heartbeats) are not held up.
+pub struct StageCommit {
+    pub group: String,
+    pub member: String,
+    pub generation: i32,
+    pub instance: Option<String>,
+    pub offsets: Vec<OffsetEntry>,
+}
+
+/// What staging a commit did: answered it already (refused, nothing to write, or applied
+/// at once while too many commits wait), or appended it at `end_offset` under leader
+/// generation `leadership`.
+pub enum Staged {
+    Answered(Vec<i16>),
+    Appended {
+        codes: Vec<i16>,
+        appended: (u64, i64),
+    },
+}
+
+impl GroupRequest for StageCommit {
+    type Reply = Staged;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Staged> {
+        Box::pin(async move { stage_commit(&shard, self).await })
+    }
+}
+
+async fn stage_commit(shard: &Rc<Shard>, c: StageCommit) -> Staged {
+    if let Err(code) = check_member(shard, &c.group, &c.member, c.generation, c.instance) {
+        return Staged::Answered(vec![code; c.offsets.len()]);
+    }
+    let now_ms = shard.clock().wall_ms() as i64;
+    let mut batch = OffsetBatch::new(&c.group, c.offsets, now_ms);
+    if batch.records.is_empty() {
+        return Staged::Answered(batch.codes);
+    }
+    let accepted = std::mem::take(&mut batch.accepted);
+    let appended = match append_pending(shard, &c.group, &batch.records, accepted).await {
+        Ok(appended) => appended,
+        Err(code) => {
+            batch.fail(code);
+            return Staged::Answered(batch.codes);
+        }
+    };
+    if !too_many_pending(&shard.service::<GroupService>()) {
+        return Staged::Appended {
+            codes: batch.codes,
+            appended,
+        };
+    }
+    // Backpressure: this connection waits for its commit before its next request.
+    if let Err(code) = settle_pending(shard, &c.group, appended).await {
+        batch.fail(code);
+    }
+    Staged::Answered(batch.codes)
+}
+
+/// OffsetCommit's later part: waits for the commit appended as `appended` (leader generation,
+/// end offset) to commit, and applies it (with every commit before it in its partition). Err:
+/// the code it failed with.
+pub struct SettleCommit {
+    pub group: String,
+    pub appended: (u64, i64),
+}
+
+impl GroupRequest for SettleCommit {
+    type Reply = Result<(), i16>;
+    fn group(&self) -> &str {
+        &self.group
+    }
+    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move { settle_pending(&shard, &self.group, self.appended).await })
+    }
+}
+
+/// A commit's write failed with `code`: every offset that was written (answered 0 so far)
+/// answers it; those refused before the write keep their own code.
+pub fn fail_written(codes: &mut [i16], code: i16) {
+    for c in codes.iter_mut().filter(|c| **c == 0) {
+        *c = code;
+    }
 }
 
 /// The records of an offset commit: one per offset whose metadata fits, and a code per
@@ -227,9 +328,7 @@ impl OffsetBatch {
 
     /// The append failed: every offset that was to be written answers `code`.
     fn fail(&mut self, code: i16) {
-        for c in self.codes.iter_mut().filter(|c| **c == 0) {
-            *c = code;
-        }
+        fail_written(&mut self.codes, code);
     }
 }
 
@@ -250,6 +349,11 @@ impl GroupRequest for FetchOffsets {
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
             let groups = shard.service::<GroupService>();
+            // Read after the group's own commits still in flight: a client that committed
+            // and then asks (on the same connection, or after its commit's answer) sees them.
+            if let Some(end_offset) = newest_pending(&shard, &self.group) {
+                let _ = apply_once_committed(&shard, &self.group, end_offset).await;
+            }
             let c = groups.coordinator.borrow();
             let group = c.groups.get(&self.group);
             let none = |t: &str, p: i32| (t.to_string(), p, -1, -1, String::new());

@@ -9,16 +9,13 @@ use super::records::{self, Key};
 use super::state::{CommittedOffset, Coordinator, StoredGroup};
 use super::{GroupService, OFFSETS_TOPIC};
 use crate::metrics::add;
-use crate::partition::{Partition, ReadRequest};
+use crate::partition::Partition;
 use crate::protocol::batch;
-use crate::protocol::chunk::Chunk;
+use crate::shard::coordinator_load::{self, read_from_start, Coordinated};
 use crate::shard::Shard;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-
-/// Bytes read from a partition at a time during replay.
-const REPLAY_READ_BYTES: usize = 1 << 20;
 
 /// A committed offset's key: (group, topic, partition).
 type OffsetKey = (String, String, i32);
@@ -37,15 +34,6 @@ pub struct Latest {
 /// How often a shard looks for `__consumer_offsets` partitions whose leadership changed.
 const LEADERSHIP_CHECK_MS: u64 = 100;
 
-/// Whether a new leader of a `__consumer_offsets` partition may load its groups: once its
-/// epoch start is committed. Below it lie commits an earlier leader may have acknowledged,
-/// and a coordinator that served without them would hand out offsets that went backwards (the
-/// simulator found that a fallback after 30 s did exactly that).
-pub fn may_load(high_watermark: i64, epoch_start: i64) -> bool {
-    high_watermark >= epoch_start
-        || crate::inject::active(crate::inject::Bug::CoordinatorLoadsEarly)
-}
-
 /// Keeps the shard's coordinator in step with leadership of its `__consumer_offsets`
 /// partitions: loads each one this node starts leading, forgets the groups of each it stops
 /// leading. Runs for as long as the shard does.
@@ -60,41 +48,37 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
 /// partition whose epoch start is not committed yet is left for a later pass: its groups
 /// answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 pub async fn load_led(shard: &Rc<Shard>) {
-    let Some(topic) = shard.catalog().topics.get(OFFSETS_TOPIC).cloned() else {
-        return;
-    };
-    let service = shard.service::<GroupService>();
-    for p in shard.partition_list() {
-        if p.id().topic_id != topic.record.id {
-            continue;
-        }
-        let index = p.id().partition;
-        let loaded = service.loaded.borrow().get(&index).copied();
-        match (p.leadership(), loaded) {
-            (Some((generation, _)), Some(l)) if generation == l => {}
-            (Some((generation, epoch_start)), loaded) => {
-                if loaded.is_some() {
-                    unload(shard, &service, index, topic.record.partitions);
-                }
-                if !may_load(p.high_watermark(), epoch_start) {
-                    note_load_wait(shard, &service, &p, epoch_start);
-                    continue;
-                }
-                // Markers committed from here on may come after the replay's last read.
-                service
-                    .unsettled
-                    .borrow_mut()
-                    .retain(|(i, _, _)| *i != index);
-                load(shard, &p).await;
-                settle_held(&service, index, topic.record.partitions);
-                if p.leadership().is_some_and(|(g, _)| g == generation) {
-                    service.loaded.borrow_mut().insert(index, generation);
-                }
-            }
-            (None, Some(_)) => unload(shard, &service, index, topic.record.partitions),
-            (None, None) => {}
-        }
+    coordinator_load::load_led(shard, &*shard.service::<GroupService>()).await;
+}
+
+impl Coordinated for GroupService {
+    type Loaded = ();
+
+    fn topic(&self) -> &'static str {
+        OFFSETS_TOPIC
     }
+
+    fn loaded(&self) -> &std::cell::RefCell<std::collections::HashMap<i32, u64>> {
+        &self.loaded
+    }
+
+    fn unload(&self, shard: &Shard, index: i32, partitions: u32) {
+        unload(shard, self, index, partitions);
+    }
+
+    fn waits(&self, shard: &Shard, p: &Partition, epoch_start: i64) {
+        note_load_wait(shard, self, p, epoch_start);
+    }
+
+    async fn load(&self, shard: &Rc<Shard>, p: &Partition, partitions: u32) {
+        let index = p.id().partition;
+        // Markers committed from here on may come after the replay's last read.
+        self.unsettled.borrow_mut().retain(|(i, _, _)| *i != index);
+        load(shard, p).await;
+        settle_held(self, index, partitions);
+    }
+
+    fn on_loaded(&self, _shard: &Rc<Shard>, (): ()) {}
 }
 
 /// Settles the transactions whose markers were committed on partition `index` during its
@@ -134,7 +118,12 @@ fn note_load_wait(shard: &Shard, service: &GroupService, p: &Partition, epoch_st
 
 /// Forgets the groups of `__consumer_offsets` partition `index`.
 fn unload(shard: &Shard, service: &GroupService, index: i32, partitions: u32) {
-    service.loaded.borrow_mut().remove(&index);
+    // Commits appended under the lost leadership: a later load replays what of them the log
+    // kept.
+    service
+        .pending_commits
+        .borrow_mut()
+        .retain(|(i, _, _), _| *i != index);
     let gone = service
         .coordinator
         .borrow_mut()
@@ -171,35 +160,6 @@ async fn read_partition(partition: &Partition, latest: &mut Latest) {
         learn_batches(partition.name(), data, latest)
     })
     .await
-}
-
-/// Reads a partition of the broker's own records from its start to its high watermark, a
-/// chunk of whole batches at a time: `learn` takes each and returns the offset after its
-/// last batch (None: stop).
-pub async fn read_from_start(partition: &Partition, mut learn: impl FnMut(&Bytes) -> Option<i64>) {
-    let mut offset = partition.log_start_offset();
-    loop {
-        let read = partition
-            .read(ReadRequest {
-                offset,
-                max_bytes: REPLAY_READ_BYTES,
-                leader_epoch: -1,
-                zero_copy: false,
-                whole_first_batch: true,
-                replica: -1,
-                read_committed: false,
-                any_replica: false,
-            })
-            .await;
-        let data = match read.records {
-            Some(Chunk::Bytes(b)) if read.error_code == 0 && !b.is_empty() => b,
-            _ => return,
-        };
-        match learn(&data) {
-            Some(next) if next > offset => offset = next,
-            _ => return,
-        }
-    }
 }
 
 /// Learns every record of the whole batches in `data`; returns the offset after the last.

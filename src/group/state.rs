@@ -707,6 +707,11 @@ impl Coordinator {
             self.remove_member(group_id, &id);
         }
         let group = self.group_mut(group_id);
+        // The new generation is made of the members that joined it, and no others.
+        assert!(
+            group.members.values().all(|m| m.awaiting_join),
+            "group {group_id}: a member that did not join"
+        );
         group.generation += 1;
         if group.members.is_empty() {
             group.state = State::Empty;

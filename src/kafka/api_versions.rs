@@ -1,5 +1,6 @@
-//! ApiVersions: the table of served versions, and from v3 the features (KIP-584): the one
-//! Sluice has is `transaction.version` (KIP-890 part 2), finalized at the configured level. A
+//! ApiVersions: the table of served versions, and from v3 the features (KIP-584):
+//! `metadata.version`, finalized by the controller (`controller::features`), and
+//! `transaction.version` (KIP-890 part 2), finalized at the configured level. A
 //! request at a version newer than served gets UNSUPPORTED_VERSION in the v0 format, which
 //! every client can read (KIP-511). From v5 (KIP-1242) a client may name the cluster and node
 //! it means to reach; a broker that is not that node answers REBOOTSTRAP_REQUIRED, so that a
@@ -8,6 +9,7 @@
 use super::{encode, str_bytes, Reply, SUPPORTED};
 use crate::protocol::wire::{Reader, WireResult};
 use crate::shard::Shard;
+use crate::storage::features::{MAX_METADATA_VERSION, METADATA_VERSION, MIN_METADATA_VERSION};
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
@@ -18,9 +20,6 @@ use kafka_protocol::ResponseError;
 const TRANSACTION_VERSION: &str = "transaction.version";
 /// The highest `transaction.version` served.
 const MAX_TRANSACTION_VERSION: i16 = 2;
-/// The finalized features' epoch: they change only with the configuration, so one value
-/// (clients keep the features of the highest epoch they were told).
-const FEATURES_EPOCH: i64 = 1;
 
 pub const MAX_VERSION: i16 = 5;
 /// The first version whose request names the cluster and node the client means (KIP-1242);
@@ -53,25 +52,46 @@ pub fn handle(shard: &Shard, version: i16, body: Bytes) -> anyhow::Result<Reply>
             return encode(&refused, INTENDED_NODE_VERSION - 1);
         }
     }
-    let level = shard.config.transactions.version;
-    let supported = SupportedFeatureKey::default()
-        .with_name(str_bytes(TRANSACTION_VERSION))
-        .with_min_version(0)
-        .with_max_version(MAX_TRANSACTION_VERSION);
-    let finalized = FinalizedFeatureKey::default()
-        .with_name(str_bytes(TRANSACTION_VERSION))
-        .with_min_version_level(level)
-        .with_max_version_level(level);
-    let supported = match version >= ZERO_MIN_FEATURES_VERSION {
-        true => vec![supported],
-        false => Vec::new(),
-    };
+    let metadata_version = shard.catalog().metadata_version;
+    let transaction_version = shard.config.transactions.version;
+    let mut supported = vec![supported_feature(
+        METADATA_VERSION,
+        MIN_METADATA_VERSION,
+        MAX_METADATA_VERSION,
+    )];
+    if version >= ZERO_MIN_FEATURES_VERSION {
+        supported.push(supported_feature(
+            TRANSACTION_VERSION,
+            0,
+            MAX_TRANSACTION_VERSION,
+        ));
+    }
+    let finalized = vec![
+        finalized_feature(METADATA_VERSION, metadata_version),
+        finalized_feature(TRANSACTION_VERSION, transaction_version),
+    ];
+    // Clients keep the features of the highest epoch they were told: the metadata level only
+    // rises, and `transaction.version` changes only with a restart.
     let resp = response()
         .with_supported_features(supported)
-        .with_finalized_features_epoch(FEATURES_EPOCH)
-        .with_finalized_features(vec![finalized]);
+        .with_finalized_features_epoch(i64::from(metadata_version))
+        .with_finalized_features(finalized);
     // v5's response is v4's, field for field.
     encode(&resp, version.min(INTENDED_NODE_VERSION - 1))
+}
+
+fn supported_feature(name: &'static str, min: i16, max: i16) -> SupportedFeatureKey {
+    SupportedFeatureKey::default()
+        .with_name(str_bytes(name))
+        .with_min_version(min)
+        .with_max_version(max)
+}
+
+fn finalized_feature(name: &'static str, level: i16) -> FinalizedFeatureKey {
+    FinalizedFeatureKey::default()
+        .with_name(str_bytes(name))
+        .with_min_version_level(level)
+        .with_max_version_level(level)
 }
 
 /// The (cluster id, node id) a v5+ request names: the client names both or neither.

@@ -19,35 +19,7 @@ pub async fn handle(
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: DeleteTopicsRequest = decode(body, version)?;
-    let catalog = shard.catalog();
-    // (name if known, topic id as requested)
-    let wanted: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
-        req.topics
-            .iter()
-            .map(|t| match &t.name {
-                // By name: the answer names the topic's id, as Kafka's does.
-                Some(n) => (
-                    Some(n.0.to_string()),
-                    catalog
-                        .topics
-                        .get(n.0.as_str())
-                        .map_or(t.topic_id, |t| uuid::Uuid::from_bytes(t.record.id)),
-                ),
-                None => (
-                    catalog
-                        .by_id
-                        .get(t.topic_id.as_bytes())
-                        .map(|t| t.record.name.clone()),
-                    t.topic_id,
-                ),
-            })
-            .collect()
-    } else {
-        req.topic_names
-            .iter()
-            .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
-            .collect()
-    };
+    let wanted = wanted(shard, &req, version);
     // The broker's own topics are not deleted (stricter than Kafka, which deletes them and
     // loses every group's offsets or transaction): they are answered below, not submitted.
     let known: Vec<String> = wanted
@@ -92,4 +64,40 @@ pub async fn handle(
         &DeleteTopicsResponse::default().with_responses(responses),
         version,
     )
+}
+
+/// The topics asked for: (name if known, topic id as requested). v6 names each by name or id;
+/// one named by name is answered with its id, as Kafka's is.
+fn wanted(
+    shard: &Shard,
+    req: &DeleteTopicsRequest,
+    version: i16,
+) -> Vec<(Option<String>, uuid::Uuid)> {
+    let catalog = shard.catalog();
+    if version < 6 {
+        return req
+            .topic_names
+            .iter()
+            .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
+            .collect();
+    }
+    req.topics
+        .iter()
+        .map(|t| match &t.name {
+            Some(n) => (
+                Some(n.0.to_string()),
+                catalog
+                    .topics
+                    .get(n.0.as_str())
+                    .map_or(t.topic_id, |t| uuid::Uuid::from_bytes(t.record.id)),
+            ),
+            None => (
+                catalog
+                    .by_id
+                    .get(t.topic_id.as_bytes())
+                    .map(|t| t.record.name.clone()),
+                t.topic_id,
+            ),
+        })
+        .collect()
 }

@@ -1,7 +1,8 @@
 //! DescribeQuorum (KIP-595): the controller quorum's leader, term (as the leader epoch),
 //! commit index (as the high watermark) and each voter's replicated log end, for the one
-//! partition of the metadata log, `__cluster_metadata`-0. Answered by the active controller;
-//! another node answers NOT_LEADER_OR_FOLLOWER. A single node is a quorum of one, as a Kafka
+//! partition of the metadata log, `__cluster_metadata`-0, as the quorum's leader sees it: any
+//! node answers (one that does not lead asks the active controller, as a Kafka broker forwards
+//! the request to it), NOT_LEADER_OR_FOLLOWER while none answers. A single node is a quorum of one, as a Kafka
 //! node in combined mode is: it leads, in term 1, a log it keeps no entries in.
 //! Brokers that are not voters are listed as observers.
 

@@ -25,13 +25,17 @@ pub async fn handle(
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: MetadataRequest = decode(body, version)?;
-    // None: every topic. v0 used an empty list for that.
+    // None: every topic. v0 used an empty list for that. A topic asked for by id is looked up
+    // by its id alone, as Kafka does: the Java AdminClient sends an empty name beside it.
     let requested: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
         None => None,
         Some(list) if list.is_empty() && version == 0 => None,
         Some(list) => Some(
             list.iter()
-                .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+                .map(|t| match t.topic_id.is_nil() {
+                    true => (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id),
+                    false => (None, t.topic_id),
+                })
                 .collect(),
         ),
     };

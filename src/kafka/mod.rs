@@ -16,9 +16,12 @@ pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_acls;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_log_dirs;
+pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
@@ -46,11 +49,13 @@ pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
 pub mod txn_offset_commit;
+pub mod update_features;
 pub mod write_txn_markers;
 
 pub use authorize::Caller;
 
 use crate::partition::TopicPartition;
+use crate::protocol;
 use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::RequestHeader;
 use crate::shard::mesh::Request;
@@ -62,61 +67,92 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-/// The versions served, per API: ApiVersions advertises exactly this table.
-pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (
-        ApiKey::Produce,
-        crate::protocol::produce::MIN_VERSION,
-        crate::protocol::produce::MAX_VERSION,
-    ),
-    (
-        ApiKey::Fetch,
-        crate::protocol::fetch::MIN_VERSION,
-        crate::protocol::fetch::MAX_VERSION,
-    ),
-    (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 13),
-    (ApiKey::ApiVersions, 0, api_versions::MAX_VERSION),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::FindCoordinator, 0, 6),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::DescribeGroups, 0, 6),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 3),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::AddPartitionsToTxn, 0, 5),
-    (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 5),
-    (ApiKey::TxnOffsetCommit, 0, 5),
-    (ApiKey::WriteTxnMarkers, 1, 1),
-    (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 2),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::AlterConfigs, 0, 2),
-    (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 2),
-    (ApiKey::DescribeQuorum, 0, 1),
-    (ApiKey::OffsetForLeaderEpoch, 0, 4),
-    (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::AlterPartitionReassignments, 0, 1),
-    (ApiKey::ListPartitionReassignments, 0, 0),
-    (ApiKey::SaslHandshake, 0, 1),
-    (ApiKey::SaslAuthenticate, 0, 2),
-    (ApiKey::DescribeUserScramCredentials, 0, 0),
-    (ApiKey::AlterUserScramCredentials, 0, 0),
-    (ApiKey::CreateAcls, 0, 3),
-    (ApiKey::DescribeAcls, 0, 3),
-    (ApiKey::DeleteAcls, 0, 3),
-];
+/// The served APIs as one list: each key, the versions served (ApiVersions advertises exactly
+/// these) and its handler. `SUPPORTED` and `dispatch` are both made from it, so an API cannot be
+/// advertised without a handler or handled at a version not advertised.
+macro_rules! served_apis {
+    (($shard:ident, $caller:ident, $v:ident, $body:ident, $client_id:ident)
+     $($key:ident ($lo:expr, $hi:expr) => $handle:expr,)*) => {
+        /// The versions served, per API.
+        pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[$((ApiKey::$key, $lo, $hi),)*];
+
+        /// Runs the handler for a request whose version was checked by `supported`. An Err
+        /// means the request could not be decoded: the connection is closed, as Kafka does.
+        pub async fn dispatch(
+            $shard: &Rc<Shard>,
+            header: &RequestHeader,
+            $body: Bytes,
+            $caller: &Caller,
+        ) -> anyhow::Result<Reply> {
+            let $v = header.api_version;
+            let $client_id = header.client_id.as_deref().unwrap_or_default();
+            match header.api_key {
+                $(ApiKey::$key => $handle,)*
+                other => anyhow::bail!("no handler for {other:?}"),
+            }
+        }
+    };
+}
+
+served_apis! {
+    (shard, caller, v, body, client_id)
+    Produce (protocol::produce::MIN_VERSION, protocol::produce::MAX_VERSION) =>
+        produce::handle(shard, caller, v, body).await,
+    Fetch (protocol::fetch::MIN_VERSION, protocol::fetch::MAX_VERSION) =>
+        fetch::handle(shard, caller, v, body).await,
+    ListOffsets (1, 10) => list_offsets::handle(shard, caller, v, body).await,
+    Metadata (0, 13) => metadata::handle(shard, caller, v, body).await,
+    ApiVersions (0, api_versions::MAX_VERSION) => api_versions::handle(shard, v, body),
+    CreateTopics (2, 7) => create_topics::handle(shard, caller, v, body).await,
+    DeleteTopics (1, 6) => delete_topics::handle(shard, caller, v, body).await,
+    DescribeConfigs (1, 4) => describe_configs::handle(shard, caller, v, body).await,
+    CreatePartitions (0, 3) => create_partitions::handle(shard, caller, v, body).await,
+    FindCoordinator (0, 6) => find_coordinator::handle(shard, caller, v, body).await,
+    JoinGroup (0, 9) => join_group::handle(shard, caller, v, body, client_id).await,
+    SyncGroup (0, 5) => sync_group::handle(shard, caller, v, body).await,
+    Heartbeat (0, 4) => heartbeat::handle(shard, caller, v, body).await,
+    LeaveGroup (0, 5) => leave_group::handle(shard, caller, v, body).await,
+    OffsetCommit (2, 9) => offset_commit::handle(shard, caller, v, body).await,
+    OffsetFetch (1, 9) => offset_fetch::handle(shard, caller, v, body).await,
+    DescribeGroups (0, 6) => describe_groups::handle(shard, caller, v, body).await,
+    ListGroups (0, 5) => list_groups::handle(shard, caller, v, body).await,
+    DeleteGroups (0, 3) => delete_groups::handle(shard, caller, v, body).await,
+    OffsetDelete (0, 0) => offset_delete::handle(shard, caller, v, body).await,
+    InitProducerId (0, 5) => init_producer_id::handle(shard, caller, v, body).await,
+    AddPartitionsToTxn (0, 5) => add_partitions_to_txn::handle(shard, caller, v, body).await,
+    AddOffsetsToTxn (0, 4) => add_offsets_to_txn::handle(shard, caller, v, body).await,
+    EndTxn (0, 5) => end_txn::handle(shard, caller, v, body).await,
+    TxnOffsetCommit (0, 5) => txn_offset_commit::handle(shard, caller, v, body).await,
+    WriteTxnMarkers (1, 1) => write_txn_markers::handle(shard, caller, v, body).await,
+    DescribeTransactions (0, 0) => describe_transactions::handle(shard, caller, v, body).await,
+    ListTransactions (0, 2) => list_transactions::handle(shard, caller, v, body).await,
+    DescribeProducers (0, 0) => describe_producers::handle(shard, caller, v, body).await,
+    DescribeLogDirs (1, 4) => describe_log_dirs::handle(shard, caller, v, body).await,
+    DescribeClientQuotas (0, 1) => describe_client_quotas::handle(shard, caller, v, body),
+    DeleteRecords (0, 2) => delete_records::handle(shard, caller, v, body).await,
+    AlterConfigs (0, 2) => alter_configs::handle(shard, caller, v, body).await,
+    IncrementalAlterConfigs (0, 1) =>
+        incremental_alter_configs::handle(shard, caller, v, body).await,
+    DescribeCluster (0, 2) => describe_cluster::handle(shard, caller, v, body).await,
+    DescribeQuorum (0, 1) => describe_quorum::handle(shard, caller, v, body).await,
+    OffsetForLeaderEpoch (0, 4) => offset_for_leader_epoch::handle(shard, caller, v, body).await,
+    ElectLeaders (0, 2) => elect_leaders::handle(shard, caller, v, body).await,
+    AlterPartitionReassignments (0, 1) =>
+        partition_reassignments::alter(shard, caller, v, body).await,
+    ListPartitionReassignments (0, 0) =>
+        partition_reassignments::list(shard, caller, v, body).await,
+    // They change the connection's state: the connection serves them (`server/authenticate.rs`).
+    SaslHandshake (0, 1) => anyhow::bail!("SaslHandshake is the connection's to serve"),
+    SaslAuthenticate (0, 2) => anyhow::bail!("SaslAuthenticate is the connection's to serve"),
+    DescribeUserScramCredentials (0, 0) =>
+        describe_user_scram_credentials::handle(shard, caller, v, body),
+    AlterUserScramCredentials (0, 0) =>
+        alter_user_scram_credentials::handle(shard, caller, v, body).await,
+    CreateAcls (0, 3) => create_acls::handle(shard, caller, v, body).await,
+    DescribeAcls (0, 3) => describe_acls::handle(shard, caller, v, body),
+    DeleteAcls (0, 3) => delete_acls::handle(shard, caller, v, body).await,
+    UpdateFeatures (0, 2) => update_features::handle(shard, caller, v, body).await,
+}
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
     SUPPORTED
@@ -136,76 +172,6 @@ pub enum Reply {
     Later(LocalBoxFuture<'static, anyhow::Result<Vec<Chunk>>>),
 }
 
-/// Runs the handler for a request whose version was checked by `supported`. An Err means the
-/// request could not be decoded: the connection is closed, as Kafka does. SaslHandshake and
-/// SaslAuthenticate change the connection's state, so the connection serves them itself.
-pub async fn dispatch(
-    shard: &Rc<Shard>,
-    header: &RequestHeader,
-    body: Bytes,
-    caller: &Caller,
-) -> anyhow::Result<Reply> {
-    let v = header.api_version;
-    let client_id = header.client_id.as_deref().unwrap_or_default();
-    match header.api_key {
-        ApiKey::Produce => produce::handle(shard, caller, v, body).await,
-        ApiKey::Fetch => fetch::handle(shard, caller, v, body).await,
-        ApiKey::ListOffsets => list_offsets::handle(shard, caller, v, body).await,
-        ApiKey::OffsetForLeaderEpoch => {
-            offset_for_leader_epoch::handle(shard, caller, v, body).await
-        }
-        ApiKey::Metadata => metadata::handle(shard, caller, v, body).await,
-        ApiKey::ApiVersions => api_versions::handle(shard, v, body),
-        ApiKey::CreateTopics => create_topics::handle(shard, caller, v, body).await,
-        ApiKey::DeleteTopics => delete_topics::handle(shard, caller, v, body).await,
-        ApiKey::DescribeConfigs => describe_configs::handle(shard, caller, v, body).await,
-        ApiKey::DescribeCluster => describe_cluster::handle(shard, caller, v, body).await,
-        ApiKey::DescribeQuorum => describe_quorum::handle(shard, caller, v, body).await,
-        ApiKey::ElectLeaders => elect_leaders::handle(shard, caller, v, body).await,
-        ApiKey::AlterPartitionReassignments => {
-            partition_reassignments::alter(shard, caller, v, body).await
-        }
-        ApiKey::ListPartitionReassignments => {
-            partition_reassignments::list(shard, caller, v, body).await
-        }
-        ApiKey::CreatePartitions => create_partitions::handle(shard, caller, v, body).await,
-        ApiKey::FindCoordinator => find_coordinator::handle(shard, caller, v, body).await,
-        ApiKey::JoinGroup => join_group::handle(shard, caller, v, body, client_id).await,
-        ApiKey::SyncGroup => sync_group::handle(shard, caller, v, body).await,
-        ApiKey::Heartbeat => heartbeat::handle(shard, caller, v, body).await,
-        ApiKey::LeaveGroup => leave_group::handle(shard, caller, v, body).await,
-        ApiKey::OffsetCommit => offset_commit::handle(shard, caller, v, body).await,
-        ApiKey::OffsetFetch => offset_fetch::handle(shard, caller, v, body).await,
-        ApiKey::DescribeGroups => describe_groups::handle(shard, caller, v, body).await,
-        ApiKey::ListGroups => list_groups::handle(shard, caller, v, body).await,
-        ApiKey::DeleteGroups => delete_groups::handle(shard, caller, v, body).await,
-        ApiKey::OffsetDelete => offset_delete::handle(shard, caller, v, body).await,
-        ApiKey::InitProducerId => init_producer_id::handle(shard, caller, v, body).await,
-        ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(shard, caller, v, body).await,
-        ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(shard, caller, v, body).await,
-        ApiKey::EndTxn => end_txn::handle(shard, caller, v, body).await,
-        ApiKey::TxnOffsetCommit => txn_offset_commit::handle(shard, caller, v, body).await,
-        ApiKey::WriteTxnMarkers => write_txn_markers::handle(shard, caller, v, body).await,
-        ApiKey::DescribeTransactions => describe_transactions::handle(shard, caller, v, body).await,
-        ApiKey::ListTransactions => list_transactions::handle(shard, caller, v, body).await,
-        ApiKey::DeleteRecords => delete_records::handle(shard, caller, v, body).await,
-        ApiKey::AlterConfigs => alter_configs::handle(shard, caller, v, body).await,
-        ApiKey::IncrementalAlterConfigs => {
-            incremental_alter_configs::handle(shard, caller, v, body).await
-        }
-        ApiKey::CreateAcls => create_acls::handle(shard, caller, v, body).await,
-        ApiKey::DescribeAcls => describe_acls::handle(shard, caller, v, body),
-        ApiKey::DeleteAcls => delete_acls::handle(shard, caller, v, body).await,
-        ApiKey::DescribeUserScramCredentials => {
-            describe_user_scram_credentials::handle(shard, caller, v, body)
-        }
-        ApiKey::AlterUserScramCredentials => {
-            alter_user_scram_credentials::handle(shard, caller, v, body).await
-        }
-        other => anyhow::bail!("no handler for {other:?}"),
-    }
-}
-
 /// The APIs served, as the metrics endpoint names them: (key number, name).
 pub fn api_names() -> crate::metrics::ApiNames {
     SUPPORTED
@@ -222,7 +188,7 @@ pub fn api_names() -> crate::metrics::ApiNames {
 /// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients refresh their metadata; so are partitions
 /// of a shard that has stopped (shutdown), so that clients retry elsewhere. Topics `allowed`
 /// refuses are answered `failed(TOPIC_AUTHORIZATION_FAILED)`.
-pub async fn per_partition<'a, P: 'a, T, R: Copy + 'static, Q>(
+pub async fn per_partition<'a, P: 'a, T, R: Clone + 'static, Q>(
     shard: &Rc<Shard>,
     (topics, allowed): (
         impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
@@ -280,7 +246,7 @@ where
         .map(|(name, row)| {
             let row = row
                 .into_iter()
-                .map(|(i, slot)| (i, slot.map_or_else(&failed, |k| outcomes[k])))
+                .map(|(i, slot)| (i, slot.map_or_else(&failed, |k| outcomes[k].clone())))
                 .collect();
             (name, row)
         })

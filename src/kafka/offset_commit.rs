@@ -1,8 +1,11 @@
-//! OffsetCommit: durable (fsynced) in `__consumer_offsets` before it is answered. The layout
+//! OffsetCommit: durable (fsynced) in `__consumer_offsets` before it is answered; appended in
+//! its connection's request order and answered later (`group::ops::StageCommit`), so that a
+//! client committing after every message does not hold up its own heartbeats. The layout
 //! helpers are TxnOffsetCommit's too.
 
 use super::authorize::{self, Caller};
-use super::{decode, encode, Reply};
+use super::{decode, encode, encode_body, Reply};
+use crate::group::ops::Staged;
 use crate::group::{ops, route, OffsetEntry};
 use crate::security::acl::Operation;
 use crate::shard::Shard;
@@ -54,17 +57,37 @@ pub async fn handle(
     } else if n == 0 {
         Vec::new()
     } else {
-        let op = ops::Commit {
+        let op = ops::StageCommit {
             group: group.clone(),
             member: req.member_id.to_string(),
             generation: req.generation_id_or_member_epoch,
             instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
             offsets,
-            txn: None,
         };
-        route(shard, op).await.unwrap_or_else(|c| vec![c; n])
+        match route(shard, op).await {
+            Err(code) => vec![code; n],
+            Ok(Staged::Answered(codes)) => codes,
+            Ok(Staged::Appended { codes, appended }) => {
+                // Answered once the append commits, while the connection serves its next
+                // requests (its heartbeats, its next commits: they share the fsync).
+                let shard = shard.clone();
+                return Ok(Reply::Later(Box::pin(async move {
+                    let mut codes = codes;
+                    let settle = ops::SettleCommit { group, appended };
+                    if let Ok(Err(code)) | Err(code) = route(&shard, settle).await {
+                        ops::fail_written(&mut codes, code);
+                    }
+                    encode_body(&response(layout, &codes), version)
+                })));
+            }
+        }
     };
-    let topics = answered(layout, &codes)
+    encode(&response(layout, &codes), version)
+}
+
+/// The response: each partition's code, the error found here or the commit's.
+fn response(layout: Layout, codes: &[i16]) -> OffsetCommitResponse {
+    let topics = answered(layout, codes)
         .map(|(name, row)| {
             let partitions = row
                 .map(|(p, code)| {
@@ -78,10 +101,7 @@ pub async fn handle(
                 .with_partitions(partitions)
         })
         .collect();
-    encode(
-        &OffsetCommitResponse::default().with_topics(topics),
-        version,
-    )
+    OffsetCommitResponse::default().with_topics(topics)
 }
 
 /// Answers every partition of the layout with `e` (the group is not the caller's to use).

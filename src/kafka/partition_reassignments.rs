@@ -83,16 +83,7 @@ pub async fn alter(
         .filter(|(_, r)| r.is_none())
         .map(|(p, _)| p.clone())
         .collect();
-    let n = asked.len();
-    let mut decided = if shard.config.is_clustered() {
-        let op = ControllerOp::Reassign { partitions: asked };
-        controller::submit(shard, op)
-            .await
-            .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n])
-    } else {
-        asked.iter().map(|p| alone(shard, p)).collect()
-    }
-    .into_iter();
+    let mut decided = decide(shard, asked).await.into_iter();
     let outcomes: Vec<_> = refused
         .into_iter()
         .map(|r| r.unwrap_or_else(|| decided.next().expect("one outcome per partition asked")))
@@ -120,6 +111,21 @@ pub async fn alter(
         .with_allow_replication_factor_change(allow_rf_change)
         .with_responses(topics);
     encode(&response, version)
+}
+
+/// The outcome of each move asked: the controller's, or (a single node) this broker's own.
+async fn decide(
+    shard: &Rc<Shard>,
+    asked: Vec<(String, i32, Option<Vec<i32>>)>,
+) -> Vec<(i16, Option<String>)> {
+    if !shard.config.is_clustered() {
+        return asked.iter().map(|p| alone(shard, p)).collect();
+    }
+    let n = asked.len();
+    let op = ControllerOp::Reassign { partitions: asked };
+    controller::submit(shard, op)
+        .await
+        .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n])
 }
 
 /// The refusal of a target that changes the partition's replication factor (Kafka's answer

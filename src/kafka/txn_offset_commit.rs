@@ -60,13 +60,13 @@ pub async fn handle(
         Err(e) => vec![e.code(); n],
         Ok(()) if n == 0 => Vec::new(),
         Ok(()) => {
-            let op = ops::Commit {
+            let op = ops::TxnCommit {
                 group: req.group_id.0.to_string(),
                 member: req.member_id.to_string(),
                 generation: req.generation_id,
                 instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
                 offsets,
-                txn: Some((req.producer_id.0, req.producer_epoch)),
+                producer: (req.producer_id.0, req.producer_epoch),
             };
             route(shard, op).await.unwrap_or_else(|c| vec![c; n])
         }

@@ -64,6 +64,9 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrRequest {
     pub epoch: i32,
+    /// The partition epoch of the assignment it was computed from (None below
+    /// `features::PARTITION_EPOCHS`): the controller takes it only at that epoch.
+    pub partition_epoch: Option<i32>,
     pub from: Vec<i32>,
     pub isr: Vec<i32>,
     pub joining: Vec<(i32, u64)>,
@@ -87,6 +90,8 @@ pub struct Replicas {
     pub replicas: Vec<i32>,
     /// The in-sync replicas, as the controller committed them.
     pub isr: Vec<i32>,
+    /// The partition epoch of the assignment last taken (None below level 2).
+    pub partition_epoch: Option<i32>,
     /// The change this leader asked the controller for, while the controller may still take
     /// it (see the module doc).
     pub pending_isr: Option<IsrRequest>,
@@ -148,6 +153,19 @@ impl Replicas {
         Some(changed)
     }
 
+    /// The partition epoch of the assignment just taken: an ask computed at another epoch
+    /// can no longer be taken (the controller refuses it), so it is dropped.
+    pub fn note_partition_epoch(&mut self, epoch: Option<i32>) {
+        self.partition_epoch = epoch;
+        if self
+            .pending_isr
+            .as_ref()
+            .is_some_and(|p| p.partition_epoch != epoch)
+        {
+            self.pending_isr = None;
+        }
+    }
+
     /// A lone copy: leader of itself.
     pub fn alone() -> Replicas {
         Replicas {
@@ -155,6 +173,7 @@ impl Replicas {
             epoch: 0,
             replicas: vec![-1],
             isr: vec![-1],
+            partition_epoch: None,
             pending_isr: None,
             registered: BTreeMap::new(),
             role: Role::Leader {
@@ -201,7 +220,7 @@ impl Replicas {
 
     /// How far the partition is committed, given its local synced end (see the module doc).
     pub fn committed(&self, synced: i64) -> i64 {
-        match &self.role {
+        let committed = match &self.role {
             Role::Follower { leader_hw, .. } => synced.min(*leader_hw),
             Role::Leader { .. }
                 if crate::inject::active(crate::inject::Bug::AckBeforeQuorumSynced) =>
@@ -213,7 +232,13 @@ impl Replicas {
                 .filter(|n| **n != self.local)
                 .map(|n| followers.get(n).map_or(i64::MIN, |f| f.offset))
                 .fold(synced, i64::min),
-        }
+        };
+        // Nothing is committed that is not synced on this node.
+        assert!(
+            committed <= synced,
+            "committed {committed} past synced {synced}"
+        );
+        committed
     }
 
     /// A follower fetched at `offset` (a leader's view; `leader_end` is the written end now).
@@ -371,6 +396,7 @@ impl Replicas {
         let isr = self.wanted_isr(now_ms, lag_max_ms, high_watermark, epoch_start)?;
         let request = IsrRequest {
             epoch: self.epoch,
+            partition_epoch: self.partition_epoch,
             from: self.isr.clone(),
             joining: self.joining(&isr),
             isr,
@@ -402,6 +428,7 @@ mod tests {
             epoch: 3,
             replicas: vec![1, 2, 3],
             isr: isr.to_vec(),
+            partition_epoch: None,
             pending_isr: None,
             registered: BTreeMap::from([(2, 20), (3, 30)]),
             role: Role::Leader {

@@ -283,6 +283,16 @@ impl Partition {
         self.log.borrow().log_end_offset()
     }
 
+    /// The bytes of the log's segments on disk (DescribeLogDirs' partition size).
+    pub fn size_bytes(&self) -> u64 {
+        self.log.borrow().size_bytes()
+    }
+
+    /// The idempotent producers this partition has state for (DescribeProducers).
+    pub fn producers(&self) -> Vec<crate::storage::producer_state::ProducerEntry> {
+        self.log.borrow().producers.to_entries()
+    }
+
     pub fn leader_epoch(&self) -> i32 {
         self.log.borrow().leader_epoch
     }

@@ -34,7 +34,7 @@ impl Partition {
     pub fn assign(
         &self,
         local: i32,
-        a: &PartitionAssignment,
+        (a, partition_epoch): (&PartitionAssignment, Option<i32>),
         brokers: &[BrokerRecord],
         now_ms: u64,
     ) {
@@ -43,6 +43,9 @@ impl Partition {
         let Some(changed) = self.replicas.borrow_mut().assign(local, a, now_ms, hw) else {
             return;
         };
+        self.replicas
+            .borrow_mut()
+            .note_partition_epoch(partition_epoch);
         self.replicas
             .borrow_mut()
             .note_registrations(registrations(brokers, &a.replicas));

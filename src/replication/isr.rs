@@ -56,10 +56,11 @@ pub async fn keep(shard: Rc<Shard>) {
 /// joiner) ends the ask; any other answer leaves it to the set this node installs next.
 async fn ask(shard: &Rc<Shard>, p: &Partition, node: i32, request: IsrRequest) {
     let change = IsrChange::new(p.id().topic_id, p.id().partition, node, request.clone());
+    let op = ControllerOp::alter_partition(change, request.partition_epoch);
     let name = p.name();
     let isr = &request.isr;
     // Err: the controller shard is stopping.
-    if let Ok(outcomes) = controller::submit(shard, ControllerOp::AlterPartition(change)).await {
+    if let Ok(outcomes) = controller::submit(shard, op).await {
         match outcomes.first() {
             Some((0, _)) => log::info!("partition {name}: asked for in-sync set {isr:?}"),
             Some((code, msg)) => {

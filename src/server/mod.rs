@@ -18,7 +18,7 @@ use crate::controller::{self, Controller, ControllerOp, NewTopic};
 use crate::group::GroupService;
 use crate::kafka::fetch::SessionCache;
 use crate::kafka::fetch_session::FetchSessions;
-use crate::metrics::ShardMetrics;
+use crate::metrics::{adjust, ShardMetrics};
 use crate::shard::mesh::{Mesh, MeshMsg};
 use crate::shard::router::Router;
 use crate::shard::{flusher, Shard, CONTROLLER_SHARD};
@@ -457,16 +457,10 @@ async fn run_shard(
         Catalog::persist(&config.data_dir, &start.catalog.to_record()).await?;
     }
     open_journal(&shard).await;
-    shard.install_catalog(start.catalog.clone()).await;
+    shard.install_catalog_here(start.catalog.clone()).await;
     let flusher = glommio::spawn_local(flusher::run(shard.clone()));
-    for (_, mut stream) in receivers.streams() {
-        let shard = shard.clone();
-        glommio::spawn_local(async move {
-            while let Some(msg) = stream.next().await {
-                shard.on_mesh_message(msg);
-            }
-        })
-        .detach();
+    for (_, stream) in receivers.streams() {
+        glommio::spawn_local(serve_mesh(shard.clone(), stream)).detach();
     }
     if id == CONTROLLER_SHARD {
         match cluster {
@@ -483,17 +477,9 @@ async fn run_shard(
         glommio::spawn_local(bootstrap_users::ensure(shard.clone())).detach();
     }
     crate::group::replay::load_led(&shard).await;
-    glommio::spawn_local(crate::group::replay::follow_leadership(shard.clone())).detach();
-    glommio::spawn_local(crate::group::drive(shard.clone())).detach();
-    glommio::spawn_local(crate::txn::service::follow_leadership(shard.clone())).detach();
-    glommio::spawn_local(crate::txn::service::expire(shard.clone())).detach();
-    glommio::spawn_local(shard.clone().expire_producers()).detach();
-    glommio::spawn_local(shard.clone().enforce_retention()).detach();
-    glommio::spawn_local(shard.clone().compact_logs()).detach();
-    if config.is_clustered() {
-        glommio::spawn_local(crate::replication::run(shard.clone())).detach();
-        glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
-    }
+    spawn_shard_tasks(&shard);
+    OPENED_PARTITIONS.fetch_add(1, Ordering::SeqCst);
+    wait_for_every_shard_to_open_its_partitions(&shard).await;
     serve_clients(&shard, start.limits).await?;
     stop_mark.count();
     wait_for_every_shard_to_stop_serving(&shard).await;
@@ -503,6 +489,30 @@ async fn run_shard(
     shard.close_partitions().await;
     log::info!("shard {id}: closed");
     Ok(())
+}
+
+/// Serves the requests other shards send this one over one mesh stream.
+async fn serve_mesh(shard: Rc<Shard>, mut stream: impl futures::Stream<Item = MeshMsg> + Unpin) {
+    while let Some(msg) = stream.next().await {
+        shard.on_mesh_message(msg);
+    }
+}
+
+/// The shard's tasks besides serving: its groups and transactions following their partitions'
+/// leadership, the group coordinator's timers, producer expiry, retention, the cleaner, and in
+/// a cluster replication and high-watermark checkpoints.
+fn spawn_shard_tasks(shard: &Rc<Shard>) {
+    glommio::spawn_local(crate::group::replay::follow_leadership(shard.clone())).detach();
+    glommio::spawn_local(crate::group::drive(shard.clone())).detach();
+    glommio::spawn_local(crate::txn::service::follow_leadership(shard.clone())).detach();
+    glommio::spawn_local(crate::txn::service::expire(shard.clone())).detach();
+    glommio::spawn_local(shard.clone().expire_producers()).detach();
+    glommio::spawn_local(shard.clone().enforce_retention()).detach();
+    glommio::spawn_local(shard.clone().compact_logs()).detach();
+    if shard.config.is_clustered() {
+        glommio::spawn_local(crate::replication::run(shard.clone())).detach();
+        glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
+    }
 }
 
 /// The controller shard's part in a cluster: its applied metadata, and on a voter the Raft
@@ -549,7 +559,7 @@ fn run_cluster(
 /// How often a clustered node checks whether `__consumer_offsets` should be created.
 const OFFSETS_TOPIC_CHECK_MS: u64 = 1_000;
 /// How often a cluster still waiting for the brokers of `__consumer_offsets` says so (first at
-/// once).
+/// once, and again whenever the count of live brokers changes).
 const OFFSETS_TOPIC_WAIT_LOG_MS: u64 = 30_000;
 
 /// In a cluster, the active controller creates `__consumer_offsets` once as many brokers are
@@ -559,7 +569,8 @@ async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
     use crate::group::OFFSETS_TOPIC;
     let controller = shard.service::<Controller>();
     let cluster = controller.cluster.clone().expect("a clustered node");
-    let mut said_ms: Option<u64> = None;
+    // When the wait was last said, and how many brokers were live then.
+    let mut said: Option<(u64, usize)> = None;
     loop {
         glommio::timer::sleep(Duration::from_millis(OFFSETS_TOPIC_CHECK_MS)).await;
         if shard.catalog().topics.contains_key(OFFSETS_TOPIC) {
@@ -570,15 +581,18 @@ async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
         }
         if controller::internal_topic_brokers_live(&shard, OFFSETS_TOPIC) {
             ensure_offsets_topic(&shard).await;
-        } else if said_ms
-            .is_none_or(|t| shard.clock().monotonic_ms() - t >= OFFSETS_TOPIC_WAIT_LOG_MS)
-        {
-            said_ms = Some(shard.clock().monotonic_ms());
+            continue;
+        }
+        let (now_ms, live) = (
+            shard.clock().monotonic_ms(),
+            shard.catalog().live_brokers().count(),
+        );
+        if said.is_none_or(|(t, n)| n != live || now_ms - t >= OFFSETS_TOPIC_WAIT_LOG_MS) {
+            said = Some((now_ms, live));
             log::warn!(
-                "{OFFSETS_TOPIC} waits for {} live brokers ({} live): consumer groups have no \
-                 coordinator until then (offsets_topic_replication_factor)",
+                "{OFFSETS_TOPIC} waits for {} live brokers ({live} live): consumer groups have \
+                 no coordinator until then (offsets_topic_replication_factor)",
                 controller::internal_topic_replication_factor(&shard, OFFSETS_TOPIC),
-                shard.catalog().live_brokers().count()
             );
         }
     }
@@ -681,7 +695,13 @@ async fn accept_loop(
                     Ok(admission) => {
                         let serve =
                             connection::serve(shard.clone(), config.clone(), stream, admission);
-                        glommio::spawn_local(serve).detach();
+                        let metrics = shard.env.metrics.clone();
+                        adjust(&metrics.connections, 1);
+                        glommio::spawn_local(async move {
+                            serve.await;
+                            adjust(&metrics.connections, -1);
+                        })
+                        .detach();
                     }
                     Err(why) => log::warn!("shard {id}: refusing a connection: {why}"),
                 }
@@ -746,6 +766,20 @@ impl Drop for StopMark {
             SHUTDOWN.store(true, Ordering::SeqCst);
             self.count();
         }
+    }
+}
+
+/// How many shards have opened their partitions. A shard serves clients only once every shard
+/// has: it routes a partition's requests to the partition's owner, which would answer
+/// UNKNOWN_TOPIC_OR_PARTITION for one it was still opening (for seconds, after a crash with
+/// many segments to recover).
+static OPENED_PARTITIONS: AtomicUsize = AtomicUsize::new(0);
+
+async fn wait_for_every_shard_to_open_its_partitions(shard: &Shard) {
+    while OPENED_PARTITIONS.load(Ordering::SeqCst) < shard.router.shards()
+        && !SHUTDOWN.load(Ordering::SeqCst)
+    {
+        glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
 }
 

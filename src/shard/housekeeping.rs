@@ -3,6 +3,7 @@
 //! cleaner (compaction).
 
 use super::Shard;
+use crate::metrics::add;
 use crate::partition::compaction::CleanPolicy;
 use crate::storage::retention::Policy;
 use std::rc::Rc;
@@ -36,6 +37,7 @@ impl Shard {
                     p.enforce_retention(policy).await;
                 }
             }
+            add(&self.metrics().retention_passes, 1);
         }
     }
 
@@ -62,6 +64,7 @@ impl Shard {
                     p.compact(policy).await;
                 }
             }
+            add(&self.metrics().cleaner_passes, 1);
         }
     }
 

@@ -8,6 +8,8 @@
 //!
 //! Nothing here is shared across threads except immutable `Arc` snapshots and the counters.
 
+pub mod catalog_install;
+pub mod coordinator_load;
 pub mod flusher;
 pub mod housekeeping;
 pub mod mesh;
@@ -19,13 +21,12 @@ use crate::metrics::ShardMetrics;
 use crate::partition::env::Environment;
 use crate::partition::monitor::Waiter;
 use crate::partition::{Appended, Partition, Source, TopicPartition};
-use crate::storage::catalog::{Catalog, TopicMeta};
+use crate::storage::catalog::Catalog;
 use crate::timer::Timers;
 use bytes::Bytes;
-use futures::future::LocalBoxFuture;
 use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
-use mesh::{Mesh, Request};
+use mesh::Mesh;
 use router::Router;
 use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
@@ -186,97 +187,6 @@ impl Shard {
         self.router.shard_of(topic, p)
     }
 
-    /// Installs a new catalog: retires and deletes the partitions of topics that are gone (or,
-    /// after a reassignment, that this node no longer holds a replica of), opens those this
-    /// shard now owns, and gives open ones their topic's current settings (AlterConfigs), which
-    /// take effect from the next append or roll.
-    pub async fn install_catalog(&self, catalog: Arc<Catalog>) {
-        let stale: Vec<TopicPartition> = self
-            .partitions
-            .borrow()
-            .keys()
-            .filter(|tp| match catalog.by_id.get(&tp.topic_id) {
-                None => true,
-                Some(t) => !catalog.holds(t, tp.partition),
-            })
-            .copied()
-            .collect();
-        for tp in stale {
-            let removed = self.partitions.borrow_mut().remove(&tp);
-            if let Some(p) = removed {
-                p.retire();
-                let dir = self.config.data_dir.join(p.name());
-                // The journal must not replay the partition's records into a later replica
-                // of it in the same directory.
-                let _journal = match self.env.fence_journal().await {
-                    Ok(held) => held,
-                    Err(e) => {
-                        log::error!(
-                            "deleting {}: journal fence failed: {e}; kept",
-                            dir.display()
-                        );
-                        continue;
-                    }
-                };
-                let removed = std::fs::remove_dir_all(&dir);
-                if let Err(e) = removed.and_then(|()| crate::storage::disk::sync_parent(&dir)) {
-                    log::error!("deleting {}: {e}", dir.display());
-                }
-                log::info!("shard {}: deleted partition {}", self.id, p.name());
-            }
-        }
-        for topic in catalog.topics.values() {
-            self.open_owned(&catalog, topic).await;
-        }
-        let now_ms = self.clock().monotonic_ms();
-        for p in self.partitions.borrow().values() {
-            if let Some(topic) = catalog.by_id.get(&p.id().topic_id) {
-                p.configure(&topic.config);
-                match topic.assignment(p.id().partition) {
-                    Some(a) if catalog.registered => {
-                        p.assign(catalog.node_id, a, &catalog.brokers, now_ms)
-                    }
-                    Some(a) => p.assign(catalog.node_id, &a.held_back(), &catalog.brokers, now_ms),
-                    None => {}
-                }
-            }
-        }
-        *self.catalog.borrow_mut() = catalog;
-    }
-
-    /// Opens the partitions of `topic` that this shard owns, this node holds a replica of, and
-    /// are not open yet.
-    async fn open_owned(&self, catalog: &Catalog, topic: &TopicMeta) {
-        for p in 0..topic.record.partitions as i32 {
-            let tp = TopicPartition {
-                topic_id: topic.record.id,
-                partition: p,
-            };
-            let mine = self.owner(&topic.name, p) == self.id && catalog.holds(topic, p);
-            if !mine || self.partition(tp).is_some() {
-                continue;
-            }
-            let env = self.env.clone();
-            let opened = Partition::open(&self.config.data_dir, topic, p, env).await;
-            match opened {
-                Ok(partition) => {
-                    log::info!(
-                        "shard {}: opened partition {} at offset {}",
-                        self.id,
-                        partition.name(),
-                        partition.log_end_offset()
-                    );
-                    self.partitions.borrow_mut().insert(tp, Rc::new(partition));
-                }
-                Err(e) => log::error!(
-                    "shard {}: cannot open partition {}-{p}: {e}",
-                    self.id,
-                    topic.name
-                ),
-            }
-        }
-    }
-
     /// Syncs and closes every partition, writing indexes and clean-shutdown markers.
     pub async fn close_partitions(&self) {
         for partition in self.partition_list() {
@@ -419,15 +329,5 @@ impl Shard {
                 self.timers.parked()
             );
         }
-    }
-}
-
-/// Installs a catalog on the shard that receives it (the controller sends one to every shard).
-pub struct InstallCatalog(pub Arc<Catalog>);
-
-impl Request for InstallCatalog {
-    type Reply = ();
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, ()> {
-        Box::pin(async move { shard.install_catalog(self.0).await })
     }
 }

@@ -1,7 +1,7 @@
 //! Consumer-group offsets in the simulated world. Each node that leads the offsets partition
 //! runs the production coordinator (`group::state::Coordinator`: OffsetCommit's membership
 //! check, and the committed offsets OffsetFetch serves), loaded as `group::replay` loads it:
-//! once the leader's epoch start is committed (`replay::may_load`), every
+//! once the leader's epoch start is committed (`shard::coordinator_load::may_load`), every
 //! committed record replayed through `replay::learn` in the production `__consumer_offsets`
 //! schemas. A commit is appended like an acks=all produce and applied once committed
 //! (`group::ops::commit`).
@@ -263,7 +263,7 @@ impl World {
 
     /// Node `i`'s coordinator follows the offsets partition's leadership (`replay::load_led`):
     /// forgets the group when leadership moves away or anew, and loads it once
-    /// `replay::may_load` allows.
+    /// `coordinator_load::may_load` allows.
     pub(super) fn follow_offsets_leadership(&mut self, i: usize) {
         let now_ms = self.clock_ms(i);
         let Some((tp, _)) = self.offsets_partition(i) else {
@@ -286,7 +286,7 @@ impl World {
         if c.loaded.take().is_some() {
             c.coordinator.unload(|_| true);
         }
-        if !replay::may_load(r.high_watermark, epoch_start) {
+        if !crate::shard::coordinator_load::may_load(r.high_watermark, epoch_start) {
             return;
         }
         let mut latest = Latest::default();

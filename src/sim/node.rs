@@ -36,9 +36,9 @@ pub enum Wire {
     /// registered once its registration applies).
     HeartbeatTaken,
     /// A partition leader's in-sync set change, to the active controller.
-    AlterPartition(IsrChange),
+    AlterPartition(IsrChange, Option<i32>),
     /// The controller's refusal of it for good, to the leader.
-    IsrRefused(IsrChange),
+    IsrRefused(IsrChange, Option<i32>),
     /// A producer's batch of `payload` (1 to 3 records) to the partition's leader; an
     /// idempotent producer's carries its stamp and the producer to answer.
     Produce {
@@ -213,12 +213,12 @@ impl SimNode {
                 .read(|i| sessions.take_over(&i.brokers, now_ms));
         }
         if self.applied.cluster_id().is_empty() {
-            let rec = MetadataRecord::ClusterId(cluster_id.to_string());
-            self.propose(vec![rec], "form the cluster".into());
+            let records = crate::controller::records::bootstrap(cluster_id.to_string());
+            self.propose(records, "form the cluster".into());
             return;
         }
         let timeout_ms = self.config.cluster.broker_session_timeout_ms;
-        let sessions = &self.sessions;
+        let sessions = &mut self.sessions;
         let expired = self
             .applied
             .read(|i| sessions.expired(&i.brokers, now_ms, timeout_ms));
@@ -390,6 +390,11 @@ impl SimNode {
 /// An operation as the trace shows it.
 fn describe_op(op: &ControllerOp) -> String {
     match op {
+        ControllerOp::AlterPartitionAt(at) => format!(
+            "{} at partition epoch {}",
+            describe_op(&ControllerOp::AlterPartition(at.0.clone())),
+            at.1
+        ),
         ControllerOp::AlterPartition(c) => format!(
             "AlterPartition {:02x}{:02x}-{} by leader {} epoch {}: isr {:?} → {:?}",
             c.topic_id[0], c.topic_id[1], c.partition, c.leader, c.leader_epoch, c.from_isr, c.isr

@@ -256,13 +256,14 @@ impl SimReplica {
     pub fn assign(
         &mut self,
         local: i32,
-        a: &PartitionAssignment,
+        (a, partition_epoch): (&PartitionAssignment, Option<i32>),
         brokers: &[BrokerRecord],
         now_ms: u64,
     ) -> bool {
         let Some(changed) = self.replicas.assign(local, a, now_ms, self.high_watermark) else {
             return false;
         };
+        self.replicas.note_partition_epoch(partition_epoch);
         self.replicas
             .note_registrations(registrations(brokers, &a.replicas));
         let lead = a.leader == local;

@@ -11,7 +11,7 @@
 use super::node::Wire;
 use super::replica::{Batch, SimReplica};
 use super::world::{Event, World};
-use crate::controller::IsrChange;
+use crate::controller::{records, IsrChange};
 use crate::storage::catalog::{self, BrokerRecord, PartitionAssignment};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -135,17 +135,21 @@ impl World {
             return Ok(());
         }
         // As `Shard::install` does: roles wait for this incarnation's registration.
-        let (mine, brokers): (Vec<(Tp, PartitionAssignment)>, Vec<BrokerRecord>) =
-            node.applied.read(|c| {
-                let registered = catalog::registers(c, i as i32, node.incarnation);
-                let mine = assignments(c)
-                    .filter(|(_, a)| a.replicas.contains(&(i as i32)))
-                    .map(|(tp, a)| (tp, if registered { a.clone() } else { a.held_back() }))
-                    .collect();
-                (mine, c.brokers.clone())
-            });
+        type Assigned = (Tp, (PartitionAssignment, Option<i32>));
+        let (mine, brokers): (Vec<Assigned>, Vec<BrokerRecord>) = node.applied.read(|c| {
+            let registered = catalog::registers(c, i as i32, node.incarnation);
+            let mine = assignments(c)
+                .filter(|(_, a)| a.replicas.contains(&(i as i32)))
+                .map(|(tp, a)| {
+                    let epoch = records::partition_epoch(c, &tp.0, tp.1);
+                    let a = if registered { a.clone() } else { a.held_back() };
+                    (tp, (a, epoch))
+                })
+                .collect();
+            (mine, c.brokers.clone())
+        });
         self.slots[i].partitions.assigned_generation = generation;
-        for (tp, a) in mine {
+        for (tp, (a, partition_epoch)) in mine {
             let newest = self
                 .history
                 .newest_epoch
@@ -158,7 +162,7 @@ impl World {
                 .replicas
                 .entry(tp)
                 .or_insert_with(SimReplica::new);
-            if r.assign(i as i32, &a, &brokers, now_ms) && r.is_leader() {
+            if r.assign(i as i32, (&a, partition_epoch), &brokers, now_ms) && r.is_leader() {
                 self.trace.note(
                     self.now_ms,
                     format!(
@@ -231,10 +235,11 @@ impl World {
             }
             let last = parts.isr_asked_ms.get(tp).copied();
             if let Some(request) = r.ask_isr(now_ms, lag_max_ms, last) {
-                asks.push((*tp, IsrChange::new(tp.0, tp.1, i as i32, request)));
+                let epoch = request.partition_epoch;
+                asks.push((*tp, IsrChange::new(tp.0, tp.1, i as i32, request), epoch));
             }
         }
-        for (tp, change) in asks {
+        for (tp, change, partition_epoch) in asks {
             let note = format!(
                 "node {i} asks for {} in sync {:?} → {:?} (epoch {})",
                 tp_name(tp),
@@ -246,7 +251,8 @@ impl World {
             self.slots[i].partitions.isr_asked_ms.insert(tp, now_ms);
             // An RPC to the controller: one connection, in order.
             let c = controller as usize;
-            self.send_ordered((i, c), i, c, Wire::AlterPartition(change));
+            let ask = Wire::AlterPartition(change, partition_epoch);
+            self.send_ordered((i, c), i, c, ask);
         }
     }
 
@@ -384,13 +390,13 @@ impl World {
     pub(super) fn on_isr_refused(
         &mut self,
         i: usize,
-        change: IsrChange,
+        (change, partition_epoch): (IsrChange, Option<i32>),
     ) -> Result<(), super::checks::Violation> {
         let tp = (change.topic_id, change.partition);
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        r.replicas.isr_refused(&change.request());
+        r.replicas.isr_refused(&change.request(partition_epoch));
         r.advance_commit();
         self.replica_changed(i, tp)
     }

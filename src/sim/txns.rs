@@ -3,7 +3,7 @@
 //! (`txn::state::Coordinator`), in the shell the broker's `txn::service` and `txn::markers`
 //! put around it, step by step:
 //!
-//! - it loads the partition's ids once its epoch start is committed (`group::replay::may_load`),
+//! - it loads the partition's ids once its epoch start is committed (`shard::coordinator_load::may_load`),
 //!   replaying every committed record, and forgets them when the leadership goes;
 //! - each move is appended acks=all (`min.insync.replicas` 2 where the partition has three
 //!   replicas: `controller::with_internal_min_isr`) and applied once committed, or abandoned
@@ -206,7 +206,7 @@ impl World {
         if c.loaded.is_some() {
             c.unload();
         }
-        if !crate::group::replay::may_load(r.high_watermark, epoch_start) {
+        if !crate::shard::coordinator_load::may_load(r.high_watermark, epoch_start) {
             return;
         }
         // The latest record per id wins; a tombstone forgets the id.

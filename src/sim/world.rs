@@ -426,12 +426,14 @@ impl World {
                     .expect("checked")
                     .on_heartbeat_taken();
             }
-            Wire::AlterPartition(change) => {
+            Wire::AlterPartition(change, partition_epoch) => {
                 let node = self.slots[to].node.as_mut().expect("checked");
-                let outcomes = node.execute(ControllerOp::AlterPartition(change.clone()));
+                let op = ControllerOp::alter_partition(change.clone(), partition_epoch);
+                let outcomes = node.execute(op);
                 let code = outcomes.first().map_or(0, |(code, _)| *code);
                 if crate::replication::isr::refused_for_good(code) {
-                    self.send_ordered((from, to), to, from, Wire::IsrRefused(change));
+                    let refused = Wire::IsrRefused(change, partition_epoch);
+                    self.send_ordered((from, to), to, from, refused);
                 }
             }
             wire => return self.on_replication_wire(from, to, wire),
@@ -511,7 +513,7 @@ impl World {
                 latest,
                 answer,
             } => self.on_epoch_answer(to, tp, epoch, latest, answer),
-            Wire::IsrRefused(change) => self.on_isr_refused(to, change),
+            Wire::IsrRefused(change, epoch) => self.on_isr_refused(to, (change, epoch)),
             Wire::Txn { request, op } => {
                 self.on_txn_request(to, request, op);
                 Ok(())

@@ -154,6 +154,23 @@ pub const DYNAMIC: &[DynamicKey] = &[
             read: |s| s.cleaner_dedupe_buffer_bytes.to_string(),
         },
     },
+    // Replication quotas (KIP-73), Kafka's default of no limit: replication is not throttled
+    // yet. kafka-reassign-partitions sets them with --throttle and clears them on --verify.
+    accepted(
+        "leader.replication.throttled.rate",
+        Kind::Long,
+        "9223372036854775807",
+    ),
+    accepted(
+        "follower.replication.throttled.rate",
+        Kind::Long,
+        "9223372036854775807",
+    ),
+    accepted(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        Kind::Long,
+        "9223372036854775807",
+    ),
     // Kafka's defaults. Kerberos (GSSAPI) and OAUTHBEARER are not served here.
     accepted("sasl.kerberos.kinit.cmd", Kind::String, "/usr/bin/kinit"),
     accepted("sasl.kerberos.min.time.before.relogin", Kind::Long, "60000"),

@@ -6,6 +6,7 @@
 //! broadcasts a change. Readers never take a lock.
 
 use super::broker_config::{self, BrokerSettings};
+use super::features;
 use super::security::{AclRecord, ScramCredentialRecord, SecurityView};
 use super::topic_config::{self, Kind, TopicConfig};
 use crate::clock::Ids;
@@ -20,7 +21,10 @@ const FILE_NAME: &str = "catalog.rkyv";
 /// Files written before the header existed are read as version 0 and rewritten as the current
 /// version at the next change.
 const MAGIC: &[u8; 7] = b"SLUICAT";
-const FORMAT_VERSION: u8 = 5;
+const FORMAT_VERSION: u8 = 6;
+/// The format of a catalog below `features::PARTITION_EPOCHS`: what Sluice 0.1 reads, so that
+/// a cluster not yet finalised at level 2 can go back to it.
+const LEVEL_1_FORMAT_VERSION: u8 = 5;
 /// The topic that holds consumer groups' offsets and metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The topic that holds the transaction coordinators' state.
@@ -210,6 +214,21 @@ pub struct CatalogRecord {
     pub scram_credentials: Vec<ScramCredentialRecord>,
     /// The ACLs (format version 4 on).
     pub acls: Vec<AclRecord>,
+    /// The finalised `metadata.version` (`features`; 0: none recorded, level 1). Format
+    /// version 6 on, which is written only from level 2.
+    pub metadata_version: i16,
+    /// Each partition's epoch (Kafka's `partition_epoch`), by topic, in partition order: one
+    /// more at every change of its replicas, leader, epoch or in-sync set
+    /// (`controller::records`), so that a change computed from one state cannot apply to
+    /// another. Kept from level 2 on (format version 6); empty below.
+    pub partition_epochs: Vec<TopicEpochs>,
+}
+
+/// One topic's partition epochs.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TopicEpochs {
+    pub id: [u8; 16],
+    pub epochs: Vec<i32>,
 }
 
 /// The overrides stored for one scope ("" or a node id).
@@ -255,6 +274,19 @@ struct CatalogRecordV4 {
     producer_id_block_end: i64,
     broker_configs: Vec<BrokerConfigRecord>,
     brokers: Vec<BrokerRecordV1>,
+    scram_credentials: Vec<ScramCredentialRecord>,
+    acls: Vec<AclRecord>,
+}
+
+/// The catalog layout of format version 5, before feature levels and partition epochs: what a
+/// catalog below level 2 is still written in.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+struct CatalogRecordV5 {
+    cluster_id: String,
+    topics: Vec<TopicRecord>,
+    producer_id_block_end: i64,
+    broker_configs: Vec<BrokerConfigRecord>,
+    brokers: Vec<BrokerRecord>,
     scram_credentials: Vec<ScramCredentialRecord>,
     acls: Vec<AclRecord>,
 }
@@ -422,6 +454,8 @@ pub struct TopicMeta {
     pub name: Arc<str>,
     pub record: TopicRecord,
     pub config: TopicConfig,
+    /// Its partitions' epochs (`CatalogRecord::partition_epochs`; empty below level 2).
+    pub partition_epochs: Vec<i32>,
 }
 
 impl TopicMeta {
@@ -433,6 +467,11 @@ impl TopicMeta {
     /// Partition `p`'s assignment; None on a single node (it holds and leads everything).
     pub fn assignment(&self, p: i32) -> Option<&PartitionAssignment> {
         self.record.assignment.get(usize::try_from(p).ok()?)
+    }
+
+    /// Partition `p`'s epoch; None below level 2 (`features::PARTITION_EPOCHS`).
+    pub fn partition_epoch(&self, p: i32) -> Option<i32> {
+        self.partition_epochs.get(usize::try_from(p).ok()?).copied()
     }
 }
 
@@ -455,6 +494,8 @@ pub struct Catalog {
     pub scram_credentials: Vec<ScramCredentialRecord>,
     pub acls: Vec<AclRecord>,
     pub security: SecurityView,
+    /// The cluster's `metadata.version` (`features::level`).
+    pub metadata_version: i16,
     /// This node's id: on a single node, the leader of every partition.
     pub node_id: i32,
     /// The active controller's node id, -1 while there is none; on a single node, `node_id`.
@@ -484,19 +525,28 @@ impl Catalog {
             scram_credentials: record.scram_credentials.clone(),
             acls: record.acls.clone(),
             security: SecurityView::new(&record.scram_credentials, &record.acls, config)?,
+            metadata_version: features::level(record.metadata_version),
             node_id: config.node_id,
             controller_id: config.node_id,
             registered: record.brokers.is_empty(),
             clustered: config.is_clustered(),
         };
+        // By topic id: one pass, not one search per topic.
+        let epochs: HashMap<&TopicId, &[i32]> = record
+            .partition_epochs
+            .iter()
+            .map(|e| (&e.id, &e.epochs[..]))
+            .collect();
         for t in &record.topics {
             let config = c
                 .resolve_topic(&t.configs)
                 .map_err(|e| format!("topic {}: {e}", t.name))?;
+            let partition_epochs = epochs.get(&t.id).map_or_else(Vec::new, |e| e.to_vec());
             let meta = Arc::new(TopicMeta {
                 name: Arc::from(t.name.as_str()),
                 record: t.clone(),
                 config,
+                partition_epochs,
             });
             c.by_id.insert(t.id, meta.clone());
             c.topics.insert(t.name.clone(), meta);
@@ -556,6 +606,16 @@ impl Catalog {
             brokers: self.brokers.clone(),
             scram_credentials: self.scram_credentials.clone(),
             acls: self.acls.clone(),
+            metadata_version: self.metadata_version,
+            partition_epochs: self
+                .topics
+                .values()
+                .filter(|t| !t.partition_epochs.is_empty())
+                .map(|t| TopicEpochs {
+                    id: t.record.id,
+                    epochs: t.partition_epochs.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -575,6 +635,8 @@ impl Catalog {
                     .to_string(),
                 topics: Vec::new(),
                 producer_id_block_end: 0,
+                // A new node starts at the newest level (a cluster's is its controller's).
+                metadata_version: features::MAX_METADATA_VERSION,
                 ..CatalogRecord::default()
             }),
             Err(e) => Err(anyhow::anyhow!(
@@ -620,12 +682,39 @@ impl Catalog {
     }
 }
 
-/// The catalog file's bytes: the header, then the record in rkyv.
+/// The catalog file's bytes: the header, then the record in rkyv, in the format of the
+/// record's level (`features`): format 5 below level 2, which an older Sluice reads.
 fn encode_record(record: &CatalogRecord) -> std::io::Result<Vec<u8>> {
-    let body = rkyv::to_bytes::<rkyv::rancor::Error>(record).map_err(std::io::Error::other)?;
+    let level = features::level(record.metadata_version);
+    let (version, body) = if level >= features::PARTITION_EPOCHS {
+        (
+            FORMAT_VERSION,
+            rkyv::to_bytes::<rkyv::rancor::Error>(record),
+        )
+    } else {
+        assert!(
+            record.partition_epochs.is_empty(),
+            "partition epochs are kept from level {} only",
+            features::PARTITION_EPOCHS
+        );
+        let v5 = CatalogRecordV5 {
+            cluster_id: record.cluster_id.clone(),
+            topics: record.topics.clone(),
+            producer_id_block_end: record.producer_id_block_end,
+            broker_configs: record.broker_configs.clone(),
+            brokers: record.brokers.clone(),
+            scram_credentials: record.scram_credentials.clone(),
+            acls: record.acls.clone(),
+        };
+        (
+            LEVEL_1_FORMAT_VERSION,
+            rkyv::to_bytes::<rkyv::rancor::Error>(&v5),
+        )
+    };
+    let body = body.map_err(std::io::Error::other)?;
     let mut out = Vec::with_capacity(MAGIC.len() + 1 + body.len());
     out.extend_from_slice(MAGIC);
-    out.push(FORMAT_VERSION);
+    out.push(version);
     out.extend_from_slice(&body);
     Ok(out)
 }
@@ -646,17 +735,47 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(body);
     let corrupt = |e: rkyv::rancor::Error| format!("corrupt: {e}");
-    if version == FORMAT_VERSION {
-        return rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned).map_err(corrupt);
+    match version {
+        FORMAT_VERSION => {
+            rkyv::from_bytes::<CatalogRecord, rkyv::rancor::Error>(&aligned).map_err(corrupt)
+        }
+        LEVEL_1_FORMAT_VERSION => {
+            rkyv::from_bytes::<CatalogRecordV5, rkyv::rancor::Error>(&aligned)
+                .map(CatalogRecord::from)
+                .map_err(corrupt)
+        }
+        _ => decode_before_v5(version, &aligned).map(CatalogRecord::from),
     }
+}
+
+impl From<CatalogRecordV5> for CatalogRecord {
+    /// A catalog of level 1, as every catalog before format 6 is.
+    fn from(v5: CatalogRecordV5) -> CatalogRecord {
+        CatalogRecord {
+            cluster_id: v5.cluster_id,
+            topics: v5.topics,
+            producer_id_block_end: v5.producer_id_block_end,
+            broker_configs: v5.broker_configs,
+            brokers: v5.brokers,
+            scram_credentials: v5.scram_credentials,
+            acls: v5.acls,
+            metadata_version: features::MIN_METADATA_VERSION,
+            partition_epochs: Vec::new(),
+        }
+    }
+}
+
+/// A catalog of format versions 0 to 4, in version 5's layout.
+fn decode_before_v5(version: u8, aligned: &[u8]) -> Result<CatalogRecordV5, String> {
+    let corrupt = |e: rkyv::rancor::Error| format!("corrupt: {e}");
     let v4 = match version {
-        4 => rkyv::from_bytes::<CatalogRecordV4, rkyv::rancor::Error>(&aligned).map_err(corrupt)?,
+        4 => rkyv::from_bytes::<CatalogRecordV4, rkyv::rancor::Error>(aligned).map_err(corrupt)?,
         _ => {
             let v3 = if version == 3 {
-                rkyv::from_bytes::<CatalogRecordV3, rkyv::rancor::Error>(&aligned)
+                rkyv::from_bytes::<CatalogRecordV3, rkyv::rancor::Error>(aligned)
                     .map_err(corrupt)?
             } else {
-                decode_before_v3(version, &aligned)?
+                decode_before_v3(version, aligned)?
             };
             CatalogRecordV4 {
                 cluster_id: v3.cluster_id,
@@ -669,7 +788,7 @@ fn decode_record(raw: &[u8]) -> Result<CatalogRecord, String> {
             }
         }
     };
-    Ok(CatalogRecord {
+    Ok(CatalogRecordV5 {
         cluster_id: v4.cluster_id,
         topics: v4.topics,
         producer_id_block_end: v4.producer_id_block_end,
@@ -775,6 +894,8 @@ mod tests {
             producer_id_block_end: 3000,
             broker_configs: scopes.clone(),
             brokers: vec![BrokerRecord::from(old_broker.clone())],
+            // Every catalog before format 6 is of level 1.
+            metadata_version: features::MIN_METADATA_VERSION,
             ..CatalogRecord::default()
         };
         let v3 = CatalogRecordV3 {
@@ -830,9 +951,22 @@ mod tests {
             port: 9094,
             security_protocol: 3,
         });
+        // Below level 2 the catalog is written in format 5, which Sluice 0.1 reads.
         let bytes = encode_record(&rec).unwrap();
         assert!(bytes.starts_with(b"SLUICAT\x05"));
         assert_eq!(decode_record(&bytes), Ok(rec.clone()));
+        // From level 2: format 6, with the level and the partition epochs.
+        let leveled = CatalogRecord {
+            metadata_version: features::PARTITION_EPOCHS,
+            partition_epochs: vec![TopicEpochs {
+                id: rec.topics[0].id,
+                epochs: vec![7],
+            }],
+            ..rec.clone()
+        };
+        let six = encode_record(&leveled).unwrap();
+        assert!(six.starts_with(b"SLUICAT\x06"));
+        assert_eq!(decode_record(&six), Ok(leveled));
         let rec = CatalogRecord {
             scram_credentials: Vec::new(),
             acls: Vec::new(),
@@ -870,8 +1004,8 @@ mod tests {
         assert_eq!(decode_record(&v1_file), Ok(migrated));
         // A newer format is refused by name, not misread.
         let mut newer = bytes.clone();
-        newer[7] = 6;
-        assert!(decode_record(&newer).unwrap_err().contains("version 6"));
+        newer[7] = 7;
+        assert!(decode_record(&newer).unwrap_err().contains("version 7"));
         assert!(decode_record(b"SLUICAT").is_err());
     }
 

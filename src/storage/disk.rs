@@ -59,6 +59,24 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
     sync_dir(parent.unwrap_or(Path::new(".")))
 }
 
+/// The size of the file system that holds `dir`, and the bytes an unprivileged writer may
+/// still use there: (total, usable), as DescribeLogDirs reports them.
+pub fn space_bytes(dir: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a valid C string and `stat` is written by statvfs before it is read
+    // (only when statvfs returns 0).
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        stat.assume_init()
+    };
+    let unit = stat.f_frsize;
+    Ok((stat.f_blocks * unit, stat.f_bavail * unit))
+}
+
 /// Makes `dir`'s entries (new, renamed, removed names) durable, on this thread.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

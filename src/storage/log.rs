@@ -398,6 +398,11 @@ impl PartitionLog {
         self.synced
     }
 
+    /// Bytes of every segment on disk (DescribeLogDirs' partition size).
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.meta.size_bytes).sum()
+    }
+
     /// Bytes of the log from `offset` to the written end (a follower's lag): exact in the
     /// segments after `offset`'s, within an index interval in its own.
     pub fn bytes_after(&self, offset: i64) -> u64 {
@@ -542,18 +547,7 @@ impl PartitionLog {
         let mut heads = Vec::with_capacity(headers.len());
         let mut aborted = Vec::new();
         for h in headers {
-            let mut head: [u8; batch::HEADER_BYTES] = records[at..at + batch::HEADER_BYTES]
-                .try_into()
-                .expect("validated batches hold a whole header");
-            let mut assigned = *h;
-            if let Some(stamp) = stamp {
-                let body = &records[at + batch::HEADER_BYTES..at + h.size_bytes];
-                batch::assign_header(&mut head, body, next, stamp.leader_epoch, stamp.append_time);
-                assigned.base_offset = next;
-                if let Some(ts) = stamp.append_time {
-                    assigned.max_timestamp = ts;
-                }
-            }
+            let (head, assigned) = assign(&records[at..at + h.size_bytes], h, next, stamp);
             assert_eq!(assigned.base_offset, next, "batches are dense");
             heads.push(head);
             segment
@@ -1266,6 +1260,35 @@ pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
         .map_err(std::io::Error::from)?;
     d.sync().await.map_err(std::io::Error::from)?;
     d.close().await.map_err(std::io::Error::from)
+}
+
+/// The header batch `bytes` (described by `h`) is written with, and its description: with
+/// `stamp`, the leader's offsets from `base_offset` (and LogAppendTime); without, as it came.
+fn assign(
+    bytes: &[u8],
+    h: &BatchHeader,
+    base_offset: i64,
+    stamp: Option<Stamp>,
+) -> ([u8; batch::HEADER_BYTES], BatchHeader) {
+    let mut head: [u8; batch::HEADER_BYTES] = bytes[..batch::HEADER_BYTES]
+        .try_into()
+        .expect("validated batches hold a whole header");
+    let mut assigned = *h;
+    if let Some(stamp) = stamp {
+        let body = &bytes[batch::HEADER_BYTES..];
+        batch::assign_header(
+            &mut head,
+            body,
+            base_offset,
+            stamp.leader_epoch,
+            stamp.append_time,
+        );
+        assigned.base_offset = base_offset;
+        if let Some(ts) = stamp.append_time {
+            assigned.max_timestamp = ts;
+        }
+    }
+    (head, assigned)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod compaction;
 pub mod disk;
 pub mod epochs;
+pub mod features;
 pub mod hw_checkpoint;
 pub mod index;
 pub mod journal;

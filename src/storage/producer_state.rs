@@ -144,7 +144,13 @@ impl ProducerTable {
         p.last_update_ms = now_ms;
         if h.is_transactional() && p.txn_first_offset.is_none() {
             p.txn_first_offset = Some(h.base_offset);
-            self.ongoing.insert((h.base_offset, h.producer_id));
+            let opened = self.ongoing.insert((h.base_offset, h.producer_id));
+            // `ongoing` lists exactly the producers' open transactions, by first offset.
+            assert!(
+                opened,
+                "producer {}: a transaction open twice at {}",
+                h.producer_id, h.base_offset
+            );
         }
     }
 
@@ -191,7 +197,11 @@ impl ProducerTable {
         }
         p.last_update_ms = now_ms;
         let first = p.txn_first_offset.take()?;
-        self.ongoing.remove(&(first, producer_id));
+        let listed = self.ongoing.remove(&(first, producer_id));
+        assert!(
+            listed,
+            "producer {producer_id}: its transaction at {first} was not listed"
+        );
         Some(first)
     }
 

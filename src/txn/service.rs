@@ -8,6 +8,7 @@
 use super::records;
 use super::state::{Coordinator, ListFilter, Markers, State, Step, TxnRecord};
 use crate::partition::{Partition, Source, TopicPartition};
+use crate::shard::coordinator_load::{self, read_from_start, Coordinated};
 use crate::shard::mesh::Request;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -230,28 +231,10 @@ pub fn start_markers(shard: &Rc<Shard>, id: &str) {
     }
 }
 
-/// This shard's `__transaction_state` partitions, with the topic's partition count.
-fn state_partitions(shard: &Shard) -> (Vec<Rc<Partition>>, u32) {
-    let Some(topic) = shard.catalog().topics.get(TXN_STATE_TOPIC).cloned() else {
-        return (Vec::new(), 0);
-    };
-    let partitions = shard
-        .partition_list()
-        .into_iter()
-        .filter(|p| p.id().topic_id == topic.record.id)
-        .collect();
-    (partitions, topic.record.partitions)
-}
-
 /// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet
 /// (under its present leadership).
 pub fn loading(shard: &Shard) -> bool {
-    let service = shard.service::<TxnService>();
-    let loaded = service.loaded.borrow();
-    state_partitions(shard).0.iter().any(|p| {
-        p.leadership()
-            .is_some_and(|(g, _)| loaded.get(&p.id().partition) != Some(&g))
-    })
+    coordinator_load::loading(shard, &*shard.service::<TxnService>())
 }
 
 /// Every shard's ids that pass `filter` (ListTransactions). Shards that are stopping are
@@ -283,33 +266,37 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
 }
 
 /// One pass of `follow_leadership`. A partition whose epoch start is not committed yet waits
-/// for a later pass (as groups do, `group::replay::may_load`): below it may lie moves an
+/// for a later pass (as groups do, `coordinator_load::may_load`): below it may lie moves an
 /// earlier leader acknowledged. Its ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 async fn load_led(shard: &Rc<Shard>) {
-    let (partitions, count) = state_partitions(shard);
-    let service = shard.service::<TxnService>();
-    for p in partitions {
-        let index = p.id().partition;
-        let loaded = service.loaded.borrow().get(&index).copied();
-        match (p.leadership(), loaded) {
-            (Some((generation, _)), Some(l)) if generation == l => {}
-            (Some((generation, epoch_start)), loaded) => {
-                if loaded.is_some() {
-                    unload(shard, index, count);
-                }
-                if !crate::group::replay::may_load(p.high_watermark(), epoch_start) {
-                    continue;
-                }
-                let preparing = load(shard, &p, count).await;
-                if p.leadership().is_some_and(|(g, _)| g == generation) {
-                    service.loaded.borrow_mut().insert(index, generation);
-                    for id in preparing {
-                        start_markers(shard, &id);
-                    }
-                }
-            }
-            (None, Some(_)) => unload(shard, index, count),
-            (None, None) => {}
+    coordinator_load::load_led(shard, &*shard.service::<TxnService>()).await;
+}
+
+impl Coordinated for TxnService {
+    /// The ids that were preparing: their markers are written again.
+    type Loaded = Vec<String>;
+
+    fn topic(&self) -> &'static str {
+        TXN_STATE_TOPIC
+    }
+
+    fn loaded(&self) -> &RefCell<HashMap<i32, u64>> {
+        &self.loaded
+    }
+
+    fn unload(&self, shard: &Shard, index: i32, partitions: u32) {
+        unload(shard, index, partitions);
+    }
+
+    fn waits(&self, _shard: &Shard, _p: &Partition, _epoch_start: i64) {}
+
+    async fn load(&self, shard: &Rc<Shard>, p: &Partition, partitions: u32) -> Vec<String> {
+        load(shard, p, partitions).await
+    }
+
+    fn on_loaded(&self, shard: &Rc<Shard>, preparing: Vec<String>) {
+        for id in preparing {
+            start_markers(shard, &id);
         }
     }
 }
@@ -318,7 +305,7 @@ async fn load_led(shard: &Rc<Shard>) {
 async fn load(shard: &Rc<Shard>, p: &Partition, count: u32) -> Vec<String> {
     let index = p.id().partition;
     let mut ids = Vec::new();
-    crate::group::replay::read_from_start(p, |data| learn(data, &mut ids)).await;
+    read_from_start(p, |data| learn(data, &mut ids)).await;
     let service = shard.service::<TxnService>();
     let mut c = service.coordinator.borrow_mut();
     for (id, record) in ids {
@@ -337,7 +324,6 @@ async fn load(shard: &Rc<Shard>, p: &Partition, count: u32) -> Vec<String> {
 /// Their marker writes stop at their next try (`markers::still_preparing`).
 fn unload(shard: &Shard, index: i32, count: u32) {
     let service = shard.service::<TxnService>();
-    service.loaded.borrow_mut().remove(&index);
     service
         .coordinator
         .borrow_mut()

@@ -37,4 +37,7 @@ KNOWN: dict[str, Known] = {
                                           ("[3].min.insync.replicas[2]", "[3].message.format.version")),
     "create_topic_manual_assignment": Known("`min.insync.replicas` is reported as a default",
                                             ("[0].Topics[0].Configs",)),
+    "describe_producers_of_idempotent_and_transactional_writers": Known(
+        "DescribeProducers' `LastTimestamp`", (".Topics[1].Partitions[0].ActiveProducers[0].LastTimestamp",
+                                               ".Topics[0].Partitions[0].ActiveProducers[0].LastTimestamp")),
 }

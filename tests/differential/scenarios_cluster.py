@@ -178,3 +178,15 @@ def coordinator_moves_on_controlled_shutdown(s: Side):
     producer = _until_served(init_producer, COORDINATOR_MOVING | {CONCURRENT_TRANSACTIONS})
     return {"committed": committed, "offsets": offsets, "producer_before": before, "producer_after": producer,
             "same_producer_id": producer["ProducerId"] == before["ProducerId"]}
+
+
+@scenario(cluster=True)
+def describe_quorum_on_every_node(s: Side):
+    """Every node answers with the quorum as its leader sees it: a Kafka broker forwards the
+    request to the active controller, a Sluice node asks it."""
+    body = {"Topics": [{"TopicName": "__cluster_metadata", "Partitions": [{"PartitionIndex": 0}]}]}
+    answers = [s.at(n).send("DescribeQuorum", 1, body) for n in s.nodes]
+    partitions = [a["Topics"][0]["Partitions"][0] for a in answers]
+    return {"errors": [(a["ErrorCode"], p["ErrorCode"]) for a, p in zip(answers, partitions)],
+            "one_leader": len({p["LeaderId"] for p in partitions}) == 1,
+            "voters": [sorted(v["ReplicaId"] for v in p["CurrentVoters"]) == sorted(s.nodes) for p in partitions]}

@@ -89,6 +89,14 @@ def metadata_by_topic_id(s: Side):
 
 
 @scenario
+def metadata_by_topic_id_with_an_empty_name(s: Side):
+    """As the Java AdminClient's describeTopics by id asks: the id beside an empty name."""
+    s.create("md-byid-empty")
+    topic_id = s.topic_id("md-byid-empty")
+    return s.send("Metadata", 13, {"Topics": [{"TopicId": topic_id, "Name": ""}], "AllowAutoTopicCreation": False})
+
+
+@scenario
 def metadata_authorized_operations(s: Side):
     s.create("md-ops")
     return s.send("Metadata", 10, {"Topics": [{"Name": "md-ops"}], "IncludeClusterAuthorizedOperations": True,
@@ -471,3 +479,37 @@ def incremental_alter_cluster_default(s: Side):
 @scenario
 def alter_configs_broker_logger(s: Side):
     return _incremental(s, 8, "1", [("kafka.server.KafkaApis", 0, "INFO")], validate_only=True)
+
+
+@scenario
+def describe_log_dirs_of_a_topic(s: Side):
+    """DescribeLogDirs v4 (kafka-log-dirs): each replica's size is its batches' bytes. The log
+    dir's path and the disk's total and usable bytes are this machine's, not compared."""
+    s.create("ld-topic", partitions=2)
+    s.produce_values("ld-topic", 0, [b"x" * 100, b"y" * 50])
+    r = s.send("DescribeLogDirs", 4, {"Topics": [{"Topic": "ld-topic", "Partitions": [0, 1, 9]},
+                                                 {"Topic": "ld-nowhere", "Partitions": [0]}]})
+    # Per topic, its replicas in index order (each broker lists them in its own order).
+    return r["ErrorCode"], [(d["ErrorCode"], d["TotalBytes"] > 0, 0 <= d["UsableBytes"] <= d["TotalBytes"],
+                             [(t["Name"], sorted((p["PartitionIndex"], p["PartitionSize"], p["OffsetLag"],
+                                                  p["IsFutureKey"]) for p in t["Partitions"])) for t in d["Topics"]])
+                            for d in r["Results"]]
+
+
+@scenario
+def describe_client_quotas_filters(s: Side):
+    """DescribeClientQuotas (kafka-configs --describe --entity-type users): nothing set matches a
+    valid filter; Kafka's refusals of invalid ones."""
+    def describe(components, strict=False):
+        r = s.send("DescribeClientQuotas", 1, {"Components": components, "Strict": strict})
+        return r["ErrorCode"], r["Entries"]
+    return {
+        "all_users": describe([{"EntityType": "user", "MatchType": 2, "Match": None}]),
+        "one_user": describe([{"EntityType": "user", "MatchType": 0, "Match": "alice"}], strict=True),
+        "default_client": describe([{"EntityType": "client-id", "MatchType": 1, "Match": None}]),
+        "unknown_type": describe([{"EntityType": "tenant", "MatchType": 2, "Match": None}])[0],
+        "duplicate_type": describe([{"EntityType": "user", "MatchType": 2, "Match": None},
+                                    {"EntityType": "user", "MatchType": 1, "Match": None}])[0],
+        "ip_and_user": describe([{"EntityType": "ip", "MatchType": 2, "Match": None},
+                                 {"EntityType": "user", "MatchType": 2, "Match": None}])[0],
+    }

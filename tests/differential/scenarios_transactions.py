@@ -228,3 +228,20 @@ def transaction_produce_v11_without_add_partitions(s: Side):
     pid, epoch = _begin(s, "t-noadd-v11", "tx-noadd-v11")
     return s.send("Produce", 11, {"TransactionalId": "t-noadd-v11", "Acks": -1, "TimeoutMs": 5000, "TopicData": [
         {"Name": "tx-noadd-v11", "PartitionData": [{"Index": 0, "Records": _txn_batch(pid, epoch, 0, [b"x"])}]}]})
+
+
+@scenario
+def describe_producers_of_idempotent_and_transactional_writers(s: Side):
+    """DescribeProducers (kafka-transactions describe-producers): an idempotent producer's last
+    sequence, an open transaction's first offset, and unknown partitions and topics."""
+    s.create("dp-topic", partitions=2)
+    pid = s.init_producer()["ProducerId"]
+    s.produce("dp-topic", 0, record_batch([b"a", b"b"], producer_id=pid, producer_epoch=0, base_sequence=0))
+    s.produce("dp-topic", 0, record_batch([b"c"], producer_id=pid, producer_epoch=0, base_sequence=2))
+    txn_pid, txn_epoch = _begin(s, "t-dp", "dp-txn")
+    _add_partitions(s, "t-dp", txn_pid, txn_epoch, "dp-txn")
+    s.produce("dp-txn", 0, _txn_batch(txn_pid, txn_epoch, 0, [b"x"]))
+    return s.send("DescribeProducers", 0, {"Topics": [
+        {"Name": "dp-topic", "PartitionIndexes": [0, 1, 7]},
+        {"Name": "dp-txn", "PartitionIndexes": [0]},
+        {"Name": "dp-nowhere", "PartitionIndexes": [0]}]})

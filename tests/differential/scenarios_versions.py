@@ -270,3 +270,12 @@ def offset_delete_subscribed_group(s: Side):
                                    {"PartitionIndex": 0, "CommittedOffset": 1}]}]})
     return s.send("OffsetDelete", 0, {"GroupId": "g-od-busy", "Topics": [{"Name": "od-busy", "Partitions": [
         {"PartitionIndex": 0}]}]})
+
+
+@scenario
+def update_features_of_an_unknown_feature(s: Side):
+    """UpdateFeatures (KIP-584) naming a feature the cluster does not have: refused as a
+    whole (the finalisable one, metadata.version, has levels of each broker's own)."""
+    r = s.send("UpdateFeatures", 1, {"timeoutMs": 10000, "FeatureUpdates": [
+        {"Feature": "no.such.version", "MaxVersionLevel": 1, "UpgradeType": 1}], "ValidateOnly": True})
+    return r["ErrorCode"], [(x["Feature"], x["ErrorCode"]) for x in r["Results"]]

@@ -5,7 +5,6 @@ import resource
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from waiting import wait_until
@@ -82,20 +81,23 @@ class Broker:
 
     def start(self, timeout_s: float = 20.0):
         self.launch()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sockets = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
-                mine = [line for line in sockets.splitlines() if f":{self.port} " in line]
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}\nsockets: {mine}")
-            if self.log().count("serving") >= self.shards * self.starts:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return self
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        raise RuntimeError(f"broker did not start in {timeout_s}s:\n{self.log()}")
+        wait_until(self.serving, timeout_s, f"the broker to start in {timeout_s} s", state=self.log, every_s=0.05)
+        return self
+
+    def serving(self) -> bool:
+        """Whether every shard of this start listens and the port accepts a connection. Raises
+        RuntimeError if the process exited."""
+        if self.proc.poll() is not None:
+            sockets = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+            mine = [line for line in sockets.splitlines() if f":{self.port} " in line]
+            raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}\nsockets: {mine}")
+        if self.log().count("serving") < self.shards * self.starts:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def launch(self):
         """Starts the process and returns at once (`start` also waits until it serves)."""

@@ -2,7 +2,7 @@
 import subprocess
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker import BINARY
@@ -31,10 +31,33 @@ def admin(bootstrap: str) -> AdminClient:
     return client
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, config=None):
+def create_topic(bootstrap: str, name: str, partitions: int, config=None, replicas: int = 1):
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replicas,
+                                            config=config or {})])
     futures[name].result(timeout=30)
+
+
+def read_everything(bootstrap: str, topic: str, partitions: int, isolation="read_committed") -> list[tuple]:
+    """Every record of `topic` from offset 0 to each partition's end, sorted: (partition,
+    offset, key, value, headers), bytes as stored. Fails if a partition stays silent for 5 s
+    before its end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-everything", "isolation.level": isolation,
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got, ended = [], set()
+        while len(ended) < partitions:
+            m = c.poll(5)
+            assert m is not None, f"{topic}: no record or end of partition in 5 s (read {len(got)})"
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                ended.add(m.partition())
+                continue
+            got.append((m.partition(), m.offset(), m.key(), m.value(), m.headers()))
+        return sorted(got)
+    finally:
+        c.close()
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int, compression="none", extra=None):

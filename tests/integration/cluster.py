@@ -2,15 +2,21 @@
 port, RPC port and data dir, the voters given by `--voters` (the CLI contract of issue 15)."""
 import socket
 import struct
-import time
+import sys
 from pathlib import Path
 
 import ck
 import kafka_wire as kw
 
 from broker import Broker, free_port
+from waiting import wait_until
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+# Kafka's own schemas (any request at any version); the perf scripts and the chaos test import
+# this module outside pytest, so it puts tests/kafka on the path itself.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+import protocol  # noqa: E402
 
 # Faster than production timing, so fencing and elections fit a test's bounds.
 FAST = """
@@ -19,6 +25,9 @@ broker_heartbeat_interval_ms = 300
 broker_session_timeout_ms = 3000
 metadata_write_timeout_ms = 5000
 """
+
+# FAST, and a replica lagging 3 s leaves the in-sync set: in-sync changes fit a test's bounds.
+REPLICATED = FAST + "replica_lag_time_max_ms = 3000\n"
 
 
 class Metadata:
@@ -126,56 +135,79 @@ class Cluster:
         return metadata_v1(self.nodes[node].port, timeout_s)
 
     def wait_for_brokers(self, expected: set[int], nodes=None, timeout_s: float = 30):
-        """Waits until every node in `nodes` lists exactly `expected` and one controller."""
+        """Waits until every node in `nodes` lists exactly `expected` and one controller; returns
+        the controller's id."""
         nodes = nodes or [n.node_id for n in self.live()]
-        deadline = time.monotonic() + timeout_s
-        while True:
+        agreed = []
+
+        def agree():
             try:
                 seen = [self.metadata(i) for i in nodes]
-                if all(set(m.brokers) == expected for m in seen) and \
-                        len({m.controller_id for m in seen}) == 1 and seen[0].controller_id in expected:
-                    return seen[0].controller_id
             except Exception:
-                pass
-            if time.monotonic() > deadline:
-                state = {i: (sorted(self.metadata(i).brokers), self.metadata(i).controller_id) for i in nodes}
-                raise AssertionError(f"brokers never agreed on {expected}: {state}")
-            time.sleep(0.2)
+                return False  # a node not answering yet, or one that closed on us
+            controllers = {m.controller_id for m in seen}
+            if all(set(m.brokers) == expected for m in seen) and len(controllers) == 1 and controllers <= expected:
+                agreed.append(seen[0].controller_id)
+            return bool(agreed)
 
-    def create_topic(self, via: int, name: str, partitions: int, replicas: int, timeout_s: float = 30):
-        """Creates a topic through node `via`, retrying while no controller answers. A retry told
-        the topic exists is done: the attempt before it timed out on the client but was
-        committed (seen on a loaded machine)."""
-        deadline = time.monotonic() + timeout_s
-        retry = False
-        while True:
+        def state():
+            return {i: (sorted(self.metadata(i).brokers), self.metadata(i).controller_id) for i in nodes}
+        wait_until(agree, timeout_s, f"the brokers to agree on {expected}", state=state, every_s=0.2)
+        return agreed[0]
+
+    def create_topic(self, via: int, name: str, partitions: int, replicas: int, timeout_s: float = 30,
+                     configs: dict | None = None):
+        """Creates a topic through node `via` (with `configs`, in effect from its first record),
+        retrying while no controller answers. A retry told the topic exists is done: the attempt
+        before it timed out on the client but was committed (seen on a loaded machine)."""
+        errors = []
+
+        def created():
             # The client must outlive its futures, or they never complete.
             admin = self.admin(via)
             try:
-                admin.create_topics([NewTopic(name, partitions, replicas)], request_timeout=10)[name].result(15)
-                return
+                admin.create_topics([NewTopic(name, partitions, replicas, config=configs or {})],
+                                   request_timeout=10)[name].result(15)
+                return True
             except Exception as e:
-                exists = "already exists" in str(e).lower()
-                if exists and retry:
-                    return
-                if exists or time.monotonic() > deadline:
+                if "already exists" in str(e).lower():
+                    if errors:
+                        return True
                     raise
-                retry = True
-                time.sleep(0.2)
+                errors.append(e)
+                return False
+        wait_until(created, timeout_s, f"topic {name} created through node {via}", state=lambda: errors[-3:],
+                   every_s=0.2)
 
     def alter_topic_config(self, via: int, topic: str, configs: dict, timeout_s: float = 30):
         """Sets `configs` on `topic` through node `via`. Retried only when the client itself lost
         the request (a broker handle it retired: _DESTROY_BROKER or _TRANSPORT, see `ck.admin`); an
         error from the broker fails at once."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        errors = []
+
+        def altered():
             admin = self.admin(via)  # outlives its future
             res = ConfigResource("topic", topic, set_config=configs)
             try:
                 admin.alter_configs([res])[res].result(15)
-                return
+                return True
             except KafkaException as e:
-                lost = e.args[0].code() in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT)
-                if not lost or time.monotonic() > deadline:
+                if e.args[0].code() not in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT):
                     raise
-                time.sleep(0.2)
+                errors.append(e)
+                return False
+        wait_until(altered, timeout_s, f"{topic}'s configs altered through node {via}", state=lambda: errors[-3:],
+                   every_s=0.2)
+        # The controller answers once the change is committed; each node applies it when it reads
+        # the record, as Kafka's brokers do. Callers go on to rely on it on every node.
+        wait_until(lambda: all(configs.items() <= self.topic_configs(n.node_id, topic).items() for n in self.live()),
+                   timeout_s, f"every node to apply {topic}'s configs {configs}",
+                   state=lambda: {n.node_id: self.topic_configs(n.node_id, topic) for n in self.live()}, every_s=0.2)
+
+    def topic_configs(self, node: int, topic: str) -> dict[str, str]:
+        """`topic`'s configs as node `node` has applied them (its DescribeConfigs reads its own
+        catalog); empty while it does not know the topic."""
+        body = {"Resources": [{"ResourceType": 2, "ResourceName": topic, "ConfigurationKeys": None}]}
+        with protocol.Connection("127.0.0.1", self.nodes[node].port) as conn:
+            result = conn.send("DescribeConfigs", 4, body)["Results"][0]
+        return {c["Name"]: c["Value"] for c in result["Configs"]} if result["ErrorCode"] == 0 else {}

@@ -1,9 +1,15 @@
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from broker import Broker
-from lazy_disk import CannotMount, LazyDisk
+# tests/kafka's modules (Kafka's own request schemas, the Kafka peer) for every test module.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+
+from broker import Broker  # noqa: E402
+from cluster import REPLICATED, Cluster  # noqa: E402
+from lazy_disk import CannotMount, LazyDisk  # noqa: E402
 
 
 @pytest.fixture
@@ -28,6 +34,30 @@ def make_broker(tmp_path):
 @pytest.fixture
 def broker(make_broker) -> Broker:
     return make_broker()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    """One broker for a whole module, for modules whose clients are slow to start (JVMs):
+    each test uses topics and groups of its own."""
+    root = tmp_path_factory.mktemp("node")
+    b = Broker(root / "data", shards=2, work_dir=root).start()
+    yield b
+    b.kill()
+    b.assert_no_panic()
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory, request):
+    """One three-node cluster for a whole module (as `node`), configured by the module's
+    THREE_NODE_CONFIG (default REPLICATED)."""
+    config = getattr(request.module, "THREE_NODE_CONFIG", REPLICATED)
+    c = Cluster(tmp_path_factory.mktemp("three"), 3, config=config).start()
+    try:
+        c.wait_for_brokers({1, 2, 3})
+        yield c
+    finally:
+        c.stop()
 
 
 @pytest.fixture

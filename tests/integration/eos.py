@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from waiting import wait_until
+
 PROCESSOR = Path(__file__).resolve().parent.parent / "clients" / "eos_processor.py"
 # Starts of a stalled processor a run allows.
 MAX_STARTS = 4
@@ -61,29 +63,37 @@ class Processor:
 
     def wait_for_committed(self, at_least: int, timeout_s: float = 120):
         """Waits until it committed `at_least` records; fails if it exits first."""
-        deadline = time.monotonic() + timeout_s
-        while self.committed < at_least and self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert self.committed >= at_least and self.proc.poll() is None, self.tail()
+        def committed():
+            assert self.proc.poll() is None, self.tail()
+            return self.committed >= at_least
+        wait_until(committed, timeout_s, f"{at_least} records committed", state=self.tail, every_s=0.05)
 
     def finish(self, timeout_s: float = 240):
         """Waits for it to process everything and exit cleanly (restarting it where it stalls)."""
-        deadline = time.monotonic() + timeout_s
-        while self.proc.poll() is None and time.monotonic() < deadline:
+        def exited():
             stalled = self.stall_s is not None and time.monotonic() - self.last_progress > self.stall_s
-            if stalled and self.starts < MAX_STARTS:
-                self.lines.append(f"-- stalled for {self.stall_s} s; its stacks, then killed and started again\n")
-                self.proc.send_signal(signal.SIGUSR1)
-                time.sleep(1)
-                self.stop()
-                self.last_progress = time.monotonic()
-                self._start()
-            time.sleep(0.1)
-        if self.proc.poll() is None:
-            raise AssertionError(f"the processor did not finish in {timeout_s} s:\n{self.tail()}")
+            if self.proc.poll() is None and stalled and self.starts < MAX_STARTS:
+                self._restart_stalled()
+            return self.proc.poll() is not None
+        wait_until(exited, timeout_s, f"the processor to finish in {timeout_s} s", state=self.tail)
         assert self.proc.returncode == 0, self.tail()
         self.reader.join(10)
         assert self.done, self.tail()
+
+    def _restart_stalled(self):
+        """Has the stalled instance print its stacks (faulthandler, on SIGUSR1), then kills it and
+        starts another."""
+        self.lines.append(f"-- stalled for {self.stall_s} s; its stacks, then killed and started again\n")
+        dumped_from = len(self.lines)
+        self.proc.send_signal(signal.SIGUSR1)
+        try:
+            wait_until(lambda: any("most recent call first" in line for line in self.lines[dumped_from:]), 5,
+                       "the stalled processor's stacks")
+        except AssertionError:
+            self.lines.append("-- (no stacks came within 5 s)\n")
+        self.stop()
+        self.last_progress = time.monotonic()
+        self._start()
 
     def stop(self):
         if self.proc.poll() is None:

@@ -3,8 +3,9 @@ import errno
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from waiting import wait_until
 
 DAEMON = Path(__file__).with_name("lazyfs.py")
 
@@ -30,13 +31,16 @@ class LazyDisk:
         self.proc = subprocess.Popen([sys.executable, str(DAEMON), str(self.backing), str(self.mount), str(self.log),
                                       str(self.sync_delay_ms)],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log.with_suffix(".err"), "w"))
-        deadline = time.monotonic() + 10
-        while not os.path.ismount(self.mount):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise CannotMount(f"cannot mount a FUSE file system here: "
-                                  f"{self.log.with_suffix('.err').read_text()[-300:]} (needs root, /dev/fuse and libfuse2)")
-            time.sleep(0.05)
+        def mounted():
+            if self.proc.poll() is not None:
+                raise CannotMount("the FUSE daemon exited")
+            return os.path.ismount(self.mount)
+        try:
+            wait_until(mounted, 10, "the FUSE mount", every_s=0.05)
+        except (CannotMount, AssertionError):
+            self.stop()
+            raise CannotMount(f"cannot mount a FUSE file system here: "
+                              f"{self.log.with_suffix('.err').read_text()[-300:]} (needs root, /dev/fuse and libfuse2)")
         return self
 
     def cut(self) -> int:

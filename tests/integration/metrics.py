@@ -3,6 +3,7 @@ import re
 import urllib.request
 
 from broker import free_port
+from waiting import wait_until
 
 
 def metrics_config(extra=""):
@@ -25,3 +26,14 @@ def scrape(addr: str) -> dict:
 def total(addr: str, name: str, **labels) -> int:
     want = [f'{k}="{v}"' for k, v in labels.items()]
     return sum(v for (n, l), v in scrape(addr).items() if n == name and all(w in l for w in want))
+
+
+def wait_for_more(addr: str, name: str, n: int = 2, timeout_s: float = 60):
+    """Waits until counter `name` grew by `n` on every shard from now. For a counter of passes
+    (retention, the cleaner), n = 2 means a whole pass of each shard began after this call."""
+    def series():
+        return {labels: v for (m, labels), v in scrape(addr).items() if m == name}
+    start = series()
+    assert start, f"no {name} on {addr}"
+    wait_until(lambda: all(series()[labels] >= v + n for labels, v in start.items()), timeout_s,
+               f"{n} more {name} on every shard", state=series)

@@ -46,20 +46,19 @@ def test_sigterm_flushes_and_exits_zero(broker):
 def test_default_data_dir_is_dot_data(tmp_path):
     """The README's command: no --data-dir, so data goes to ./data of the working directory."""
     import socket
-    import time
 
     import ck
+    from waiting import wait_until
 
     port = free_port()
     log = open(tmp_path / "broker.log", "w")
     proc = subprocess.Popen([str(BINARY), "serve", "--listen", f"127.0.0.1:{port}", "--shards", "2"],
                             cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 20
-        while (tmp_path / "broker.log").read_text().count("serving") < 2:
+        def serving():
             assert proc.poll() is None, (tmp_path / "broker.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "broker.log").read_text()
-            time.sleep(0.05)
+            return (tmp_path / "broker.log").read_text().count("serving") >= 2
+        wait_until(serving, 20, "both shards serving", state=(tmp_path / "broker.log").read_text)
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
         ck.create_topic(f"127.0.0.1:{port}", "here", 1)
         ck.produce(f"127.0.0.1:{port}", "here", 10, 1)

@@ -193,9 +193,40 @@ def test_a_secured_cluster_replicates_authorizes_and_survives_a_leader(secured):
     made = ck.sluice_cli(s.conf(), "topic", "create", "cli-made", "-p", "2", "-r", "3")
     assert made.returncode == 0, made.stderr
     assert len(survivors.list_topics(timeout=10).topics["cli-made"].partitions) == 2
+    # ACLs through `sluice acl` on one node hold on the others: bob reads once granted READ
+    # on the topic (and on groups named g-*) through node 3, and no longer once removed.
+    bob_reads = lambda: len(consume(s.conf(1, user=BOB), 10, timeout_s=8)) >= 10  # noqa: E731
+    assert not bob_reads()
+    for grant in (["--topic", TOPIC], ["--group", "g-", "--resource-pattern-type", "prefixed"]):
+        added = ck.sluice_cli(s.conf(3), "acl", "add", "--allow-principal", f"User:{BOB[0]}",
+                              "--operation", "Read", *grant)
+        assert added.returncode == 0, added.stderr
+    wait_until(bob_reads, 30, "bob reading after sluice acl add")
+    removed = ck.sluice_cli(s.conf(2), "acl", "remove", "--topic", TOPIC, "--allow-principal", f"User:{BOB[0]}",
+                            "--operation", "Read")
+    assert removed.returncode == 0 and "removed 1 ACLs" in removed.stdout, removed.stdout + removed.stderr
+    wait_until(lambda: not bob_reads(), 30, "bob refused after sluice acl remove")
     for n, addr in s.metrics.items():
         assert total(addr, "sluice_authentication_failures_total") == 0, f"node {n}"
         assert "logging in as __sluice_node" not in s.cluster.nodes[n].log()
+    # (Last: its refused logins count as authentication failures.) A SCRAM user set with
+    # `sluice user` through node 2 logs in on every node; deleted through node 3, on none.
+    dave = ("dave", "dave-pw")
+    made = ck.sluice_cli(s.conf(2), "user", "set", dave[0], "--password", dave[1])
+    assert made.returncode == 0, made.stderr
+    wait_until(lambda: all(logs_in(s.conf(n, user=dave)) for n in (1, 2, 3)), 30, "dave logging in everywhere")
+    gone = ck.sluice_cli(s.conf(3), "user", "delete", dave[0])
+    assert gone.returncode == 0, gone.stderr
+    wait_until(lambda: not any(logs_in(s.conf(n, user=dave)) for n in (1, 2, 3)), 30, "dave refused everywhere")
+
+
+def logs_in(conf) -> bool:
+    """Whether a client logs in with `conf` (SASL) and is answered Metadata."""
+    try:
+        AdminClient(conf).list_topics(timeout=5)
+        return True
+    except KafkaException:
+        return False
 
 
 def fetch_error(port, replica_id):

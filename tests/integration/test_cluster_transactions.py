@@ -239,7 +239,7 @@ def test_a_transaction_whose_completion_was_refused_completes_once_a_quorum_is_b
             wait_until(lambda: killed not in txn_state_isr(cluster, coordinator, tid), 30,
                        f"node {killed} to leave the in-sync set")
             assert cluster.nodes[stopped].stop() == 0
-            time.sleep(1)
+            time.sleep(1)  # the fault's length: the coordinator's node alone for a moment
             for n in (killed, stopped):
                 cluster.nodes[n].start()
             cluster.wait_for_brokers({1, 2, 3})

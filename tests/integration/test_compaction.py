@@ -10,7 +10,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import ck
 import kafka_wire as kw
-from metrics import metrics_config, total
+from metrics import metrics_config, total, wait_for_more
 from waiting import wait_until
 
 # A cleaner pass every 200 ms instead of every 15 s.
@@ -173,7 +173,7 @@ def test_min_compaction_lag_holds_young_segments_back(make_broker):
         producer.poll(0)
     assert producer.flush(30) == 0
     assert len(segment_bases(broker, "lag", 0)) > 3
-    time.sleep(2)  # ten cleaner passes
+    wait_for_more(metrics_addr, "sluice_cleaner_passes_total", 3)
     assert total(metrics_addr, "sluice_compaction_records_removed_total") == 0
     assert len(read_all(bootstrap, "lag", 0)) == 2000
     admin = ck.admin(bootstrap)

@@ -13,7 +13,9 @@ from confluent_kafka.admin import (AclOperation, AlterConfigOpType, ConfigEntry,
 
 import ck
 import kafka_wire as kw
+from metrics import metrics_config, total
 from records import expected_by_partition
+from waiting import wait_until
 
 BIG_VALUE_BYTES = 900_000
 
@@ -368,12 +370,13 @@ def test_dynamic_broker_configs(make_broker):
 
 def test_connection_limit_changes_live(make_broker):
     """max.connections.per.ip lowered at runtime refuses new connections past it."""
-    broker = make_broker(shards=1)
+    config, metrics = metrics_config()
+    broker = make_broker(shards=1, config=config)
     admin = ck.admin(broker.bootstrap)
     res = broker_resource("0", ("max.connections.per.ip", AlterConfigOpType.SET, "3"))
     admin.incremental_alter_configs([res])[res].result(10)
     del admin
-    time.sleep(1)  # the admin client's connections close
+    wait_until(lambda: total(metrics, "sluice_connections") == 0, 15, "the admin client's connections to close")
     socks = [socket.create_connection(("127.0.0.1", broker.port), timeout=10) for _ in range(4)]
     try:
         for s in socks[:3]:

@@ -51,14 +51,15 @@ def test_produce_wakes_a_parked_fetch(broker):
 def test_parked_fetch_woken_from_another_shard(make_broker):
     """The partition lives on one shard; connections land on both. Every parked fetch is
     woken by the append, whichever shard its connection is on."""
-    broker = make_broker(shards=4)
+    config, metrics = metrics_config()
+    broker = make_broker(shards=4, config=config)
     ck.create_topic(broker.bootstrap, "far", 4)
     socks = []
     for i in range(8):
         s = socket.create_connection(("127.0.0.1", broker.port), timeout=20)
         s.sendall(kw.request(1, 4, i, kw.fetch_v4("far", i % 4, 0, 20000)))
         socks.append(s)
-    time.sleep(1.0)
+    wait_until(lambda: total(metrics, "sluice_parked_operations") == 8, 15, "the eight fetches to park")
     # A long linger puts each partition's ten records in one batch (flush sends them at
     # once), so the one append that wakes a fetch carries the whole high watermark.
     ck.produce(broker.bootstrap, "far", 40, 4, extra={"linger.ms": 2000})
@@ -93,7 +94,9 @@ def test_bound_on_parked_operations(make_broker):
         s = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
         s.sendall(kw.request(1, 4, i, kw.fetch_v4("bounded", 0, 0, 20000)))
         socks.append(s)
-        time.sleep(0.2)
+        # In order: each is parked or refused before the next is sent.
+        wait_until(lambda: total(metrics, "sluice_parked_operations") + total(metrics, "sluice_parked_rejected_total")
+                   == i + 1, 15, f"fetch {i} parked or refused")
     # Two park; the other three are answered at once, empty.
     answered = []
     for s in socks[2:]:

@@ -5,7 +5,6 @@ import hashlib
 import socket
 import struct
 import subprocess
-import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -146,16 +145,20 @@ def joined(s: socket.socket) -> tuple[int, str, str]:
 def first_join(port: int) -> tuple[socket.socket, tuple[int, str, str]]:
     """A new member's JoinGroup, sent again while the coordinator loads its partition
     (COORDINATOR_LOAD_IN_PROGRESS)."""
-    deadline = time.monotonic() + 30
-    while True:
+    joined = []
+
+    def join_once():
         s = join(port, "", 1)
         r = kw.read_response(s)
         _corr, error, generation = struct.unpack(">ihi", r[:10])
         if error == 0:
-            return s, member_fields(r, generation)
+            joined.append((s, member_fields(r, generation)))
+            return True
         s.close()
-        assert error == 14 and time.monotonic() < deadline, f"JoinGroup error {error}"
-        time.sleep(0.1)
+        assert error == 14, f"JoinGroup error {error}"
+        return False
+    wait_until(join_once, 30, "the coordinator to load the group's partition")
+    return joined[0]
 
 
 def member_fields(r: bytes, generation: int) -> tuple[int, str, str]:

@@ -10,6 +10,7 @@ from confluent_kafka.admin import ConfigResource
 
 import ck
 from records import check_partition, expected_by_partition, record
+from waiting import wait_until
 
 
 def test_sigkill_mid_load_keeps_every_acked_record(broker):
@@ -39,13 +40,13 @@ def test_sigkill_mid_load_keeps_every_acked_record(broker):
 
     t = threading.Thread(target=load)
     t.start()
-    deadline = time.monotonic() + 30
-    while len(acked) < 20_000 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    broker.kill()  # mid-load: the producer is still sending
-    killed_with = len(acked)
-    stop.set()
-    t.join()
+    try:
+        wait_until(lambda: len(acked) >= 20_000, 30, "20,000 acknowledgements", every_s=0.01)
+    finally:
+        broker.kill()  # mid-load: the producer is still sending
+        killed_with = len(acked)
+        stop.set()
+        t.join()
     producer.flush(10)  # everything in flight now fails: the broker is gone
     assert killed_with >= 20_000, f"only {killed_with} acks before the kill"
     broker.start()

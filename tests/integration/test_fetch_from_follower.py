@@ -7,8 +7,6 @@ rack to read from (`preferred_read_replica`) and no records; that follower serve
 below its own high watermark. Checked with raw requests (Kafka's own schemas, tests/kafka/
 protocol.py) and end to end with librdkafka's `client.rack`, whose reads must come back
 byte-equal from the follower."""
-import sys
-from pathlib import Path
 
 import ck
 import pytest
@@ -18,8 +16,7 @@ from confluent_kafka.admin import NewTopic
 from metrics import metrics_config, total
 from waiting import wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-import protocol  # noqa: E402
+import protocol
 
 NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE = 6, 1
 RECORDS = 300

@@ -20,6 +20,30 @@ def group_broker(make_broker, shards=2):
     return make_broker(shards=shards, config=GROUP_CONFIG)
 
 
+def wait_stable_with(bootstrap, group, assigned, what):
+    """Waits until `group` is Stable and its members hold `assigned` partitions each (a sorted
+    list), asking one AdminClient."""
+    admin = ck.admin(bootstrap)
+
+    def stable():
+        g = admin.describe_consumer_groups([group])[group].result(10)
+        held = sorted(len(m.assignment.topic_partitions) for m in g.members)
+        return g.state.name == "STABLE" and held == assigned
+    wait_until(stable, 30, what)
+
+
+def wait_committed_at_end(bootstrap, group, topic, partitions):
+    """Waits until `group` committed the end of every partition of `topic`, asking one
+    Consumer of the group (it never joins: it only reads offsets)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = [c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps]
+        wait_until(lambda: [tp.offset for tp in c.committed(tps, timeout=10)] == ends, 30, "every end committed")
+    finally:
+        c.close()
+
+
 class Member:
     """A confluent-kafka group member polling in a thread, recording what it sees."""
 
@@ -68,15 +92,20 @@ class Member:
 
 
 def test_three_members_share_the_topic_exactly_once(make_broker):
+    """Each member commits after every record (asynchronously): its heartbeats go on the same
+    connection as its commits, and must not wait behind them (they did, one fsync per commit,
+    until a member's session expired and the group rebalanced)."""
     broker = group_broker(make_broker)
     ck.create_topic(broker.bootstrap, "g3", 6)
     ck.produce(broker.bootstrap, "g3", 30_000, 6)
     members = [Member(broker.bootstrap, "three", "g3") for _ in range(3)]
     try:
         wait_until(lambda: sum(len(m.seen) for m in members) >= 30_000, what="30,000 records")
-        time.sleep(0.5)
+        # A record read twice comes from a rebalance that restarted a partition below its end:
+        # once every partition's end is committed, all such reads are done.
+        wait_committed_at_end(broker.bootstrap, "three", "g3", 6)
         everything = [s for m in members for s in m.seen]
-        assert len(everything) == 30_000, "no record twice"
+        assert len(everything) == 30_000, ("no record twice", [(m.assigned, m.revoked) for m in members])
         assert len(set(everything)) == 30_000
         assignments = [m.assignment() for m in members]
         assert all(len(a) == 2 for a in assignments), assignments
@@ -120,7 +149,7 @@ def test_member_dies_and_its_partitions_move_after_session_timeout(make_broker, 
     doomed = subprocess.Popen([sys.executable, str(script)])
     survivor = None
     try:
-        time.sleep(3)
+        wait_stable_with(broker.bootstrap, "dying", [4], "the doomed member to hold every partition")
         survivor = Member(broker.bootstrap, "dying", "gd")
         wait_until(lambda: len(survivor.assignment()) == 2, what="a two-way split")
         doomed.kill()
@@ -198,13 +227,15 @@ def test_static_member_returns_without_rebalance(make_broker):
     s2 = Member(broker.bootstrap, "statics", "gst", **{"group.instance.id": "s2", **conf})
     try:
         wait_until(lambda: len(s1.assignment()) == 2 and len(s2.assignment()) == 2, what="a 2/2 split")
-        time.sleep(1)
+        wait_stable_with(broker.bootstrap, "statics", [2, 2], "the group stable")
         before = s1.assignment()
         s2_revocations = len(s2.revoked)
         s1.close()  # a static member does not send LeaveGroup
         s1 = Member(broker.bootstrap, "statics", "gst", **{"group.instance.id": "s1", **conf})
         wait_until(lambda: s1.assignment() == before, what="s1 to get its partitions back")
-        time.sleep(2)
+        # Had s1's return started a rebalance, s2 would have revoked its partitions (eager
+        # protocol) before the group could be stable again.
+        wait_stable_with(broker.bootstrap, "statics", [2, 2], "the group stable again")
         assert len(s2.revoked) == s2_revocations, "s2 saw no rebalance"
         assert s2.assignment() and set(s2.assignment()).isdisjoint(before)
     finally:

@@ -1,13 +1,13 @@
 """Idempotent producers: no duplicates and no gaps across retries and broker restarts."""
 import socket
 import threading
-import time
 
 from confluent_kafka import Producer
 
 import ck
 import kafka_wire as kw
 from records import record
+from waiting import wait_until
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -45,9 +45,7 @@ def test_retries_across_two_sigkills_leave_no_duplicates_or_gaps(broker):
     t = threading.Thread(target=load)
     t.start()
     for kill_at in (12_000, 30_000):
-        deadline = time.monotonic() + 60
-        while len(acked) < kill_at and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: len(acked) >= kill_at, 60, f"{kill_at} acknowledgements", every_s=0.005)
         broker.kill()  # mid-load, with requests in flight that librdkafka will retry
         broker.start()
     t.join()

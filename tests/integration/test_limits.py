@@ -10,6 +10,7 @@ import ck
 import kafka_wire as kw
 from metrics import metrics_config, total
 from confluent_kafka import Producer
+from waiting import wait_until
 
 
 def api_versions_ok(s, corr) -> bool:
@@ -21,14 +22,17 @@ def connect(broker):
     return socket.create_connection(("127.0.0.1", broker.port), timeout=10)
 
 
-def settle():
-    """Lets the broker notice that the start-up probe's connection closed and free its slot."""
-    time.sleep(0.5)
+def connections_become(metrics, n):
+    """Waits until the broker serves exactly `n` connections (the start-up probe's, or one a
+    test closed, gone and its slot free)."""
+    wait_until(lambda: total(metrics, "sluice_connections") == n, 15, f"{n} connections",
+               state=lambda: total(metrics, "sluice_connections"))
 
 
 def test_connections_per_ip_are_bounded(make_broker):
-    broker = make_broker(shards=2, config="max_connections_per_ip = 3\n")
-    settle()
+    config, metrics = metrics_config("max_connections_per_ip = 3\n")
+    broker = make_broker(shards=2, config=config)
+    connections_become(metrics, 0)
     kept = [connect(broker) for _ in range(3)]
     for i, s in enumerate(kept):
         assert api_versions_ok(s, i)
@@ -38,7 +42,7 @@ def test_connections_per_ip_are_bounded(make_broker):
     # The admitted ones still work, and a slot freed is a slot reusable.
     assert api_versions_ok(kept[0], 10)
     kept.pop().close()
-    time.sleep(0.3)
+    connections_become(metrics, 2)
     again = connect(broker)
     assert api_versions_ok(again, 11)
     for s in kept + [again, extra]:
@@ -46,8 +50,9 @@ def test_connections_per_ip_are_bounded(make_broker):
 
 
 def test_total_connections_are_bounded(make_broker):
-    broker = make_broker(shards=2, config="max_connections = 2\n")
-    settle()
+    config, metrics = metrics_config("max_connections = 2\n")
+    broker = make_broker(shards=2, config=config)
+    connections_become(metrics, 0)
     a, b = connect(broker), connect(broker)
     assert api_versions_ok(a, 1) and api_versions_ok(b, 2)
     c = connect(broker)
@@ -65,7 +70,7 @@ def test_idle_connections_are_closed(make_broker):
     while time.monotonic() < deadline:
         corr += 1
         assert api_versions_ok(busy, corr), "a connection in use stays open"
-        time.sleep(0.3)
+        time.sleep(0.3)  # a request every 0.3 s: in use, never idle for the 1 s bound
     assert kw.closed_by_peer(idle, timeout_s=1)
     assert "idle for 1000 ms" in broker.log()
     busy.close()
@@ -81,14 +86,15 @@ def test_in_flight_requests_per_connection_are_bounded(make_broker):
     frames = kw.request(1, 4, 0, kw.fetch_v4("parked", 0, 0, max_wait_ms=3000))
     frames += b"".join(kw.request(18, 0, corr, b"") for corr in range(1, 11))
     s.sendall(frames)
-    time.sleep(1.0)
+    # All eleven frames are in the broker's socket buffer at once: it reads what the bound
+    # lets it, no more.
+    wait_until(lambda: total(metrics, "sluice_requests_queued") >= 3, 15, "three requests read")
     assert total(metrics, "sluice_requests_queued") == 3
     # Everything is answered, in order, once the poll ends.
     for corr in range(11):
         assert struct.unpack(">i", kw.read_response(s)[:4])[0] == corr
     s.close()
-    time.sleep(0.3)
-    assert total(metrics, "sluice_requests_queued") == 0
+    wait_until(lambda: total(metrics, "sluice_requests_queued") == 0, 15, "no request queued")
 
 
 def test_request_memory_is_capped_with_backpressure(make_broker):
@@ -117,10 +123,8 @@ def test_request_memory_is_capped_with_backpressure(make_broker):
         assert [r[2] for r in got[0]] == values, t
         assert [r[0] for r in got[0]] == list(range(len(values)))
     # Every byte is given back once the last requests (the consumers' long polls) are answered.
-    deadline = time.monotonic() + 5
-    while total(metrics, "sluice_request_memory_bytes") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert total(metrics, "sluice_request_memory_bytes") == 0
+    wait_until(lambda: total(metrics, "sluice_request_memory_bytes") == 0, 5, "request memory given back",
+               state=lambda: total(metrics, "sluice_request_memory_bytes"))
     broker.assert_no_panic()
 
 
@@ -130,6 +134,7 @@ def test_slowloris_does_not_hold_up_its_shard(make_broker):
     slow = connect(broker)
     frame = kw.request(18, 0, 99, b"")
     stop = threading.Event()
+    sent = []
 
     def trickle():
         for b in frame:
@@ -137,6 +142,7 @@ def test_slowloris_does_not_hold_up_its_shard(make_broker):
                 return
             try:
                 slow.send(bytes([b]))
+                sent.append(b)
             except OSError:
                 return
 
@@ -144,7 +150,7 @@ def test_slowloris_does_not_hold_up_its_shard(make_broker):
     t.start()
     try:
         # The one shard keeps serving everyone else while the slow request dribbles in.
-        time.sleep(1.0)
+        wait_until(lambda: len(sent) >= 2, 15, "the slow request to be under way")
         ck.create_topic(broker.bootstrap, "busy", 1)
         acked = ck.produce(broker.bootstrap, "busy", 200, 1)
         assert len(acked) == 200

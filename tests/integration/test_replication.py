@@ -10,29 +10,18 @@ import socket
 import threading
 import time
 
-import sys
-from pathlib import Path
 
 import kafka_wire as kw
 import pytest
-from cluster import Cluster
+from cluster import REPLICATED, Cluster
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from history import History, check_history, read_all
 from waiting import wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-import protocol  # noqa: E402  (Kafka's own schemas: any request at any version)
+import protocol  # Kafka's own schemas: any request at any version (on the path by conftest)
 
 INVALID_REPLICATION_FACTOR = 38
 
-# Faster timing than production, so fencing and in-sync changes fit a test's bounds.
-REPLICATED = """
-[cluster]
-broker_heartbeat_interval_ms = 300
-broker_session_timeout_ms = 3000
-metadata_write_timeout_ms = 5000
-replica_lag_time_max_ms = 3000
-"""
 
 
 @pytest.fixture
@@ -221,6 +210,14 @@ def test_rolling_restart_under_load_shows_clients_no_errors(make_cluster):
         cluster.nodes[node].start()
         wait_until(lambda: all_in_sync(cluster, "rolling", 1), 60, f"node {node} back in sync")
         wait_until(lambda: len(h.acked) > before + 500, 60, "acknowledgements after the restart")
+    finish_without_client_errors(cluster, h, reader, bootstrap, "rolling")
+
+
+def finish_without_client_errors(cluster: Cluster, h: History, reader: GroupReader, bootstrap: str,
+                                 topic: str):
+    """Ends a load: the producer saw no delivery error, the group read every acknowledged
+    record (a rebalance may deliver some twice) with no error, and the log holds exactly what
+    was acknowledged."""
     h.finish()
     end = max(h.acked.values()) + 1
     wait_until(lambda: reader.got and reader.got[-1][0] >= end - 1, 60, "the group read everything",
@@ -228,8 +225,7 @@ def test_rolling_restart_under_load_shows_clients_no_errors(make_cluster):
     reader.close()
     assert not h.failed, f"delivery errors: {h.failed[:3]}"
     assert not reader.errors, f"consumer errors: {reader.errors[:3]}"
-    check_history(h, read_all(bootstrap, "rolling", end))
-    # The group read every acknowledged record (a rebalance may deliver some twice).
+    check_history(h, read_all(bootstrap, topic, end))
     assert set(h.acked) <= {v for _, v in reader.got}
 
 
@@ -439,8 +435,10 @@ def test_records_deleted_on_the_leader_are_gone_from_its_followers(make_cluster)
     deleted = admin.delete_records([TopicPartition("trimmed", 0, 60)])
     assert list(deleted.values())[0].result(15).low_watermark == 60
     # The followers take the leader's log start from their fetches; a new leader keeps it.
-    leader = partition_state(cluster, 1, "trimmed", 0)[0]
-    time.sleep(1.5)  # a few fetch rounds (500 ms long polls)
+    leader, replicas, _ = partition_state(cluster, 1, "trimmed", 0)
+    followers = [n for n in replicas if n != leader]
+    wait_until(lambda: all(replica_log_start(cluster, n, "trimmed", 100) == 60 for n in followers), 30,
+               "the followers to take the leader's log start")
     cluster.nodes[leader].kill()
     survivors = [n for n in (1, 2, 3) if n != leader]
     wait_until(lambda: (s := partition_state(cluster, survivors[0], "trimmed", 0)) and s[0] in survivors, 30,
@@ -472,11 +470,24 @@ def settled_log_start(cluster: Cluster, node: int, topic: str, above: int) -> in
     (five retention passes without a change)."""
     def settled():
         first = log_start(cluster, node, topic)
-        time.sleep(1)
+        time.sleep(1)  # five retention passes (200 ms each) on a cluster without a metrics port
         return first > above and log_start(cluster, node, topic) == first
 
-    wait_until(settled, 60, f"retention to move {topic}'s log start past {above} and settle")
+    wait_until(settled, 60, f"retention to move {topic}'s log start past {above} and settle",
+               state=lambda: (log_start(cluster, node, topic), partition_state(cluster, node, topic, 0),
+                              cluster.topic_configs(node, topic)))
     return log_start(cluster, node, topic)
+
+
+def replica_log_start(cluster: Cluster, node: int, topic: str, end: int) -> int | None:
+    """Node `node`'s log start of partition 0 (a follower's too: a consumer Fetch v11 at `end`,
+    which a follower serves from its own log, KIP-392); None while it cannot answer."""
+    body = {"ReplicaId": -1, "MaxWaitMs": 0, "MinBytes": 0, "MaxBytes": 1024, "IsolationLevel": 0,
+            "SessionId": 0, "SessionEpoch": -1, "RackId": "", "Topics": [{"Topic": topic, "Partitions": [
+                {"Partition": 0, "FetchOffset": end, "PartitionMaxBytes": 1024}]}]}
+    with protocol.Connection("127.0.0.1", cluster.nodes[node].port) as conn:
+        p = conn.send("Fetch", 11, body)["Responses"][0]["Partitions"][0]
+    return p["LogStartOffset"] if p["ErrorCode"] == 0 else None
 
 
 def replica_copy(cluster: Cluster, node: int, topic: str, offset: int) -> tuple[int, bytes] | None:
@@ -532,11 +543,11 @@ def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
     catches up and joins the ISR, instead of staying behind for ever."""
     cluster = make_cluster(3, config=AGED, brokers=1)
     cluster.wait_for_brokers({1, 2, 3, 4})
-    cluster.create_topic(1, "aged", 1, 3)
+    # Small segments from the first record: retention can then drop all but the newest few.
+    cluster.create_topic(1, "aged", 1, 3, configs={"segment.bytes": "4096", "retention.bytes": "8192"})
     wait_until(lambda: all((s := partition_state(cluster, n, "aged", 0)) and s[0] > 0 and s[2] == s[1]
                            for n in (1, 2, 3, 4)), 30, "the partition led, every replica in sync")
     leader, replicas, _ = partition_state(cluster, 1, "aged", 0)
-    cluster.alter_topic_config(1, "aged", {"segment.bytes": "4096", "retention.bytes": "8192"})
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "batch.size": 2000, "linger.ms": 5})
     for i in range(2000):
@@ -642,7 +653,7 @@ def test_an_unclean_election_happens_only_where_the_topic_allows_it(make_cluster
     cluster.nodes[5].proc.send_signal(signal.SIGCONT)
     wait_until(lambda: partition_state(cluster, 1, "loose", 0)[0] == 5, 30, "an unclean election of 5")
     assert partition_state(cluster, 1, "loose", 0)[2] == [5]
-    time.sleep(1)
+    # 5's registration record, which elected it for "loose", decided "strict" too.
     assert partition_state(cluster, 1, "strict", 0)[:3:2] == (-1, [4]), "strict waits for its data"
 
 

@@ -188,9 +188,14 @@ class KafkaCluster:
 
 
 def random_cluster_id() -> str:
-    """A cluster id in Kafka's form (a base64 UUID), without starting a JVM."""
+    """A cluster id in Kafka's form (a base64 UUID), without starting a JVM. Never one that
+    starts with "-", as Kafka's Uuid.randomUuid never makes one: the storage tool would read it
+    as an option and refuse to format (1 start in 64 failed so)."""
     import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made
 
 
 def wait_listed(nodes, timeout_s: float, why):
