@@ -12,6 +12,92 @@
 //!
 //! A service: the server wires one `Controller` into shard 0; other shards reach it with
 //! `submit` and `allocate_producer_id`, typed requests over the mesh.
+//!
+//! ## The cluster
+//!
+//! Several `sluice serve` processes with the same `voters` list are one cluster (issue 15; KRaft's
+//! combined mode). The metadata is replicated by Raft; partition data by Kafka's replication
+//! model (issue 16, `replication/mod.rs`).
+//!
+//! - **The metadata log.** The voters run one Raft group (raft-rs 0.7) on their controller shard.
+//!   Its entries are batches of metadata records (`controller/records.rs`): cluster id, broker
+//!   registrations and fencing, topics with their assignments, partitions, topic and broker
+//!   configs, producer-id blocks. An entry is one controller request, applied all or nothing to
+//!   the catalog record, by every voter in log order, so every voter holds the same catalog. Raft
+//!   ids are node ids + 1 (raft-rs reserves 0).
+//! - **The driver** (`controller/quorum.rs`) is one task that owns the `RawNode`: it ticks it
+//!   every `raft_tick_ms`, steps peer messages and proposals from a bounded inbox (steps all that
+//!   arrived before handling the Ready, so one fdatasync covers them), and handles each Ready in
+//!   raft-rs's order. Persisting (`raft_store.rs`) is std file I/O on shard 0's thread: a few
+//!   hundred microseconds per metadata change, never on the data path.
+//! - **Start-up.** A voter recovers its catalog before any shard starts
+//!   (`quorum::recover`: latest snapshot, then the entries its hard state says are committed), so
+//!   shards serve current metadata from the first request; raft-rs then starts after them. A
+//!   broker that is not a voter starts from its copy of the controller's catalog.
+//! - **Writes** (`controller::execute`): on the active controller (leader, with an entry of its
+//!   own term committed and applied) the operation is validated against the applied catalog,
+//!   expressed as records, proposed, and answered once applied and installed on this node's
+//!   shards. Elsewhere it is forwarded over RPC (`messages::FORWARD`); no controller within
+//!   `metadata_write_timeout_ms`: REQUEST_TIMED_OUT.
+//! - **Applying** (`controller/applied.rs`): each applied entry, snapshot or change of controller
+//!   bumps a generation; one task installs the newest catalog on every shard (states in between
+//!   are skipped). Shards open the partitions this node holds a replica of; a partition request
+//!   to a node that does not lead it is answered NOT_LEADER_OR_FOLLOWER (produce, fetch,
+//!   ListOffsets, DeleteRecords), a group request NOT_COORDINATOR, and FindCoordinator names the
+//!   leader of the group's `__consumer_offsets` partition. The internal topics are created only
+//!   once as many brokers are live as their replication factor (`offsets_topic_replication_factor`,
+//!   `transactions.state_log_replication_factor`; default min(3, voters)), never with fewer.
+//! - **Liveness** (`controller/cluster.rs`, `liveness.rs`): every node heartbeats the active
+//!   controller; the controller registers a new incarnation (a log record; the data dir remembers
+//!   the last one, so a restart takes over its registration at once while a second process with
+//!   a live node's id is refused), renews sessions, and fences a broker silent for
+//!   `broker_session_timeout_ms`: its partitions move to another live in-sync replica, or have no
+//!   leader (a new leader epoch either way). A controller that takes over gives every broker a
+//!   full session. Brokers that are not voters get the catalog in heartbeat replies when behind.
+//! - **Snapshots.** Every `snapshot_after_entries` applied entries a voter writes its catalog as a
+//!   snapshot (`catalog::encode`) and rewrites its log without the entries before it; a follower
+//!   behind the leader's first entry is sent the snapshot (raft-rs asks `Storage::snapshot`).
+//! - **Refusals.** Raft messages carry the sender's cluster id: a voter drops messages of another
+//!   cluster, and stops (with a message) when the quorum's leader is of another cluster than its
+//!   data dir. The controller refuses a heartbeat of another cluster (INCONSISTENT_CLUSTER_ID) or
+//!   a duplicate node id (DUPLICATE_BROKER_REGISTRATION); the refused node stops with the reason.
+//! - **RPC** (`rpc/`): frames are size-bounded (256 MiB), checksummed and versioned; garbage, a
+//!   bad checksum or a frame that trickles past 10 s closes that connection with a log line. At
+//!   most 1024 RPC connections and 256 calls in progress per connection; Raft messages wait in a
+//!   bounded outbox per peer (1024) and are dropped, counted, when it is full (Raft resends).
+//!   With a cluster secret, a connection's handshake must finish within 10 s on the server (1 s
+//!   on the dialer, its connect budget); refusals are logged at most once per 10 s per side.
+//!   Where `[tls]` trusts a CA every RPC connection is TLS first (mutual: the server requires a
+//!   certificate of the CA, the dialer checks the server's for the address dialed; the TLS
+//!   handshake is bounded like a frame), and a TLS refusal is logged as a refusal. The
+//!   certificates are read at start and again on SIGHUP, for new connections.
+//! - **Ownership.** Everything of the cluster lives on shard 0; other shards reach it with typed
+//!   requests (`controller::submit`, `allocate_producer_id`, `quorum_view`). A node that does not
+//!   lead the quorum asks the active controller for its view (`messages::QUORUM`, a kind 0.1
+//!   answers "unknown": DescribeQuorum then answers NOT_LEADER_OR_FOLLOWER, as from 0.1).
+//! - **Feature levels** (`storage/features.rs`, `controller/features.rs`; KIP-584, KIP-778). The
+//!   cluster's `metadata.version` is in the catalog (0.1's catalogs record none: level 1). A
+//!   binary runs a range of levels (this one 1..=2) and writes the formats of the level its
+//!   cluster finalised, never newer ones: at level 1 the catalog is written in format 5 and
+//!   records and RPC messages are 0.1's, so a 0.1 node reads everything a new one writes until
+//!   the level is raised, and a new node can be replaced by a 0.1 one again. Each broker tells
+//!   each new active controller its range, and the same one again every 10 s (one that restarted
+//!   forgot it; `messages::FEATURES`, a kind 0.1 answers "unknown");
+//!   UpdateFeatures raises the level only when every registered broker (fenced or not) said it
+//!   runs it, writes `SetFeatureLevel`, and never lowers it. A new cluster starts at the newest
+//!   level (`records::bootstrap`); a node that applies a level beyond its range stops by name
+//!   (`records::check_level`). Anything added to a record, catalog or RPC message from now on
+//!   names the level that writes it (the table in `storage/features.rs`); variants added to the
+//!   rkyv enums box their payloads so that older readers' layouts stay (tests check the archived
+//!   sizes of records and forwarded operations).
+//! - **Partition epochs** (level 2 on): every applied entry that changes a partition's assignment
+//!   (replicas, leader, leader epoch, in-sync set, a reassignment's sets) moves its epoch by one
+//!   (`records::renew_partition_epochs`, deterministic, so every node counts the same), kept in the
+//!   catalog beside the assignments (format 6). A leader's in-sync change carries the epoch of the
+//!   assignment it was computed from (`ControllerOp::AlterPartitionAt`); the controller refuses
+//!   another epoch (INVALID_UPDATE_VERSION) and the record it writes (`AlterPartition`) applies
+//!   only at that epoch, so a change computed from one state never lands on another. A leader drops
+//!   an ask whose epoch is gone (`Replicas::note_partition_epoch`).
 
 pub mod applied;
 pub mod bounds;

@@ -6,6 +6,55 @@
 //! service parks the JoinGroup and SyncGroup requests it answers later, drives its timers from
 //! the shard's timing wheel, and writes and replays its records. Other shards reach it with
 //! `route` (a typed request over the mesh).
+//!
+//! ## How groups work
+//!
+//! - A group lives on the shard that owns its `__consumer_offsets` partition (FNV hash of the group
+//!   id modulo `offsets_topic_partitions`, then `Router::shard_of`). Shard 0 creates the topic on
+//!   first start. Every group API is a typed request (`group/ops.rs`) sent to the owning shard's
+//!   `GroupService` (`group::route`); ListGroups asks every shard.
+//! - `group/state.rs` decides; it never reads a clock, draws an id or touches I/O: the monotonic
+//!   time comes in with each call and member ids from an injected `Ids`. It returns responses now
+//!   or `Reply::Later(member)`, plus `Output`s: parked JoinGroup/SyncGroup answers and "persist
+//!   this group". Session, rebalance and pending-member timeouts sit on its own `TimingWheel`; one
+//!   task per shard (`group::drive`) parks on the shard's wheel until the coordinator's next
+//!   deadline. A member parked in JoinGroup or SyncGroup is kept alive (Kafka's `shouldKeepAlive`),
+//!   and a completed join or sync counts as a heartbeat.
+//! - Bounds: `max_groups_per_shard` groups, and one million members (joined or pending) per shard.
+//!   The coordinator's wheel has room for a timer per member plus a rebalance timer per group, so
+//!   only admitting a new group or member can run out of room: that JoinGroup (or the OffsetCommit
+//!   that would create a group) is answered COORDINATOR_NOT_AVAILABLE, counted in
+//!   `sluice_groups_refused_total` and logged at most every 10 s. A replay that meets an
+//!   undecodable record skips it, counts it (`sluice_group_records_undecodable_total`) and logs
+//!   it.
+//! - Offset commits are appended to the group's `__consumer_offsets` partition with acks=all
+//!   semantics, so a commit is answered only after its fsync. The append is OffsetCommit's ordered
+//!   part (`ops::StageCommit`, in its connection's request order); the wait for the commit is its
+//!   later part (`ops::SettleCommit`, `Reply::Later`), so a client committing after every message
+//!   shares fsyncs across its commits and its heartbeats are not queued behind them (they were, one
+//!   fsync each, until a member's session expired). Appended offsets wait in
+//!   `GroupService::pending_commits`, keyed by partition, leader generation and end offset, and are
+//!   applied to their groups in log order once the high watermark covers them, by whichever answer
+//!   wakes first (those of an earlier leadership never are: their answers fail, and the partition's
+//!   unload clears them); OffsetFetch first waits for its group's pending commits. Invariant: a
+//!   group's in-memory offsets only move in its partition's log order. Group metadata (members,
+//!   generation, assignments) is appended on every change. On start each shard replays its
+//!   partitions: latest value per key wins, null values delete.
+//! - `__consumer_offsets` is compacted (`storage/compaction.rs`): a group's old commits go once a
+//!   later commit of the same partition is in a closed segment.
+//! - Transactional offset commits (TxnOffsetCommit, after AddOffsetsToTxn put the group's
+//!   offsets partition in the transaction) are checked with the transaction coordinator first
+//!   (`txn::remote::verify`: over the mesh, or AddPartitionsToTxn v4 when the coordinator is
+//!   on another node), then appended as a transactional batch of the producer
+//!   (`Source::Coordinator`, refused with PRODUCER_FENCED when the partition saw a newer epoch's
+//!   marker) and held per producer in `Group::pending_offsets`. The transaction's marker on that
+//!   partition settles them (`group::settle_txn`, called by the coordinator's marker write once
+//!   the marker is committed): commit makes them the committed offsets, abort drops them. A marker
+//!   committed while the partition loads is held (`GroupService::unsettled`) and settled after
+//!   the restore. Replay holds a transactional batch's offsets until its producer's marker, and
+//!   restores those with no marker yet as pending. OffsetFetch with `require_stable` (v7+,
+//!   read_committed consumers) answers UNSTABLE_OFFSET_COMMIT for a partition with pending
+//!   offsets, which clients retry.
 
 pub mod ops;
 pub mod records;

@@ -6,6 +6,51 @@
 //! Reading, learning keys and writing the compacted copies run without the append lock: they
 //! touch only closed segments below the high watermark, which appends never change. Only each
 //! swap takes the lock, and checks the segment is still the one that was read.
+//!
+//! ## Scheduling and the swap
+//!
+//! Each shard looks at its `cleanup.policy=compact` partitions every `log.cleaner.backoff.ms`
+//! (`shard/housekeeping.rs`; the config file's `log.cleaner_interval_ms` unless changed
+//! dynamically). The pass considers the closed segments wholly below the last stable offset (so
+//! every transaction in them has ended), up to the first one younger than `min.compaction.lag.ms`
+//! (by its newest record). A partition is cleaned when those that are new since its last cleaning
+//! (`PartitionLog::cleaned_to`, in memory, so the first pass after a start cleans everything) are
+//! at least `min.cleanable.dirty.ratio` of the closed bytes, or when one of them is older than
+//! `max.compaction.lag.ms`. Keyless records never reach a compacted topic: appends refuse them
+//! (`partition/ingest.rs`). The pass reads those segments in chunks of whole batches, learns the
+//! latest offset of every key (`storage/compaction.rs`, `KeyMap`, bounded by
+//! `log.cleaner_dedupe_buffer_bytes`; a segment whose keys do not fit ends the pass before it),
+//! then writes each segment's compacted copy to `<base>.log.cleaned`: batches that lose nothing are
+//! copied, batches that lose some keep their header (base offset, last offset delta, timestamps,
+//! producer fields) with the remaining records' bytes, a new length, count and CRC, and batches
+//! that lose all go. The active segment is never touched.
+//!
+//! All of that runs without the append lock: closed segments below the high watermark never
+//! change. Each swap takes the lock, checks the segment is still the one read (retention may have
+//! deleted it), removes its index files, renames the copy over it, writes new index files and
+//! syncs the directory (`PartitionLog::replace_segment`); a crash at any step leaves either
+//! segment whole, and recovery removes a leftover `.cleaned` copy. In-flight fetches keep reading
+//! the old file through their own descriptors. Reads skip the gaps: a fetch for an offset past
+//! the last record a compacted segment holds starts at the next segment with records. Stored
+//! batches may therefore span more offsets than they hold records (Kafka's rule too); produced
+//! batches must still be dense. Compressed batches are kept whole and their keys not learned.
+//! Transactions: the batches of an aborted transaction (the partition's aborted-transaction index
+//! says which) are removed whole and their keys not learned, so an aborted value never hides a
+//! committed one. A commit marker is kept whole while any batch of its transaction is; once
+//! none is (all superseded) it goes like a tombstone, when its segment is older than
+//! `delete.retention.ms` (Kafka's rule; an exactly-once processor's commits would otherwise leave
+//! `__consumer_offsets` a marker per transaction forever). A pass reads its segments oldest
+//! first and a transaction's batches precede its marker, so it has seen them all by then
+//! (`storage::compaction::TxnsKept`). An abort marker goes the same way (its transaction's
+//! batches are always removed), and its entry in the aborted-transaction index with it: a
+//! read_committed reader told of an aborted transaction skips the producer's batches until its
+//! abort marker, so an entry must never outlive its marker. The swap writes the index without
+//! those entries aside first (`aborted-transactions.<base>.next`, synced), renames the compacted
+//! segment over the old one (the commit point), then renames the index into place; recovery
+//! adopts a leftover `.next` whose segment copy is gone and drops one whose copy is still there
+//! (`txn_index::settle_swaps`), so the index and the segment's markers always agree.
+//! Tombstones stay while they are the latest record of their key, until their segment's newest
+//! record is older than `delete.retention.ms` (1 day): then the key goes entirely.
 
 use super::Partition;
 use crate::protocol::batch;

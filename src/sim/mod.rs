@@ -9,6 +9,63 @@
 //! (`liveness`), placement, elections and AlterPartition (`replication_op`). What the
 //! simulator stands in for: the glommio tasks that drive them (`node.rs`), RPC (`network.rs`),
 //! the files (`disk.rs`).
+//!
+//! ## What runs, what is checked
+//!
+//! `scripts/simulate` builds and runs `sluice-sim` (feature `simulation`). One thread runs N nodes
+//! (3 or 5): each a controller (`RaftNode` over `raft_store` on a simulated `Disk`, the production
+//! `Applied` state machine and catalog), partition replicas whose decisions are the production ones
+//! (`commit::Replicas`: commit rule, ISR asks and registrations; leader epochs and truncation
+//! points; `ProducerTable` for idempotent producers, rebuilt from the log on restart and after a
+//! truncation by `producer_state::rebuild`; the aborted-transaction index by `txn_index::record`;
+//! the catalog's roles), a group coordinator (the production `Coordinator`, loaded by
+//! `replay::may_load`/`replay::learn` from the offsets partition's records in the production
+//! schemas), and a transaction coordinator (`txns.rs`: the production `txn::state::Coordinator` in
+//! the shell `txn::service` and `txn::markers` put around it: loaded once the `__transaction_state`
+//! leader's epoch start is committed, each move appended acks=all with min.insync.replicas 2 and
+//! applied once committed or abandoned, markers written to each partition's leader and retried, the
+//! completion retried while `retries_completion` allows, timeouts every second). Clients outlive
+//! the nodes: plain producers (acks=all and acks=1), idempotent producers (one batch in flight per
+//! partition, retried with the same sequence), a consumer per partition, and a group client that
+//! commits the consumer's positions and fetches them back (in order on one connection per
+//! coordinator, as Kafka's clients do) as the group's one member (join with KIP-394's member id
+//! round trip, sync, heartbeat, rejoin when its membership is gone; the group's metadata persisted
+//! and restored on failover as the broker does), a transactional producer (`txn_client.rs`:
+//! InitProducerId, then one transaction at a time over one or two partitions, committed or aborted
+//! as the seed draws; fenced, it initialises again) and a read_committed consumer that drops
+//! aborted transactions' records as Kafka's consumers do. Everything is drawn from one seed
+//! (ChaCha): the cluster's session and lag timings, per-node clock skew and slow disks, message
+//! latency (with rare spikes of seconds), drops, duplicates and reordering, one- and two-way cuts
+//! that heal, crashes (unsynced writes lost, torn tails; half restarted at once), SIGSTOP-like
+//! pauses (what arrives meanwhile is held and taken in order), monotonic clock jumps, failed fsyncs
+//! and ENOSPC. Each node decides by its own clock (`World::clock_ms`). There is no wall clock, no
+//! thread, and no iteration over a randomly seeded map, so a seed replays byte for byte. Request
+//! and response pairs keep TCP's meaning: RPC and client requests arrive in order per connection; a
+//! leader holds a follower fetch that finds nothing for up to 500 ms, as the Fetch handler does; a
+//! follower takes only the answer to its outstanding OffsetsForLeaderEpoch query (never one meant
+//! for its previous process). Once faults end the network is calm (no drops, duplicates or spikes),
+//! so convergence is a property of the cluster, not of luck.
+//!
+//! Invariants (`src/sim/checks.rs`, `replica_checks.rs`, `clients.rs`, `groups.rs`,
+//! `txn_checks.rs`) are checked
+//! after every event and at the end after a quiet phase: one controller per term, metadata logs
+//! agree, one leader per partition epoch, leader in sync, ISR within replicas, HW never backwards
+//! on a leader, committed logs are prefixes of one another (not for unclean topics), no
+//! acknowledged acks=all write lost, no duplicate with idempotence, a consumer reads only
+//! committed batches, an OffsetFetch from the current coordinator never returns less than was
+//! acknowledged before it was asked, convergence once faults heal, and for transactions:
+//! read_committed never returns a record of an aborted transaction from any replica that leads
+//! (its outcome is the next marker of its producer in the committed log), transactions are
+//! atomic across their partitions, the aborted-transaction index agrees below the high watermark
+//! (a replica that commits a marker holds the entry the first replica to commit it held), every
+//! transaction ends once a quorum is back (no leader holds one open, the coordinator holds none
+//! prepared or ongoing), and replicas holding the leader's log hold its producer state and index.
+//! Transaction states' times are the world's (NTP-synced wall clocks), not the nodes' jumping
+//! monotonic clocks. Planted bugs (`src/inject.rs`, simulation builds only) prove the checks
+//! bite: `--check-injections` must catch each within 200 seeds. What it does not run: the
+//! partition log's own file I/O (`replica.rs` models it), groups of several members (rebalances
+//! between them), KIP-890's verification (the sim's producer only writes to partitions its
+//! coordinator added), transaction version 2.
 
 mod checks;
 pub mod cli;

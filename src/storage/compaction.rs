@@ -4,8 +4,8 @@
 //! gets the next record that is left.
 //!
 //! Pure: `KeyMap` learns the latest offset of each key from segment bytes, `compact` rewrites
-//! segment bytes given that map. The shard (`shard/compaction.rs`) does the reading, writing and
-//! swapping of files.
+//! segment bytes given that map. The partition (`partition/compaction.rs`) does the reading,
+//! writing and swapping of files.
 //!
 //! What is kept whole, so that nothing is lost that compaction cannot judge:
 //! - compressed batches (their records would have to be decompressed and compressed again);

@@ -4,6 +4,31 @@
 //! decides whether a new batch is next in sequence, a duplicate of a recent one, or out of
 //! order; the ongoing transactions give the partition's first unstable offset (the last
 //! stable offset, KIP-98, is the smaller of it and the high watermark).
+//!
+//! ## Producer ids, sequences and persistence
+//!
+//! - InitProducerId goes to the controller (shard 0), which hands out ids from a block reserved in
+//!   the catalog (1,000 at a time, persisted before use), so ids never repeat across restarts.
+//! - Each partition's `ProducerTable` keeps, per producer id, the epoch and the sequence ranges and
+//!   offsets of the last five batches. Under the append lock, a batch is checked before it gets
+//!   offsets: next in sequence → appended; equal to a remembered batch → answered with that
+//!   batch's offsets and nothing written (after waiting for its durability under acks=all);
+//!   otherwise OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH or UNKNOWN_PRODUCER_ID.
+//! - Persistence (`storage/producer_snapshots.rs`): a snapshot (`<offset>.snapshot`, rkyv, as
+//!   Kafka names them) is written at every segment roll (as of the new segment's base) and at
+//!   clean close (as of the log end); the newest 4 stay. Producer state as of an offset is the
+//!   newest snapshot at or below it plus the idempotent batches read back from the log past it
+//!   (chunked header reads; a marker's coordinator epoch from its record). A log rebuilds it so on
+//!   open (as of its recovered end, so duplicates are still recognised after SIGKILL) **and when
+//!   replication truncates it** (as of the cut; snapshots past the cut are removed): forgetting
+//!   what lay past the cut is not enough, since a marker there closed a transaction that began
+//!   below it, and that transaction must be open again for the new leader's marker to get its
+//!   aborted-transaction entry (issue 36's first bug: read_committed through such a replica
+//!   returned an aborted transaction). A legacy `producer.snapshot` is read until a newer file
+//!   exists. Idle producers expire after `producer_id_expiration_ms`, checked on the timing wheel.
+//! - A marker makes a producer unknown to the partition known at the marker's epoch (as Kafka's
+//!   partitions do): a transactional write of an older epoch that arrives after a timeout's abort
+//!   (which bumps the epoch) is fenced instead of opening a transaction no coordinator will end.
 
 use crate::protocol::batch::BatchHeader;
 use kafka_protocol::ResponseError;

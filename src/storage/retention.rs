@@ -12,6 +12,28 @@
 //!
 //! `deletable` is pure (the clock is a value) so the rules are unit-tested without files; the
 //! file work is in `PartitionLog::delete_oldest` and `PartitionLog::advance_log_start`.
+//!
+//! ## Passes, files and the log start
+//!
+//! Each shard runs one retention pass over its partitions every `log.retention_check_interval_ms`
+//! (5 minutes, as Kafka), parked on its timing wheel. Per partition, under the append lock:
+//! `retention::deletable` (pure: segments, high watermark, log start and the clock as values)
+//! counts the oldest segments that may go, Kafka's rules: every record older than `retention.ms`
+//! (a segment's largest timestamp), or the rest of the log still holding `retention.bytes`, or the
+//! next segment starting at or below the log start offset. Only segments wholly below the high
+//! watermark go, oldest first, stopping at the first that stays. If that is every segment, the log
+//! rolls first, so an expired log becomes one empty segment at its end offset and offsets carry on.
+//! Time and size apply only to `cleanup.policy=delete` topics (`__consumer_offsets` is compact).
+//!
+//! Files go index first, log last, then the directory is synced: a crash midway leaves a whole
+//! segment that recovery re-indexes and the next pass deletes. An in-flight fetch keeps its own
+//! descriptor, so a deleted segment is still sent whole.
+//!
+//! The log start offset is the first segment's base, unless DeleteRecords moved it inside that
+//! segment: then it is written to `log-start-offset` (write, sync, rename, sync dir) before the
+//! answer, and read back on open. Fetches below it get OFFSET_OUT_OF_RANGE (clients reset with
+//! `auto.offset.reset`), ListOffsets earliest returns it, and DeleteRecords deletes the segments
+//! wholly below it at once.
 
 use super::log::{sync_dir, write_file, PartitionLog};
 use super::{recovery, segment};

@@ -1,6 +1,19 @@
 //! Delayed operations on a shard: one timing wheel, one driver task, and `sleep_until` futures
 //! that register in the wheel and cancel themselves when dropped. Fetch long polls and
 //! acks=all produce waits park here; so will group session and rebalance timeouts.
+//!
+//! ## The wheel
+//!
+//! One `TimingWheel` per shard (`timer/wheel.rs`, 1 ms ticks, 512 buckets a level, overflow levels
+//! added on demand). A parked operation is a slab slot in a bucket's intrusive list: insert and
+//! cancel are O(1) and allocate nothing once the slab has grown. A min-heap of non-empty buckets
+//! (not of timers) gives the driver its next deadline; the driver sleeps on one glommio timer
+//! until then, or until an earlier timer arrives, so an idle shard does no work for the operations
+//! it holds. Fetch long polls and acks=all waits park here; a waiting future that is dropped
+//! cancels its timer. The wheel says when a wait gives up; what ends it early is the partition's
+//! offset monitor (`partition/monitor.rs`): waiters keyed by the offset they need in a BTreeMap,
+//! woken when the high watermark reaches it (O(log n) per waiter, nothing for the others), or all
+//! at once when the partition fails or is deleted.
 
 pub mod wheel;
 
