@@ -428,39 +428,27 @@ fn route(
         .into_iter()
         .map(|((topic_id, partition), wanted)| {
             let meta = catalog.by_id.get(&topic_id).cloned();
-            let slot = match &meta {
-                // Only the leader serves a follower, and a consumer that may not fetch from a
-                // follower (before v11); a replica this node does not hold serves no one.
-                Some(t)
-                    if t.has_partition(partition)
-                        && !catalog.leads(t, partition)
-                        && !(reader.any_replica && catalog.holds(t, partition)) =>
-                {
-                    Err(ResponseError::NotLeaderOrFollower)
-                }
-                Some(t) if t.has_partition(partition) => {
-                    items.push(Item {
-                        owner: shard.owner(&t.name, partition),
-                        tp: TopicPartition {
-                            topic_id,
-                            partition,
-                        },
-                        read: ReadRequest {
-                            offset: wanted.fetch_offset,
-                            max_bytes: wanted.max_bytes.max(0) as usize,
-                            leader_epoch: wanted.leader_epoch,
-                            zero_copy: shard.config.fetch.zero_copy,
-                            whole_first_batch: true,
-                            replica: reader.replica,
-                            read_committed: reader.read_committed,
-                            any_replica: reader.any_replica,
-                        },
-                    });
-                    Ok(items.len() - 1)
-                }
-                // Only a session partition whose topic was deleted since it joined.
-                _ => Err(ResponseError::UnknownTopicOrPartition),
-            };
+            // Only the leader serves a follower, and a consumer that may not fetch from a
+            // follower (before v11); a replica this node does not hold serves no one. An
+            // unknown partition is one of a session whose topic was deleted since it joined.
+            let located = shard.locate(catalog, meta.as_deref(), partition, reader.any_replica);
+            let slot = located.map(|(owner, tp)| {
+                items.push(Item {
+                    owner,
+                    tp,
+                    read: ReadRequest {
+                        offset: wanted.fetch_offset,
+                        max_bytes: wanted.max_bytes.max(0) as usize,
+                        leader_epoch: wanted.leader_epoch,
+                        zero_copy: shard.config.fetch.zero_copy,
+                        whole_first_batch: true,
+                        replica: reader.replica,
+                        read_committed: reader.read_committed,
+                        any_replica: reader.any_replica,
+                    },
+                });
+                items.len() - 1
+            });
             Entry {
                 name: meta.map_or_else(|| Arc::from(""), |t| t.name.clone()),
                 topic_id,

@@ -215,20 +215,13 @@ where
                 .iter()
                 .map(|p| {
                     let i = index(p);
-                    let slot = match known {
+                    let slot = match shard.locate(&catalog, known.map(|t| &**t), i, false) {
                         _ if denied => Err(ResponseError::TopicAuthorizationFailed),
-                        Some(t) if t.has_partition(i) && !catalog.leads(t, i) => {
-                            Err(ResponseError::NotLeaderOrFollower)
-                        }
-                        Some(t) if t.has_partition(i) => {
-                            let tp = TopicPartition {
-                                topic_id: t.record.id,
-                                partition: i,
-                            };
-                            items.push((shard.owner(&t.name, i), make(tp, p)));
+                        Ok((owner, tp)) => {
+                            items.push((owner, make(tp, p)));
                             Ok(items.len() - 1)
                         }
-                        _ => Err(ResponseError::UnknownTopicOrPartition),
+                        Err(e) => Err(e),
                     };
                     (i, slot)
                 })

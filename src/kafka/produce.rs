@@ -123,11 +123,8 @@ fn append_one(
     let Some(records) = records else {
         return Box::pin(async { ProduceOutcome::failed(ResponseError::CorruptMessage) });
     };
-    if let Err(e) = partition.check_insync(acks) {
-        return Box::pin(async move { ProduceOutcome::failed(e) });
-    }
-    let append = partition.append_from(records, source);
-    use ResponseError::{CorruptMessage, KafkaStorageError, MessageTooLarge};
+    let append = shard.append(&partition, records, source, acks);
+    use ResponseError::{CorruptMessage, KafkaStorageError, MessageTooLarge, NotEnoughReplicas};
     Box::pin(async move {
         match append.await {
             Ok(a) => ProduceOutcome {
@@ -140,11 +137,11 @@ fn append_one(
             },
             // A batch the log refused for its records or sequence: the partition's log start
             // still goes out, as from Kafka (whose replica manager leaves it out, -1, for
-            // oversized and corrupt batches alone).
+            // oversized and corrupt batches alone). Too few in sync is refused before the log.
             Err(r)
                 if !matches!(
                     r.error,
-                    MessageTooLarge | CorruptMessage | KafkaStorageError
+                    MessageTooLarge | CorruptMessage | KafkaStorageError | NotEnoughReplicas
                 ) =>
             {
                 ProduceOutcome {
@@ -282,7 +279,7 @@ fn route(
         let known = catalog.topics.get(&topic.name);
         let mut row = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let slot = match known {
+            let slot = match shard.locate(&catalog, known.map(|t| &**t), p.index, false) {
                 _ if !acks_valid => Err(ResponseError::InvalidRequiredAcks),
                 _ if topic.topic_id.is_some() && topic.name.is_empty() => {
                     Err(ResponseError::UnknownTopicId)
@@ -293,26 +290,20 @@ fn route(
                 }
                 // The broker writes its own topics; a client may not (Kafka allows its own
                 // AdminClient id alone).
-                Some(_) if is_internal(&topic.name) => Err(ResponseError::InvalidTopicException),
-                Some(t) if t.has_partition(p.index) && !catalog.leads(t, p.index) => {
-                    Err(ResponseError::NotLeaderOrFollower)
+                _ if known.is_some() && is_internal(&topic.name) => {
+                    Err(ResponseError::InvalidTopicException)
                 }
-                Some(t) if t.has_partition(p.index) => 'routed: {
+                Ok((owner, tp)) => 'routed: {
                     // Transactional batches go in only where the coordinator verified them.
                     let source = match verified.get(&(topic.name.clone(), p.index)) {
                         Some(Err(e)) => break 'routed Err(*e),
                         Some(Ok(())) => Source::VerifiedTransaction,
                         None => Source::Client,
                     };
-                    let tp = TopicPartition {
-                        topic_id: t.record.id,
-                        partition: p.index,
-                    };
-                    let item = (tp, p.records.clone(), source);
-                    items.push((shard.owner(&t.name, p.index), item));
+                    items.push((owner, (tp, p.records.clone(), source)));
                     Ok(items.len() - 1)
                 }
-                _ => Err(ResponseError::UnknownTopicOrPartition),
+                Err(e) => Err(e),
             };
             row.push((p.index, slot));
         }

@@ -35,6 +35,9 @@ pub struct Rules {
     pub log_append_time: bool,
     pub timestamp_before_max_ms: i64,
     pub timestamp_after_max_ms: i64,
+    /// The topic's `max.message.bytes`: the largest batch an append takes, as sent and again
+    /// after a conversion.
+    pub max_message_bytes: u32,
 }
 
 impl Rules {
@@ -53,6 +56,7 @@ impl Rules {
             log_append_time: config.log_append_time,
             timestamp_before_max_ms: config.timestamp_before_max_ms,
             timestamp_after_max_ms: config.timestamp_after_max_ms,
+            max_message_bytes: config.max_message_bytes,
         }
     }
 
@@ -260,6 +264,7 @@ mod tests {
             log_append_time: false,
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: i64::MAX,
+            max_message_bytes: u32::MAX,
         }
     }
 

@@ -6,8 +6,9 @@
 //!   partition for the shard's flusher (group commit);
 //! - `read`: whole batches from an offset, bounded by the high watermark, as a file range to
 //!   send with sendfile or as bytes;
-//! - `wait_for_offset`: parks until the high watermark reaches an offset, on the partition's
-//!   own offset monitor (no other partition's appends wake it).
+//! - `wait_for`: parks until the high watermark (or another of its positions) reaches an
+//!   offset, on the partition's own monitors (`watchers.rs`: no other partition's appends
+//!   wake it).
 //!
 //! What makes an offset committed is the partition's commit rule alone (`commit.rs`): the
 //! flusher reports completed syncs (`complete_sync`), followers report what they synced (their
@@ -31,8 +32,10 @@ pub mod ingest;
 pub mod journal;
 pub mod monitor;
 pub mod replica;
+pub mod replica_state;
 pub mod retention;
 pub mod txn;
+pub mod watchers;
 
 use crate::protocol::batch::{self, BatchError, BatchHeader};
 use crate::protocol::chunk::{Chunk, FileSlice};
@@ -44,17 +47,19 @@ use crate::storage::producer_state::Verdict;
 use crate::storage::read;
 use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
-use commit::Replicas;
 use env::Environment;
 use fifo_lock::{FifoLock, Ticket};
 use ingest::Rejected;
 use kafka_protocol::ResponseError;
-use monitor::{OffsetMonitor, Registration, Waiter};
+use monitor::{Registration, Waiter};
+use replica_state::ReplicaState;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
-pub use txn::{Source, Watch};
+pub use txn::Source;
+pub use watchers::Watch;
+use watchers::Watchers;
 
 /// A partition's identity on the data path: its topic's id (no name, so no allocation per
 /// lookup) and its index.
@@ -158,33 +163,13 @@ pub struct Partition {
     /// Serializes appends (and anything that changes segments) so that offsets, positions and
     /// writes stay in order: in the order `append` was called (see `fifo_lock.rs`).
     append_lock: FifoLock,
-    monitor: Rc<OffsetMonitor>,
-    /// Waiters for the written end (followers' long polls on a leader).
-    written_monitor: Rc<OffsetMonitor>,
-    /// Waiters for the last stable offset (read_committed long polls).
-    stable_monitor: Rc<OffsetMonitor>,
+    /// Who waits for which of the partition's positions.
+    watchers: Watchers,
     /// The last stable offset's place in the log, once looked up (`txn.rs`).
     stable_position: Cell<Option<LogPosition>>,
-    /// Waiters for the synced end (a follower's fetcher before it reports what it synced).
-    synced_monitor: Rc<OffsetMonitor>,
-    /// The replicas, this node's role, and the commit rule over them.
-    replicas: RefCell<Replicas>,
-    /// Set when this node starts following a new leader epoch: the fetcher cuts the log's
-    /// divergent tail (OffsetsForLeaderEpoch) before it fetches.
-    needs_truncation: Cell<bool>,
-    /// The topic's `min.insync.replicas`.
-    min_insync_replicas: Cell<i32>,
-    /// Where this node's current leader epoch began in the log (a leader's view).
-    epoch_start: Cell<i64>,
-    /// Bumped each time this node becomes the partition's leader, so that state built from
-    /// the log while leading (the group coordinator's) knows when to load it again.
-    leader_generation: Cell<u64>,
-    /// The high watermark last checkpointed (`hw_checkpoint.rs`); Some(i64::MAX) for a lone
-    /// copy, which never checkpoints (its whole recovered log is committed).
-    hw_checkpointed: Cell<Option<i64>>,
-    /// The topic's `max.message.bytes`: the largest batch an append takes.
-    max_message_bytes: Cell<u32>,
-    /// The topic's record rules and codec (see `ingest.rs`).
+    /// The replicas, this node's role and leadership (`replica_state.rs`).
+    replica: ReplicaState,
+    /// The topic's record rules, codec and batch bound (see `ingest.rs`).
     rules: Cell<ingest::Rules>,
     /// Whether the partition sits in the flusher's queue.
     queued_for_sync: Cell<bool>,
@@ -245,18 +230,9 @@ impl Partition {
             },
             log: RefCell::new(log),
             append_lock: FifoLock::default(),
-            monitor: OffsetMonitor::new(),
-            written_monitor: OffsetMonitor::new(),
-            stable_monitor: OffsetMonitor::new(),
+            watchers: Watchers::default(),
             stable_position: Cell::new(None),
-            synced_monitor: OffsetMonitor::new(),
-            replicas: RefCell::new(Replicas::alone()),
-            needs_truncation: Cell::new(false),
-            min_insync_replicas: Cell::new(topic.config.min_insync_replicas),
-            epoch_start: Cell::new(0),
-            leader_generation: Cell::new(0),
-            hw_checkpointed: Cell::new(if replicated { None } else { Some(i64::MAX) }),
-            max_message_bytes: Cell::new(topic.config.max_message_bytes),
+            replica: ReplicaState::new(topic.config.min_insync_replicas, replicated),
             rules: Cell::new(ingest::Rules::of(&topic.config)),
             queued_for_sync: Cell::new(false),
             env,
@@ -306,19 +282,16 @@ impl Partition {
     /// append or roll.
     pub fn configure(&self, config: &TopicConfig) {
         self.log.borrow_mut().settings = log_settings(config);
-        self.max_message_bytes.set(config.max_message_bytes);
         self.rules.set(ingest::Rules::of(config));
-        self.min_insync_replicas.set(config.min_insync_replicas);
+        self.replica
+            .set_min_insync_replicas(config.min_insync_replicas);
     }
 
     /// Takes the partition out of service (its topic was deleted): every waiter wakes and finds
     /// it failed, and appends are refused.
     pub fn retire(&self) {
         self.log.borrow_mut().failed = true;
-        self.monitor.wake_all();
-        self.written_monitor.wake_all();
-        self.stable_monitor.wake_all();
-        self.synced_monitor.wake_all();
+        self.watchers.wake_all();
     }
 
     // ---- append ----------------------------------------------------------------------------
@@ -326,7 +299,7 @@ impl Partition {
     /// Appends a producer's batches. Validation errors and the topic's record rules
     /// (`ingest.rs`) leave the log untouched; a retried duplicate of an idempotent batch is
     /// answered with its original offsets and nothing is written. The caller waits for the
-    /// commit it needs (`wait_for_offset`).
+    /// commit it needs (`wait_for`).
     ///
     /// The append's place in the partition's order is taken by this call, before the returned
     /// future first runs: appends called one after another land in that order, whichever of
@@ -391,12 +364,12 @@ impl Partition {
         if let Err(e) = PartitionLog::write(&self.log, plan).await {
             self.env.storage_error(&self.name, "write", &e);
             if self.is_failed() {
-                self.monitor.wake_all();
+                self.watchers.wake_all();
             }
             return Err(ResponseError::KafkaStorageError.into());
         }
         self.queue_for_sync();
-        self.written_monitor.advance(appended.end_offset);
+        self.watchers.advance(Watch::Written, appended.end_offset);
         if source == Source::Coordinator {
             self.advance_stable(); // a marker may have ended a transaction below the HW
         }
@@ -455,7 +428,7 @@ impl Partition {
 
     /// The topic's `max.message.bytes`, checked as sent and again after a conversion.
     fn check_size(&self, headers: &[BatchHeader]) -> Result<(), ResponseError> {
-        let max = self.max_message_bytes.get() as usize;
+        let max = self.rules.get().max_message_bytes as usize;
         if headers.iter().any(|h| h.size_bytes > max) {
             return Err(ResponseError::MessageTooLarge);
         }
@@ -524,44 +497,41 @@ impl Partition {
             log.complete_sync(target);
             log.synced().offset
         };
-        self.synced_monitor.advance(synced);
+        self.watchers.advance(Watch::Synced, synced);
         self.advance_commit();
     }
 
-    /// Registers `waiter` to wake once the high watermark (for a follower's fetch, `replica`:
-    /// the written end) reaches `offset`; None when it has already (or the partition failed,
-    /// or a follower's wait on a node that no longer leads), so there is nothing to wait for.
-    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>, what: Watch) -> Option<Registration> {
-        if self.is_failed() {
-            return None;
-        }
+    /// Where position `what` stands now.
+    fn position(&self, what: Watch) -> i64 {
         match what {
-            Watch::Written => {
-                if self.log.borrow().written().offset >= offset || !self.is_leader() {
-                    return None;
-                }
-                Some(self.written_monitor.register(offset, waiter))
-            }
-            Watch::Stable => {
-                if self.last_stable_offset() >= offset {
-                    return None;
-                }
-                Some(self.stable_monitor.register(offset, waiter))
-            }
-            Watch::Committed => {
-                if self.high_watermark() >= offset {
-                    return None;
-                }
-                Some(self.monitor.register(offset, waiter))
-            }
+            Watch::Committed => self.high_watermark(),
+            Watch::Stable => self.last_stable_offset(),
+            Watch::Written => self.log.borrow().written().offset,
+            Watch::Synced => self.log.borrow().synced().offset,
         }
     }
 
-    /// Waits until the high watermark reaches `offset` (true) or `deadline` completes first
+    /// Registers `waiter` to wake once position `what` reaches `offset`; None when it has
+    /// already, or the partition failed, or it waits for a leader's written end on a node that
+    /// no longer leads: there is nothing to wait for.
+    pub fn watch(&self, offset: i64, waiter: &Rc<Waiter>, what: Watch) -> Option<Registration> {
+        let demoted = what == Watch::Written && !self.is_leader();
+        if self.is_failed() || demoted || self.position(what) >= offset {
+            return None;
+        }
+        Some(self.watchers.register(what, offset, waiter))
+    }
+
+    /// Waits until position `what` reaches `offset` (true) or `deadline` completes first
     /// (false). A failed partition ends the wait too (true): the caller checks `is_failed`.
-    pub async fn wait_for_offset(&self, offset: i64, deadline: impl Future<Output = ()>) -> bool {
+    pub async fn wait_for(
+        &self,
+        what: Watch,
+        offset: i64,
+        deadline: impl Future<Output = ()>,
+    ) -> bool {
         let waiter = Waiter::new();
-        let Some(_registration) = self.watch(offset, &waiter, Watch::Committed) else {
+        let Some(_registration) = self.watch(offset, &waiter, what) else {
             return true;
         };
         let woken = waiter.woken();
@@ -569,7 +539,7 @@ impl Partition {
         matches!(
             futures::future::select(woken, deadline).await,
             futures::future::Either::Left(_)
-        ) || self.high_watermark() >= offset
+        ) || self.position(what) >= offset
     }
 
     // ---- read ------------------------------------------------------------------------------
@@ -807,11 +777,11 @@ impl Partition {
             let log = self.log.borrow();
             (log.dir.clone(), log.hw_position())
         };
-        if self.hw_checkpointed.get().is_some_and(|c| c >= hw.offset) || self.is_failed() {
+        if !self.replica.checkpoint_due(hw.offset) || self.is_failed() {
             return;
         }
         match crate::storage::hw_checkpoint::write(&dir, hw) {
-            Ok(()) => self.hw_checkpointed.set(Some(hw.offset)),
+            Ok(()) => self.replica.checkpointed(hw.offset),
             Err(e) => self
                 .env
                 .storage_error(&self.name, "checkpointing the high watermark", &e),

@@ -3,7 +3,7 @@
 //! batches, and the truncation of a divergent tail (see `commit.rs` for the rule these feed).
 
 use super::commit::{IsrRequest, Role};
-use super::Partition;
+use super::{Partition, Watch};
 use crate::protocol::batch;
 use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
 use crate::storage::log::PartitionLog;
@@ -40,24 +40,20 @@ impl Partition {
     ) {
         let lead = a.leader == local;
         let hw = self.high_watermark();
-        let Some(changed) = self.replicas.borrow_mut().assign(local, a, now_ms, hw) else {
+        let Some(changed) = self.replica.replicas_mut().assign(local, a, now_ms, hw) else {
             return;
         };
-        self.replicas
-            .borrow_mut()
-            .note_partition_epoch(partition_epoch);
-        self.replicas
-            .borrow_mut()
-            .note_registrations(registrations(brokers, &a.replicas));
+        let mut replicas = self.replica.replicas_mut();
+        replicas.note_partition_epoch(partition_epoch);
+        replicas.note_registrations(registrations(brokers, &a.replicas));
+        drop(replicas);
         self.log.borrow_mut().leader_epoch = a.leader_epoch;
         if changed && lead {
-            self.leader_generation.set(self.leader_generation.get() + 1);
             crate::metrics::bump(&self.env.metrics.leader_elections);
             self.begin_epoch(a.leader_epoch);
         } else if changed {
-            self.needs_truncation.set(true);
-            self.monitor.wake_all();
-            self.written_monitor.wake_all();
+            self.replica.set_needs_truncation(true);
+            self.watchers.wake_on_demotion();
         }
         if changed {
             log::info!(
@@ -76,7 +72,7 @@ impl Partition {
     fn begin_epoch(&self, epoch: i32) {
         let mut log = self.log.borrow_mut();
         let end = log.log_end_offset();
-        self.epoch_start.set(end);
+        self.replica.begin_leading(end);
         if log.epochs.assign(epoch, end) {
             if let Err(e) = log.epochs.save(&log.dir) {
                 drop(log);
@@ -88,12 +84,12 @@ impl Partition {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.replicas.borrow().is_leader()
+        self.replica.is_leader()
     }
 
     /// Whether this node is a follower of the partition (a replica that does not lead).
     pub fn is_follower(&self) -> bool {
-        matches!(self.replicas.borrow().role, Role::Follower { .. })
+        self.replica.is_follower()
     }
 
     /// The in-sync follower among `candidates` (the nodes of a consumer's rack) that this
@@ -104,8 +100,8 @@ impl Partition {
             return None; // out of range: the leader answers that itself
         }
         let now_ms = self.env.clock.monotonic_ms();
-        self.replicas
-            .borrow()
+        self.replica
+            .replicas()
             .preferred_read_replica(candidates, fetch_offset, now_ms)
     }
 
@@ -113,14 +109,12 @@ impl Partition {
     /// offset its epoch began at (everything below was written by earlier leaders and is
     /// committed once the high watermark reaches it).
     pub fn leadership(&self) -> Option<(u64, i64)> {
-        (self.is_leader() && !self.is_failed())
-            .then(|| (self.leader_generation.get(), self.epoch_start.get()))
+        self.replica.leadership().filter(|_| !self.is_failed())
     }
 
     /// The in-sync replicas' count, and the topic's `min.insync.replicas`.
     pub fn insync(&self) -> (usize, usize) {
-        let isr = self.replicas.borrow().isr.len();
-        (isr, self.min_insync_replicas.get().max(1) as usize)
+        self.replica.insync()
     }
 
     /// An acks=all append needs at least `min.insync.replicas` in sync (Kafka's rule; other
@@ -135,7 +129,7 @@ impl Partition {
 
     /// Whether this node leads the partition with fewer in-sync replicas than replicas.
     pub fn under_replicated(&self) -> bool {
-        let r = self.replicas.borrow();
+        let r = self.replica.replicas();
         r.is_leader() && r.isr.len() < r.replicas.len()
     }
 
@@ -149,8 +143,8 @@ impl Partition {
         }
         let now_ms = self.env.clock.monotonic_ms();
         if !self
-            .replicas
-            .borrow_mut()
+            .replica
+            .replicas_mut()
             .note_fetch(node, offset, end, now_ms)
         {
             return Err(ResponseError::NotLeaderOrFollower);
@@ -165,7 +159,7 @@ impl Partition {
         let log = self.log.borrow();
         let end = log.written().offset;
         let now_ms = self.env.clock.monotonic_ms();
-        let (lowest, ms) = self.replicas.borrow().follower_lag(end, now_ms);
+        let (lowest, ms) = self.replica.replicas().follower_lag(end, now_ms);
         let bytes = if lowest < end {
             log.bytes_after(lowest).saturating_sub(log.bytes_after(end))
         } else {
@@ -183,8 +177,8 @@ impl Partition {
         retry_ms: u64,
     ) -> Option<IsrRequest> {
         let now_ms = self.env.clock.monotonic_ms();
-        let positions = (self.high_watermark(), self.epoch_start.get());
-        self.replicas.borrow_mut().isr_request_due(
+        let positions = (self.high_watermark(), self.replica.epoch_start());
+        self.replica.replicas_mut().isr_request_due(
             now_ms,
             lag_max_ms,
             positions,
@@ -194,7 +188,7 @@ impl Partition {
 
     /// The controller refused `request` for good: its joiners stop holding the high watermark.
     pub fn isr_refused(&self, request: &IsrRequest) {
-        self.replicas.borrow_mut().isr_refused(request);
+        self.replica.replicas_mut().isr_refused(request);
         self.advance_commit();
     }
 
@@ -202,7 +196,7 @@ impl Partition {
     pub(super) fn advance_commit(&self) {
         let high_watermark = {
             let mut log = self.log.borrow_mut();
-            let committed = self.replicas.borrow().committed(log.synced().offset);
+            let committed = self.replica.replicas().committed(log.synced().offset);
             if committed <= log.high_watermark() {
                 return;
             }
@@ -215,7 +209,7 @@ impl Partition {
             log.advance_high_watermark(to);
             to.offset
         };
-        self.monitor.advance(high_watermark);
+        self.watchers.advance(Watch::Committed, high_watermark);
         self.advance_stable();
     }
 
@@ -226,7 +220,7 @@ impl Partition {
         if self.is_failed() {
             return None;
         }
-        let r = self.replicas.borrow();
+        let r = self.replica.replicas();
         let Role::Follower { leader, .. } = r.role else {
             return None;
         };
@@ -236,7 +230,7 @@ impl Partition {
             epoch: r.epoch,
             log_end_offset: log.log_end_offset(),
             latest_epoch: log.epochs.latest().unwrap_or(-1),
-            needs_truncation: self.needs_truncation.get(),
+            needs_truncation: self.replica.needs_truncation(),
         })
     }
 
@@ -271,7 +265,7 @@ impl Partition {
     /// The leader's high watermark, from a fetch response: this follower commits up to it as
     /// far as it has synced.
     pub fn learn_leader_high_watermark(&self, leader_hw: i64) {
-        if let Role::Follower { leader_hw: hw, .. } = &mut self.replicas.borrow_mut().role {
+        if let Role::Follower { leader_hw: hw, .. } = &mut self.replica.replicas_mut().role {
             *hw = (*hw).max(leader_hw);
         }
         self.advance_commit();
@@ -322,7 +316,7 @@ impl Partition {
             })
             .await?;
         }
-        self.needs_truncation.set(!complete);
+        self.replica.set_needs_truncation(!complete);
         Ok(())
     }
 
@@ -354,7 +348,7 @@ impl Partition {
             PartitionLog::restart_at(&self.log, offset, now_ms)
         })
         .await?;
-        self.needs_truncation.set(false);
+        self.replica.set_needs_truncation(false);
         Ok(())
     }
 
@@ -462,25 +456,8 @@ impl Partition {
             return Err(ResponseError::KafkaStorageError);
         }
         self.queue_for_sync();
-        self.written_monitor.advance(end);
+        self.watchers.advance(Watch::Written, end);
         crate::metrics::add(&self.env.metrics.replicated_bytes, records.len() as u64);
         Ok(end)
-    }
-
-    /// Waits until this node has synced everything below `offset`, or `deadline` completes
-    /// (false). A failed partition ends the wait (true): the caller checks `is_failed`.
-    pub async fn wait_synced(&self, offset: i64, deadline: impl Future<Output = ()>) -> bool {
-        let synced = || self.log.borrow().synced().offset >= offset;
-        let waiter = super::monitor::Waiter::new();
-        if synced() || self.is_failed() {
-            return true;
-        }
-        let _registration = self.synced_monitor.register(offset, &waiter);
-        let woken = waiter.woken();
-        futures::pin_mut!(woken, deadline);
-        matches!(
-            futures::future::select(woken, deadline).await,
-            futures::future::Either::Left(_)
-        ) || synced()
     }
 }

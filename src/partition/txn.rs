@@ -8,7 +8,7 @@
 //! marker, and it writes them again after a crash, so exposing the records then agrees with
 //! what every later read sees.
 
-use super::{Partition, ReadRequest, ReadResult};
+use super::{Partition, ReadRequest, ReadResult, Watch};
 use crate::protocol::batch::BatchHeader;
 use crate::protocol::control;
 use crate::storage::log::LogPosition;
@@ -30,17 +30,6 @@ pub enum Source {
     /// The broker's own coordinators: markers and transactional offset commits, which carry no
     /// sequence numbers.
     Coordinator,
-}
-
-/// Which of a partition's ends a waiter waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Watch {
-    /// The high watermark (consumers reading uncommitted, acks=all produces).
-    Committed,
-    /// The last stable offset (read_committed consumers).
-    Stable,
-    /// The written end (a follower's fetch on its leader).
-    Written,
 }
 
 /// What `source` may not write: a client's control batch is INVALID_RECORD (as Kafka), an
@@ -76,7 +65,8 @@ impl Partition {
     /// Wakes read_committed waiters up to the current LSO (after the high watermark moved or
     /// a marker ended a transaction).
     pub(super) fn advance_stable(&self) {
-        self.stable_monitor.advance(self.last_stable_offset());
+        self.watchers
+            .advance(Watch::Stable, self.last_stable_offset());
     }
 
     /// The LSO and its place in the log: the high watermark's, or the start of the batch that

@@ -18,6 +18,10 @@ pub const LOG_OVERHEAD: usize = 12;
 const CRC_START: usize = 21;
 const ATTR_TIMESTAMP_TYPE: i16 = 1 << 3;
 pub const ATTR_COMPRESSION_MASK: i16 = 0x7;
+/// Written by a transactional producer (KIP-98).
+pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+/// A control batch: a transaction marker.
+pub const ATTR_CONTROL: i16 = 1 << 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchError {
@@ -55,6 +59,16 @@ impl BatchHeader {
     pub fn next_offset(&self) -> i64 {
         self.last_offset() + 1
     }
+    /// Written by a transactional producer (or a marker of its transaction).
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    /// A control batch: a transaction marker (`control.rs`).
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
     /// Whether the batch comes from an idempotent (or transactional) producer.
     pub fn is_idempotent(&self) -> bool {
         self.producer_id >= 0

@@ -3,22 +3,7 @@
 //! value = version 0 and the coordinator's epoch. The batch carries the producer's id and
 //! epoch, and the transactional and control attribute bits.
 
-use super::batch::{self, BatchHeader};
-
-pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
-pub const ATTR_CONTROL: i16 = 1 << 5;
-
-impl BatchHeader {
-    /// Written by a transactional producer (or a marker of its transaction).
-    pub fn is_transactional(&self) -> bool {
-        self.attributes & ATTR_TRANSACTIONAL != 0
-    }
-
-    /// A control batch: a transaction marker.
-    pub fn is_control(&self) -> bool {
-        self.attributes & ATTR_CONTROL != 0
-    }
-}
+use super::batch::{self, ATTR_CONTROL, ATTR_TRANSACTIONAL};
 
 /// A marker batch (base offset 0, given on append) ending the transaction of
 /// (`producer_id`, `producer_epoch`): commit or abort.

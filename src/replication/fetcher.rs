@@ -10,7 +10,7 @@
 //! which is what its commit rule counts (`partition/commit.rs`).
 
 use crate::partition::replica::FollowerView;
-use crate::partition::Partition;
+use crate::partition::{Partition, Watch};
 use crate::protocol::topics::group_by_topic;
 use crate::rpc::kafka_client::KafkaClient;
 use crate::security::node::NodeLogin;
@@ -221,7 +221,7 @@ async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> s
     let deadline_ms = shard.clock().monotonic_ms() + SYNC_LIMIT_MS;
     for (f, end, leader_hw, leader_log_start) in appended {
         let deadline = shard.housekeeping_sleep_until(deadline_ms);
-        f.partition.wait_synced(end, deadline).await;
+        f.partition.wait_for(Watch::Synced, end, deadline).await;
         f.partition.learn_leader_high_watermark(leader_hw);
         f.partition.learn_leader_log_start(leader_log_start).await;
     }

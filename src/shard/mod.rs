@@ -19,11 +19,13 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::ShardMetrics;
 use crate::partition::env::Environment;
+use crate::partition::ingest::Rejected;
 use crate::partition::monitor::Waiter;
-use crate::partition::{Appended, Partition, Source, TopicPartition};
-use crate::storage::catalog::Catalog;
+use crate::partition::{Appended, Partition, Source, TopicPartition, Watch};
+use crate::storage::catalog::{Catalog, TopicMeta};
 use crate::timer::Timers;
 use bytes::Bytes;
+use futures::future::Either;
 use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
 use mesh::Mesh;
@@ -31,6 +33,7 @@ use router::Router;
 use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -187,6 +190,31 @@ impl Shard {
         self.router.shard_of(topic, p)
     }
 
+    /// Where a request addressed to partition `p` of `topic` (None: not in `catalog`) goes:
+    /// its owner shard and its id; or the error that answers it here. This node must lead the
+    /// partition, or, where `followers_serve` (a consumer's Fetch v11+, KIP-392), hold a
+    /// replica of it. Every partition-addressed API routes through this one rule.
+    pub fn locate(
+        &self,
+        catalog: &Catalog,
+        topic: Option<&TopicMeta>,
+        p: i32,
+        followers_serve: bool,
+    ) -> Result<(usize, TopicPartition), ResponseError> {
+        let Some(t) = topic.filter(|t| t.has_partition(p)) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        let serves = catalog.leads(t, p) || (followers_serve && catalog.holds(t, p));
+        if !serves {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        let tp = TopicPartition {
+            topic_id: t.record.id,
+            partition: p,
+        };
+        Ok((self.owner(&t.name, p), tp))
+    }
+
     /// Syncs and closes every partition, writing indexes and clean-shutdown markers.
     pub async fn close_partitions(&self) {
         for partition in self.partition_list() {
@@ -196,9 +224,27 @@ impl Shard {
 
     // ---- produce and wait --------------------------------------------------------------
 
-    /// Appends `records` from `source` to `partition` (owned by this shard) and waits for the
-    /// durability `acks` asks: none for 0 and 1, the commit for -1 (all), until `timeout_ms`
-    /// (REQUEST_TIMED_OUT). A retried duplicate waits for its original records' commit.
+    /// Starts an append of `records` from `source` to `partition` (owned by this shard) for a
+    /// produce of `acks`: its place in the partition's order is taken now, and an acks=all
+    /// append first needs `min.insync.replicas` in sync (NOT_ENOUGH_REPLICAS). The one append
+    /// path of clients' produces, groups' commits and transactions' records; the wait for the
+    /// commit acks=all asks is `wait_committed`.
+    pub fn append(
+        &self,
+        partition: &Rc<Partition>,
+        records: Bytes,
+        source: Source,
+        acks: i16,
+    ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
+        match partition.check_insync(acks) {
+            Err(e) => Either::Left(futures::future::ready(Err(e.into()))),
+            Ok(()) => Either::Right(partition.append_from(records, source)),
+        }
+    }
+
+    /// `append`, then the wait for the durability `acks` asks: none for 0 and 1, the commit for
+    /// -1 (all), until `timeout_ms` (REQUEST_TIMED_OUT). A retried duplicate waits for its
+    /// original records' commit.
     pub async fn produce(
         &self,
         partition: &Rc<Partition>,
@@ -207,9 +253,8 @@ impl Shard {
         acks: i16,
         timeout_ms: i32,
     ) -> Result<Appended, ResponseError> {
-        partition.check_insync(acks)?;
-        let appended = partition
-            .append_from(records, source)
+        let appended = self
+            .append(partition, records, source, acks)
             .await
             .map_err(|r| r.error)?;
         if acks == -1 {
@@ -249,7 +294,7 @@ impl Shard {
             // fail a write that is about to become durable. The flusher bounds the wait.
             self.warn_parking_refused("an acks=all produce waits for its sync without a timeout");
             let reached = partition
-                .wait_for_offset(end_offset, futures::future::pending())
+                .wait_for(Watch::Committed, end_offset, futures::future::pending())
                 .await;
             wait = if reached { Wait::Done } else { Wait::Deadline };
         }
@@ -284,7 +329,7 @@ impl Shard {
         let Ok(deadline) = self.timers.sleep_until(deadline_ms) else {
             return Wait::Refused;
         };
-        if partition.wait_for_offset(offset, deadline).await {
+        if partition.wait_for(Watch::Committed, offset, deadline).await {
             Wait::Done
         } else {
             Wait::Deadline
@@ -296,7 +341,7 @@ impl Shard {
     pub async fn wait_for_any(
         &self,
         watched: &[(Rc<Partition>, i64)],
-        what: crate::partition::Watch,
+        what: Watch,
         deadline_ms: u64,
     ) -> Wait {
         let waiter = Waiter::new();

@@ -59,7 +59,7 @@ impl Batch {
 
     /// The header the production producer state reads (only the fields it uses).
     pub fn header(&self) -> BatchHeader {
-        use crate::protocol::control::{ATTR_CONTROL, ATTR_TRANSACTIONAL};
+        use crate::protocol::batch::{ATTR_CONTROL, ATTR_TRANSACTIONAL};
         let stamp = self.stamp.unwrap_or(Stamp {
             producer_id: -1,
             epoch: -1,

@@ -563,15 +563,15 @@ mod tests {
 
     fn txn(pid: i64, seq: i32, count: i32, base_offset: i64) -> BatchHeader {
         BatchHeader {
-            attributes: crate::protocol::control::ATTR_TRANSACTIONAL,
+            attributes: crate::protocol::batch::ATTR_TRANSACTIONAL,
             ..h(pid, 0, seq, count, base_offset)
         }
     }
 
     fn marker(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
         BatchHeader {
-            attributes: crate::protocol::control::ATTR_TRANSACTIONAL
-                | crate::protocol::control::ATTR_CONTROL,
+            attributes: crate::protocol::batch::ATTR_TRANSACTIONAL
+                | crate::protocol::batch::ATTR_CONTROL,
             base_sequence: -1,
             ..h(pid, epoch, -1, 1, offset)
         }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::protocol::control::{ATTR_CONTROL, ATTR_TRANSACTIONAL};
+use crate::protocol::batch::{ATTR_CONTROL, ATTR_TRANSACTIONAL};
 
 fn batch(pid: i64, base_offset: i64, count: i32, attributes: i16) -> BatchHeader {
     BatchHeader {
