@@ -189,10 +189,36 @@ pub fn apply(catalog: &mut CatalogRecord, records: &[MetadataRecord]) -> Result<
     for r in records {
         apply_one(&mut next, r)?;
     }
+    check_changed_assignments(catalog, &next)?;
     if features::level(next.metadata_version) >= PARTITION_EPOCHS {
         renew_partition_epochs(catalog, &mut next);
     }
     *catalog = next;
+    Ok(())
+}
+
+/// The invariants of every assignment an entry changed: the in-sync set and the moving
+/// replicas lie within the replicas, a leader is an in-sync replica (or there is none, -1),
+/// and a partition's leader epoch never goes back. The controller's own changes must keep
+/// them (it applies each to a working copy first, and fails loudly there); an entry read back
+/// that breaks one is refused whole.
+fn check_changed_assignments(before: &CatalogRecord, after: &CatalogRecord) -> Result<(), String> {
+    let old: HashMap<&[u8; 16], &TopicRecord> = before.topics.iter().map(|t| (&t.id, t)).collect();
+    for t in &after.topics {
+        let was = old.get(&t.id).map_or(&[][..], |o| &o.assignment[..]);
+        for (p, a) in t.assignment.iter().enumerate() {
+            let prior = was.get(p);
+            if prior == Some(a) {
+                continue;
+            }
+            let within = |v: &[i32]| v.iter().all(|n| a.replicas.contains(n));
+            let led = a.leader == -1 || a.isr.contains(&a.leader);
+            let forward = prior.is_none_or(|o| o.leader_epoch <= a.leader_epoch);
+            if !(within(&a.isr) && within(&a.adding) && within(&a.removing) && led && forward) {
+                return Err(format!("{}-{p}: assignment {a:?} after {prior:?}", t.name));
+            }
+        }
+    }
     Ok(())
 }
 

@@ -124,6 +124,41 @@ impl Group {
         }
     }
 
+    /// The group's invariants, checked after every operation that changes its membership (in
+    /// release builds too: a broken one would hand out assignments from a wrong membership).
+    fn check_invariants(&self) {
+        let id = &self.id;
+        if let Some(leader) = &self.leader {
+            assert!(
+                self.members.contains_key(leader),
+                "group {id}: leader {leader} is not a member"
+            );
+        }
+        for (instance, member_id) in &self.static_members {
+            let member = self.members.get(member_id);
+            assert!(
+                member.is_some_and(|m| m.group_instance_id.as_deref() == Some(instance.as_str())),
+                "group {id}: instance {instance} names {member_id}, which is not its member"
+            );
+        }
+        let state = self.state.name();
+        match self.state {
+            State::Empty | State::Dead => {
+                assert!(self.members.is_empty(), "group {id}: members while {state}")
+            }
+            State::CompletingRebalance | State::Stable => assert!(
+                !self.members.is_empty() && self.leader.is_some(),
+                "group {id}: {state} without members or a leader"
+            ),
+            State::PreparingRebalance => {}
+        }
+        assert!(
+            self.state == State::CompletingRebalance
+                || self.members.values().all(|m| !m.awaiting_sync),
+            "group {id}: a member awaits its assignment while {state}"
+        );
+    }
+
     /// Whether a transaction not yet ended holds an offset commit for (`topic`, `partition`):
     /// OffsetFetch with require_stable then answers UNSTABLE_OFFSET_COMMIT (KIP-447).
     pub fn is_unstable(&self, topic: &str, partition: i32) -> bool {
@@ -252,6 +287,16 @@ enum TimerKind {
     },
 }
 
+impl TimerKind {
+    fn group(&self) -> &str {
+        match self {
+            TimerKind::Heartbeat { group, .. }
+            | TimerKind::Rebalance { group, .. }
+            | TimerKind::Pending { group, .. } => group,
+        }
+    }
+}
+
 /// Limits that protect the coordinator from runaway clients.
 pub const MAX_MEMBERS_PER_GROUP: usize = 10_000;
 pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
@@ -340,6 +385,13 @@ impl Coordinator {
             .or_insert_with(|| Group::new(id))
     }
 
+    /// Checks group `id`'s invariants, if it exists (see `Group::check_invariants`).
+    fn check_group(&self, id: &str) {
+        if let Some(group) = self.groups.get(id) {
+            group.check_invariants();
+        }
+    }
+
     fn new_member_id(&mut self, client_id: &str) -> String {
         format!("{client_id}-{}", uuid_text(self.ids.uuid()))
     }
@@ -347,6 +399,13 @@ impl Coordinator {
     // ---- JoinGroup ---------------------------------------------------------------------
 
     pub fn join(&mut self, now_ms: u64, req: JoinRequest) -> Reply<JoinResponse> {
+        let group_id = req.group_id.clone();
+        let reply = self.join_unchecked(now_ms, req);
+        self.check_group(&group_id);
+        reply
+    }
+
+    fn join_unchecked(&mut self, now_ms: u64, req: JoinRequest) -> Reply<JoinResponse> {
         let fail = |e: ResponseError, member_id: &str| {
             Reply::Now(JoinResponse::error(e, member_id.to_string()))
         };
@@ -885,6 +944,20 @@ impl Coordinator {
         group_instance_id: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> Reply<SyncResponse> {
+        let member = (member_id, generation, group_instance_id);
+        let reply = self.sync_unchecked(now_ms, group_id, member, assignments);
+        self.check_group(group_id);
+        reply
+    }
+
+    /// `sync` before its check: `member` is (member id, generation, group instance id).
+    fn sync_unchecked(
+        &mut self,
+        now_ms: u64,
+        group_id: &str,
+        (member_id, generation, group_instance_id): (&str, i32, Option<&str>),
+        assignments: Vec<(String, Bytes)>,
+    ) -> Reply<SyncResponse> {
         let fail = |e: ResponseError| {
             Reply::Now(SyncResponse {
                 error_code: code(e),
@@ -1001,6 +1074,17 @@ impl Coordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> (i16, Vec<i16>) {
+        let results = self.leave_unchecked(now_ms, group_id, members);
+        self.check_group(group_id);
+        results
+    }
+
+    fn leave_unchecked(
+        &mut self,
+        now_ms: u64,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> (i16, Vec<i16>) {
         if !self.groups.contains_key(group_id) {
             return (
                 0,
@@ -1048,7 +1132,9 @@ impl Coordinator {
     /// Fires every timer due at `now_ms`: expired sessions, rebalance timeouts, pending
     /// member ids that never joined.
     pub fn tick(&mut self, now_ms: u64) {
+        let mut touched = std::collections::BTreeSet::new();
         for timer in self.wheel.poll(now_ms) {
+            touched.insert(timer.group().to_string());
             match timer {
                 TimerKind::Heartbeat {
                     group,
@@ -1093,6 +1179,9 @@ impl Coordinator {
                     self.maybe_complete_join(now_ms, &group);
                 }
             }
+        }
+        for group in &touched {
+            self.check_group(group);
         }
     }
 
@@ -1364,6 +1453,25 @@ impl Coordinator {
             group.members.insert(id.clone(), member);
             self.schedule_heartbeat(now_ms, group_id, &id);
         }
+        self.settle_restored(group_id);
+    }
+
+    /// A restored group is what its bounds let in: without members it is Empty; a leader
+    /// left out hands its role to another member (the next rebalance elects one anyway).
+    fn settle_restored(&mut self, group_id: &str) {
+        let group = self.group_mut(group_id);
+        if group.members.is_empty() {
+            group.state = State::Empty;
+            group.protocol = None;
+            group.leader = None;
+        } else if group
+            .leader
+            .as_ref()
+            .is_none_or(|l| !group.members.contains_key(l))
+        {
+            group.leader = group.members.keys().next().cloned();
+        }
+        self.check_group(group_id);
     }
 }
 

@@ -150,6 +150,17 @@ impl Replicas {
                 }
             };
         }
+        // The role is the assignment's, and an ask outlives no change of role or epoch.
+        assert_eq!(
+            self.is_leader(),
+            lead,
+            "role after assigning epoch {}",
+            self.epoch
+        );
+        assert!(
+            !changed || self.pending_isr.is_none(),
+            "an in-sync ask survived a new role or epoch"
+        );
         Some(changed)
     }
 
@@ -244,6 +255,12 @@ impl Replicas {
     /// A follower fetched at `offset` (a leader's view; `leader_end` is the written end now).
     /// Returns false when `node` is not a replica this node leads.
     pub fn note_fetch(&mut self, node: i32, offset: i64, leader_end: i64, now_ms: u64) -> bool {
+        // A follower cannot have synced what this leader has not written (the caller refuses
+        // such a fetch with OFFSET_OUT_OF_RANGE).
+        assert!(
+            offset <= leader_end,
+            "follower {node} at {offset} past the leader's written end {leader_end}"
+        );
         if !self.replicas.contains(&node) || node == self.local {
             return false;
         }
@@ -401,6 +418,11 @@ impl Replicas {
             joining: self.joining(&isr),
             isr,
         };
+        assert!(
+            request.isr.contains(&self.local),
+            "leader {} asks to leave its own in-sync set",
+            self.local
+        );
         self.pending_isr = Some(request.clone());
         Some(request)
     }

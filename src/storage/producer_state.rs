@@ -282,7 +282,31 @@ impl ProducerTable {
         self.producers.retain(|_, p| {
             p.txn_first_offset.is_some() || now_ms - p.last_update_ms < expiration_ms
         });
+        self.check_ongoing();
         before - self.producers.len()
+    }
+
+    /// `ongoing` lists exactly the producers' open transactions: none is forgotten while its
+    /// transaction is open (the last stable offset would pass it). O(ongoing transactions):
+    /// checked by the periodic passes, not per batch.
+    fn check_ongoing(&self) {
+        let open = self
+            .producers
+            .values()
+            .filter(|p| p.txn_first_offset.is_some());
+        assert_eq!(
+            open.count(),
+            self.ongoing.len(),
+            "open transactions and their list"
+        );
+        for (first, id) in &self.ongoing {
+            let p = self.producers.get(id).and_then(|p| p.txn_first_offset);
+            assert_eq!(
+                p,
+                Some(*first),
+                "producer {id}: its listed transaction at {first}"
+            );
+        }
     }
 
     /// Takes a batch read back from the log (a restart, a truncation): as `record`, and a

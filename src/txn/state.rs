@@ -253,6 +253,15 @@ impl Coordinator {
             return;
         };
         if t.pending.as_ref() == Some(record) {
+            // An id's epoch never goes back while it keeps its producer id (fencing relies
+            // on it; a new producer id starts again).
+            assert!(
+                t.record.producer_id != record.producer_id
+                    || t.record.producer_epoch <= record.producer_epoch,
+                "transaction {id}: epoch {} after {}",
+                record.producer_epoch,
+                t.record.producer_epoch
+            );
             t.pending = None;
             t.record = record.clone();
             if record.state == State::Dead {
@@ -281,6 +290,12 @@ impl Coordinator {
             },
             pending: None,
         });
+        // One move at a time: while one is being persisted, requests for the id answer
+        // CONCURRENT_TRANSACTIONS (each caller checks), so none begins another.
+        assert!(
+            t.pending.is_none(),
+            "transaction {id}: a move begun while another is persisted"
+        );
         t.pending = Some(record.clone());
         Step::Persist(record)
     }
