@@ -56,6 +56,7 @@
 //!   read_committed consumers) answers UNSTABLE_OFFSET_COMMIT for a partition with pending
 //!   offsets, which clients retry.
 
+pub mod offsets;
 pub mod ops;
 pub mod records;
 pub mod replay;
@@ -472,7 +473,7 @@ fn apply_committed(groups: &GroupService, partition: &Partition) {
     let mut coordinator = groups.coordinator.borrow_mut();
     for key in covered {
         let c = pending.remove(&key).expect("listed just now");
-        coordinator.group_mut(&c.group).offsets.extend(c.accepted);
+        coordinator.group_mut(&c.group).offsets.commit(c.accepted);
     }
 }
 

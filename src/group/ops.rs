@@ -172,10 +172,8 @@ async fn txn_commit(shard: &Rc<Shard>, c: TxnCommit) -> Vec<i16> {
     let mut coordinator = groups.coordinator.borrow_mut();
     coordinator
         .group_mut(&c.group)
-        .pending_offsets
-        .entry(c.producer.0)
-        .or_default()
-        .extend(batch.accepted);
+        .offsets
+        .hold(c.producer.0, batch.accepted);
     batch.codes
 }
 
@@ -361,10 +359,10 @@ impl GroupRequest for FetchOffsets {
                 let Some(g) = group else {
                     return (none(t, p), 0);
                 };
-                if self.require_stable && g.is_unstable(t, p) {
+                if self.require_stable && g.offsets.is_unstable(t, p) {
                     return (none(t, p), ResponseError::UnstableOffsetCommit.code());
                 }
-                match g.offsets.get(&(t.to_string(), p)) {
+                match g.offsets.get(t, p) {
                     Some(o) => {
                         let e = (
                             t.to_string(),
@@ -381,7 +379,12 @@ impl GroupRequest for FetchOffsets {
             match self.partitions {
                 Some(ps) => ps.iter().map(|(t, p)| entry(t, *p)).collect(),
                 None => group
-                    .map(|g| g.offsets.keys().map(|(t, p)| entry(t, *p)).collect())
+                    .map(|g| {
+                        g.offsets
+                            .committed()
+                            .map(|((t, p), _)| entry(t, *p))
+                            .collect()
+                    })
                     .unwrap_or_default(),
             }
         })
@@ -502,7 +505,7 @@ impl GroupRequest for Delete {
 async fn delete(shard: &Rc<Shard>, group: String) -> i16 {
     let groups = shard.service::<GroupService>();
     let offsets: Vec<(String, i32)> = match groups.coordinator.borrow().groups.get(&group) {
-        Some(g) => g.offsets.keys().cloned().collect(),
+        Some(g) => g.offsets.committed().map(|(k, _)| k.clone()).collect(),
         None => Vec::new(),
     };
     if let Err(e) = groups.coordinator.borrow_mut().delete(&group) {

@@ -370,13 +370,16 @@ mod tests {
         let mut c = Coordinator::new(0, config, Box::new(crate::clock::SeededIds::new(1)));
         latest.restore_into(&mut c, 0);
         let g = &c.groups["g"];
-        let committed: Vec<(i32, i64)> =
-            g.offsets.iter().map(|((_, p), o)| (*p, o.offset)).collect();
+        let committed: Vec<(i32, i64)> = g
+            .offsets
+            .committed()
+            .map(|((_, p), o)| (*p, o.offset))
+            .collect();
         assert_eq!(committed, vec![(0, 7)]);
-        assert!(g.is_unstable("t", 2) && !g.is_unstable("t", 1));
+        assert!(g.offsets.is_unstable("t", 2) && !g.offsets.is_unstable("t", 1));
         let g = c.group_mut("g");
-        g.settle_txn(12, true);
-        assert_eq!(g.offsets[&("t".to_string(), 2)].offset, 4);
-        assert!(!g.is_unstable("t", 2));
+        g.offsets.settle_txn(12, true);
+        assert_eq!(g.offsets.get("t", 2).map(|o| o.offset), Some(4));
+        assert!(!g.offsets.is_unstable("t", 2));
     }
 }

@@ -20,6 +20,8 @@
 //! room: that join (or commit) is answered COORDINATOR_NOT_AVAILABLE and counted
 //! (`take_refusals`), and every other timer insert is an invariant.
 
+pub use super::offsets::CommittedOffset;
+use super::offsets::GroupOffsets;
 use crate::clock::{uuid_text, Ids};
 use crate::timer::wheel::{TimerId, TimingWheel};
 use bytes::Bytes;
@@ -75,14 +77,6 @@ impl Member {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct CommittedOffset {
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: String,
-    pub commit_timestamp_ms: i64,
-}
-
 #[derive(Debug)]
 pub struct Group {
     pub id: String,
@@ -99,10 +93,8 @@ pub struct Group {
     rebalance_timer: Option<TimerId>,
     /// The rebalance of an empty group waits out the initial delay even once all have joined.
     rebalance_timer_initial: bool,
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
-    /// Transactional offset commits (TxnOffsetCommit) by producer id, durable but waiting for
-    /// their transaction's marker: a commit marker makes them `offsets`, an abort drops them.
-    pub pending_offsets: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Committed offsets, and transactional ones waiting for their marker.
+    pub offsets: GroupOffsets,
 }
 
 impl Group {
@@ -119,8 +111,7 @@ impl Group {
             pending_members: HashMap::new(),
             rebalance_timer: None,
             rebalance_timer_initial: false,
-            offsets: BTreeMap::new(),
-            pending_offsets: BTreeMap::new(),
+            offsets: GroupOffsets::default(),
         }
     }
 
@@ -157,24 +148,6 @@ impl Group {
                 || self.members.values().all(|m| !m.awaiting_sync),
             "group {id}: a member awaits its assignment while {state}"
         );
-    }
-
-    /// Whether a transaction not yet ended holds an offset commit for (`topic`, `partition`):
-    /// OffsetFetch with require_stable then answers UNSTABLE_OFFSET_COMMIT (KIP-447).
-    pub fn is_unstable(&self, topic: &str, partition: i32) -> bool {
-        let key = (topic.to_string(), partition);
-        self.pending_offsets.values().any(|o| o.contains_key(&key))
-    }
-
-    /// Ends `producer_id`'s transaction here: its pending offsets become the committed ones
-    /// (`commit`) or are dropped.
-    pub fn settle_txn(&mut self, producer_id: i64, commit: bool) {
-        let Some(pending) = self.pending_offsets.remove(&producer_id) else {
-            return;
-        };
-        if commit {
-            self.offsets.extend(pending);
-        }
     }
 
     /// Topics the members' subscriptions name (consumer protocol only), for OffsetDelete.
@@ -1372,12 +1345,12 @@ impl Coordinator {
         if self.group_room(group_id) {
             self.group_mut(group_id)
                 .offsets
-                .insert((topic, partition), value);
+                .commit([((topic, partition), value)]);
         }
     }
 
     /// Restores a transactional offset commit whose transaction had not ended when the
-    /// replay reached the end of the log; its marker settles it later (`Group::settle_txn`).
+    /// replay reached the end of the log; its marker settles it later (`GroupOffsets::settle_txn`).
     pub fn restore_pending_offset(
         &mut self,
         group_id: &str,
@@ -1387,10 +1360,7 @@ impl Coordinator {
     ) {
         if self.group_room(group_id) {
             let g = self.group_mut(group_id);
-            g.pending_offsets
-                .entry(producer_id)
-                .or_default()
-                .insert(key, value);
+            g.offsets.hold(producer_id, [(key, value)]);
         }
     }
 
@@ -1398,7 +1368,7 @@ impl Coordinator {
     /// `__consumer_offsets` partition its marker was written to).
     pub fn settle_txn(&mut self, which: impl Fn(&str) -> bool, producer_id: i64, commit: bool) {
         for (_, g) in self.groups.iter_mut().filter(|(id, _)| which(id)) {
-            g.settle_txn(producer_id, commit);
+            g.offsets.settle_txn(producer_id, commit);
         }
     }
 

@@ -190,7 +190,7 @@ impl World {
     pub(super) fn offset_committed(&mut self, i: usize, tp: Tp, offset: i64) {
         if let Some(c) = self.slots[i].coordinator.as_mut() {
             let g = c.coordinator.group_mut(GROUP);
-            g.offsets.insert((topic_key(tp), tp.1), value(offset));
+            g.offsets.commit([((topic_key(tp), tp.1), value(offset))]);
         }
         let note = format!(
             "node {i}: commit of {} at {offset} acknowledged",
@@ -209,7 +209,7 @@ impl World {
         let offset = c
             .groups
             .get(GROUP)
-            .and_then(|g| g.offsets.get(&(topic_key(tp), tp.1)))
+            .and_then(|g| g.offsets.get(&topic_key(tp), tp.1))
             .map_or(-1, |v| v.offset);
         let epoch = self.slots[i].partitions.replicas[&offsets].replicas.epoch;
         let current = self
