@@ -761,9 +761,26 @@ pub async fn route_op(
     if cluster.await_controller(shard.clock()).await? {
         return Ok(super::execute_here(shard, op).await);
     }
-    let body = cluster
+    let forwarded = cluster
         .call_controller(messages::FORWARD, &messages::encode(&Forward { op }))
-        .await?;
+        .await;
+    let body = match forwarded {
+        // The active controller could not read the operation (RPC frames are checksummed, so
+        // only its layout can be foreign): it runs an older release, mid-upgrade.
+        Err((code, _)) if code == ResponseError::InvalidRequest.code() => {
+            return Err(older_controller(cluster.controller_id()));
+        }
+        other => other?,
+    };
     let Outcomes(outcomes) = messages::decode(&body).map_err(|m| (unknown(), Some(m)))?;
     Ok(outcomes)
+}
+
+/// The answer to an operation the active controller, node `id`, cannot read.
+fn older_controller(id: i32) -> Outcome {
+    let why = format!(
+        "the active controller, node {id}, runs an older Sluice that does not know this \
+         operation: finish the rolling upgrade first"
+    );
+    (ResponseError::UnsupportedVersion.code(), Some(why))
 }

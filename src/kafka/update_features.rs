@@ -51,7 +51,13 @@ pub async fn handle(
             validate_only: req.validate_only,
         };
         match controller::submit(shard, op).await {
-            Ok(outcomes) => outcomes.into_iter().next().unwrap_or((0, None)),
+            // An active controller of an older release knows no levels: it cannot take one.
+            Ok(outcomes) => match outcomes.into_iter().next().unwrap_or((0, None)) {
+                (code, why) if code == ResponseError::UnsupportedVersion.code() => {
+                    (ResponseError::InvalidUpdateVersion.code(), why)
+                }
+                outcome => outcome,
+            },
             Err(_) => (ResponseError::NotController.code(), None),
         }
     };
