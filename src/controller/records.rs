@@ -203,9 +203,7 @@ pub fn apply(catalog: &mut CatalogRecord, records: &[MetadataRecord]) -> Result<
 /// them (it applies each to a working copy first, and fails loudly there); an entry read back
 /// that breaks one is refused whole.
 fn check_changed_assignments(before: &CatalogRecord, after: &CatalogRecord) -> Result<(), String> {
-    let old: HashMap<&[u8; 16], &TopicRecord> = before.topics.iter().map(|t| (&t.id, t)).collect();
-    for t in &after.topics {
-        let was = old.get(&t.id).map_or(&[][..], |o| &o.assignment[..]);
+    for (t, was) in with_previous_assignments(before, after) {
         for (p, a) in t.assignment.iter().enumerate() {
             let prior = was.get(p);
             if prior == Some(a) {
@@ -222,22 +220,33 @@ fn check_changed_assignments(before: &CatalogRecord, after: &CatalogRecord) -> R
     Ok(())
 }
 
+/// Each topic of `after` with its assignments in `before` (none for a new topic), looked up by
+/// topic id so that an entry costs one pass over the catalog, not one per topic.
+fn with_previous_assignments<'a>(
+    before: &'a CatalogRecord,
+    after: &'a CatalogRecord,
+) -> impl Iterator<Item = (&'a TopicRecord, &'a [PartitionAssignment])> {
+    let old: HashMap<&[u8; 16], &TopicRecord> = before.topics.iter().map(|t| (&t.id, t)).collect();
+    let previous = move |id| {
+        old.get(id)
+            .map_or(&[][..], |o: &&TopicRecord| &o.assignment[..])
+    };
+    after.topics.iter().map(move |t| (t, previous(&t.id)))
+}
+
 /// Every partition whose assignment `before` and `after` differ gets the next partition
 /// epoch; a new one starts at 0, a deleted topic's go. Run once per entry, so an entry that
 /// changes a partition twice moves its epoch once: every node applies the same entries, so
 /// every node counts the same epochs.
 fn renew_partition_epochs(before: &CatalogRecord, after: &mut CatalogRecord) {
-    // By topic id, so that an entry costs one pass over the catalog, not one per topic.
-    let old: HashMap<&[u8; 16], &TopicRecord> = before.topics.iter().map(|t| (&t.id, t)).collect();
     let mut kept: HashMap<[u8; 16], Vec<i32>> = std::mem::take(&mut after.partition_epochs)
         .into_iter()
         .map(|e| (e.id, e.epochs))
         .collect();
     let mut epochs = Vec::with_capacity(after.topics.len());
-    for t in &after.topics {
+    for (t, was) in with_previous_assignments(before, after) {
         let mut e = kept.remove(&t.id).unwrap_or_default();
         e.resize(t.assignment.len(), 0);
-        let was = old.get(&t.id).map_or(&[][..], |o| &o.assignment[..]);
         for (p, a) in t.assignment.iter().enumerate() {
             if was.get(p).is_some_and(|o| o != a) {
                 e[p] += 1;
