@@ -21,12 +21,11 @@ use super::messages::{
 };
 use super::quorum::Quorum;
 use super::records::{self, MetadataRecord};
-use super::{ControllerOp, Outcome};
+use super::{ControllerOp, Controllers, Outcome};
 use crate::clock::Clock;
 use crate::config::{Config, Voter};
 use crate::rpc::{self, Peer};
 use crate::security::node::NodeSecret;
-use crate::shard::Shard;
 use crate::storage::catalog::BrokerRecord;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
@@ -232,14 +231,14 @@ impl Cluster {
     }
 
     /// The handler the RPC server calls for every incoming frame.
-    pub fn handler(self: &Rc<Self>, shard: &Rc<Shard>) -> rpc::Handler {
-        let (cluster, shard) = (self.clone(), shard.clone());
-        Rc::new(move |kind, payload| cluster.clone().on_frame(shard.clone(), kind, payload))
+    pub fn handler(self: &Rc<Self>, controllers: &Rc<Controllers>) -> rpc::Handler {
+        let (cluster, controllers) = (self.clone(), controllers.clone());
+        Rc::new(move |kind, payload| cluster.clone().on_frame(controllers.clone(), kind, payload))
     }
 
     fn on_frame(
         self: Rc<Self>,
-        shard: Rc<Shard>,
+        controllers: Rc<Controllers>,
         kind: u8,
         payload: Vec<u8>,
     ) -> Option<LocalBoxFuture<'static, (u8, Vec<u8>)>> {
@@ -254,13 +253,13 @@ impl Cluster {
             match kind {
                 messages::FORWARD => match messages::decode::<Forward>(&payload) {
                     Ok(f) => {
-                        let outcomes = super::execute(&shard, f.op).await;
+                        let outcomes = super::execute(&controllers, f.op).await;
                         (messages::REPLY, messages::encode(&Outcomes(outcomes)))
                     }
                     Err(m) => self.failure(ResponseError::InvalidRequest, m),
                 },
                 messages::HEARTBEAT => match messages::decode::<BrokerHeartbeat>(&payload) {
-                    Ok(hb) => self.on_heartbeat(&shard, hb).await,
+                    Ok(hb) => self.on_heartbeat(&controllers, hb).await,
                     Err(m) => self.failure(ResponseError::InvalidRequest, m),
                 },
                 messages::FEATURES => match messages::decode::<SupportedLevels>(&payload) {
@@ -270,11 +269,11 @@ impl Cluster {
                     }
                     Err(m) => self.failure(ResponseError::InvalidRequest, m),
                 },
-                messages::QUORUM => match super::local_quorum_view(&shard) {
+                messages::QUORUM => match super::local_quorum_view(&controllers) {
                     Some(view) => (messages::REPLY, messages::encode(&view)),
                     None => self.failure(ResponseError::NotController, "not the quorum's leader"),
                 },
-                messages::PRODUCER_IDS => match super::reserve_producer_ids(&shard).await {
+                messages::PRODUCER_IDS => match super::reserve_producer_ids(&controllers).await {
                     Ok(block) => (messages::REPLY, messages::encode(&block)),
                     Err(outcome) => self.failed(outcome),
                 },
@@ -315,7 +314,12 @@ impl Cluster {
         quorum.receive(envelope);
     }
 
-    async fn on_heartbeat(&self, shard: &Rc<Shard>, hb: BrokerHeartbeat) -> (u8, Vec<u8>) {
+    async fn on_heartbeat(
+        &self,
+        controllers: &Rc<Controllers>,
+        hb: BrokerHeartbeat,
+    ) -> (u8, Vec<u8>) {
+        let shard = &controllers.shard;
         let cluster_id = self.applied.cluster_id();
         if !hb.cluster_id.is_empty() && hb.cluster_id != cluster_id {
             return self.failure(
@@ -402,7 +406,7 @@ impl Cluster {
     }
 
     /// Sends one heartbeat to the active controller (or, not knowing it, to a voter in turn).
-    async fn send_heartbeat(self: &Rc<Self>, shard: &Rc<Shard>, turn: usize) {
+    async fn send_heartbeat(self: &Rc<Self>, controllers: &Rc<Controllers>, turn: usize) {
         let hb = self.heartbeat();
         let mut target = self.controller_id();
         if target < 0 {
@@ -412,7 +416,7 @@ impl Cluster {
             if !self.is_active() {
                 return;
             }
-            self.on_heartbeat(shard, hb).await
+            self.on_heartbeat(controllers, hb).await
         } else {
             let Some(peer) = self.peer_of(target) else {
                 return;
@@ -432,16 +436,22 @@ impl Cluster {
                 }
             }
         };
-        self.on_heartbeat_reply(shard, target, reply).await;
+        self.on_heartbeat_reply(controllers, target, reply).await;
     }
 
-    async fn on_heartbeat_reply(&self, shard: &Shard, target: i32, (kind, body): (u8, Vec<u8>)) {
+    async fn on_heartbeat_reply(
+        &self,
+        controllers: &Controllers,
+        target: i32,
+        (kind, body): (u8, Vec<u8>),
+    ) {
+        let shard = &controllers.shard;
         if kind == messages::FAILURE {
             let Ok(f) = messages::decode::<Failure>(&body) else {
                 return;
             };
             if f.code == ResponseError::DuplicateBrokerRegistration.code() {
-                self.refused_as_duplicate(shard, target, &f.message);
+                self.refused_as_duplicate(controllers, target, &f.message);
             }
             if f.code == ResponseError::InconsistentClusterId.code() {
                 fatal(&format!(
@@ -535,7 +545,8 @@ impl Cluster {
     /// afresh (say after the whole cluster lost power and the record of that incarnation with
     /// it): it expires within one session timeout, so the node retries at every heartbeat and
     /// stops only once refused for two.
-    fn refused_as_duplicate(&self, shard: &Shard, target: i32, why: &str) {
+    fn refused_as_duplicate(&self, controllers: &Controllers, target: i32, why: &str) {
+        let shard = &controllers.shard;
         let now_ms = shard.clock().monotonic_ms();
         let first = self.refused_since_ms.get().is_none();
         let since_ms = self.refused_since_ms.get().unwrap_or(now_ms);
@@ -626,11 +637,11 @@ fn write_incarnation(config: &Config, incarnation: u64) {
 }
 
 /// Heartbeats the active controller for as long as the node runs.
-pub async fn heartbeat_loop(cluster: Rc<Cluster>, shard: Rc<Shard>) {
+pub async fn heartbeat_loop(cluster: Rc<Cluster>, controllers: Rc<Controllers>) {
     let every = Duration::from_millis(cluster.config.cluster.broker_heartbeat_interval_ms);
     let mut turn = 0usize;
     while !cluster.releasing.get() {
-        cluster.send_heartbeat(&shard, turn).await;
+        cluster.send_heartbeat(&controllers, turn).await;
         turn += 1;
         glommio::timer::sleep(every).await;
     }
@@ -641,14 +652,19 @@ pub async fn heartbeat_loop(cluster: Rc<Cluster>, shard: Rc<Shard>) {
 /// takes it out of their in-sync sets (`records::fence`), and waits until this node has
 /// installed that (its partitions are then followers, and clients have been sent on with
 /// NOT_LEADER_OR_FOLLOWER) or `limit_ms` passes. So a rolling restart shows clients no errors.
-pub async fn release_leadership(cluster: &Rc<Cluster>, shard: &Rc<Shard>, limit_ms: u64) {
+pub async fn release_leadership(
+    cluster: &Rc<Cluster>,
+    controllers: &Rc<Controllers>,
+    limit_ms: u64,
+) {
+    let shard = &controllers.shard;
     cluster.releasing.set(true);
     let node_id = cluster.config.node_id;
     let op = super::ControllerOp::ShutdownBroker {
         node_id,
         incarnation: cluster.incarnation,
     };
-    let outcome = super::execute(shard, op).await;
+    let outcome = super::execute(controllers, op).await;
     if let Some((code, msg)) = outcome.first().filter(|o| o.0 != 0) {
         log::warn!("controlled shutdown refused ({code}: {msg:?}); stopping anyway");
         return;
@@ -669,7 +685,8 @@ pub async fn release_leadership(cluster: &Rc<Cluster>, shard: &Rc<Shard>, limit_
 
 /// On the active controller: fences brokers whose sessions expired, and proposes the cluster
 /// id when the log has none (the cluster's first start).
-pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
+pub async fn controller_duties(cluster: Rc<Cluster>, controllers: Rc<Controllers>) {
+    let shard = &controllers.shard;
     let Some(quorum) = cluster.quorum.clone() else {
         return;
     };
@@ -686,14 +703,14 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
             && now_ms >= rebalanced_ms + c.leader_imbalance_check_interval_ms
         {
             rebalanced_ms = now_ms;
-            rebalance_leaders(&cluster, &shard).await;
+            rebalance_leaders(&cluster, &controllers).await;
         }
         // Under the controller's lock, like every change computed from the catalog.
         if cluster
             .applied
             .read(|c| !super::reassignment::completions(c).is_empty())
         {
-            super::execute(&shard, super::ControllerOp::CompleteReassignments).await;
+            super::execute(&controllers, super::ControllerOp::CompleteReassignments).await;
         }
         // Read again: the awaits above may have taken a while, and heartbeats came meanwhile.
         let now_ms = shard.clock().monotonic_ms();
@@ -735,7 +752,7 @@ pub async fn controller_duties(cluster: Rc<Cluster>, shard: Rc<Shard>) {
 
 /// Preferred-leader rebalancing (on the active controller): partitions whose first replica is
 /// a live in-sync broker that does not lead get it back as leader.
-async fn rebalance_leaders(cluster: &Rc<Cluster>, shard: &Rc<Shard>) {
+async fn rebalance_leaders(cluster: &Rc<Cluster>, controllers: &Rc<Controllers>) {
     let partitions = cluster.applied.read(super::elections::imbalanced);
     if partitions.is_empty() {
         return;
@@ -748,18 +765,19 @@ async fn rebalance_leaders(cluster: &Rc<Cluster>, shard: &Rc<Shard>) {
         election_type: super::elections::PREFERRED,
         partitions,
     };
-    super::execute(shard, op).await;
+    super::execute(controllers, op).await;
 }
 
 /// Runs an operation on the active controller from any node: here when this node is it,
 /// otherwise forwarded over RPC. Err: the code for every item.
 pub async fn route_op(
-    shard: &Rc<Shard>,
+    controllers: &Rc<Controllers>,
     cluster: &Cluster,
     op: ControllerOp,
 ) -> Result<Vec<Outcome>, Outcome> {
+    let shard = &controllers.shard;
     if cluster.await_controller(shard.clock()).await? {
-        return Ok(super::execute_here(shard, op).await);
+        return Ok(super::execute_here(controllers, op).await);
     }
     let forwarded = cluster
         .call_controller(messages::FORWARD, &messages::encode(&Forward { op }))

@@ -118,7 +118,7 @@ pub mod security_ops;
 use crate::clock::Ids;
 use crate::partition::commit::{same_set, IsrRequest};
 use crate::shard::catalog_install::install_on_every_shard;
-use crate::shard::mesh::{Request, ShardGone};
+use crate::shard::mesh::{Peer, Request, ShardGone, Sharded};
 use crate::shard::{Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::{self, Catalog, CatalogRecord, ConfigOp, TopicRecord};
 use crate::storage::topic_config::TopicConfig;
@@ -304,6 +304,18 @@ impl ControllerOp {
     }
 }
 
+/// Every shard's way to the controller: the controller itself on `CONTROLLER_SHARD`, None
+/// elsewhere; requests to it are always sent to that shard (`submit`, `allocate_producer_id`,
+/// `quorum_view`).
+pub type Controllers = Sharded<Option<Controller>>;
+
+/// The controller, on the controller shard (where every controller request runs).
+fn here(controllers: &Controllers) -> &Controller {
+    let slot: &Option<Controller> = controllers;
+    slot.as_ref()
+        .expect("controller requests run on the controller shard, which has the controller")
+}
+
 /// The controller's state on its shard.
 pub struct Controller {
     /// Serializes controller operations: each reads, changes and persists the whole catalog.
@@ -342,8 +354,11 @@ impl Controller {
 }
 
 /// Runs `op` on the controller (from any shard). Err: the controller shard is stopping.
-pub async fn submit(shard: &Rc<Shard>, op: ControllerOp) -> Result<Vec<Outcome>, ShardGone> {
-    shard.call(CONTROLLER_SHARD, Submit(op)).await
+pub async fn submit(
+    controllers: &Rc<Controllers>,
+    op: ControllerOp,
+) -> Result<Vec<Outcome>, ShardGone> {
+    controllers.call(CONTROLLER_SHARD, Submit(op)).await
 }
 
 /// Whether a cluster has the live brokers internal topic `name` (`__consumer_offsets`,
@@ -361,8 +376,10 @@ pub fn internal_topic_replication_factor(shard: &Shard, name: &str) -> usize {
 }
 
 /// A new producer id (from any shard), or an error code. Err: the controller is stopping.
-pub async fn allocate_producer_id(shard: &Rc<Shard>) -> Result<Result<i64, i16>, ShardGone> {
-    shard.call(CONTROLLER_SHARD, AllocateProducerId).await
+pub async fn allocate_producer_id(
+    controllers: &Rc<Controllers>,
+) -> Result<Result<i64, i16>, ShardGone> {
+    controllers.call(CONTROLLER_SHARD, AllocateProducerId).await
 }
 
 /// The controller quorum as its leader sees it (DescribeQuorum).
@@ -379,13 +396,13 @@ pub struct QuorumView {
 /// that does not lead the quorum asks the active controller (as a Kafka broker forwards
 /// DescribeQuorum to it). None: no controller answered (or a single node). Err: the
 /// controller shard is stopping.
-pub async fn quorum_view(shard: &Rc<Shard>) -> Result<Option<QuorumView>, ShardGone> {
-    shard.call(CONTROLLER_SHARD, DescribeQuorum).await
+pub async fn quorum_view(controllers: &Rc<Controllers>) -> Result<Option<QuorumView>, ShardGone> {
+    controllers.call(CONTROLLER_SHARD, DescribeQuorum).await
 }
 
 /// The quorum's state if this node leads it (on the controller shard).
-fn local_quorum_view(shard: &Shard) -> Option<QuorumView> {
-    let controller = shard.service::<Controller>();
+fn local_quorum_view(controllers: &Controllers) -> Option<QuorumView> {
+    let controller = here(controllers);
     let quorum = controller.cluster.as_ref()?.quorum.clone()?;
     let s = quorum.status();
     let voters = quorum.voter_progress();
@@ -399,14 +416,14 @@ fn local_quorum_view(shard: &Shard) -> Option<QuorumView> {
 
 struct DescribeQuorum;
 
-impl Request for DescribeQuorum {
+impl Request<Controllers> for DescribeQuorum {
     type Reply = Option<QuorumView>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Option<QuorumView>> {
+    fn run(self, controllers: Rc<Controllers>) -> LocalBoxFuture<'static, Option<QuorumView>> {
         Box::pin(async move {
-            if let Some(view) = local_quorum_view(&shard) {
+            if let Some(view) = local_quorum_view(&controllers) {
                 return Some(view);
             }
-            let cluster = shard.service::<Controller>().cluster.clone()?;
+            let cluster = here(&controllers).cluster.clone()?;
             match cluster.call_controller(messages::QUORUM, &[]).await {
                 Ok(body) => messages::decode(&body).ok(),
                 Err((code, why)) => {
@@ -422,42 +439,44 @@ impl Request for DescribeQuorum {
 
 struct Submit(ControllerOp);
 
-impl Request for Submit {
+impl Request<Controllers> for Submit {
     type Reply = Vec<Outcome>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<Outcome>> {
-        Box::pin(async move { execute(&shard, self.0).await })
+    fn run(self, controllers: Rc<Controllers>) -> LocalBoxFuture<'static, Vec<Outcome>> {
+        Box::pin(async move { execute(&controllers, self.0).await })
     }
 }
 
 struct AllocateProducerId;
 
-impl Request for AllocateProducerId {
+impl Request<Controllers> for AllocateProducerId {
     type Reply = Result<i64, i16>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Result<i64, i16>> {
-        Box::pin(async move { next_producer_id(&shard).await })
+    fn run(self, controllers: Rc<Controllers>) -> LocalBoxFuture<'static, Result<i64, i16>> {
+        Box::pin(async move { next_producer_id(&controllers).await })
     }
 }
 
 /// Executes a topic change from the controller shard: here on a single node or when this node
 /// is the active controller, otherwise on the active controller.
-pub async fn execute(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
+pub async fn execute(controllers: &Rc<Controllers>, op: ControllerOp) -> Vec<Outcome> {
+    let shard = &controllers.shard;
     assert_eq!(
         shard.id, CONTROLLER_SHARD,
         "controller ops run on its shard"
     );
-    let controller = shard.service::<Controller>();
+    let controller = here(controllers);
     let Some(cluster) = &controller.cluster else {
-        return execute_here(shard, op).await;
+        return execute_here(controllers, op).await;
     };
     let items = op.items();
-    cluster::route_op(shard, cluster, op)
+    cluster::route_op(controllers, cluster, op)
         .await
         .unwrap_or_else(|e| vec![e; items])
 }
 
 /// Executes a topic change on this node's controller.
-async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
-    let controller = shard.service::<Controller>();
+async fn execute_here(controllers: &Rc<Controllers>, op: ControllerOp) -> Vec<Outcome> {
+    let shard = &controllers.shard;
+    let controller = here(controllers);
     let _permit = controller.lock().await;
     let current = shard.catalog();
     let mut record = match &controller.cluster {
@@ -471,7 +490,7 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
             validate_only,
         } => create_topics(
             shard,
-            &controller,
+            controller,
             &mut record,
             &mut out,
             topics,
@@ -501,7 +520,7 @@ async fn execute_here(shard: &Rc<Shard>, op: ControllerOp) -> Vec<Outcome> {
         ControllerOp::UpdateFeatures {
             updates,
             validate_only,
-        } => update_features(&controller, &mut record, &mut out, &updates, validate_only),
+        } => update_features(controller, &mut record, &mut out, &updates, validate_only),
         op @ (ControllerOp::AlterPartition(_)
         | ControllerOp::AlterPartitionAt(_)
         | ControllerOp::ShutdownBroker { .. }
@@ -1188,14 +1207,15 @@ fn check_manual_indexes(t: &NewTopic) -> Result<(), Outcome> {
 /// Hands out the next producer id (InitProducerId) from this node's block, reserving a new
 /// block when it is used up: on a single node by persisting the block's end, in a cluster from
 /// the active controller (a metadata log entry).
-async fn next_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
-    let controller = shard.service::<Controller>();
+async fn next_producer_id(controllers: &Rc<Controllers>) -> Result<i64, i16> {
+    let shard = &controllers.shard;
+    let controller = here(controllers);
     let id = controller.next_producer_id.get();
     if id >= controller.producer_id_block_end.get() {
         let block = match &controller.cluster {
-            None => reserve_producer_ids(shard).await,
+            None => reserve_producer_ids(controllers).await,
             Some(c) => match c.await_controller(shard.clock()).await {
-                Ok(true) => reserve_producer_ids(shard).await,
+                Ok(true) => reserve_producer_ids(controllers).await,
                 Ok(false) => c
                     .call_controller(messages::PRODUCER_IDS, &[])
                     .await
@@ -1221,8 +1241,11 @@ async fn next_producer_id(shard: &Rc<Shard>) -> Result<i64, i16> {
 
 /// Reserves the next block of producer ids on this node's controller (the single node's, or
 /// the active one's).
-async fn reserve_producer_ids(shard: &Rc<Shard>) -> Result<messages::ProducerIdBlock, Outcome> {
-    let controller = shard.service::<Controller>();
+async fn reserve_producer_ids(
+    controllers: &Rc<Controllers>,
+) -> Result<messages::ProducerIdBlock, Outcome> {
+    let shard = &controllers.shard;
+    let controller = here(controllers);
     let _permit = controller.lock().await;
     let first = match &controller.cluster {
         Some(c) => c.applied.read(|i| i.producer_id_block_end),

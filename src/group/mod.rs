@@ -65,8 +65,7 @@ pub mod state;
 use crate::clock::Ids;
 use crate::metrics::{add, LogLimiter};
 use crate::partition::{Partition, Source, TopicPartition};
-use crate::shard::mesh::Request;
-use crate::shard::Shard;
+use crate::shard::mesh::{Peer, Request, Sharded};
 use bytes::Bytes;
 use event_listener::Event;
 use futures::channel::oneshot;
@@ -95,6 +94,9 @@ pub fn offsets_partition(group_id: &str, partitions: u32) -> i32 {
 }
 
 type Waiters<T> = RefCell<HashMap<(String, String), VecDeque<oneshot::Sender<T>>>>;
+
+/// The group coordinators, one per shard, each reaching the others over its own mesh.
+pub type Groups = Sharded<GroupService>;
 
 /// The coordinator of the groups one shard owns.
 pub struct GroupService {
@@ -180,16 +182,16 @@ impl GroupService {
 pub trait GroupRequest: Send + 'static {
     type Reply: Send + 'static;
     fn group(&self) -> &str;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply>;
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Self::Reply>;
 }
 
 /// Runs a group request on the shard it was sent to.
 struct OnCoordinator<R>(R);
 
-impl<R: GroupRequest> Request for OnCoordinator<R> {
+impl<R: GroupRequest> Request<Groups> for OnCoordinator<R> {
     type Reply = R::Reply;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, R::Reply> {
-        self.0.run(shard)
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, R::Reply> {
+        self.0.run(groups)
     }
 }
 
@@ -199,19 +201,15 @@ struct OnLoadedCoordinator<R> {
     partition: i32,
 }
 
-impl<R: GroupRequest> Request for OnLoadedCoordinator<R> {
+impl<R: GroupRequest> Request<Groups> for OnLoadedCoordinator<R> {
     type Reply = Result<R::Reply, i16>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
-        let loaded = shard
-            .service::<GroupService>()
-            .loaded
-            .borrow()
-            .contains_key(&self.partition);
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Self::Reply> {
+        let loaded = groups.loaded.borrow().contains_key(&self.partition);
         if !loaded {
             let code = ResponseError::CoordinatorLoadInProgress.code();
             return Box::pin(async move { Err(code) });
         }
-        let run = self.request.run(shard);
+        let run = self.request.run(groups);
         Box::pin(async move { Ok(run.await) })
     }
 }
@@ -219,7 +217,8 @@ impl<R: GroupRequest> Request for OnLoadedCoordinator<R> {
 /// The `__consumer_offsets` partition of a group this node coordinates: COORDINATOR_NOT_AVAILABLE
 /// before the topic exists, NOT_COORDINATOR when another node leads the partition (in a
 /// cluster; the client asks FindCoordinator again).
-pub fn coordinated_partition(shard: &Shard, group_id: &str) -> Result<i32, ResponseError> {
+pub fn coordinated_partition(groups: &Groups, group_id: &str) -> Result<i32, ResponseError> {
+    let shard = &groups.shard;
     let catalog = shard.catalog();
     let topic = catalog
         .topics
@@ -234,19 +233,21 @@ pub fn coordinated_partition(shard: &Shard, group_id: &str) -> Result<i32, Respo
 
 /// Sends a group request to the shard that owns its group; Err(code) when groups cannot be
 /// served here (`coordinated_partition`) or the shard is stopping.
-pub async fn route<R: GroupRequest>(shard: &Rc<Shard>, request: R) -> Result<R::Reply, i16> {
+pub async fn route<R: GroupRequest>(groups: &Rc<Groups>, request: R) -> Result<R::Reply, i16> {
+    let shard = &groups.shard;
     let not_available = ResponseError::CoordinatorNotAvailable.code();
-    let partition = coordinated_partition(shard, request.group()).map_err(|e| e.code())?;
+    let partition = coordinated_partition(groups, request.group()).map_err(|e| e.code())?;
     let owner = shard.owner(OFFSETS_TOPIC, partition);
-    shard
+    groups
         .call(owner, OnLoadedCoordinator { request, partition })
         .await
         .map_err(|_| not_available)?
 }
 
 /// Every shard's groups: (group, protocol type, state). Shards that are stopping are skipped.
-pub async fn list_all(shard: &Rc<Shard>) -> Vec<(String, String, &'static str)> {
-    let calls = (0..shard.router.shards()).map(|s| shard.call(s, OnCoordinator(ops::List)));
+pub async fn list_all(groups: &Rc<Groups>) -> Vec<(String, String, &'static str)> {
+    let shards = groups.shard.router.shards();
+    let calls = (0..shards).map(|s| groups.call(s, OnCoordinator(ops::List)));
     let mut all = Vec::new();
     for list in futures::future::join_all(calls).await.into_iter().flatten() {
         all.extend(list);
@@ -279,8 +280,8 @@ fn answer<T>(waiters: &Waiters<T>, group: String, member: String, response: T) {
 
 /// Delivers what the coordinator decided: parked responses, and group records to write. Counts
 /// and logs (rate limited) the admissions it refused for want of room.
-fn process_outputs(shard: &Rc<Shard>) {
-    let groups = shard.service::<GroupService>();
+fn process_outputs(groups: &Rc<Groups>) {
+    let shard = &groups.shard;
     let (outputs, refused) = {
         let mut c = groups.coordinator.borrow_mut();
         (c.take_outputs(), c.take_refusals())
@@ -307,7 +308,7 @@ fn process_outputs(shard: &Rc<Shard>) {
                 member_id,
                 response,
             } => answer(&groups.syncs, group_id, member_id, response),
-            Output::PersistGroup { group_id } => persist_group(shard, &groups, group_id),
+            Output::PersistGroup { group_id } => persist_group(groups, group_id),
         }
     }
     groups.changed.notify(1);
@@ -315,26 +316,31 @@ fn process_outputs(shard: &Rc<Shard>) {
 
 /// Writes a group's metadata record (members, generation, assignments), in the background; a
 /// failed write is made again (`persist_again`).
-fn persist_group(shard: &Rc<Shard>, groups: &GroupService, group_id: String) {
+fn persist_group(groups: &Rc<Groups>, group_id: String) {
+    let shard = &groups.shard;
     let wall_ms = shard.clock().wall_ms();
     let Some(g) = groups.coordinator.borrow().snapshot(&group_id, wall_ms) else {
         return;
     };
-    let shard = shard.clone();
+    let groups = groups.clone();
     glommio::spawn_local(async move {
-        if write_group(&shard, &group_id, &g).await.is_err() {
-            persist_again(&shard, group_id).await;
+        if write_group(&groups, &group_id, &g).await.is_err() {
+            persist_again(&groups, group_id).await;
         }
     })
     .detach();
 }
 
-async fn write_group(shard: &Rc<Shard>, group_id: &str, g: &state::StoredGroup) -> Result<(), i16> {
+async fn write_group(
+    groups: &Rc<Groups>,
+    group_id: &str,
+    g: &state::StoredGroup,
+) -> Result<(), i16> {
     let key = Key::Group {
         group: group_id.to_string(),
     };
     let records = [(key.encode(), Some(records::encode_group(g)))];
-    let written = append(shard, group_id, &records, 1, None).await;
+    let written = append(groups, group_id, &records, 1, None).await;
     written
         .inspect_err(|code| log::warn!("group {group_id}: metadata not persisted (error {code})"))
 }
@@ -344,8 +350,8 @@ async fn write_group(shard: &Rc<Shard>, group_id: &str, g: &state::StoredGroup) 
 /// this shard no longer coordinates the group (unloaded, deleted) or stops: a record never
 /// written would have the group's next coordinator load an older generation and assignment.
 /// One such loop per group at a time (`GroupService::rewriting`).
-async fn persist_again(shard: &Rc<Shard>, group_id: String) {
-    let groups = shard.service::<GroupService>();
+async fn persist_again(groups: &Rc<Groups>, group_id: String) {
+    let shard = &groups.shard;
     if !groups.rewriting.borrow_mut().insert(group_id.clone()) {
         return; // the loop that runs writes the newest state anyway
     }
@@ -357,7 +363,7 @@ async fn persist_again(shard: &Rc<Shard>, group_id: String) {
         let Some(g) = snapshot.filter(|_| !shard.is_shutting_down()) else {
             break;
         };
-        if write_group(shard, &group_id, &g).await.is_ok() {
+        if write_group(groups, &group_id, &g).await.is_ok() {
             log::info!("group {group_id}: metadata persisted after {tries} tries");
             break;
         }
@@ -367,7 +373,8 @@ async fn persist_again(shard: &Rc<Shard>, group_id: String) {
 }
 
 /// The group's `__consumer_offsets` partition, owned by this shard.
-fn offsets_partition_of(shard: &Shard, group: &str) -> Result<Rc<Partition>, i16> {
+fn offsets_partition_of(groups: &Groups, group: &str) -> Result<Rc<Partition>, i16> {
+    let shard = &groups.shard;
     let not_available = ResponseError::CoordinatorNotAvailable.code();
     let catalog = shard.catalog();
     let topic = catalog.topics.get(OFFSETS_TOPIC).ok_or(not_available)?;
@@ -381,14 +388,14 @@ fn offsets_partition_of(shard: &Shard, group: &str) -> Result<Rc<Partition>, i16
 /// Appends internal records to the group's `__consumer_offsets` partition (owned by this
 /// shard); in `txn`'s transaction (producer id, epoch) when given: a TxnOffsetCommit.
 async fn append(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     group: &str,
     records: &[(Bytes, Option<Bytes>)],
     acks: i16,
     txn: Option<(i64, i16)>,
 ) -> Result<(), i16> {
-    let partition = offsets_partition_of(shard, group)?;
-    append_to(shard, &partition, records, acks, txn)
+    let partition = offsets_partition_of(groups, group)?;
+    append_to(groups, &partition, records, acks, txn)
         .await
         .map(|_| ())
 }
@@ -398,14 +405,14 @@ async fn append(
 /// once they commit. Returns the leader generation it was appended under and the batch's end
 /// offset.
 async fn append_pending(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     group: &str,
     records: &[(Bytes, Option<Bytes>)],
     accepted: Vec<((String, i32), state::CommittedOffset)>,
 ) -> Result<(u64, i64), i16> {
-    let partition = offsets_partition_of(shard, group)?;
+    let partition = offsets_partition_of(groups, group)?;
     partition.check_insync(-1).map_err(|e| e.code())?;
-    let end_offset = append_to(shard, &partition, records, 1, None).await?;
+    let end_offset = append_to(groups, &partition, records, 1, None).await?;
     let Some((leadership, _)) = partition.leadership() else {
         return Err(ResponseError::NotLeaderOrFollower.code());
     };
@@ -414,11 +421,7 @@ async fn append_pending(
         accepted,
     };
     let key = (partition.id().partition, leadership, end_offset);
-    let previous = shard
-        .service::<GroupService>()
-        .pending_commits
-        .borrow_mut()
-        .insert(key, pending);
+    let previous = groups.pending_commits.borrow_mut().insert(key, pending);
     // Within one leadership each append has its own end offset.
     assert!(previous.is_none(), "two commits pending at {key:?}");
     Ok((leadership, end_offset))
@@ -429,15 +432,14 @@ async fn append_pending(
 /// watermark, in log order. Err: the commit's code (REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER,
 /// KAFKA_STORAGE_ERROR); its offsets are then not applied.
 async fn settle_pending(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     group: &str,
     (leadership, end_offset): (u64, i64),
 ) -> Result<(), i16> {
-    let settled = apply_once_committed(shard, group, end_offset).await;
+    let settled = apply_once_committed(groups, group, end_offset).await;
     if settled.is_err() {
-        if let Ok(partition) = offsets_partition_of(shard, group) {
+        if let Ok(partition) = offsets_partition_of(groups, group) {
             let key = (partition.id().partition, leadership, end_offset);
-            let groups = shard.service::<GroupService>();
             groups.pending_commits.borrow_mut().remove(&key);
         }
     }
@@ -446,14 +448,19 @@ async fn settle_pending(
 
 /// Waits until `group`'s partition commits `end_offset`, then applies the pending commits its
 /// high watermark covers. Err: the wait's code; nothing applied, nothing dropped.
-async fn apply_once_committed(shard: &Rc<Shard>, group: &str, end_offset: i64) -> Result<(), i16> {
-    let partition = offsets_partition_of(shard, group)?;
+async fn apply_once_committed(
+    groups: &Rc<Groups>,
+    group: &str,
+    end_offset: i64,
+) -> Result<(), i16> {
+    let shard = &groups.shard;
+    let partition = offsets_partition_of(groups, group)?;
     let deadline_ms = shard.clock().monotonic_ms() + APPEND_TIMEOUT_MS as u64;
     shard
         .wait_committed(&partition, end_offset, deadline_ms)
         .await
         .map_err(|e| e.code())?;
-    apply_committed(&shard.service::<GroupService>(), &partition);
+    apply_committed(groups, &partition);
     Ok(())
 }
 
@@ -484,11 +491,10 @@ fn too_many_pending(groups: &GroupService) -> bool {
 
 /// The newest end offset of `group`'s commits pending under its partition's present
 /// leadership (None: none is).
-fn newest_pending(shard: &Shard, group: &str) -> Option<i64> {
-    let partition = offsets_partition_of(shard, group).ok()?;
+fn newest_pending(groups: &Groups, group: &str) -> Option<i64> {
+    let partition = offsets_partition_of(groups, group).ok()?;
     let (leadership, _) = partition.leadership()?;
     let index = partition.id().partition;
-    let groups = shard.service::<GroupService>();
     let pending = groups.pending_commits.borrow();
     pending
         .range((index, leadership, i64::MIN)..=(index, leadership, i64::MAX))
@@ -501,12 +507,13 @@ fn newest_pending(shard: &Shard, group: &str) -> Option<i64> {
 /// `txn`'s transaction (producer id, epoch) when given: a TxnOffsetCommit. Returns the batch's
 /// end offset.
 async fn append_to(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     partition: &Rc<Partition>,
     records: &[(Bytes, Option<Bytes>)],
     acks: i16,
     txn: Option<(i64, i16)>,
 ) -> Result<i64, i16> {
+    let shard = &groups.shard;
     let refs: Vec<crate::protocol::batch::KeyValue<'_>> = records
         .iter()
         .map(|(k, v)| (Some(&k[..]), v.as_deref()))
@@ -545,12 +552,12 @@ async fn append_to(
 
 /// A transaction's marker is committed on `__consumer_offsets` partition `index` (owned by
 /// this shard): the producer's pending offset commits there are settled.
-pub fn settle_txn(shard: &Shard, index: i32, producer_id: i64, commit: bool) {
+pub fn settle_txn(groups: &Groups, index: i32, producer_id: i64, commit: bool) {
+    let shard = &groups.shard;
     let Some(topic) = shard.catalog().topics.get(OFFSETS_TOPIC).cloned() else {
         return;
     };
     let partitions = topic.record.partitions;
-    let groups = shard.service::<GroupService>();
     if !groups.loaded.borrow().contains_key(&index) {
         let mut held = groups.unsettled.borrow_mut();
         assert!(
@@ -570,7 +577,7 @@ pub fn settle_txn(shard: &Shard, index: i32, producer_id: i64, commit: bool) {
 /// Delivers a join or sync reply: at once, or once the coordinator answers the parked member
 /// (`gone` when the shard stops first).
 async fn settle<T>(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     waiters: &Waiters<T>,
     group: &str,
     reply: Reply<T>,
@@ -578,13 +585,13 @@ async fn settle<T>(
 ) -> T {
     match reply {
         Reply::Now(r) => {
-            process_outputs(shard);
+            process_outputs(groups);
             r
         }
         Reply::Later(member) => {
             // Registered before the outputs go out: they may already hold this member's answer.
             let rx = wait_for(waiters, group, &member);
-            process_outputs(shard);
+            process_outputs(groups);
             rx.await.unwrap_or_else(|_| gone(member))
         }
     }
@@ -592,8 +599,8 @@ async fn settle<T>(
 
 /// Fires the coordinator's timers (session, rebalance and pending-member timeouts): one task per
 /// shard, parked on the shard's timing wheel until the coordinator's next deadline.
-pub async fn drive(shard: Rc<Shard>) {
-    let groups = shard.service::<GroupService>();
+pub async fn drive(groups: Rc<Groups>) {
+    let shard = &groups.shard;
     loop {
         let changed = groups.changed.listen();
         let next = groups.coordinator.borrow_mut().next_deadline();
@@ -613,6 +620,6 @@ pub async fn drive(shard: Rc<Shard>) {
         }
         let now_ms = shard.clock().monotonic_ms();
         groups.coordinator.borrow_mut().tick(now_ms);
-        process_outputs(&shard);
+        process_outputs(&groups);
     }
 }

@@ -5,8 +5,9 @@ use super::records::{self, Key};
 use super::state::{CommittedOffset, JoinRequest, JoinResponse, SyncResponse};
 use super::MAX_OFFSET_METADATA_BYTES;
 use super::{append, append_pending, apply_once_committed, newest_pending, process_outputs};
-use super::{settle, settle_pending, too_many_pending, GroupRequest, GroupService, OffsetEntry};
-use crate::shard::Shard;
+use super::{
+    settle, settle_pending, too_many_pending, GroupRequest, GroupService, Groups, OffsetEntry,
+};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
@@ -20,14 +21,14 @@ impl GroupRequest for Join {
     fn group(&self) -> &str {
         &self.0.group_id
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, JoinResponse> {
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, JoinResponse> {
         Box::pin(async move {
-            let groups = shard.service::<GroupService>();
+            let shard = &groups.shard;
             let group = self.0.group_id.clone();
             let now_ms = shard.clock().monotonic_ms();
             let reply = groups.coordinator.borrow_mut().join(now_ms, self.0);
             let gone = |member| JoinResponse::error(ResponseError::CoordinatorNotAvailable, member);
-            settle(&shard, &groups.joins, &group, reply, gone).await
+            settle(&groups, &groups.joins, &group, reply, gone).await
         })
     }
 }
@@ -46,9 +47,9 @@ impl GroupRequest for Sync {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, SyncResponse> {
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, SyncResponse> {
         Box::pin(async move {
-            let groups = shard.service::<GroupService>();
+            let shard = &groups.shard;
             let now_ms = shard.clock().monotonic_ms();
             let reply = groups.coordinator.borrow_mut().sync(
                 now_ms,
@@ -62,7 +63,7 @@ impl GroupRequest for Sync {
                 error_code: ResponseError::CoordinatorNotAvailable.code(),
                 ..Default::default()
             };
-            settle(&shard, &groups.syncs, &self.group, reply, gone).await
+            settle(&groups, &groups.syncs, &self.group, reply, gone).await
         })
     }
 }
@@ -80,9 +81,9 @@ impl GroupRequest for Heartbeat {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, i16> {
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, i16> {
         Box::pin(async move {
-            let groups = shard.service::<GroupService>();
+            let shard = &groups.shard;
             let now_ms = shard.clock().monotonic_ms();
             let code = groups.coordinator.borrow_mut().heartbeat(
                 now_ms,
@@ -91,7 +92,7 @@ impl GroupRequest for Heartbeat {
                 self.generation,
                 self.instance.as_deref(),
             );
-            process_outputs(&shard);
+            process_outputs(&groups);
             code
         })
     }
@@ -108,15 +109,15 @@ impl GroupRequest for Leave {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, (i16, Vec<i16>)> {
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, (i16, Vec<i16>)> {
         Box::pin(async move {
-            let groups = shard.service::<GroupService>();
+            let shard = &groups.shard;
             let now_ms = shard.clock().monotonic_ms();
             let left = groups
                 .coordinator
                 .borrow_mut()
                 .leave(now_ms, &self.group, &self.members);
-            process_outputs(&shard);
+            process_outputs(&groups);
             left
         })
     }
@@ -142,17 +143,18 @@ impl GroupRequest for TxnCommit {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Vec<i16>> {
-        Box::pin(async move { txn_commit(&shard, self).await })
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Vec<i16>> {
+        Box::pin(async move { txn_commit(&groups, self).await })
     }
 }
 
-async fn txn_commit(shard: &Rc<Shard>, c: TxnCommit) -> Vec<i16> {
+async fn txn_commit(groups: &Rc<Groups>, c: TxnCommit) -> Vec<i16> {
+    let shard = &groups.shard;
     // Kafka's rule: a transactional commit without membership (v0–2, or generation -1 and no
     // member id) is not checked against the group's members.
     let unchecked = c.generation < 0 && c.member.is_empty();
     if !unchecked {
-        let checked = check_member(shard, &c.group, &c.member, c.generation, c.instance);
+        let checked = check_member(groups, &c.group, &c.member, c.generation, c.instance);
         if let Err(code) = checked {
             return vec![code; c.offsets.len()];
         }
@@ -164,11 +166,10 @@ async fn txn_commit(shard: &Rc<Shard>, c: TxnCommit) -> Vec<i16> {
     }
     // Like produce with acks=all: answered once the commit is durable.
     let producer = Some(c.producer);
-    if let Err(code) = append(shard, &c.group, &batch.records, -1, producer).await {
+    if let Err(code) = append(groups, &c.group, &batch.records, -1, producer).await {
         batch.fail(code);
         return batch.codes;
     }
-    let groups = shard.service::<GroupService>();
     let mut coordinator = groups.coordinator.borrow_mut();
     coordinator
         .group_mut(&c.group)
@@ -180,20 +181,19 @@ async fn txn_commit(shard: &Rc<Shard>, c: TxnCommit) -> Vec<i16> {
 /// Whether the member may commit the group's offsets (its generation, or its static
 /// instance); Err: the code every offset of its commit answers.
 fn check_member(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     group: &str,
     member: &str,
     generation: i32,
     instance: Option<String>,
 ) -> Result<(), i16> {
-    let groups = shard.service::<GroupService>();
     let checked = groups.coordinator.borrow_mut().check_commit(
         group,
         member,
         generation,
         instance.as_deref(),
     );
-    process_outputs(shard); // a refused admission is counted there
+    process_outputs(groups); // a refused admission is counted there
     checked.map_err(|e| e.code())
 }
 
@@ -225,13 +225,14 @@ impl GroupRequest for StageCommit {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Staged> {
-        Box::pin(async move { stage_commit(&shard, self).await })
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Staged> {
+        Box::pin(async move { stage_commit(&groups, self).await })
     }
 }
 
-async fn stage_commit(shard: &Rc<Shard>, c: StageCommit) -> Staged {
-    if let Err(code) = check_member(shard, &c.group, &c.member, c.generation, c.instance) {
+async fn stage_commit(groups: &Rc<Groups>, c: StageCommit) -> Staged {
+    let shard = &groups.shard;
+    if let Err(code) = check_member(groups, &c.group, &c.member, c.generation, c.instance) {
         return Staged::Answered(vec![code; c.offsets.len()]);
     }
     let now_ms = shard.clock().wall_ms() as i64;
@@ -240,21 +241,21 @@ async fn stage_commit(shard: &Rc<Shard>, c: StageCommit) -> Staged {
         return Staged::Answered(batch.codes);
     }
     let accepted = std::mem::take(&mut batch.accepted);
-    let appended = match append_pending(shard, &c.group, &batch.records, accepted).await {
+    let appended = match append_pending(groups, &c.group, &batch.records, accepted).await {
         Ok(appended) => appended,
         Err(code) => {
             batch.fail(code);
             return Staged::Answered(batch.codes);
         }
     };
-    if !too_many_pending(&shard.service::<GroupService>()) {
+    if !too_many_pending(groups) {
         return Staged::Appended {
             codes: batch.codes,
             appended,
         };
     }
     // Backpressure: this connection waits for its commit before its next request.
-    if let Err(code) = settle_pending(shard, &c.group, appended).await {
+    if let Err(code) = settle_pending(groups, &c.group, appended).await {
         batch.fail(code);
     }
     Staged::Answered(batch.codes)
@@ -273,8 +274,8 @@ impl GroupRequest for SettleCommit {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
-        Box::pin(async move { settle_pending(&shard, &self.group, self.appended).await })
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Self::Reply> {
+        Box::pin(async move { settle_pending(&groups, &self.group, self.appended).await })
     }
 }
 
@@ -344,13 +345,12 @@ impl GroupRequest for FetchOffsets {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
-            let groups = shard.service::<GroupService>();
             // Read after the group's own commits still in flight: a client that committed
             // and then asks (on the same connection, or after its commit's answer) sees them.
-            if let Some(end_offset) = newest_pending(&shard, &self.group) {
-                let _ = apply_once_committed(&shard, &self.group, end_offset).await;
+            if let Some(end_offset) = newest_pending(&groups, &self.group) {
+                let _ = apply_once_committed(&groups, &self.group, end_offset).await;
             }
             let c = groups.coordinator.borrow();
             let group = c.groups.get(&self.group);
@@ -417,8 +417,8 @@ impl GroupRequest for Describe {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, GroupDescription> {
-        Box::pin(async move { describe(&shard.service::<GroupService>(), &self.group) })
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, GroupDescription> {
+        Box::pin(async move { describe(&groups, &self.group) })
     }
 }
 
@@ -462,9 +462,8 @@ impl GroupRequest for List {
     fn group(&self) -> &str {
         ""
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
-            let groups = shard.service::<GroupService>();
             let c = groups.coordinator.borrow();
             c.groups
                 .values()
@@ -497,13 +496,12 @@ impl GroupRequest for Delete {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, i16> {
-        Box::pin(async move { delete(&shard, self.group).await })
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, i16> {
+        Box::pin(async move { delete(&groups, self.group).await })
     }
 }
 
-async fn delete(shard: &Rc<Shard>, group: String) -> i16 {
-    let groups = shard.service::<GroupService>();
+async fn delete(groups: &Rc<Groups>, group: String) -> i16 {
     let offsets: Vec<(String, i32)> = match groups.coordinator.borrow().groups.get(&group) {
         Some(g) => g.offsets.committed().map(|(k, _)| k.clone()).collect(),
         None => Vec::new(),
@@ -519,7 +517,7 @@ async fn delete(shard: &Rc<Shard>, group: String) -> i16 {
         group: group.clone(),
     };
     tombstones.push((key.encode(), None));
-    match append(shard, &group, &tombstones, -1, None).await {
+    match append(groups, &group, &tombstones, -1, None).await {
         Ok(()) => 0,
         Err(code) => code,
     }
@@ -537,17 +535,16 @@ impl GroupRequest for DeleteOffsets {
     fn group(&self) -> &str {
         &self.group
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, (i16, Vec<i16>)> {
-        Box::pin(async move { delete_offsets(&shard, self.group, self.partitions).await })
+    fn run(self, groups: Rc<Groups>) -> LocalBoxFuture<'static, (i16, Vec<i16>)> {
+        Box::pin(async move { delete_offsets(&groups, self.group, self.partitions).await })
     }
 }
 
 async fn delete_offsets(
-    shard: &Rc<Shard>,
+    groups: &Rc<Groups>,
     group: String,
     partitions: Vec<(String, i32)>,
 ) -> (i16, Vec<i16>) {
-    let groups = shard.service::<GroupService>();
     let codes: Vec<i16> = {
         let c = groups.coordinator.borrow();
         let Some(g) = c.groups.get(&group) else {
@@ -575,7 +572,7 @@ async fn delete_offsets(
         .iter()
         .map(|(topic, partition)| offset_tombstone(&group, topic.clone(), *partition))
         .collect();
-    if let Err(code) = append(shard, &group, &tombstones, -1, None).await {
+    if let Err(code) = append(groups, &group, &tombstones, -1, None).await {
         return (code, Vec::new());
     }
     let mut c = groups.coordinator.borrow_mut();

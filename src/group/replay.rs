@@ -7,7 +7,7 @@
 
 use super::records::{self, Key};
 use super::state::{CommittedOffset, Coordinator, StoredGroup};
-use super::{GroupService, OFFSETS_TOPIC};
+use super::{GroupService, Groups, OFFSETS_TOPIC};
 use crate::metrics::add;
 use crate::partition::Partition;
 use crate::protocol::batch;
@@ -37,9 +37,10 @@ const LEADERSHIP_CHECK_MS: u64 = 100;
 /// Keeps the shard's coordinator in step with leadership of its `__consumer_offsets`
 /// partitions: loads each one this node starts leading, forgets the groups of each it stops
 /// leading. Runs for as long as the shard does.
-pub async fn follow_leadership(shard: Rc<Shard>) {
+pub async fn follow_leadership(groups: Rc<Groups>) {
+    let shard = &groups.shard;
     while !shard.is_shutting_down() {
-        load_led(&shard).await;
+        load_led(&groups).await;
         shard.housekeeping_sleep(LEADERSHIP_CHECK_MS).await;
     }
 }
@@ -47,11 +48,11 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
 /// One pass of `follow_leadership` (also the start-up load, before clients are served). A
 /// partition whose epoch start is not committed yet is left for a later pass: its groups
 /// answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
-pub async fn load_led(shard: &Rc<Shard>) {
-    coordinator_load::load_led(shard, &*shard.service::<GroupService>()).await;
+pub async fn load_led(groups: &Rc<Groups>) {
+    coordinator_load::load_led(groups).await;
 }
 
-impl Coordinated for GroupService {
+impl Coordinated for Groups {
     type Loaded = ();
 
     fn topic(&self) -> &'static str {
@@ -62,23 +63,23 @@ impl Coordinated for GroupService {
         &self.loaded
     }
 
-    fn unload(&self, shard: &Shard, index: i32, partitions: u32) {
-        unload(shard, self, index, partitions);
+    fn unload(&self, index: i32, partitions: u32) {
+        unload(&self.shard, self, index, partitions);
     }
 
-    fn waits(&self, shard: &Shard, p: &Partition, epoch_start: i64) {
-        note_load_wait(shard, self, p, epoch_start);
+    fn waits(&self, p: &Partition, epoch_start: i64) {
+        note_load_wait(&self.shard, self, p, epoch_start);
     }
 
-    async fn load(&self, shard: &Rc<Shard>, p: &Partition, partitions: u32) {
+    async fn load(self: &Rc<Self>, p: &Partition, partitions: u32) {
         let index = p.id().partition;
         // Markers committed from here on may come after the replay's last read.
         self.unsettled.borrow_mut().retain(|(i, _, _)| *i != index);
-        load(shard, p).await;
+        load(&self.shard, self, p).await;
         settle_held(self, index, partitions);
     }
 
-    fn on_loaded(&self, _shard: &Rc<Shard>, (): ()) {}
+    fn on_loaded(self: &Rc<Self>, (): ()) {}
 }
 
 /// Settles the transactions whose markers were committed on partition `index` during its
@@ -137,7 +138,7 @@ fn unload(shard: &Shard, service: &GroupService, index: i32, partitions: u32) {
 }
 
 /// Loads one partition's groups and offsets, up to the high watermark.
-async fn load(shard: &Rc<Shard>, p: &Partition) {
+async fn load(shard: &Shard, service: &GroupService, p: &Partition) {
     let mut latest = Latest::default();
     read_partition(p, &mut latest).await;
     if latest.undecodable > 0 {
@@ -151,7 +152,7 @@ async fn load(shard: &Rc<Shard>, p: &Partition) {
             latest.undecodable
         );
     }
-    restore(shard, p.name(), latest);
+    restore(shard, service, p.name(), latest);
 }
 
 /// Reads one partition from its start to its high watermark into `latest`.
@@ -228,8 +229,7 @@ pub fn learn(key: Option<&[u8]>, value: Option<&[u8]>, latest: &mut Latest) -> b
 }
 
 /// Hands what the replay found to the coordinator.
-fn restore(shard: &Shard, partition: &str, latest: Latest) {
-    let service = shard.service::<GroupService>();
+fn restore(shard: &Shard, service: &GroupService, partition: &str, latest: Latest) {
     let now_ms = shard.clock().monotonic_ms();
     let records = latest.records;
     let mut c = service.coordinator.borrow_mut();

@@ -3,6 +3,7 @@
 //! partition in the transaction, so that EndTxn writes a marker there too.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::group::{offsets_partition, OFFSETS_TOPIC};
 use crate::security::acl::Operation;
@@ -11,7 +12,6 @@ use crate::txn::{ops, service};
 use bytes::Bytes;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// The `__consumer_offsets` partition of `group`, as a transaction's partition.
 pub fn group_partition(shard: &Shard, group: &str) -> Result<(String, i32), ResponseError> {
@@ -25,11 +25,12 @@ pub fn group_partition(shard: &Shard, group: &str) -> Result<(String, i32), Resp
 }
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: AddOffsetsToTxnRequest = decode(body, version)?;
     let code =
         if !authorize::transactional_id(shard, caller, Operation::Write, &req.transactional_id.0) {
@@ -37,7 +38,7 @@ pub async fn handle(
         } else if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
             ResponseError::GroupAuthorizationFailed.code()
         } else {
-            match add(shard, &req).await {
+            match add(services, &req).await {
                 Ok(()) => 0,
                 Err(e) => super::txn_error_code(e, version, 2),
             }
@@ -48,7 +49,8 @@ pub async fn handle(
     )
 }
 
-async fn add(shard: &Rc<Shard>, req: &AddOffsetsToTxnRequest) -> Result<(), ResponseError> {
+async fn add(services: &Services, req: &AddOffsetsToTxnRequest) -> Result<(), ResponseError> {
+    let shard = &services.shard;
     if req.group_id.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
@@ -58,5 +60,5 @@ async fn add(shard: &Rc<Shard>, req: &AddOffsetsToTxnRequest) -> Result<(), Resp
         epoch: req.producer_epoch,
         partitions: vec![group_partition(shard, &req.group_id)?],
     };
-    service::route(shard, add).await?
+    service::route(&services.txns, add).await?
 }

@@ -7,6 +7,7 @@
 //! takes transactional batches (`txn/remote.rs`).
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::security::acl::Operation;
 use crate::shard::Shard;
@@ -18,14 +19,14 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: AddPartitionsToTxnRequest = decode(body, version)?;
     if version >= crate::txn::remote::VERIFY_VERSION {
         // Only brokers send the batched form (KIP-890): CLUSTER_ACTION.
@@ -34,7 +35,7 @@ pub async fn handle(
             let resp = AddPartitionsToTxnResponse::default().with_error_code(code);
             return encode(&resp, version);
         }
-        return from_broker(shard, version, &req).await;
+        return from_broker(services, version, &req).await;
     }
     let refused = refusals(shard, caller, &req);
     let wanted: Vec<(String, i32)> = req
@@ -50,7 +51,7 @@ pub async fn handle(
             epoch: req.v3_and_below_producer_epoch,
             partitions: wanted,
         };
-        match service::route(shard, add).await {
+        match service::route(&services.txns, add).await {
             Ok(Ok(())) => 0,
             Ok(Err(e)) | Err(e) => super::txn_error_code(e, version, 2),
         }
@@ -114,7 +115,7 @@ fn refusals(
 }
 
 async fn from_broker(
-    shard: &Rc<Shard>,
+    services: &Services,
     version: i16,
     req: &AddPartitionsToTxnRequest,
 ) -> anyhow::Result<Reply> {
@@ -123,7 +124,10 @@ async fn from_broker(
             "a broker's AddPartitionsToTxn while cut off from the other nodes (fault hook)"
         );
     }
-    let answers = req.transactions.iter().map(|t| answer(shard, t, version));
+    let answers = req
+        .transactions
+        .iter()
+        .map(|t| answer(services, t, version));
     let results = futures::future::join_all(answers).await;
     let resp = AddPartitionsToTxnResponse::default().with_results_by_transaction(results);
     encode(&resp, version)
@@ -134,7 +138,7 @@ async fn from_broker(
 const ABORTABLE_VERSION: i16 = 5;
 
 async fn answer(
-    shard: &Rc<Shard>,
+    services: &Services,
     t: &AddPartitionsToTxnTransaction,
     version: i16,
 ) -> AddPartitionsToTxnResult {
@@ -157,7 +161,7 @@ async fn answer(
         partitions,
         add: !t.verify_only,
     };
-    let outcomes = service::route(shard, verify)
+    let outcomes = service::route(&services.txns, verify)
         .await
         .unwrap_or_else(|e| vec![Err(e); n]);
     let mut outcomes = outcomes.into_iter();

@@ -5,6 +5,7 @@
 //! next append or roll, and retention from its next pass.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::controller::{self, ConfigChange, ControllerOp};
 use crate::security::acl::Operation;
@@ -13,7 +14,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// Both APIs answer (error, message, type, name) per resource, each in a response type of its
 /// own with the same builder methods.
@@ -54,11 +54,12 @@ pub(super) struct Resource {
 /// Runs the changes on the controller: topics' in one operation, each broker scope's in one
 /// of its own. One outcome per resource, in order.
 pub(super) async fn alter(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     resources: Vec<Resource>,
     validate_only: bool,
 ) -> Vec<Outcome> {
+    let shard = &services.shard;
     let mut decided = Vec::with_capacity(resources.len());
     let mut topics = Vec::new();
     let node = shard.config.node_id.to_string();
@@ -86,7 +87,7 @@ pub(super) async fn alter(
                     change,
                     validate_only,
                 };
-                decided.push(Some(submit_one(shard, op).await));
+                decided.push(Some(submit_one(services, op).await));
             }
             (BROKER, Ok(_)) => decided.push(refused(format!("no broker {} here", r.name))),
             (other, Ok(_)) => {
@@ -102,7 +103,7 @@ pub(super) async fn alter(
             topics,
             validate_only,
         };
-        match controller::submit(shard, op).await {
+        match controller::submit(&services.controllers, op).await {
             Ok(o) => o,
             _ => vec![(ResponseError::NotController.code(), None); n],
         }
@@ -137,15 +138,15 @@ pub(super) fn configs_refusal(
     }
 }
 
-async fn submit_one(shard: &Rc<Shard>, op: ControllerOp) -> Outcome {
-    match controller::submit(shard, op).await {
+async fn submit_one(services: &Services, op: ControllerOp) -> Outcome {
+    match controller::submit(&services.controllers, op).await {
         Ok(mut o) => o.pop().expect("one outcome for one scope"),
         Err(_) => (ResponseError::NotController.code(), None),
     }
 }
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
@@ -167,7 +168,7 @@ pub async fn handle(
             }
         })
         .collect();
-    let outcomes = alter(shard, caller, resources, req.validate_only).await;
+    let outcomes = alter(services, caller, resources, req.validate_only).await;
     let responses = resource_responses!(AlterConfigsResourceResponse, req.resources, outcomes);
     encode(
         &AlterConfigsResponse::default().with_responses(responses),

@@ -5,12 +5,12 @@
 //! (deleting what is not there). Needs ALTER on the cluster.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::security_ops::SecurityChange;
 use crate::controller::Outcome;
 use crate::security::acl::Operation;
 use crate::security::scram::{self, Credential};
-use crate::shard::Shard;
 use crate::storage::security::ScramCredentialRecord;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
@@ -19,17 +19,17 @@ use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
 };
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// Bound on the salt and salted password a client sends (bytes).
 const MAX_CREDENTIAL_BYTES: usize = 1024;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: AlterUserScramCredentialsRequest = decode(body, version)?;
     // (user, mechanism code, the change or why it is refused), in request order.
     let mut items: Vec<(String, i8, Result<SecurityChange, Outcome>)> = Vec::new();
@@ -49,7 +49,7 @@ pub async fn handle(
     }
     refuse_duplicates(&mut items);
     let denied = !authorize::cluster(shard, caller, Operation::Alter);
-    let outcomes = submit(shard, &items, denied).await;
+    let outcomes = submit(services, &items, denied).await;
     let mut results: Vec<AlterUserScramCredentialsResult> = Vec::new();
     for ((user, _, _), (code, message)) in items.iter().zip(outcomes) {
         match results.iter_mut().find(|r| r.user.as_str() == user) {
@@ -74,7 +74,7 @@ pub async fn handle(
 
 /// Each item's outcome: refused here, or the controller's.
 async fn submit(
-    shard: &Rc<Shard>,
+    services: &Services,
     items: &[(String, i8, Result<SecurityChange, Outcome>)],
     denied: bool,
 ) -> Vec<Outcome> {
@@ -86,7 +86,9 @@ async fn submit(
         .iter()
         .filter_map(|(_, _, c)| c.as_ref().ok().cloned())
         .collect();
-    let mut done = super::submit_security(shard, changes).await.into_iter();
+    let mut done = super::submit_security(&services.controllers, changes)
+        .await
+        .into_iter();
     items
         .iter()
         .map(|(_, _, c)| match c {

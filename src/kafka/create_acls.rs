@@ -3,6 +3,7 @@
 //! the cluster; SECURITY_DISABLED where authorization is off, as Kafka without an authorizer.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::security_ops::SecurityChange;
 use crate::controller::Outcome;
@@ -14,14 +15,14 @@ use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: CreateAclsRequest = decode(body, version)?;
     let refused = refusal(shard, caller, acl::Operation::Alter);
     let items: Vec<Result<AclRecord, Outcome>> = req
@@ -36,7 +37,9 @@ pub async fn handle(
         .iter()
         .filter_map(|i| i.as_ref().ok().cloned().map(SecurityChange::CreateAcl))
         .collect();
-    let mut done = super::submit_security(shard, changes).await.into_iter();
+    let mut done = super::submit_security(&services.controllers, changes)
+        .await
+        .into_iter();
     let results = items
         .into_iter()
         .map(|item| {

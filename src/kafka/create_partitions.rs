@@ -1,22 +1,22 @@
 //! CreatePartitions: grows a topic; new partitions open on their owning shards.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{ControllerOp, NewPartitions};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: CreatePartitionsRequest = decode(body, version)?;
     let topics: Vec<NewPartitions> = req
         .topics
@@ -41,7 +41,7 @@ pub async fn handle(
         validate_only,
     };
     let denied = ResponseError::TopicAuthorizationFailed;
-    let outcomes = super::submit_allowed(shard, topics, &allowed, op, denied).await;
+    let outcomes = super::submit_allowed(&services.controllers, topics, &allowed, op, denied).await;
     let results = req
         .topics
         .iter()

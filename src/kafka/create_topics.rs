@@ -2,6 +2,7 @@
 
 use super::authorize::{self, Caller};
 use super::describe_configs::described_topic;
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{ControllerOp, NewTopic};
 use crate::security::acl::{Operation, ResourceType::Cluster, CLUSTER_NAME};
@@ -12,14 +13,14 @@ use kafka_protocol::messages::create_topics_response::{
 };
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: CreateTopicsRequest = decode(body, version)?;
     let (topics, duplicated) = requested(&req);
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
@@ -35,7 +36,7 @@ pub async fn handle(
         validate_only,
     };
     let denied = ResponseError::TopicAuthorizationFailed;
-    let outcomes = super::submit_allowed(shard, topics, &allowed, op, denied).await;
+    let outcomes = super::submit_allowed(&services.controllers, topics, &allowed, op, denied).await;
     let twice = |name: String| {
         let message = format!("topic {name} is named more than once in the request");
         (name, (ResponseError::InvalidRequest.code(), Some(message)))

@@ -5,11 +5,11 @@
 use super::authorize::Caller;
 use super::create_acls::refusal;
 use super::describe_acls::filter;
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::security_ops::SecurityChange;
 use crate::controller::Outcome;
 use crate::security::acl::{self, Acl};
-use crate::shard::Shard;
 use crate::storage::security::AclRecord;
 use bytes::Bytes;
 use kafka_protocol::messages::delete_acls_response::{
@@ -17,14 +17,14 @@ use kafka_protocol::messages::delete_acls_response::{
 };
 use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: DeleteAclsRequest = decode(body, version)?;
     let refused = refusal(shard, caller, acl::Operation::Alter);
     let catalog = shard.catalog();
@@ -59,7 +59,7 @@ pub async fn handle(
         .iter()
         .map(|a| SecurityChange::DeleteAcl(AclRecord::new(a)))
         .collect();
-    let outcomes = super::submit_security(shard, changes).await;
+    let outcomes = super::submit_security(&services.controllers, changes).await;
     let outcome_of = |a: &Acl| {
         let i = gone
             .iter()

@@ -1,26 +1,26 @@
 //! DeleteGroups: only groups without members; their offsets are deleted with them.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
 use crate::protocol::wire::Writer;
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// The first version whose results carry an error message; its request is v2's.
 const ERROR_MESSAGE_VERSION: i16 = 3;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: DeleteGroupsRequest = decode(body, version.min(ERROR_MESSAGE_VERSION - 1))?;
     let mut results = Vec::with_capacity(req.groups_names.len());
     for g in &req.groups_names {
@@ -28,7 +28,7 @@ pub async fn handle(
             group: g.0.to_string(),
         };
         let code = match authorize::group(shard, caller, Operation::Delete, &g.0) {
-            true => route(shard, delete).await.unwrap_or_else(|c| c),
+            true => route(&services.groups, delete).await.unwrap_or_else(|c| c),
             false => ResponseError::GroupAuthorizationFailed.code(),
         };
         results.push(

@@ -1,6 +1,7 @@
 //! DeleteTopics, by name or (v6) by topic id.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::ControllerOp;
 use crate::security::acl::Operation;
@@ -10,14 +11,14 @@ use bytes::Bytes;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: DeleteTopicsRequest = decode(body, version)?;
     let wanted = wanted(shard, &req, version);
     // The broker's own topics are not deleted (stricter than Kafka, which deletes them and
@@ -33,7 +34,7 @@ pub async fn handle(
         .collect();
     let op = |names| ControllerOp::DeleteTopics { names };
     let denied = ResponseError::TopicAuthorizationFailed;
-    let mut outcomes = super::submit_allowed(shard, known, &allowed, op, denied)
+    let mut outcomes = super::submit_allowed(&services.controllers, known, &allowed, op, denied)
         .await
         .into_iter();
     let mut responses = Vec::with_capacity(wanted.len());

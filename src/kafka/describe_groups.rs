@@ -1,22 +1,22 @@
 //! DescribeGroups: state, protocol and members of each group.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::group::{ops, route};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: DescribeGroupsRequest = decode(body, version)?;
     let mut groups = Vec::with_capacity(req.groups.len());
     for g in &req.groups {
@@ -27,7 +27,7 @@ pub async fn handle(
             continue;
         }
         let described = match route(
-            shard,
+            &services.groups,
             ops::Describe {
                 group: g.0.to_string(),
             },

@@ -8,7 +8,7 @@ use super::authorize::{self, Caller};
 use super::{decode, encode, Reply};
 use crate::partition::TopicPartition;
 use crate::security::acl::Operation;
-use crate::shard::mesh::Request;
+use crate::shard::mesh::{Peer, Request};
 use crate::shard::Shard;
 use crate::storage::catalog::TopicMeta;
 use bytes::Bytes;

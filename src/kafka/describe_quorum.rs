@@ -7,25 +7,25 @@
 //! Brokers that are not voters are listed as observers.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::controller::QuorumView;
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use crate::storage::catalog::Catalog;
 use bytes::Bytes;
 use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 const METADATA_TOPIC: &str = "__cluster_metadata";
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: DescribeQuorumRequest = decode(body, version)?;
     if !authorize::cluster(shard, caller, Operation::Describe) {
         let code = ResponseError::ClusterAuthorizationFailed.code();
@@ -35,7 +35,10 @@ pub async fn handle(
         );
     }
     let view = match shard.config.is_clustered() {
-        true => crate::controller::quorum_view(shard).await.ok().flatten(),
+        true => crate::controller::quorum_view(&services.controllers)
+            .await
+            .ok()
+            .flatten(),
         false => Some(QuorumView {
             leader_id: shard.config.node_id,
             term: 1,

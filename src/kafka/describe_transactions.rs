@@ -3,9 +3,9 @@
 //! TRANSACTIONAL_ID_NOT_FOUND; one whose coordinator is not here NOT_COORDINATOR.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use crate::txn::state::TxnRecord;
 use crate::txn::{ops, service};
 use bytes::Bytes;
@@ -14,14 +14,14 @@ use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, TopicName,
 };
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: DescribeTransactionsRequest = decode(body, version)?;
     let described = req.transactional_ids.iter().map(|id| async move {
         let describe = ops::Describe {
@@ -32,7 +32,7 @@ pub async fn handle(
             let code = ResponseError::TransactionalIdAuthorizationFailed.code();
             return state.with_error_code(code);
         }
-        match service::route(shard, describe).await {
+        match service::route(&services.txns, describe).await {
             Ok(Some(r)) => described(state, &r),
             Ok(None) => state.with_error_code(ResponseError::TransactionalIdNotFound.code()),
             Err(e) => state.with_error_code(e.code()),

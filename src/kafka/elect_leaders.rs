@@ -2,23 +2,23 @@
 //! partitions without a leader, by the controller. No partitions named: every partition.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp};
 use crate::protocol::topics::group_by_topic;
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: ElectLeadersRequest = decode(body, version)?;
     if !authorize::cluster(shard, caller, Operation::Alter) {
         let code = ResponseError::ClusterAuthorizationFailed.code();
@@ -49,7 +49,7 @@ pub async fn handle(
         election_type,
         partitions: partitions.clone(),
     };
-    let outcomes = controller::submit(shard, op)
+    let outcomes = controller::submit(&services.controllers, op)
         .await
         .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); partitions.len()]);
     let answers = partitions

@@ -5,24 +5,24 @@
 //! next transaction is written under.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use crate::txn::{ops, service};
 use bytes::Bytes;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// The first EndTxn version of transaction version 2.
 pub const EPOCH_BUMP_VERSION: i16 = 5;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: EndTxnRequest = decode(body, version)?;
     if !authorize::transactional_id(shard, caller, Operation::Write, &req.transactional_id.0) {
         let code = ResponseError::TransactionalIdAuthorizationFailed.code();
@@ -35,7 +35,7 @@ pub async fn handle(
         commit: req.committed,
         bump_epoch: version >= EPOCH_BUMP_VERSION,
     };
-    let resp = match service::route(shard, end).await {
+    let resp = match service::route(&services.txns, end).await {
         Ok(Ok((producer_id, epoch))) if version >= EPOCH_BUMP_VERSION => EndTxnResponse::default()
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(epoch),

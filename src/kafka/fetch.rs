@@ -11,13 +11,13 @@
 
 use super::authorize::{self, Caller};
 use super::fetch_session::{Answered, Begin, FetchSessions, Key, Wanted, INVALID_SESSION_ID};
-use super::{decode, Reply};
+use super::{decode, Reply, Services};
 use crate::config::ReplicaSelector;
 use crate::partition::{Partition, ReadRequest, ReadResult, TopicPartition, Watch};
 use crate::protocol::chunk::Chunk;
 use crate::protocol::fetch::{self as codec, PartitionResponse, TopicResponse};
 use crate::security::acl::{Operation, ResourceType};
-use crate::shard::mesh::Request;
+use crate::shard::mesh::{Peer, Request};
 use crate::shard::{Shard, Wait};
 use crate::storage::catalog::{Catalog, TopicMeta};
 use bytes::Bytes;
@@ -30,9 +30,6 @@ use std::sync::Arc;
 
 /// Upper bound on max_wait_ms, so a client cannot park a request for hours.
 const MAX_WAIT_MS_LIMIT: i32 = 5 * 60 * 1000;
-
-/// The fetch sessions of one shard's connections (a service the server wires in).
-pub type SessionCache = RefCell<FetchSessions>;
 
 /// One partition to read, with its owner.
 #[derive(Clone, Copy)]
@@ -162,25 +159,26 @@ impl Request for WaitOnOwner {
 /// A fetch runs beside the connection's later requests (its long poll would otherwise hold
 /// them up); its answer still goes out in request order.
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Rc<Services>,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: FetchRequest = decode(body, version)?;
-    let shard = shard.clone();
+    let services = services.clone();
     let caller = caller.clone();
     Ok(Reply::Later(Box::pin(async move {
-        serve(&shard, &caller, version, req).await
+        serve(&services, &caller, version, req).await
     })))
 }
 
 async fn serve(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     req: FetchRequest,
 ) -> anyhow::Result<Vec<Chunk>> {
+    let (shard, sessions) = (&services.shard, &services.sessions);
     let catalog = shard.catalog();
     let replica = replica_of(&catalog, version, &req);
     // A follower's fetch moves high watermarks and in-sync sets, so Kafka asks CLUSTER_ACTION
@@ -193,7 +191,7 @@ async fn serve(
     };
     let (requested, unknown) = listed(&catalog, version, &req, &readable);
     let served = if version >= 7 {
-        match join_session(shard, &catalog, version, &req, requested) {
+        match join_session((shard, sessions), &catalog, version, &req, requested) {
             Ok(served) => served,
             Err(e) => return Ok(session_error(e, version)),
         }
@@ -231,7 +229,7 @@ async fn serve(
         anyhow::bail!("a follower's parked fetch while cut off from the other nodes (fault hook)");
     }
     let (session_id, incremental) = (served.session_id, served.incremental);
-    let topics = respond(shard, session_id, incremental, entries, outcomes);
+    let topics = respond(sessions, session_id, incremental, entries, outcomes);
     let resp = codec::FetchResponse {
         error_code: 0,
         session_id,
@@ -368,7 +366,7 @@ struct Served {
 
 /// Applies the request's session fields (v7+).
 fn join_session(
-    shard: &Shard,
+    (shard, sessions): (&Shard, &RefCell<FetchSessions>),
     catalog: &Catalog,
     version: i16,
     req: &FetchRequest,
@@ -383,7 +381,6 @@ fn join_session(
         })
         .flatten()
         .collect();
-    let sessions = shard.service::<SessionCache>();
     let begun = sessions.borrow_mut().begin(
         req.session_id,
         req.session_epoch,
@@ -488,7 +485,7 @@ async fn read_or_wait(
 /// The response's topics: each entry with its outcome, less those an incremental answer leaves
 /// out (see `FetchSessions::finish`), consecutive partitions of a topic grouped.
 fn respond(
-    shard: &Shard,
+    sessions: &RefCell<FetchSessions>,
     session_id: i32,
     incremental: bool,
     entries: Vec<Entry>,
@@ -508,7 +505,7 @@ fn respond(
             (e, o)
         })
         .collect();
-    let send = session_filter(shard, session_id, incremental, &answers);
+    let send = session_filter(sessions, session_id, incremental, &answers);
     let mut topics: Vec<TopicResponse> = Vec::new();
     for ((e, o), send) in answers.into_iter().zip(send) {
         if !send {
@@ -539,7 +536,7 @@ fn respond(
 /// Which answers go in the response (see `FetchSessions::finish`). Sessionless fetches
 /// (librdkafka's, kafkajs's) send everything.
 fn session_filter(
-    shard: &Shard,
+    sessions: &RefCell<FetchSessions>,
     session_id: i32,
     incremental: bool,
     answers: &[(Entry, ReadResult)],
@@ -565,8 +562,7 @@ fn session_filter(
             has_records: o.records.as_ref().is_some_and(|r| !r.is_empty()),
         })
         .collect();
-    shard
-        .service::<SessionCache>()
+    sessions
         .borrow_mut()
         .finish(session_id, incremental, &answered)
 }

@@ -6,17 +6,16 @@
 //! every replica). v4 batches keys.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp, NewTopic};
 use crate::group::{offsets_partition, OFFSETS_TOPIC};
 use crate::security::acl::{Operation, ResourceType};
-use crate::shard::Shard;
 use crate::txn::service::{state_partition, TXN_STATE_TOPIC};
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
@@ -24,11 +23,12 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 /// Where a key's coordinator is: Ok((node, host, port)) or Err(error code). Needs DESCRIBE on
 /// the group or transactional id.
 fn coordinator_of(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     key_type: i8,
     key: &str,
 ) -> Result<(i32, String, i32), i16> {
+    let shard = &services.shard;
     let not_available = ResponseError::CoordinatorNotAvailable.code();
     let (kind, denied) = match key_type {
         KEY_TYPE_GROUP => (ResourceType::Group, ResponseError::GroupAuthorizationFailed),
@@ -55,7 +55,7 @@ fn coordinator_of(
                 // waits for `transaction.state.log.replication.factor` brokers).
                 let live = controller::internal_topic_brokers_live(shard, TXN_STATE_TOPIC);
                 if !catalog.is_clustered() || live {
-                    create_txn_state_topic(shard);
+                    create_txn_state_topic(services);
                 }
                 return Err(not_available);
             }
@@ -75,7 +75,8 @@ fn coordinator_of(
 /// Creates `__transaction_state` (compacted, `transactions.state_partitions` partitions, the
 /// internal topics' default replication) in the background, through the active controller in
 /// a cluster; FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile.
-fn create_txn_state_topic(shard: &Rc<Shard>) {
+fn create_txn_state_topic(services: &Services) {
+    let shard = &services.shard;
     let topic = NewTopic {
         name: TXN_STATE_TOPIC.to_string(),
         partitions: shard.config.transactions.state_partitions,
@@ -87,9 +88,10 @@ fn create_txn_state_topic(shard: &Rc<Shard>) {
         topics: vec![topic],
         validate_only: false,
     };
-    let shard = shard.clone();
+    let controllers = services.controllers.clone();
     glommio::spawn_local(async move {
-        for (code, message) in controller::submit(&shard, op).await.unwrap_or_default() {
+        let outcomes = controller::submit(&controllers, op).await;
+        for (code, message) in outcomes.unwrap_or_default() {
             // TOPIC_ALREADY_EXISTS: another request created it first.
             if code != 0 && code != ResponseError::TopicAlreadyExists.code() {
                 log::error!("cannot create {TXN_STATE_TOPIC}: {code} {message:?}");
@@ -100,13 +102,13 @@ fn create_txn_state_topic(shard: &Rc<Shard>) {
 }
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: FindCoordinatorRequest = decode(body, version)?;
-    let answer = |key: &str| match coordinator_of(shard, caller, req.key_type, key) {
+    let answer = |key: &str| match coordinator_of(services, caller, req.key_type, key) {
         Ok(found) => (0, found),
         Err(code) => (code, (-1, String::new(), -1)),
     };

@@ -4,18 +4,17 @@
 
 use super::alter_configs::{alter, resource_responses, Outcome, Resource};
 use super::Caller;
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::controller::ConfigChange;
-use crate::shard::Shard;
 use crate::storage::catalog::ConfigOp;
 use bytes::Bytes;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
@@ -50,7 +49,7 @@ pub async fn handle(
             }
         })
         .collect();
-    let outcomes = alter(shard, caller, resources, req.validate_only).await;
+    let outcomes = alter(services, caller, resources, req.validate_only).await;
     let responses = resource_responses!(AlterConfigsResourceResponse, req.resources, outcomes);
     encode(
         &IncrementalAlterConfigsResponse::default().with_responses(responses),

@@ -6,6 +6,7 @@
 //! current ones, or be retrying the bump that made them: an older one is PRODUCER_FENCED.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::security::acl::{Operation, ResourceType};
 use crate::shard::Shard;
@@ -13,14 +14,14 @@ use crate::txn::{ops, service};
 use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: InitProducerIdRequest = decode(body, version)?;
     let answer = match &req.transactional_id {
         Some(id) if !authorize::transactional_id(shard, caller, Operation::Write, id) => {
@@ -39,14 +40,14 @@ pub async fn handle(
                 timeout_ms: req.transaction_timeout_ms,
                 producer: known,
             };
-            match service::route(shard, init).await {
+            match service::route(&services.txns, init).await {
                 Ok(answer) => answer.map_err(|e| super::txn_error_code(e, version, 4)),
                 Err(e) => Err(e.code()),
             }
         }
         // Kafka gives a non-transactional producer a fresh id on every request, also when it
         // asks for an epoch bump (KIP-360): its old sequence state is then simply unused.
-        None => match crate::controller::allocate_producer_id(shard).await {
+        None => match crate::controller::allocate_producer_id(&services.controllers).await {
             Ok(Ok(id)) => Ok((id, 0)),
             Ok(Err(code)) => Err(code),
             Err(_) => Err(ResponseError::CoordinatorNotAvailable.code()),

@@ -1,24 +1,24 @@
 //! JoinGroup: parks until the rebalance completes (see group/state.rs).
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::state::{JoinRequest, JoinResponse};
 use crate::group::{ops, route};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
     client_id: &str,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: JoinGroupRequest = decode(body, version)?;
     if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
         let code = ResponseError::GroupAuthorizationFailed.code();
@@ -49,7 +49,7 @@ pub async fn handle(
     let r = if group.is_empty() {
         Err(ResponseError::InvalidGroupId.code())
     } else {
-        route(shard, ops::Join(join)).await
+        route(&services.groups, ops::Join(join)).await
     };
     let resp = match r {
         Ok(r) => joined(r, version),

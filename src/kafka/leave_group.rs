@@ -1,22 +1,22 @@
 //! LeaveGroup: one member (v0–v2) or a batch by member or instance id (v3+, KIP-345).
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: LeaveGroupRequest = decode(body, version)?;
     if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
         let code = ResponseError::GroupAuthorizationFailed.code();
@@ -45,7 +45,7 @@ pub async fn handle(
     };
     // A group not served here (NOT_COORDINATOR, ...) is answered with its top-level error
     // alone and no member rows, as Kafka does.
-    let (code, each) = route(shard, leave)
+    let (code, each) = route(&services.groups, leave)
         .await
         .unwrap_or_else(|c| (c, Vec::new()));
     let resp = if version >= 3 {

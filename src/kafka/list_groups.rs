@@ -2,29 +2,29 @@
 //! type (KIP-848: every group here is a classic one).
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::security::acl::{Operation, ResourceType, CLUSTER_NAME};
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
-use std::rc::Rc;
 
 const CLASSIC: &str = "classic";
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: ListGroupsRequest = decode(body, version)?;
     let mut groups = Vec::new();
     // Every group with DESCRIBE on the cluster; else those the caller may describe (Kafka's).
     let listed =
         |kind, name: &str| authorize::permits(shard, caller, Operation::Describe, kind, name);
     let all = listed(ResourceType::Cluster, CLUSTER_NAME);
-    for (id, protocol_type, state) in crate::group::list_all(shard).await {
+    for (id, protocol_type, state) in crate::group::list_all(&services.groups).await {
         if !all && !listed(ResourceType::Group, &id) {
             continue;
         }

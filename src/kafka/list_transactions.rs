@@ -5,9 +5,9 @@
 //! which shares Java's for everything but backreferences and lookaround.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::security::acl::{Operation, ResourceType};
-use crate::shard::Shard;
 use crate::txn::service;
 use crate::txn::state::{ListFilter, State};
 use bytes::Bytes;
@@ -16,14 +16,14 @@ use kafka_protocol::messages::{
     ListTransactionsRequest, ListTransactionsResponse, ProducerId, TransactionalId,
 };
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: ListTransactionsRequest = decode(body, version)?;
     let pattern = match id_pattern(req.transactional_id_pattern.as_deref()) {
         Ok(pattern) => pattern,
@@ -50,7 +50,7 @@ pub async fn handle(
         producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: req.duration_filter,
     };
-    response = match service::list_all(shard, filter).await {
+    response = match service::list_all(&services.txns, filter).await {
         Ok(listed) => response.with_transaction_states(
             listed
                 .into_iter()

@@ -4,6 +4,7 @@
 //! With auto-creation on (Kafka's default), unknown topics asked for by name are created.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{authorized_operations, decode, encode, str_bytes, Reply};
 use crate::config::ListenerConfig;
 use crate::controller::{self, ControllerOp, NewTopic};
@@ -16,14 +17,14 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: MetadataRequest = decode(body, version)?;
     // None: every topic. v0 used an empty list for that. A topic asked for by id is looked up
     // by its id alone, as Kafka does: the Java AdminClient sends an empty name beside it.
@@ -42,7 +43,7 @@ pub async fn handle(
     let auto_create =
         shard.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     if let (true, Some(list)) = (auto_create, &requested) {
-        create_missing(shard, caller, list).await;
+        create_missing(services, caller, list).await;
     }
     let catalog = shard.catalog();
     let mut topics = topic_entries(shard, caller, &catalog, requested, version);
@@ -117,7 +118,12 @@ fn topic_entries(
 /// Creates the named topics that do not exist (`auto_create_topics`), those the caller may
 /// create (CREATE on the cluster or the topic). Outcomes show in the catalog read after; a race
 /// with another creator (TOPIC_ALREADY_EXISTS) is success here.
-async fn create_missing(shard: &Rc<Shard>, caller: &Caller, list: &[(Option<String>, uuid::Uuid)]) {
+async fn create_missing(
+    services: &Services,
+    caller: &Caller,
+    list: &[(Option<String>, uuid::Uuid)],
+) {
+    let shard = &services.shard;
     let catalog = shard.catalog();
     let anywhere = authorize::permits(shard, caller, Operation::Create, Cluster, CLUSTER_NAME);
     let missing: Vec<NewTopic> = list
@@ -141,7 +147,7 @@ async fn create_missing(shard: &Rc<Shard>, caller: &Caller, list: &[(Option<Stri
             topics: missing,
             validate_only: false,
         };
-        let _ = controller::submit(shard, op).await;
+        let _ = controller::submit(&services.controllers, op).await;
     }
 }
 

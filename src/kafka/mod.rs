@@ -47,19 +47,21 @@ pub mod partition_reassignments;
 pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
+pub mod services;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod update_features;
 pub mod write_txn_markers;
 
 pub use authorize::Caller;
+pub use services::Services;
 
+use crate::controller::Controllers;
 use crate::partition::TopicPartition;
 use crate::protocol;
 use crate::protocol::chunk::Chunk;
 use crate::protocol::frame::RequestHeader;
-use crate::shard::mesh::Request;
-use crate::shard::Shard;
+use crate::shard::mesh::{Peer, Request};
 use bytes::{Bytes, BytesMut};
 use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::{ApiKey, TopicName};
@@ -71,7 +73,7 @@ use std::rc::Rc;
 /// these) and its handler. `SUPPORTED` and `dispatch` are both made from it, so an API cannot be
 /// advertised without a handler or handled at a version not advertised.
 macro_rules! served_apis {
-    (($shard:ident, $caller:ident, $v:ident, $body:ident, $client_id:ident)
+    (($services:ident, $shard:ident, $caller:ident, $v:ident, $body:ident, $client_id:ident)
      $($key:ident ($lo:expr, $hi:expr) => $handle:expr,)*) => {
         /// The versions served, per API.
         pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[$((ApiKey::$key, $lo, $hi),)*];
@@ -79,11 +81,12 @@ macro_rules! served_apis {
         /// Runs the handler for a request whose version was checked by `supported`. An Err
         /// means the request could not be decoded: the connection is closed, as Kafka does.
         pub async fn dispatch(
-            $shard: &Rc<Shard>,
+            $services: &Rc<Services>,
             header: &RequestHeader,
             $body: Bytes,
             $caller: &Caller,
         ) -> anyhow::Result<Reply> {
+            let $shard = &$services.shard;
             let $v = header.api_version;
             let $client_id = header.client_id.as_deref().unwrap_or_default();
             match header.api_key {
@@ -95,50 +98,50 @@ macro_rules! served_apis {
 }
 
 served_apis! {
-    (shard, caller, v, body, client_id)
+    (services, shard, caller, v, body, client_id)
     Produce (protocol::produce::MIN_VERSION, protocol::produce::MAX_VERSION) =>
-        produce::handle(shard, caller, v, body).await,
+        produce::handle(services, caller, v, body).await,
     Fetch (protocol::fetch::MIN_VERSION, protocol::fetch::MAX_VERSION) =>
-        fetch::handle(shard, caller, v, body).await,
+        fetch::handle(services, caller, v, body).await,
     ListOffsets (1, 10) => list_offsets::handle(shard, caller, v, body).await,
-    Metadata (0, 13) => metadata::handle(shard, caller, v, body).await,
+    Metadata (0, 13) => metadata::handle(services, caller, v, body).await,
     ApiVersions (0, api_versions::MAX_VERSION) => api_versions::handle(shard, v, body),
-    CreateTopics (2, 7) => create_topics::handle(shard, caller, v, body).await,
-    DeleteTopics (1, 6) => delete_topics::handle(shard, caller, v, body).await,
+    CreateTopics (2, 7) => create_topics::handle(services, caller, v, body).await,
+    DeleteTopics (1, 6) => delete_topics::handle(services, caller, v, body).await,
     DescribeConfigs (1, 4) => describe_configs::handle(shard, caller, v, body).await,
-    CreatePartitions (0, 3) => create_partitions::handle(shard, caller, v, body).await,
-    FindCoordinator (0, 6) => find_coordinator::handle(shard, caller, v, body).await,
-    JoinGroup (0, 9) => join_group::handle(shard, caller, v, body, client_id).await,
-    SyncGroup (0, 5) => sync_group::handle(shard, caller, v, body).await,
-    Heartbeat (0, 4) => heartbeat::handle(shard, caller, v, body).await,
-    LeaveGroup (0, 5) => leave_group::handle(shard, caller, v, body).await,
-    OffsetCommit (2, 9) => offset_commit::handle(shard, caller, v, body).await,
-    OffsetFetch (1, 9) => offset_fetch::handle(shard, caller, v, body).await,
-    DescribeGroups (0, 6) => describe_groups::handle(shard, caller, v, body).await,
-    ListGroups (0, 5) => list_groups::handle(shard, caller, v, body).await,
-    DeleteGroups (0, 3) => delete_groups::handle(shard, caller, v, body).await,
-    OffsetDelete (0, 0) => offset_delete::handle(shard, caller, v, body).await,
-    InitProducerId (0, 5) => init_producer_id::handle(shard, caller, v, body).await,
-    AddPartitionsToTxn (0, 5) => add_partitions_to_txn::handle(shard, caller, v, body).await,
-    AddOffsetsToTxn (0, 4) => add_offsets_to_txn::handle(shard, caller, v, body).await,
-    EndTxn (0, 5) => end_txn::handle(shard, caller, v, body).await,
-    TxnOffsetCommit (0, 5) => txn_offset_commit::handle(shard, caller, v, body).await,
-    WriteTxnMarkers (1, 1) => write_txn_markers::handle(shard, caller, v, body).await,
-    DescribeTransactions (0, 0) => describe_transactions::handle(shard, caller, v, body).await,
-    ListTransactions (0, 2) => list_transactions::handle(shard, caller, v, body).await,
+    CreatePartitions (0, 3) => create_partitions::handle(services, caller, v, body).await,
+    FindCoordinator (0, 6) => find_coordinator::handle(services, caller, v, body).await,
+    JoinGroup (0, 9) => join_group::handle(services, caller, v, body, client_id).await,
+    SyncGroup (0, 5) => sync_group::handle(services, caller, v, body).await,
+    Heartbeat (0, 4) => heartbeat::handle(services, caller, v, body).await,
+    LeaveGroup (0, 5) => leave_group::handle(services, caller, v, body).await,
+    OffsetCommit (2, 9) => offset_commit::handle(services, caller, v, body).await,
+    OffsetFetch (1, 9) => offset_fetch::handle(services, caller, v, body).await,
+    DescribeGroups (0, 6) => describe_groups::handle(services, caller, v, body).await,
+    ListGroups (0, 5) => list_groups::handle(services, caller, v, body).await,
+    DeleteGroups (0, 3) => delete_groups::handle(services, caller, v, body).await,
+    OffsetDelete (0, 0) => offset_delete::handle(services, caller, v, body).await,
+    InitProducerId (0, 5) => init_producer_id::handle(services, caller, v, body).await,
+    AddPartitionsToTxn (0, 5) => add_partitions_to_txn::handle(services, caller, v, body).await,
+    AddOffsetsToTxn (0, 4) => add_offsets_to_txn::handle(services, caller, v, body).await,
+    EndTxn (0, 5) => end_txn::handle(services, caller, v, body).await,
+    TxnOffsetCommit (0, 5) => txn_offset_commit::handle(services, caller, v, body).await,
+    WriteTxnMarkers (1, 1) => write_txn_markers::handle(services, caller, v, body).await,
+    DescribeTransactions (0, 0) => describe_transactions::handle(services, caller, v, body).await,
+    ListTransactions (0, 2) => list_transactions::handle(services, caller, v, body).await,
     DescribeProducers (0, 0) => describe_producers::handle(shard, caller, v, body).await,
     DescribeLogDirs (1, 4) => describe_log_dirs::handle(shard, caller, v, body).await,
     DescribeClientQuotas (0, 1) => describe_client_quotas::handle(shard, caller, v, body),
     DeleteRecords (0, 2) => delete_records::handle(shard, caller, v, body).await,
-    AlterConfigs (0, 2) => alter_configs::handle(shard, caller, v, body).await,
+    AlterConfigs (0, 2) => alter_configs::handle(services, caller, v, body).await,
     IncrementalAlterConfigs (0, 1) =>
-        incremental_alter_configs::handle(shard, caller, v, body).await,
+        incremental_alter_configs::handle(services, caller, v, body).await,
     DescribeCluster (0, 2) => describe_cluster::handle(shard, caller, v, body).await,
-    DescribeQuorum (0, 1) => describe_quorum::handle(shard, caller, v, body).await,
+    DescribeQuorum (0, 1) => describe_quorum::handle(services, caller, v, body).await,
     OffsetForLeaderEpoch (0, 4) => offset_for_leader_epoch::handle(shard, caller, v, body).await,
-    ElectLeaders (0, 2) => elect_leaders::handle(shard, caller, v, body).await,
+    ElectLeaders (0, 2) => elect_leaders::handle(services, caller, v, body).await,
     AlterPartitionReassignments (0, 1) =>
-        partition_reassignments::alter(shard, caller, v, body).await,
+        partition_reassignments::alter(services, caller, v, body).await,
     ListPartitionReassignments (0, 0) =>
         partition_reassignments::list(shard, caller, v, body).await,
     // They change the connection's state: the connection serves them (`server/authenticate.rs`).
@@ -147,11 +150,11 @@ served_apis! {
     DescribeUserScramCredentials (0, 0) =>
         describe_user_scram_credentials::handle(shard, caller, v, body),
     AlterUserScramCredentials (0, 0) =>
-        alter_user_scram_credentials::handle(shard, caller, v, body).await,
-    CreateAcls (0, 3) => create_acls::handle(shard, caller, v, body).await,
+        alter_user_scram_credentials::handle(services, caller, v, body).await,
+    CreateAcls (0, 3) => create_acls::handle(services, caller, v, body).await,
     DescribeAcls (0, 3) => describe_acls::handle(shard, caller, v, body),
-    DeleteAcls (0, 3) => delete_acls::handle(shard, caller, v, body).await,
-    UpdateFeatures (0, 2) => update_features::handle(shard, caller, v, body).await,
+    DeleteAcls (0, 3) => delete_acls::handle(services, caller, v, body).await,
+    UpdateFeatures (0, 2) => update_features::handle(services, caller, v, body).await,
 }
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -188,8 +191,8 @@ pub fn api_names() -> crate::metrics::ApiNames {
 /// `failed(NOT_LEADER_OR_FOLLOWER)`, so that clients refresh their metadata; so are partitions
 /// of a shard that has stopped (shutdown), so that clients retry elsewhere. Topics `allowed`
 /// refuses are answered `failed(TOPIC_AUTHORIZATION_FAILED)`.
-pub async fn per_partition<'a, P: 'a, T, R: Clone + 'static, Q>(
-    shard: &Rc<Shard>,
+pub async fn per_partition<'a, C: Peer, P: 'a, T, R: Clone + 'static, Q>(
+    on: &Rc<C>,
     (topics, allowed): (
         impl IntoIterator<Item = (&'a TopicName, &'a [P])>,
         impl Fn(&str) -> bool,
@@ -200,8 +203,9 @@ pub async fn per_partition<'a, P: 'a, T, R: Clone + 'static, Q>(
     failed: impl Fn(ResponseError) -> R,
 ) -> Vec<(TopicName, Vec<(i32, R)>)>
 where
-    Q: Request<Reply = Vec<R>>,
+    Q: Request<C, Reply = Vec<R>>,
 {
+    let shard = on.home();
     let catalog = shard.catalog();
     // Each item with its owning shard; the layout says which item (or error) answers what.
     type Slot = Result<usize, ResponseError>;
@@ -229,7 +233,7 @@ where
             (name.clone(), row)
         })
         .collect();
-    let outcomes = shard
+    let outcomes = on
         .scatter(items, request, || {
             failed(ResponseError::NotLeaderOrFollower)
         })
@@ -279,11 +283,11 @@ pub fn str_bytes(s: &str) -> StrBytes {
 /// Runs `op`, of `n` items, on the controller: one outcome per item, NOT_CONTROLLER for each
 /// when the controller shard is stopping.
 pub async fn submit_op(
-    shard: &Rc<Shard>,
+    controllers: &Rc<Controllers>,
     op: crate::controller::ControllerOp,
     n: usize,
 ) -> Vec<crate::controller::Outcome> {
-    crate::controller::submit(shard, op)
+    crate::controller::submit(controllers, op)
         .await
         .unwrap_or_else(|_| {
             let gone = ResponseError::NotController.code();
@@ -293,12 +297,19 @@ pub async fn submit_op(
 
 /// Runs credential and ACL changes on the controller: one outcome each.
 pub async fn submit_security(
-    shard: &Rc<Shard>,
+    controllers: &Rc<Controllers>,
     changes: Vec<crate::controller::security_ops::SecurityChange>,
 ) -> Vec<crate::controller::Outcome> {
     match changes.len() {
         0 => Vec::new(),
-        n => submit_op(shard, crate::controller::ControllerOp::Security(changes), n).await,
+        n => {
+            submit_op(
+                controllers,
+                crate::controller::ControllerOp::Security(changes),
+                n,
+            )
+            .await
+        }
     }
 }
 
@@ -306,7 +317,7 @@ pub async fn submit_security(
 /// item), as the operation `op` builds from them; the others are answered `refused`. One
 /// outcome per item, in order; NOT_CONTROLLER for each when the controller shard is stopping.
 pub async fn submit_allowed<T>(
-    shard: &Rc<Shard>,
+    controllers: &Rc<Controllers>,
     items: Vec<T>,
     allowed: &[bool],
     op: impl FnOnce(Vec<T>) -> crate::controller::ControllerOp,
@@ -321,7 +332,7 @@ pub async fn submit_allowed<T>(
     let n = permitted.len();
     let mut done = match n {
         0 => Vec::new(),
-        _ => submit_op(shard, op(permitted), n).await,
+        _ => submit_op(controllers, op(permitted), n).await,
     }
     .into_iter();
     allowed

@@ -4,6 +4,7 @@
 //! helpers are TxnOffsetCommit's too.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, encode_body, Reply};
 use crate::group::ops::Staged;
 use crate::group::{ops, route, OffsetEntry};
@@ -16,7 +17,6 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// Per request topic, each partition's index and either an index into the offsets to commit
 /// or an error found here.
@@ -26,11 +26,12 @@ pub type Layout = Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)>;
 pub type Requested<'a> = (i32, i64, i32, Option<&'a StrBytes>);
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: OffsetCommitRequest = decode(body, version)?;
     let group = req.group_id.0.to_string();
     let topics = req.topics.iter().map(|t| {
@@ -64,17 +65,17 @@ pub async fn handle(
             instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
             offsets,
         };
-        match route(shard, op).await {
+        match route(&services.groups, op).await {
             Err(code) => vec![code; n],
             Ok(Staged::Answered(codes)) => codes,
             Ok(Staged::Appended { codes, appended }) => {
                 // Answered once the append commits, while the connection serves its next
                 // requests (its heartbeats, its next commits: they share the fsync).
-                let shard = shard.clone();
+                let groups = services.groups.clone();
                 return Ok(Reply::Later(Box::pin(async move {
                     let mut codes = codes;
                     let settle = ops::SettleCommit { group, appended };
-                    if let Ok(Err(code)) | Err(code) = route(&shard, settle).await {
+                    if let Ok(Err(code)) | Err(code) = route(&groups, settle).await {
                         ops::fail_written(&mut codes, code);
                     }
                     encode_body(&response(layout, &codes), version)

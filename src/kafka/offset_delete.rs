@@ -1,35 +1,39 @@
 //! OffsetDelete: removes committed offsets of topics the group no longer subscribes to.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
 };
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
-pub async fn handle(
-    shard: &Rc<Shard>,
-    caller: &Caller,
-    version: i16,
-    body: Bytes,
-) -> anyhow::Result<Reply> {
-    let req: OffsetDeleteRequest = decode(body, version)?;
-    let group = req.group_id.0.to_string();
-    let partitions: Vec<(String, i32)> = req
-        .topics
+/// The request's partitions, as (topic, partition), in order.
+fn listed(req: &OffsetDeleteRequest) -> Vec<(String, i32)> {
+    req.topics
         .iter()
         .flat_map(|t| {
             t.partitions
                 .iter()
                 .map(|p| (t.name.0.to_string(), p.partition_index))
         })
-        .collect();
+        .collect()
+}
+
+pub async fn handle(
+    services: &Services,
+    caller: &Caller,
+    version: i16,
+    body: Bytes,
+) -> anyhow::Result<Reply> {
+    let (shard, groups) = (&services.shard, &services.groups);
+    let req: OffsetDeleteRequest = decode(body, version)?;
+    let group = req.group_id.0.to_string();
+    let partitions = listed(&req);
     // DELETE on the group, then READ on each topic (a partition of another is refused alone).
     let readable: Vec<bool> = partitions
         .iter()
@@ -47,7 +51,7 @@ pub async fn handle(
             group,
             partitions: allowed,
         };
-        route(shard, delete)
+        route(groups, delete)
             .await
             .unwrap_or_else(|c| (c, Vec::new()))
     };

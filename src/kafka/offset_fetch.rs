@@ -1,10 +1,10 @@
 //! OffsetFetch: one group (v1–v7) or several (v8).
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::{ops, route, OffsetEntry};
 use crate::security::acl::{Operation, ResourceType::Topic};
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -13,7 +13,6 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 /// A committed offset and its partition's error code.
 type Fetched = (OffsetEntry, i16);
@@ -22,12 +21,13 @@ type Fetched = (OffsetEntry, i16);
 /// topics the caller may not describe, TOPIC_AUTHORIZATION_FAILED where named and nothing where
 /// all were asked for (Kafka's rule).
 async fn fetch(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
     require_stable: bool,
 ) -> Result<Vec<Fetched>, i16> {
+    let shard = &services.shard;
     if !authorize::group(shard, caller, Operation::Describe, group) {
         return Err(ResponseError::GroupAuthorizationFailed.code());
     }
@@ -37,7 +37,7 @@ async fn fetch(
         partitions,
         require_stable,
     };
-    let mut entries = route(shard, fetch).await?;
+    let mut entries = route(&services.groups, fetch).await?;
     let mut describable = std::collections::HashMap::new();
     entries.retain_mut(|((topic, _, offset, _, _), code)| {
         let allowed = *describable
@@ -75,21 +75,21 @@ fn by_topic(entries: Vec<Fetched>) -> BTreeMap<String, Vec<Fetched>> {
 }
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
     let req: OffsetFetchRequest = decode(body, version)?;
     if version >= 8 {
-        return handle_groups(shard, caller, version, req).await;
+        return handle_groups(services, caller, version, req).await;
     }
-    handle_group(shard, caller, version, req).await
+    handle_group(services, caller, version, req).await
 }
 
 /// v8+: several groups in one request.
 async fn handle_groups(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     req: OffsetFetchRequest,
@@ -101,7 +101,7 @@ async fn handle_groups(
             .as_ref()
             .map(|ts| requested(ts.iter().map(|t| (&t.name, &t.partition_indexes))));
         let group = g.group_id.0.as_str();
-        let fetched = fetch(shard, caller, group, partitions, req.require_stable).await;
+        let fetched = fetch(services, caller, group, partitions, req.require_stable).await;
         let group = match fetched {
             Ok(entries) => OffsetFetchResponseGroup::default()
                 .with_group_id(g.group_id.clone())
@@ -137,7 +137,7 @@ async fn handle_groups(
 
 /// v1..=7: one group.
 async fn handle_group(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     req: OffsetFetchRequest,
@@ -149,7 +149,15 @@ async fn handle_group(
     let group: &GroupId = &req.group_id;
     // Only v7+ asks for stable offsets.
     let require_stable = version >= 7 && req.require_stable;
-    let resp = match fetch(shard, caller, group.0.as_str(), partitions, require_stable).await {
+    let resp = match fetch(
+        services,
+        caller,
+        group.0.as_str(),
+        partitions,
+        require_stable,
+    )
+    .await
+    {
         Ok(entries) => OffsetFetchResponse::default().with_topics(
             by_topic(entries)
                 .into_iter()

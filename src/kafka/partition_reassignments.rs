@@ -3,6 +3,7 @@
 //! moves in progress from this node's catalog.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{self, ControllerOp};
 use crate::protocol::topics::group_by_topic;
@@ -51,11 +52,12 @@ fn alone(
 }
 
 pub async fn alter(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: AlterPartitionReassignmentsRequest = decode(body, version)?;
     if !authorize::cluster(shard, caller, Operation::Alter) {
         let code = ResponseError::ClusterAuthorizationFailed.code();
@@ -83,7 +85,7 @@ pub async fn alter(
         .filter(|(_, r)| r.is_none())
         .map(|(p, _)| p.clone())
         .collect();
-    let mut decided = decide(shard, asked).await.into_iter();
+    let mut decided = decide(services, asked).await.into_iter();
     let outcomes: Vec<_> = refused
         .into_iter()
         .map(|r| r.unwrap_or_else(|| decided.next().expect("one outcome per partition asked")))
@@ -115,15 +117,16 @@ pub async fn alter(
 
 /// The outcome of each move asked: the controller's, or (a single node) this broker's own.
 async fn decide(
-    shard: &Rc<Shard>,
+    services: &Services,
     asked: Vec<(String, i32, Option<Vec<i32>>)>,
 ) -> Vec<(i16, Option<String>)> {
+    let shard = &services.shard;
     if !shard.config.is_clustered() {
         return asked.iter().map(|p| alone(shard, p)).collect();
     }
     let n = asked.len();
     let op = ControllerOp::Reassign { partitions: asked };
-    controller::submit(shard, op)
+    controller::submit(&services.controllers, op)
         .await
         .unwrap_or_else(|_| vec![(ResponseError::NotController.code(), None); n])
 }

@@ -11,14 +11,16 @@
 
 use super::authorize::{self, Caller};
 use super::Reply;
+use super::Services;
 use crate::partition::ingest::Rejected;
 use crate::partition::{Source, TopicPartition};
 use crate::protocol::batch;
 use crate::protocol::produce::{self, ProduceRequest};
 use crate::security::acl::{Operation, ResourceType};
-use crate::shard::mesh::Request;
+use crate::shard::mesh::{Peer, Request};
 use crate::shard::Shard;
 use crate::storage::catalog::is_internal;
+use crate::txn::service::Txns;
 use crate::txn::{ops, remote};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -184,17 +186,18 @@ type Slots = Vec<Vec<(i32, Result<usize, ResponseError>)>>;
 type Routed = Vec<(usize, (TopicPartition, Option<Bytes>, Source))>;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let mut req =
         produce::decode(body, version).map_err(|e| anyhow::anyhow!("produce request: {}", e.0))?;
     name_topics(shard, &mut req);
     let refused = refusals(shard, caller, &req);
     let verified = match refused.transaction {
-        false => verify_transactional(shard, &req, version).await,
+        false => verify_transactional(&services.txns, &req, version).await,
         true => Verdicts::new(),
     };
     let (items, slots) = route(shard, &req, &verified, &refused);
@@ -324,7 +327,7 @@ type Verdicts = HashMap<(String, i32), Result<(), ResponseError>>;
 /// producer answers by aborting), and a coordinator that cannot answer now, or is busy ending
 /// the transaction before, NOT_ENOUGH_REPLICAS, which producers retry (as Kafka's
 /// verification answers).
-async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest, version: i16) -> Verdicts {
+async fn verify_transactional(txns: &Rc<Txns>, req: &ProduceRequest, version: i16) -> Verdicts {
     let add = version >= IMPLICIT_ADD_VERSION;
     let Some(id) = &req.transactional_id else {
         return Verdicts::new();
@@ -356,7 +359,7 @@ async fn verify_transactional(shard: &Rc<Shard>, req: &ProduceRequest, version: 
         _ if version >= ABORTABLE_VERSION => ResponseError::TransactionAbortable,
         _ => ResponseError::InvalidTxnState,
     };
-    let verdicts: Vec<_> = match remote::verify(shard, verify).await {
+    let verdicts: Vec<_> = match remote::verify(txns, verify).await {
         Ok(answers) => answers.into_iter().map(|v| v.map_err(as_produce)).collect(),
         Err(_) => vec![Err(ResponseError::NotEnoughReplicas); partitions.len()],
     };

@@ -6,7 +6,7 @@
 
 use super::{decode, encode_body};
 use crate::protocol::chunk::Chunk;
-use crate::security::node::{NodeLogin, NODE_USER};
+use crate::security::node::NODE_USER;
 use crate::security::sasl::{Answer, Exchange, Refused};
 use crate::security::scram;
 use crate::shard::Shard;
@@ -71,7 +71,7 @@ pub fn token(
 ) -> (Result<Vec<u8>, Refused>, Outcome) {
     let catalog = shard.catalog();
     // The node user's credential is derived from the cluster secret, never looked up.
-    let nodes = shard.service::<NodeLogin>();
+    let nodes = &shard.login;
     let lookup = |user: &str, m: scram::Mechanism| match user {
         NODE_USER => nodes.credential(m),
         _ => catalog.security.credential(user, m),

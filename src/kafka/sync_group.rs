@@ -1,21 +1,21 @@
 //! SyncGroup: the leader hands out the assignment; everyone gets its share.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::group::{ops, route};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: SyncGroupRequest = decode(body, version)?;
     if !authorize::group(shard, caller, Operation::Read, &req.group_id.0) {
         let code = ResponseError::GroupAuthorizationFailed.code();
@@ -32,7 +32,7 @@ pub async fn handle(
             .map(|a| (a.member_id.to_string(), a.assignment.clone()))
             .collect(),
     };
-    let resp = match route(shard, op).await {
+    let resp = match route(&services.groups, op).await {
         Ok(r) => {
             let mut resp = SyncGroupResponse::default()
                 .with_error_code(r.error_code)

@@ -9,10 +9,10 @@
 use super::add_offsets_to_txn::group_partition;
 use super::authorize::{self, Caller};
 use super::offset_commit::{answered, listed, refuse_all};
+use super::Services;
 use super::{decode, encode, Reply};
 use crate::group::{ops, route};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use crate::txn::{ops as txn_ops, remote};
 use bytes::Bytes;
 use kafka_protocol::messages::txn_offset_commit_response::{
@@ -20,17 +20,17 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// The first TxnOffsetCommit version of transaction version 2: it adds the offsets partition.
 const IMPLICIT_ADD_VERSION: i16 = 5;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: TxnOffsetCommitRequest = decode(body, version)?;
     let topics = req.topics.iter().map(|t| {
         let partitions = t.partitions.iter().map(|p| {
@@ -55,7 +55,7 @@ pub async fn handle(
     if let Some(e) = refused {
         refuse_all(&mut layout, e);
     }
-    let codes = match verify(shard, &req, version >= IMPLICIT_ADD_VERSION).await {
+    let codes = match verify(services, &req, version >= IMPLICIT_ADD_VERSION).await {
         _ if refused.is_some() => Vec::new(),
         Err(e) => vec![e.code(); n],
         Ok(()) if n == 0 => Vec::new(),
@@ -68,7 +68,9 @@ pub async fn handle(
                 offsets,
                 producer: (req.producer_id.0, req.producer_epoch),
             };
-            route(shard, op).await.unwrap_or_else(|c| vec![c; n])
+            route(&services.groups, op)
+                .await
+                .unwrap_or_else(|c| vec![c; n])
         }
     };
     let topics = answered(layout, &codes)
@@ -94,15 +96,16 @@ pub async fn handle(
 /// Whether the group's offsets partition is in the producer's ongoing transaction (added
 /// first with `add`).
 async fn verify(
-    shard: &Rc<Shard>,
+    services: &Services,
     req: &TxnOffsetCommitRequest,
     add: bool,
 ) -> Result<(), ResponseError> {
+    let shard = &services.shard;
     if req.group_id.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
     // Another node's group is refused before its transaction is asked about (Kafka's order).
-    crate::group::coordinated_partition(shard, &req.group_id)?;
+    crate::group::coordinated_partition(&services.groups, &req.group_id)?;
     let check = txn_ops::Verify {
         id: req.transactional_id.0.to_string(),
         producer_id: req.producer_id.0,
@@ -110,7 +113,7 @@ async fn verify(
         partitions: vec![group_partition(shard, &req.group_id)?],
         add,
     };
-    let verdicts = remote::verify(shard, check).await?;
+    let verdicts = remote::verify(&services.txns, check).await?;
     verdicts
         .into_iter()
         .next()

@@ -5,26 +5,26 @@
 //! Needs ALTER on the cluster.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, str_bytes, Reply};
 use crate::controller::features::{FeatureUpdate, UPGRADE};
 use crate::controller::{self, ControllerOp};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{UpdateFeaturesRequest, UpdateFeaturesResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 /// v0's `allow_downgrade` as v1's `upgrade_type`: a safe downgrade.
 const SAFE_DOWNGRADE: i8 = 2;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: UpdateFeaturesRequest = decode(body, version)?;
     let updates: Vec<FeatureUpdate> = req
         .feature_updates
@@ -50,7 +50,7 @@ pub async fn handle(
             updates: updates.clone(),
             validate_only: req.validate_only,
         };
-        match controller::submit(shard, op).await {
+        match controller::submit(&services.controllers, op).await {
             // An active controller of an older release knows no levels: it cannot take one.
             Ok(outcomes) => match outcomes.into_iter().next().unwrap_or((0, None)) {
                 (code, why) if code == ResponseError::UnsupportedVersion.code() => {

@@ -5,9 +5,9 @@
 //! the coordinator tries again at its new leader. Only brokers send it.
 
 use super::authorize::{self, Caller};
+use super::Services;
 use super::{decode, encode, per_partition, Reply};
 use crate::security::acl::Operation;
-use crate::shard::Shard;
 use crate::txn::markers::{Marker, MarkersOnOwner};
 use bytes::Bytes;
 use kafka_protocol::messages::write_txn_markers_response::{
@@ -15,14 +15,14 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
 
 pub async fn handle(
-    shard: &Rc<Shard>,
+    services: &Services,
     caller: &Caller,
     version: i16,
     body: Bytes,
 ) -> anyhow::Result<Reply> {
+    let shard = &services.shard;
     let req: WriteTxnMarkersRequest = decode(body, version)?;
     if crate::rpc::cut_off() {
         anyhow::bail!("a coordinator's markers while cut off from the other nodes (fault hook)");
@@ -37,7 +37,7 @@ pub async fn handle(
         let outcomes = match allowed {
             true => {
                 per_partition(
-                    shard,
+                    &services.txns,
                     (listed, |_: &str| true),
                     |p| *p,
                     |tp, _| Marker {

@@ -13,7 +13,6 @@ use crate::partition::replica::FollowerView;
 use crate::partition::{Partition, Watch};
 use crate::protocol::topics::group_by_topic;
 use crate::rpc::kafka_client::KafkaClient;
-use crate::security::node::NodeLogin;
 use crate::shard::Shard;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -67,7 +66,7 @@ pub async fn follow(shard: Rc<Shard>, leader: i32) {
             continue;
         };
         if client.as_ref().is_none_or(|c| c.target != target) {
-            let login = shard.service::<NodeLogin>();
+            let login = shard.login.clone();
             client = Some(KafkaClient::new(target, CLIENT_ID, login));
         }
         let c = client.as_mut().expect("just made");

@@ -7,7 +7,7 @@
 //! the high watermark from the ask on, until the leader installs another set or the controller
 //! refuses the ask for good (`partition/commit.rs`).
 
-use crate::controller::{self, ControllerOp, IsrChange};
+use crate::controller::{self, ControllerOp, Controllers, IsrChange};
 use crate::partition::commit::IsrRequest;
 use crate::partition::{Partition, TopicPartition};
 use crate::shard::Shard;
@@ -21,7 +21,8 @@ const MAX_PERIOD_MS: u64 = 250;
 /// An outstanding ask not yet settled is sent again after this (its answer may be lost).
 pub const RETRY_MS: u64 = 2_000;
 
-pub async fn keep(shard: Rc<Shard>) {
+pub async fn keep(controllers: Rc<Controllers>) {
+    let shard = &controllers.shard;
     let lag_max_ms = shard.config.cluster.replica_lag_time_max_ms;
     let period_ms = (lag_max_ms / 4).clamp(MIN_PERIOD_MS, MAX_PERIOD_MS);
     // When each partition's ask was last sent.
@@ -31,7 +32,7 @@ pub async fn keep(shard: Rc<Shard>) {
         let now_ms = shard.clock().monotonic_ms();
         let node = shard.catalog().node_id;
         let partitions = shard.partition_list();
-        publish(&shard, &partitions);
+        publish(shard, &partitions);
         sent_ms.retain(|tp, _| partitions.iter().any(|p| p.id() == *tp));
         for p in partitions {
             let last = sent_ms.get(&p.id()).copied();
@@ -46,21 +47,22 @@ pub async fn keep(shard: Rc<Shard>) {
                 &shard.metrics().isr_expands
             };
             crate::metrics::bump(counter);
-            let shard = shard.clone();
-            glommio::spawn_local(async move { ask(&shard, &p, node, request).await }).detach();
+            let controllers = controllers.clone();
+            glommio::spawn_local(async move { ask(&controllers, &p, node, request).await })
+                .detach();
         }
     }
 }
 
 /// Asks the controller for one change. A refusal for good (an invalid set, an ineligible
 /// joiner) ends the ask; any other answer leaves it to the set this node installs next.
-async fn ask(shard: &Rc<Shard>, p: &Partition, node: i32, request: IsrRequest) {
+async fn ask(controllers: &Rc<Controllers>, p: &Partition, node: i32, request: IsrRequest) {
     let change = IsrChange::new(p.id().topic_id, p.id().partition, node, request.clone());
     let op = ControllerOp::alter_partition(change, request.partition_epoch);
     let name = p.name();
     let isr = &request.isr;
     // Err: the controller shard is stopping.
-    if let Ok(outcomes) = controller::submit(shard, op).await {
+    if let Ok(outcomes) = controller::submit(controllers, op).await {
         match outcomes.first() {
             Some((0, _)) => log::info!("partition {name}: asked for in-sync set {isr:?}"),
             Some((code, msg)) => {

@@ -114,7 +114,7 @@
 pub mod fetcher;
 pub mod isr;
 
-use crate::shard::Shard;
+use crate::controller::Controllers;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -125,8 +125,9 @@ const SUPERVISE_PERIOD_MS: u64 = 100;
 
 /// Runs the shard's replication: starts a fetcher for each leader its partitions follow (each
 /// ends by itself when none does any more) and the in-sync set keeper. For a clustered node.
-pub async fn run(shard: Rc<Shard>) {
-    glommio::spawn_local(isr::keep(shard.clone())).detach();
+pub async fn run(controllers: Rc<Controllers>) {
+    let shard = controllers.shard.clone();
+    glommio::spawn_local(isr::keep(controllers)).detach();
     let mut running: HashMap<i32, Rc<Cell<bool>>> = HashMap::new();
     while !shard.is_shutting_down() {
         running.retain(|_, alive| alive.get());

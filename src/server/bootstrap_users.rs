@@ -4,9 +4,8 @@
 //! has caught up to. The password itself is never stored.
 
 use crate::controller::security_ops::SecurityChange;
-use crate::controller::{self, ControllerOp};
+use crate::controller::{self, ControllerOp, Controllers};
 use crate::security::scram::{self, Credential};
-use crate::shard::Shard;
 use crate::storage::security::ScramCredentialRecord;
 use std::rc::Rc;
 use std::time::Duration;
@@ -19,7 +18,8 @@ const RETRY_MS: u64 = 1_000;
 const MAX_ATTEMPTS: u32 = 60;
 
 /// Creates the bootstrap users' missing credentials, retrying while the controller is away.
-pub async fn ensure(shard: Rc<Shard>) {
+pub async fn ensure(controllers: Rc<Controllers>) {
+    let shard = &controllers.shard;
     let users = &shard.config.sasl.bootstrap_users;
     if users.is_empty() {
         return;
@@ -53,7 +53,7 @@ pub async fn ensure(shard: Rc<Shard>) {
     }
     for attempt in 1..=MAX_ATTEMPTS {
         let op = ControllerOp::Security(changes.clone());
-        let outcomes = controller::execute(&shard, op).await;
+        let outcomes = controller::execute(&controllers, op).await;
         match outcomes.iter().find(|(code, _)| *code != 0) {
             None => {
                 log::info!("bootstrap users: {} ready", users.len());

@@ -19,6 +19,7 @@
 use super::authenticate::{self, Auth};
 use crate::clock::Clock;
 use crate::config::ListenerConfig;
+use crate::kafka::Services;
 use crate::kafka::{self, Caller, Reply};
 use crate::metrics::{adjust, bump, ShardMetrics};
 use crate::protocol::chunk::Chunk;
@@ -80,7 +81,10 @@ impl Drop for Held {
 struct Stop;
 
 pub(super) struct Conn {
+    /// The shard serving the connection (`services.shard`, at hand).
     pub(super) shard: Rc<Shard>,
+    /// What the connection's handlers reach (`kafka::Services`).
+    services: Rc<Services>,
     pub(super) peer: String,
     /// The TCP socket, for recv and sendfile, where the stream is the socket itself (None
     /// under TLS); valid while the connection's stream lives.
@@ -93,7 +97,7 @@ pub(super) struct Conn {
 /// Serves one connection on `listener` until it closes; `_admission` holds its slot in the
 /// connection limits.
 pub async fn serve(
-    shard: Rc<Shard>,
+    services: Rc<Services>,
     listener: Rc<ListenerConfig>,
     stream: TcpStream,
     _admission: super::limits::Admission,
@@ -114,10 +118,10 @@ pub async fn serve(
             return;
         }
         let caller = Caller::new(listener, anonymous(), host);
-        return run(&Conn::new(shard, peer, caller, Some(socket)), stream).await;
+        return run(&Conn::new(services, peer, caller, Some(socket)), stream).await;
     }
     let protocol = listener.security_protocol;
-    let Some(stream) = super::tls::handshake(&shard, &peer, protocol, stream).await else {
+    let Some(stream) = super::tls::handshake(&services.shard, &peer, protocol, stream).await else {
         return;
     };
     // Mutual TLS: the client certificate's subject names the principal.
@@ -130,17 +134,19 @@ pub async fn serve(
         .and_then(|c| crate::security::principal::of_certificate(c))
         .unwrap_or_else(anonymous);
     let caller = Caller::new(listener, principal, host);
-    run(&Conn::new(shard, peer, caller, None), stream).await
+    run(&Conn::new(services, peer, caller, None), stream).await
 }
 
 impl Conn {
     /// `socket`: the TCP socket where the stream is the socket itself (None under TLS).
-    fn new(shard: Rc<Shard>, peer: String, caller: Caller, socket: Option<RawFd>) -> Conn {
+    fn new(services: Rc<Services>, peer: String, caller: Caller, socket: Option<RawFd>) -> Conn {
+        let shard = services.shard.clone();
         let max_in_flight = shard.config.max_in_flight_requests_per_connection;
         Conn {
             in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
             auth: Auth::new(&shard, caller),
             shard,
+            services,
             peer,
             socket,
         }
@@ -650,7 +656,7 @@ async fn dispatch(conn: &Conn, header: RequestHeader, body: Bytes, held: Held) -
     );
     shard.metrics().count_request(header.api_key as i16);
     let caller = conn.auth.caller();
-    let answer = match kafka::dispatch(shard, &header, body, &caller).await {
+    let answer = match kafka::dispatch(&conn.services, &header, body, &caller).await {
         Ok(Reply::None) => {
             held.observe(shard.clock(), header.api_key);
             return None; // `held` goes: nothing to write

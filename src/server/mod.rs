@@ -1,5 +1,6 @@
-//! Start-up and shutdown: one pinned glommio executor per shard, joined in a channel mesh, each
-//! accepting on the same port (SO_REUSEPORT) so the kernel spreads connections across shards.
+//! Start-up and shutdown: one pinned glommio executor per shard, joined in channel meshes (the
+//! shards' own and one per service that runs on every shard), each accepting on the same port
+//! (SO_REUSEPORT) so the kernel spreads connections across shards.
 
 pub mod authenticate;
 pub mod bootstrap_users;
@@ -14,18 +15,18 @@ use crate::config::Config;
 use crate::controller::applied::{self, Applied};
 use crate::controller::cluster::{self, Cluster};
 use crate::controller::quorum::{self, Quorum, QuorumInbox};
-use crate::controller::{self, Controller, ControllerOp, NewTopic};
-use crate::group::GroupService;
-use crate::kafka::fetch::SessionCache;
+use crate::controller::{self, Controller, ControllerOp, Controllers, NewTopic};
+use crate::group::{GroupService, Groups};
 use crate::kafka::fetch_session::FetchSessions;
+use crate::kafka::Services;
 use crate::metrics::{adjust, ShardMetrics};
-use crate::shard::mesh::{Mesh, MeshMsg};
+use crate::shard::mesh::{self, Mesh, MeshMsg, Sharded};
 use crate::shard::router::Router;
 use crate::shard::{flusher, Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::Catalog;
+use crate::txn::service::{TxnService, Txns};
 use event_listener::Event;
-use futures::StreamExt;
-use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::rc::Rc;
@@ -81,7 +82,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         log::info!("metrics on http://{addr}/metrics (and /healthz, /readyz)");
     }
     let limits = limits::ConnectionLimits::new();
-    let mesh = MeshBuilder::<MeshMsg, _>::full(shards, MESH_CHANNEL_CAPACITY);
+    let meshes = Meshes::new(shards);
     let cpus = config.shard_cpus();
     let mut handles = Vec::with_capacity(shards);
     for (id, shard_metrics) in metrics.iter().enumerate() {
@@ -100,11 +101,11 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
                 None
             },
         };
-        let mesh = mesh.clone();
+        let meshes = meshes.clone();
         let handle = LocalExecutorBuilder::new(placement(&config, &cpus, id)?)
             .name(&format!("shard-{id}"))
             .blocking_thread_pool_placement(blocking_placement(&cpus)?)
-            .spawn(move || async move { run_shard(start, mesh).await })
+            .spawn(move || async move { run_shard(start, meshes).await })
             .map_err(|e| anyhow::anyhow!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
     }
@@ -363,8 +364,9 @@ fn join_shards(handles: Vec<glommio::ExecutorJoinHandle<anyhow::Result<()>>>) ->
 /// Creates `__consumer_offsets` on first start, so groups have somewhere to live. Other shards
 /// may serve clients meanwhile; they answer group requests with COORDINATOR_NOT_AVAILABLE (which
 /// clients retry) until it exists.
-async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+async fn ensure_offsets_topic(controllers: &Rc<Controllers>) {
     use crate::group::OFFSETS_TOPIC;
+    let shard = &controllers.shard;
     // A broker told to stop while starting makes it at its next start.
     if shard.catalog().topics.contains_key(OFFSETS_TOPIC) || SHUTDOWN.load(Ordering::SeqCst) {
         return;
@@ -387,7 +389,7 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
         topics: vec![topic],
         validate_only: false,
     };
-    for (code, message) in controller::execute(shard, op).await {
+    for (code, message) in controller::execute(controllers, op).await {
         if code != 0 {
             log::error!("cannot create {OFFSETS_TOPIC}: {code} {message:?}");
         }
@@ -425,22 +427,65 @@ struct ShardStart {
     rpc_listener: Option<std::net::TcpListener>,
 }
 
-async fn run_shard(
-    mut start: ShardStart,
-    mesh: MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>,
-) -> anyhow::Result<()> {
-    let id = start.id;
-    let stop_mark = StopMark::default();
-    let (senders, mut receivers) = mesh
+/// The channel meshes every shard joins: the shards' own (partition work, catalog installs)
+/// and one per service that runs on every shard.
+#[derive(Clone)]
+struct Meshes {
+    shards: MeshBuilder<MeshMsg<Shard>, Full>,
+    groups: MeshBuilder<MeshMsg<Groups>, Full>,
+    txns: MeshBuilder<MeshMsg<Txns>, Full>,
+    controllers: MeshBuilder<MeshMsg<Controllers>, Full>,
+}
+
+impl Meshes {
+    fn new(shards: usize) -> Meshes {
+        Meshes {
+            shards: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
+            groups: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
+            txns: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
+            controllers: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
+        }
+    }
+}
+
+/// Shard `id`'s end of one mesh, and what arrives there (served once the shard is ready).
+async fn join<C: 'static>(
+    id: usize,
+    shards: usize,
+    builder: MeshBuilder<MeshMsg<C>, Full>,
+) -> anyhow::Result<(Mesh<C>, Receivers<MeshMsg<C>>)> {
+    let (senders, receivers) = builder
         .join()
         .await
         .map_err(|_| anyhow::anyhow!("shard {id}: cannot join the mesh"))?;
+    Ok((Mesh::new(id, shards, Some(senders)), receivers))
+}
+
+/// What other shards send a shard's meshes, served from `serve_meshes` on.
+struct Inboxes {
+    shard: Receivers<MeshMsg<Shard>>,
+    groups: Receivers<MeshMsg<Groups>>,
+    txns: Receivers<MeshMsg<Txns>>,
+    controllers: Receivers<MeshMsg<Controllers>>,
+}
+
+fn serve_meshes(services: &Services, inboxes: Inboxes) {
+    mesh::serve(&services.shard, inboxes.shard);
+    mesh::serve(&services.groups, inboxes.groups);
+    mesh::serve(&services.txns, inboxes.txns);
+    mesh::serve(&services.controllers, inboxes.controllers);
+}
+
+async fn run_shard(mut start: ShardStart, meshes: Meshes) -> anyhow::Result<()> {
+    let id = start.id;
+    let stop_mark = StopMark::default();
+    let (mesh, shard_inbox) = join(id, start.router.shards(), meshes.shards.clone()).await?;
     let shard = Rc::new(Shard::new(
         id,
         start.config.clone(),
         start.router.clone(),
         start.catalog.clone(),
-        Mesh::new(Some(senders)),
+        mesh,
         start.clock.clone(),
         start.metrics.clone(),
     ));
@@ -448,7 +493,9 @@ async fn run_shard(
         (CONTROLLER_SHARD, true) => Some(open_cluster(&start)?),
         _ => None,
     };
-    wire_services(&shard, &start, cluster.as_ref().map(|c| c.0.clone()));
+    let controller = cluster.as_ref().map(|c| c.0.clone());
+    let (services, inboxes) =
+        wire_services(&shard, &start, controller, meshes, shard_inbox).await?;
     let clock = start.clock.clone();
     glommio::spawn_local(shard.timers.clone().drive(move || clock.monotonic_ms())).detach();
     let config = &start.config;
@@ -459,28 +506,27 @@ async fn run_shard(
     open_journal(&shard).await;
     shard.install_catalog_here(start.catalog.clone()).await;
     let flusher = glommio::spawn_local(flusher::run(shard.clone()));
-    for (_, stream) in receivers.streams() {
-        glommio::spawn_local(serve_mesh(shard.clone(), stream)).detach();
-    }
+    serve_meshes(&services, inboxes);
     if id == CONTROLLER_SHARD {
+        let controllers = &services.controllers;
         match cluster {
-            None => ensure_offsets_topic(&shard).await,
+            None => ensure_offsets_topic(controllers).await,
             Some((cluster, inbox)) => {
                 let listener = start
                     .rpc_listener
                     .take()
                     .expect("a clustered node binds RPC");
-                run_cluster(&shard, cluster, inbox, listener);
+                run_cluster(controllers, cluster, inbox, listener);
             }
         }
         glommio::spawn_local(watch_descriptors(shard.clone(), start.descriptor_limit)).detach();
-        glommio::spawn_local(bootstrap_users::ensure(shard.clone())).detach();
+        glommio::spawn_local(bootstrap_users::ensure(controllers.clone())).detach();
     }
-    crate::group::replay::load_led(&shard).await;
-    spawn_shard_tasks(&shard);
+    crate::group::replay::load_led(&services.groups).await;
+    spawn_shard_tasks(&services);
     OPENED_PARTITIONS.fetch_add(1, Ordering::SeqCst);
     wait_for_every_shard_to_open_its_partitions(&shard).await;
-    serve_clients(&shard, start.limits).await?;
+    serve_clients(&services, start.limits).await?;
     stop_mark.count();
     wait_for_every_shard_to_stop_serving(&shard).await;
     drain(&shard).await;
@@ -491,26 +537,21 @@ async fn run_shard(
     Ok(())
 }
 
-/// Serves the requests other shards send this one over one mesh stream.
-async fn serve_mesh(shard: Rc<Shard>, mut stream: impl futures::Stream<Item = MeshMsg> + Unpin) {
-    while let Some(msg) = stream.next().await {
-        shard.on_mesh_message(msg);
-    }
-}
-
 /// The shard's tasks besides serving: its groups and transactions following their partitions'
 /// leadership, the group coordinator's timers, producer expiry, retention, the cleaner, and in
 /// a cluster replication and high-watermark checkpoints.
-fn spawn_shard_tasks(shard: &Rc<Shard>) {
-    glommio::spawn_local(crate::group::replay::follow_leadership(shard.clone())).detach();
-    glommio::spawn_local(crate::group::drive(shard.clone())).detach();
-    glommio::spawn_local(crate::txn::service::follow_leadership(shard.clone())).detach();
-    glommio::spawn_local(crate::txn::service::expire(shard.clone())).detach();
+fn spawn_shard_tasks(services: &Services) {
+    let shard = &services.shard;
+    let (groups, txns) = (&services.groups, &services.txns);
+    glommio::spawn_local(crate::group::replay::follow_leadership(groups.clone())).detach();
+    glommio::spawn_local(crate::group::drive(groups.clone())).detach();
+    glommio::spawn_local(crate::txn::service::follow_leadership(txns.clone())).detach();
+    glommio::spawn_local(crate::txn::service::expire(txns.clone())).detach();
     glommio::spawn_local(shard.clone().expire_producers()).detach();
     glommio::spawn_local(shard.clone().enforce_retention()).detach();
     glommio::spawn_local(shard.clone().compact_logs()).detach();
     if shard.config.is_clustered() {
-        glommio::spawn_local(crate::replication::run(shard.clone())).detach();
+        glommio::spawn_local(crate::replication::run(services.controllers.clone())).detach();
         glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
     }
 }
@@ -532,23 +573,26 @@ fn open_cluster(start: &ShardStart) -> anyhow::Result<(Rc<Cluster>, Option<Quoru
 /// Starts a clustered node's tasks on the controller shard: the Raft driver, the installer of
 /// applied metadata, heartbeats, the controller's duties, and the RPC server.
 fn run_cluster(
-    shard: &Rc<Shard>,
+    controllers: &Rc<Controllers>,
     cluster: Rc<Cluster>,
     inbox: Option<QuorumInbox>,
     listener: std::net::TcpListener,
 ) {
+    let shard = &controllers.shard;
     if let (Some(quorum), Some(inbox)) = (cluster.quorum.clone(), inbox) {
         let clock = shard.env.clock.clone();
         glommio::spawn_local(quorum::drive(quorum, inbox, clock)).detach();
     }
     let applied = cluster.applied.clone();
     glommio::spawn_local(applied::install_changes(shard.clone(), applied)).detach();
-    let handler = cluster.handler(shard);
+    let handler = cluster.handler(controllers);
     let secret = crate::security::node::NodeSecret::of(&shard.config);
     glommio::spawn_local(crate::rpc::serve(listener, handler, secret)).detach();
-    glommio::spawn_local(cluster::heartbeat_loop(cluster.clone(), shard.clone())).detach();
-    glommio::spawn_local(cluster::controller_duties(cluster, shard.clone())).detach();
-    glommio::spawn_local(ensure_offsets_topic_in_cluster(shard.clone())).detach();
+    let beat = cluster::heartbeat_loop(cluster.clone(), controllers.clone());
+    glommio::spawn_local(beat).detach();
+    let duties = cluster::controller_duties(cluster, controllers.clone());
+    glommio::spawn_local(duties).detach();
+    glommio::spawn_local(ensure_offsets_topic_in_cluster(controllers.clone())).detach();
     log::info!(
         "node {}: inter-node RPC on {}",
         shard.config.node_id,
@@ -565,10 +609,14 @@ const OFFSETS_TOPIC_WAIT_LOG_MS: u64 = 30_000;
 /// In a cluster, the active controller creates `__consumer_offsets` once as many brokers are
 /// live as its replication factor asks, so it gets every replica; it waits for them however
 /// long that takes (Kafka's rule), saying so in the log, while groups find no coordinator.
-async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
+async fn ensure_offsets_topic_in_cluster(controllers: Rc<Controllers>) {
     use crate::group::OFFSETS_TOPIC;
-    let controller = shard.service::<Controller>();
-    let cluster = controller.cluster.clone().expect("a clustered node");
+    let shard = &controllers.shard;
+    let slot: &Option<Controller> = &controllers;
+    let cluster = slot
+        .as_ref()
+        .and_then(|c| c.cluster.clone())
+        .expect("a clustered node's controller shard");
     // When the wait was last said, and how many brokers were live then.
     let mut said: Option<(u64, usize)> = None;
     loop {
@@ -579,8 +627,8 @@ async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
         if !cluster.is_active() {
             continue;
         }
-        if controller::internal_topic_brokers_live(&shard, OFFSETS_TOPIC) {
-            ensure_offsets_topic(&shard).await;
+        if controller::internal_topic_brokers_live(shard, OFFSETS_TOPIC) {
+            ensure_offsets_topic(&controllers).await;
             continue;
         }
         let (now_ms, live) = (
@@ -592,43 +640,56 @@ async fn ensure_offsets_topic_in_cluster(shard: Rc<Shard>) {
             log::warn!(
                 "{OFFSETS_TOPIC} waits for {} live brokers ({live} live): consumer groups have \
                  no coordinator until then (offsets_topic_replication_factor)",
-                controller::internal_topic_replication_factor(&shard, OFFSETS_TOPIC),
+                controller::internal_topic_replication_factor(shard, OFFSETS_TOPIC),
             );
         }
     }
 }
 
-/// Wires the services into a shard: its group coordinator and fetch sessions, and on the
-/// controller shard the controller.
-fn wire_services(shard: &Rc<Shard>, start: &ShardStart, cluster: Option<Rc<Cluster>>) {
-    let config = &start.config;
+/// Builds the services that run on every shard, each joined to its own mesh: the group and
+/// transaction coordinators, the way to the controller (the controller itself on the
+/// controller shard), and the shard's fetch sessions.
+async fn wire_services(
+    shard: &Rc<Shard>,
+    start: &ShardStart,
+    cluster: Option<Rc<Cluster>>,
+    meshes: Meshes,
+    shard_inbox: Receivers<MeshMsg<Shard>>,
+) -> anyhow::Result<(Rc<Services>, Inboxes)> {
+    let (config, id, shards) = (&start.config, start.id, start.router.shards());
+    let (groups_mesh, groups) = join(id, shards, meshes.groups).await?;
+    let (txns_mesh, txns) = join(id, shards, meshes.txns).await?;
+    let (controllers_mesh, controllers) = join(id, shards, meshes.controllers).await?;
+    let controller = (id == CONTROLLER_SHARD)
+        .then(|| Controller::new(&start.catalog, Box::new(RandomIds), cluster));
+    let controllers_service = Rc::new(Sharded::new(shard.clone(), controllers_mesh, controller));
     let now_ms = start.clock.monotonic_ms();
-    shard.provide(Rc::new(GroupService::new(
-        now_ms,
-        config,
-        Box::new(RandomIds),
-    )));
-    shard.provide(Rc::new(crate::txn::service::TxnService::new(config)));
-    shard.provide(Rc::new(crate::security::node::NodeLogin::new(config)));
-    shard.provide(Rc::new(SessionCache::new(FetchSessions::new(
-        start.id,
-        start.router.shards(),
-        config.max_incremental_fetch_session_cache_slots,
-    ))));
-    if start.id == CONTROLLER_SHARD {
-        shard.provide(Rc::new(Controller::new(
-            &start.catalog,
-            Box::new(RandomIds),
-            cluster,
-        )));
-    }
+    let group_service = GroupService::new(now_ms, config, Box::new(RandomIds));
+    let groups_service = Rc::new(Sharded::new(shard.clone(), groups_mesh, group_service));
+    let txn_service = TxnService::new(config, groups_service.clone(), controllers_service.clone());
+    let sessions = FetchSessions::new(id, shards, config.max_incremental_fetch_session_cache_slots);
+    let services = Services {
+        shard: shard.clone(),
+        groups: groups_service,
+        txns: Rc::new(Sharded::new(shard.clone(), txns_mesh, txn_service)),
+        controllers: controllers_service,
+        sessions: std::cell::RefCell::new(sessions),
+    };
+    let inboxes = Inboxes {
+        shard: shard_inbox,
+        groups,
+        txns,
+        controllers,
+    };
+    Ok((Rc::new(services), inboxes))
 }
 
 /// Binds every listener and accepts connections on each until shutdown.
 async fn serve_clients(
-    shard: &Rc<Shard>,
+    services: &Rc<Services>,
     limits: Arc<limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
+    let shard = &services.shard;
     let id = shard.id;
     let mut bound = Vec::new();
     for l in shard.config.effective_listeners() {
@@ -646,12 +707,13 @@ async fn serve_clients(
     shard.metrics().serving.store(1, Ordering::Relaxed);
     let stop = Rc::new(Event::new());
     glommio::spawn_local({
-        let (stop, shard) = (stop.clone(), shard.clone());
+        let (stop, shard, controllers) =
+            (stop.clone(), shard.clone(), services.controllers.clone());
         async move {
             while !SHUTDOWN.load(Ordering::SeqCst) {
                 glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
             }
-            release_leadership(&shard).await;
+            release_leadership(&controllers).await;
             shard.begin_shutdown();
             stop.notify(usize::MAX);
         }
@@ -659,19 +721,20 @@ async fn serve_clients(
     .detach();
     let loops = bound
         .into_iter()
-        .map(|(l, listener)| accept_loop(shard, l, listener, &limits, &stop));
+        .map(|(l, listener)| accept_loop(services, l, listener, &limits, &stop));
     futures::future::join_all(loops).await;
     Ok(())
 }
 
 /// Accepts connections on one listener until shutdown.
 async fn accept_loop(
-    shard: &Rc<Shard>,
+    services: &Rc<Services>,
     config: Rc<crate::config::ListenerConfig>,
     listener: TcpListener,
     limits: &Arc<limits::ConnectionLimits>,
     stop: &Event,
 ) {
+    let shard = &services.shard;
     let id = shard.id;
     loop {
         let stopped = stop.listen();
@@ -694,7 +757,7 @@ async fn accept_loop(
                 match admitted {
                     Ok(admission) => {
                         let serve =
-                            connection::serve(shard.clone(), config.clone(), stream, admission);
+                            connection::serve(services.clone(), config.clone(), stream, admission);
                         let metrics = shard.env.metrics.clone();
                         adjust(&metrics.connections, 1);
                         glommio::spawn_local(async move {
@@ -718,13 +781,15 @@ async fn accept_loop(
 /// Lets requests in progress finish (bounded: connections take no new ones), then flushes.
 /// A clustered node's controlled shutdown, run by the controller shard while every shard
 /// keeps serving (see `cluster::release_leadership`).
-async fn release_leadership(shard: &Rc<Shard>) {
+async fn release_leadership(controllers: &Rc<Controllers>) {
+    let shard = &controllers.shard;
     if !shard.config.is_clustered() {
         return;
     }
-    if shard.id == CONTROLLER_SHARD {
-        if let Some(cluster) = &shard.service::<Controller>().cluster {
-            cluster::release_leadership(cluster, shard, RELEASE_LIMIT_MS).await;
+    let slot: &Option<Controller> = controllers;
+    if let Some(controller) = slot {
+        if let Some(cluster) = &controller.cluster {
+            cluster::release_leadership(cluster, controllers, RELEASE_LIMIT_MS).await;
         }
         RELEASED.store(true, Ordering::SeqCst);
         return;

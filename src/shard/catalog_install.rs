@@ -10,7 +10,7 @@
 //!
 //! Invariant: a shard serves a catalog only after every shard opened that catalog's partitions.
 
-use super::mesh::Request;
+use super::mesh::{Peer, Request};
 use super::Shard;
 use crate::partition::{Partition, TopicPartition};
 use crate::storage::catalog::{Catalog, TopicMeta};

@@ -7,6 +7,7 @@
 //! Invariant: a partition is marked loaded only under the leadership it was replayed in; a
 //! leadership that changed during the replay is loaded again at the next pass.
 
+use super::mesh::Peer;
 use super::Shard;
 use crate::partition::{Partition, ReadRequest};
 use crate::protocol::chunk::Chunk;
@@ -18,8 +19,9 @@ use std::rc::Rc;
 /// Bytes read from a partition at a time during a replay.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
-/// A coordinator whose state is kept in the partitions of one internal topic.
-pub trait Coordinated {
+/// A coordinator whose state is kept in the partitions of one internal topic: a service on
+/// every shard, each loading the partitions its shard owns.
+pub trait Coordinated: Peer {
     /// What a load found that the coordinator acts on once the partition is marked loaded.
     type Loaded;
     /// The internal topic.
@@ -27,19 +29,18 @@ pub trait Coordinated {
     /// The leader generation each loaded partition was loaded under, by partition index.
     fn loaded(&self) -> &RefCell<HashMap<i32, u64>>;
     /// Forgets what partition `index` (of `partitions`) held (its loaded mark is already gone).
-    fn unload(&self, shard: &Shard, index: i32, partitions: u32);
+    fn unload(&self, index: i32, partitions: u32);
     /// Partition `p` waits to load until `epoch_start` is committed.
-    fn waits(&self, shard: &Shard, p: &Partition, epoch_start: i64);
+    fn waits(&self, p: &Partition, epoch_start: i64);
     /// Replays partition `p` (of `partitions`) into the coordinator (on the shard's thread:
     /// the future need not be `Send`).
     fn load(
-        &self,
-        shard: &Rc<Shard>,
+        self: &Rc<Self>,
         p: &Partition,
         partitions: u32,
     ) -> impl std::future::Future<Output = Self::Loaded>;
     /// After a load that kept its leadership, the partition now marked loaded.
-    fn on_loaded(&self, shard: &Rc<Shard>, loaded: Self::Loaded);
+    fn on_loaded(self: &Rc<Self>, loaded: Self::Loaded);
 }
 
 /// Whether a new leader of a coordinator's partition may load it: once its epoch start is
@@ -66,9 +67,9 @@ fn partitions_of(shard: &Shard, topic: &str) -> (Vec<Rc<Partition>>, u32) {
 
 /// Whether a partition of `c`'s topic that this shard leads is not loaded yet under its
 /// present leadership.
-pub fn loading<C: Coordinated>(shard: &Shard, c: &C) -> bool {
+pub fn loading<C: Coordinated>(c: &C) -> bool {
     let loaded = c.loaded().borrow();
-    partitions_of(shard, c.topic()).0.iter().any(|p| {
+    partitions_of(c.home(), c.topic()).0.iter().any(|p| {
         p.leadership()
             .is_some_and(|(g, _)| loaded.get(&p.id().partition) != Some(&g))
     })
@@ -76,11 +77,11 @@ pub fn loading<C: Coordinated>(shard: &Shard, c: &C) -> bool {
 
 /// One pass over this shard's partitions of `c`'s topic: loads those led here and not loaded
 /// under this leadership, unloads those no longer led here.
-pub async fn load_led<C: Coordinated>(shard: &Rc<Shard>, c: &C) {
-    let (partitions, count) = partitions_of(shard, c.topic());
+pub async fn load_led<C: Coordinated>(c: &Rc<C>) {
+    let (partitions, count) = partitions_of(c.home(), c.topic());
     let unload = |index: i32| {
         c.loaded().borrow_mut().remove(&index);
-        c.unload(shard, index, count);
+        c.unload(index, count);
     };
     for p in partitions {
         let index = p.id().partition;
@@ -92,13 +93,13 @@ pub async fn load_led<C: Coordinated>(shard: &Rc<Shard>, c: &C) {
                     unload(index);
                 }
                 if !may_load(p.high_watermark(), epoch_start) {
-                    c.waits(shard, &p, epoch_start);
+                    c.waits(&p, epoch_start);
                     continue;
                 }
-                let found = c.load(shard, &p, count).await;
+                let found = c.load(&p, count).await;
                 if p.leadership().is_some_and(|(g, _)| g == generation) {
                     c.loaded().borrow_mut().insert(index, generation);
-                    c.on_loaded(shard, found);
+                    c.on_loaded(found);
                 }
             }
             (None, Some(_)) => unload(index),

@@ -1,10 +1,11 @@
 //! A shard: what one executor (one core) owns, and the hops between shards.
 //!
 //! Each shard owns a set of partitions (chosen by `Router`), their files, a flusher task that
-//! group-commits their writes, a timing wheel, its connections, and the services the server
-//! wired into it (group coordinator, controller, fetch sessions: `provide`/`service`). The shard
-//! knows nothing of Kafka's APIs: handlers and services reach other shards with typed requests
-//! (`mesh.rs`), and the partitions through `partition()`.
+//! group-commits their writes, a timing wheel and its connections. The services that run on
+//! every shard (group and transaction coordinators, the controller's handle) sit above it, each
+//! a `mesh::Sharded` with its own mesh, and are handed to whoever needs them (`kafka::Services`).
+//! The shard knows nothing of Kafka's APIs: handlers and services reach other shards with typed
+//! requests (`mesh.rs`), and the partitions through `partition()`.
 //!
 //! Nothing here is shared across threads except immutable `Arc` snapshots and the counters.
 
@@ -22,6 +23,7 @@ use crate::partition::env::Environment;
 use crate::partition::ingest::Rejected;
 use crate::partition::monitor::Waiter;
 use crate::partition::{Appended, Partition, Source, TopicPartition, Watch};
+use crate::security::node::NodeLogin;
 use crate::storage::catalog::{Catalog, TopicMeta};
 use crate::timer::Timers;
 use bytes::Bytes;
@@ -30,7 +32,6 @@ use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
 use mesh::Mesh;
 use router::Router;
-use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
@@ -57,13 +58,13 @@ pub struct Shard {
     pub env: Rc<Environment>,
     /// The timing wheel every delayed operation on this shard parks on.
     pub timers: Rc<Timers>,
-    pub mesh: Mesh,
+    pub mesh: Mesh<Shard>,
     /// Bytes of request frames the shard's connections may hold: `max_request_memory_bytes_per_shard`.
     pub request_memory: Rc<Semaphore>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
-    /// Services the server wired in, by type.
-    services: RefCell<Vec<(TypeId, Rc<dyn Any>)>>,
+    /// What this node logs in to other nodes with, and checks their logins against.
+    pub login: Rc<NodeLogin>,
     shutting_down: Cell<bool>,
 }
 
@@ -73,7 +74,7 @@ impl Shard {
         config: Arc<Config>,
         router: Arc<Router>,
         catalog: Arc<Catalog>,
-        mesh: Mesh,
+        mesh: Mesh<Shard>,
         clock: Arc<dyn Clock>,
         metrics: Arc<ShardMetrics>,
     ) -> Shard {
@@ -86,6 +87,7 @@ impl Shard {
         ));
         Shard {
             id,
+            login: Rc::new(NodeLogin::new(&config)),
             request_memory: Rc::new(Semaphore::new(
                 config.max_request_memory_bytes_per_shard as u64,
             )),
@@ -96,7 +98,6 @@ impl Shard {
             mesh,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
-            services: RefCell::new(Vec::new()),
             shutting_down: Cell::new(false),
         }
     }
@@ -139,35 +140,6 @@ impl Shard {
     pub fn begin_shutdown(&self) {
         self.shutting_down.set(true);
         self.env.sync_queue.wake();
-    }
-
-    // ---- services ----------------------------------------------------------------------
-
-    /// Wires a service into this shard (once per type).
-    pub fn provide<S: 'static>(&self, service: Rc<S>) {
-        let mut services = self.services.borrow_mut();
-        assert!(
-            services.iter().all(|(t, _)| *t != TypeId::of::<S>()),
-            "service {} provided twice",
-            std::any::type_name::<S>()
-        );
-        services.push((TypeId::of::<S>(), service));
-    }
-
-    /// The service of type `S`. Asking for one the server did not wire in is a bug.
-    pub fn service<S: 'static>(&self) -> Rc<S> {
-        let services = self.services.borrow();
-        let found = services
-            .iter()
-            .find(|(t, _)| *t == TypeId::of::<S>())
-            .unwrap_or_else(|| {
-                panic!(
-                    "shard {}: service {} is not wired in",
-                    self.id,
-                    std::any::type_name::<S>()
-                )
-            });
-        found.1.clone().downcast::<S>().expect("keyed by its type")
     }
 
     // ---- partitions --------------------------------------------------------------------

@@ -6,11 +6,10 @@
 //! the id, or completed it); the transaction completes only once every marker is, and a
 //! refused write of its completion is made again (`complete`).
 
-use super::service::{persist, TxnService};
+use super::service::{persist, Txns};
 use super::state::Markers;
 use crate::partition::TopicPartition;
-use crate::shard::mesh::Request;
-use crate::shard::Shard;
+use crate::shard::mesh::{Peer, Request};
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
@@ -26,20 +25,22 @@ const RETRY_MAX_MS: u64 = 1_000;
 /// Writes `markers` to every partition of the transaction (retrying until each is committed or
 /// the transaction moved on), then persists its completion. Runs in the background: the
 /// client's EndTxn was answered once the Prepare state was durable.
-pub fn spawn(shard: &Rc<Shard>, markers: Markers) {
-    let shard = shard.clone();
+pub fn spawn(txns: &Rc<Txns>, markers: Markers) {
+    let txns = txns.clone();
     glommio::spawn_local(async move {
-        let coordinator_epoch = super::service::coordinator_epoch(&shard, &markers);
+        let txns = &txns;
+        let coordinator_epoch = super::service::coordinator_epoch(txns, &markers);
         // Every partition's marker at once: their fsyncs group, so a transaction over many
         // partitions completes in about one.
-        let writes = markers.partitions.iter().map(|(topic, index)| {
-            until_written(&shard, &markers, topic, *index, coordinator_epoch)
-        });
+        let writes = markers
+            .partitions
+            .iter()
+            .map(|(topic, index)| until_written(txns, &markers, topic, *index, coordinator_epoch));
         let written = futures::future::join_all(writes).await;
         if written.iter().any(|w| !w) {
             return; // the transaction moved on, or the shard stops: nothing to complete
         }
-        complete(&shard, &markers).await;
+        complete(txns, &markers).await;
     })
     .detach();
 }
@@ -48,25 +49,25 @@ pub fn spawn(shard: &Rc<Shard>, markers: Markers) {
 /// write (too few in-sync replicas of `__transaction_state`, say) is tried again, backing off
 /// up to `RETRY_MAX_MS`, for as long as `retries_completion` allows: until it succeeds, this
 /// coordinator no longer holds the transaction, or the shard stops.
-async fn complete(shard: &Rc<Shard>, markers: &Markers) {
-    let service = shard.service::<TxnService>();
+async fn complete(txns: &Rc<Txns>, markers: &Markers) {
+    let shard = &txns.shard;
     let id = &markers.transactional_id;
     for failures in 1u32.. {
         let now_ms = shard.clock().wall_ms() as i64;
-        let step = service
+        let step = txns
             .coordinator
             .borrow_mut()
             .markers_written(markers, now_ms);
         let Some(step) = step else {
             return; // completed, or moved on
         };
-        if persist(shard, id, step).await.is_ok() {
+        if persist(txns, id, step).await.is_ok() {
             if failures > 1 {
                 log::info!("transactional id {id}: completion persisted after {failures} tries");
             }
             return;
         }
-        if !service.coordinator.borrow().retries_completion(markers) || shard.is_shutting_down() {
+        if !txns.coordinator.borrow().retries_completion(markers) || shard.is_shutting_down() {
             return;
         }
         if failures == 1 || failures.is_multiple_of(50) {
@@ -80,15 +81,16 @@ async fn complete(shard: &Rc<Shard>, markers: &Markers) {
 /// Writes one partition's marker, retrying until it is committed (true) or the transaction
 /// moved on or the shard stops (false).
 async fn until_written(
-    shard: &Rc<Shard>,
+    txns: &Rc<Txns>,
     markers: &Markers,
     topic: &str,
     index: i32,
     coordinator_epoch: i32,
 ) -> bool {
+    let shard = &txns.shard;
     let mut failures = 0u32;
-    while let Err(e) = write(shard, markers, topic, index, coordinator_epoch).await {
-        if !still_preparing(shard, markers) || shard.is_shutting_down() {
+    while let Err(e) = write(txns, markers, topic, index, coordinator_epoch).await {
+        if !still_preparing(txns, markers) || shard.is_shutting_down() {
             return false;
         }
         failures += 1;
@@ -105,20 +107,20 @@ async fn until_written(
     true
 }
 
-fn still_preparing(shard: &Shard, m: &Markers) -> bool {
-    let service = shard.service::<TxnService>();
-    let c = service.coordinator.borrow();
+fn still_preparing(txns: &Txns, m: &Markers) -> bool {
+    let c = txns.coordinator.borrow();
     c.markers(&m.transactional_id).as_ref() == Some(m)
 }
 
 /// Writes the marker on the partition's leader: this node's owning shard, or another node.
 async fn write(
-    shard: &Rc<Shard>,
+    txns: &Rc<Txns>,
     m: &Markers,
     topic: &str,
     index: i32,
     coordinator_epoch: i32,
 ) -> Result<(), ResponseError> {
+    let shard = &txns.shard;
     let catalog = shard.catalog();
     let Some(t) = catalog.topics.get(topic).filter(|t| t.has_partition(index)) else {
         return Ok(()); // deleted since it joined the transaction: nothing left to mark
@@ -135,10 +137,10 @@ async fn write(
     };
     if !catalog.leads(t, index) {
         let leader = catalog.leader_of(t, index);
-        return super::remote::write_marker(shard, leader, topic, &marker).await;
+        return super::remote::write_marker(txns, leader, topic, &marker).await;
     }
     let owner = shard.owner(topic, index);
-    let codes = shard
+    let codes = txns
         .call(owner, MarkersOnOwner(vec![marker]))
         .await
         .map_err(|_| ResponseError::NotLeaderOrFollower)?;
@@ -162,11 +164,11 @@ pub struct Marker {
 /// transactional offset commits.
 pub struct MarkersOnOwner(pub Vec<Marker>);
 
-impl Request for MarkersOnOwner {
+impl Request<Txns> for MarkersOnOwner {
     type Reply = Vec<i16>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
-            let writes = self.0.iter().map(|m| write_here(&shard, m));
+            let writes = self.0.iter().map(|m| write_here(&txns, m));
             let written = futures::future::join_all(writes).await;
             written
                 .into_iter()
@@ -176,7 +178,8 @@ impl Request for MarkersOnOwner {
     }
 }
 
-async fn write_here(shard: &Rc<Shard>, m: &Marker) -> Result<(), ResponseError> {
+async fn write_here(txns: &Rc<Txns>, m: &Marker) -> Result<(), ResponseError> {
+    let shard = &txns.shard;
     let p = shard
         .partition(m.tp)
         .ok_or(ResponseError::NotLeaderOrFollower)?;
@@ -198,7 +201,7 @@ async fn write_here(shard: &Rc<Shard>, m: &Marker) -> Result<(), ResponseError> 
         .get(crate::group::OFFSETS_TOPIC)
         .cloned();
     if offsets.is_some_and(|t| t.record.id == m.tp.topic_id) {
-        crate::group::settle_txn(shard, m.tp.partition, m.producer_id, m.commit);
+        crate::group::settle_txn(&txns.groups, m.tp.partition, m.producer_id, m.commit);
     }
     Ok(())
 }

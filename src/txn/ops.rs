@@ -1,10 +1,9 @@
 //! One typed request per transaction operation, each run on its id's coordinator shard
 //! (`service::route`).
 
-use super::service::{persist, start_markers, when_settled, TxnRequest, TxnService};
+use super::service::{persist, start_markers, when_settled, TxnRequest, Txns};
 use super::state::{ListFilter, State, TxnPartition, TxnRecord};
 use crate::shard::mesh::Request;
-use crate::shard::Shard;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
@@ -13,14 +12,15 @@ use std::rc::Rc;
 /// CONCURRENT_TRANSACTIONS (`service::when_settled`).
 const SETTLE_WAIT_MS: u64 = 50;
 
-fn now_ms(shard: &Shard) -> i64 {
+fn now_ms(txns: &Txns) -> i64 {
+    let shard = &txns.shard;
     shard.clock().wall_ms() as i64
 }
 
 /// A producer id from the controller, for a new transactional id or one whose epoch is used
 /// up.
-async fn new_producer_id(shard: &Rc<Shard>) -> Result<i64, ResponseError> {
-    match crate::controller::allocate_producer_id(shard).await {
+async fn new_producer_id(txns: &Rc<Txns>) -> Result<i64, ResponseError> {
+    match crate::controller::allocate_producer_id(&txns.controllers).await {
         Ok(Ok(id)) => Ok(id),
         Ok(Err(code)) => {
             Err(ResponseError::try_from_code(code)
@@ -43,11 +43,10 @@ impl TxnRequest for Init {
     fn transactional_id(&self) -> &str {
         &self.id
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
-            let service = shard.service::<TxnService>();
             if let Some((producer_id, epoch)) = self.producer {
-                let c = service.coordinator.borrow();
+                let c = txns.coordinator.borrow();
                 if c.is_init_retry(&self.id, producer_id, epoch)? {
                     let r = c
                         .get(&self.id)
@@ -56,30 +55,30 @@ impl TxnRequest for Init {
                 }
             }
             // A fresh producer id only where one is needed: a new id, or an epoch used up.
-            let needs_id = service
+            let needs_id = txns
                 .coordinator
                 .borrow()
                 .get(&self.id)
                 .is_none_or(TxnRecord::epoch_exhausted);
             let new_id = if needs_id {
-                new_producer_id(&shard).await?
+                new_producer_id(&txns).await?
             } else {
                 -1
             };
-            let (step, fenced) = service.coordinator.borrow_mut().init_producer_id(
+            let (step, fenced) = txns.coordinator.borrow_mut().init_producer_id(
                 &self.id,
                 self.timeout_ms,
                 new_id,
-                now_ms(&shard),
+                now_ms(&txns),
             )?;
-            persist(&shard, &self.id, step).await?;
+            persist(&txns, &self.id, step).await?;
             if fenced {
                 // The ongoing transaction of the previous instance is aborted first; the
                 // client retries once its markers are written.
-                start_markers(&shard, &self.id);
+                start_markers(&txns, &self.id);
                 return Err(ResponseError::ConcurrentTransactions);
             }
-            let r = service.coordinator.borrow().get(&self.id).cloned();
+            let r = txns.coordinator.borrow().get(&self.id).cloned();
             let r: TxnRecord = r.ok_or(ResponseError::CoordinatorNotAvailable)?;
             Ok((r.producer_id, r.producer_epoch))
         })
@@ -99,20 +98,19 @@ impl TxnRequest for AddPartitions {
     fn transactional_id(&self) -> &str {
         &self.id
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
-            let service = shard.service::<TxnService>();
-            let step = when_settled(&shard, SETTLE_WAIT_MS, || {
-                service.coordinator.borrow_mut().add_partitions(
+            let step = when_settled(&txns, SETTLE_WAIT_MS, || {
+                txns.coordinator.borrow_mut().add_partitions(
                     &self.id,
                     self.producer_id,
                     self.epoch,
                     &self.partitions,
-                    now_ms(&shard),
+                    now_ms(&txns),
                 )
             })
             .await?;
-            persist(&shard, &self.id, step).await
+            persist(&txns, &self.id, step).await
         })
     }
 }
@@ -136,7 +134,7 @@ impl TxnRequest for Verify {
     fn transactional_id(&self) -> &str {
         &self.id
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
         if self.add {
             return Box::pin(async move {
                 let n = self.partitions.len();
@@ -146,11 +144,10 @@ impl TxnRequest for Verify {
                     epoch: self.epoch,
                     partitions: self.partitions,
                 };
-                vec![add.run(shard).await; n]
+                vec![add.run(txns.clone()).await; n]
             });
         }
-        let service = shard.service::<TxnService>();
-        let c = service.coordinator.borrow();
+        let c = txns.coordinator.borrow();
         let out = self
             .partitions
             .iter()
@@ -176,31 +173,30 @@ impl TxnRequest for End {
     fn transactional_id(&self) -> &str {
         &self.id
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
         Box::pin(async move {
-            let service = shard.service::<TxnService>();
-            let exhausted = service.coordinator.borrow().epoch_exhausted(&self.id);
+            let exhausted = txns.coordinator.borrow().epoch_exhausted(&self.id);
             let next_id = if self.bump_epoch && exhausted {
-                new_producer_id(&shard).await?
+                new_producer_id(&txns).await?
             } else {
                 -1
             };
             let step = {
-                let mut c = service.coordinator.borrow_mut();
+                let mut c = txns.coordinator.borrow_mut();
                 let (id, pid, epoch, commit) =
                     (&self.id, self.producer_id, self.epoch, self.commit);
                 if self.bump_epoch {
-                    c.end_txn_bumping(id, pid, epoch, commit, next_id, now_ms(&shard))
+                    c.end_txn_bumping(id, pid, epoch, commit, next_id, now_ms(&txns))
                 } else {
-                    c.end_txn(id, pid, epoch, commit, now_ms(&shard))
+                    c.end_txn(id, pid, epoch, commit, now_ms(&txns))
                 }
             }?;
             // None: a retry of an end already complete.
             if let Some(step) = step {
-                persist(&shard, &self.id, step).await?;
-                start_markers(&shard, &self.id);
+                persist(&txns, &self.id, step).await?;
+                start_markers(&txns, &self.id);
             }
-            let answer = service.coordinator.borrow().producer_for_client(&self.id);
+            let answer = txns.coordinator.borrow().producer_for_client(&self.id);
             answer.ok_or(ResponseError::CoordinatorNotAvailable)
         })
     }
@@ -216,9 +212,8 @@ impl TxnRequest for Describe {
     fn transactional_id(&self) -> &str {
         &self.id
     }
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
-        let r = shard
-            .service::<TxnService>()
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
+        let r = txns
             .coordinator
             .borrow()
             .get(&self.id)
@@ -234,17 +229,13 @@ pub struct List {
     pub filter: ListFilter,
 }
 
-impl Request for List {
+impl Request<Txns> for List {
     type Reply = Result<Vec<(String, i64, State)>, ResponseError>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
-        let listed = if super::service::loading(&shard) {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
+        let listed = if super::service::loading(&txns) {
             Err(ResponseError::CoordinatorLoadInProgress)
         } else {
-            let service = shard.service::<TxnService>();
-            let listed = service
-                .coordinator
-                .borrow()
-                .list(&self.filter, now_ms(&shard));
+            let listed = txns.coordinator.borrow().list(&self.filter, now_ms(&txns));
             Ok(listed)
         };
         Box::pin(async move { listed })

@@ -6,10 +6,8 @@
 
 use super::markers::Marker;
 use super::ops::Verify;
-use super::service::{route, state_partition, TxnService, TXN_STATE_TOPIC};
+use super::service::{route, state_partition, Txns, TXN_STATE_TOPIC};
 use crate::rpc::kafka_client::KafkaClient;
-use crate::security::node::NodeLogin;
-use crate::shard::Shard;
 use kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
@@ -57,16 +55,16 @@ impl Default for Remote {
 /// Sends `req` to node `node`'s Kafka listener and waits for its response. Err: the node is
 /// not known live, or the call failed (its connection is then dropped).
 async fn call<R: Request>(
-    shard: &Shard,
+    txns: &Txns,
     node: i32,
     version: i16,
     req: &R,
 ) -> std::io::Result<R::Response> {
+    let shard = &txns.shard;
     let target = shard
         .inter_broker_target(node)
         .ok_or_else(|| std::io::Error::other(format!("node {node} is not live")))?;
-    let service = shard.service::<TxnService>();
-    let remote = &service.remote;
+    let remote = &txns.remote;
     if remote.calls.available() == 0 {
         log::debug!(
             "shard {}: {MAX_CALLS} transaction calls to other nodes in flight; waiting",
@@ -85,7 +83,7 @@ async fn call<R: Request>(
         .and_then(Vec::pop);
     let pooled = pooled.filter(|c| c.target == target);
     let mut client = pooled.unwrap_or_else(|| {
-        let login = shard.service::<NodeLogin>();
+        let login = txns.shard.login.clone();
         KafkaClient::new(target.clone(), CLIENT_ID, login)
     });
     let answer = client.call(version, req, CALL_LIMIT).await;
@@ -101,7 +99,7 @@ async fn call<R: Request>(
 
 /// Writes `marker` on node `leader` (WriteTxnMarkers) and waits for its commit there.
 pub async fn write_marker(
-    shard: &Rc<Shard>,
+    txns: &Rc<Txns>,
     leader: i32,
     topic: &str,
     marker: &Marker,
@@ -114,7 +112,7 @@ pub async fn write_marker(
         .with_topics(vec![WritableTxnMarkerTopic::default()
             .with_name(TopicName(str_bytes(topic)))
             .with_partition_indexes(vec![marker.tp.partition])])]);
-    let resp = call(shard, leader, WRITE_TXN_MARKERS_VERSION, &req)
+    let resp = call(txns, leader, WRITE_TXN_MARKERS_VERSION, &req)
         .await
         .map_err(|e| {
             log::debug!("WriteTxnMarkers to node {leader}: {e}");
@@ -139,9 +137,10 @@ pub fn result_of(code: i16) -> Result<(), ResponseError> {
 /// node's (AddPartitionsToTxn v4, `verify_only` unless adding). Err: no coordinator could answer now (COORDINATOR_NOT_AVAILABLE,
 /// NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS).
 pub async fn verify(
-    shard: &Rc<Shard>,
+    txns: &Rc<Txns>,
     verify: Verify,
 ) -> Result<Vec<Result<(), ResponseError>>, ResponseError> {
+    let shard = &txns.shard;
     let catalog = shard.catalog();
     let topic = catalog
         .topics
@@ -150,10 +149,10 @@ pub async fn verify(
     let partition = state_partition(&verify.id, topic.record.partitions);
     let coordinator = catalog.leader_of(topic, partition);
     if coordinator == catalog.node_id {
-        return route(shard, verify).await;
+        return route(txns, verify).await;
     }
     let req = verify_request(&verify);
-    let resp = call(shard, coordinator, VERIFY_VERSION, &req)
+    let resp = call(txns, coordinator, VERIFY_VERSION, &req)
         .await
         .map_err(|e| {
             log::debug!("verifying {} with node {coordinator}: {e}", verify.id);

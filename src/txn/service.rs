@@ -7,10 +7,11 @@
 
 use super::records;
 use super::state::{Coordinator, ListFilter, Markers, State, Step, TxnRecord};
+use crate::controller::Controllers;
+use crate::group::Groups;
 use crate::partition::{Partition, Source, TopicPartition};
 use crate::shard::coordinator_load::{self, read_from_start, Coordinated};
-use crate::shard::mesh::Request;
-use crate::shard::Shard;
+use crate::shard::mesh::{Peer, Request, Sharded};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::ResponseError;
@@ -29,6 +30,9 @@ pub fn state_partition(transactional_id: &str, partitions: u32) -> i32 {
     (crate::shard::router::fnv1a(transactional_id.as_bytes()) % partitions.max(1) as u64) as i32
 }
 
+/// The transaction coordinators, one per shard, each reaching the others over its own mesh.
+pub type Txns = Sharded<TxnService>;
+
 /// One shard's transaction coordinator.
 pub struct TxnService {
     pub(super) coordinator: RefCell<Coordinator>,
@@ -40,11 +44,22 @@ pub struct TxnService {
     pub(super) settled: event_listener::Event,
     /// Connections to other nodes (markers, verification).
     pub(super) remote: super::remote::Remote,
+    /// This shard's group coordinator: a committed marker on `__consumer_offsets` settles
+    /// the transaction's offset commits there.
+    pub(super) groups: Rc<Groups>,
+    /// Where producer ids come from.
+    pub(super) controllers: Rc<Controllers>,
 }
 
 impl TxnService {
-    pub fn new(config: &crate::config::Config) -> TxnService {
+    pub fn new(
+        config: &crate::config::Config,
+        groups: Rc<Groups>,
+        controllers: Rc<Controllers>,
+    ) -> TxnService {
         TxnService {
+            groups,
+            controllers,
             coordinator: RefCell::new(Coordinator::new(config.transactions.max_timeout_ms)),
             loaded: RefCell::new(HashMap::new()),
             settled: event_listener::Event::new(),
@@ -57,7 +72,7 @@ impl TxnService {
 pub trait TxnRequest: Send + 'static {
     type Reply: Send + 'static;
     fn transactional_id(&self) -> &str;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply>;
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply>;
 }
 
 struct OnLoadedCoordinator<R> {
@@ -65,14 +80,13 @@ struct OnLoadedCoordinator<R> {
     partition: i32,
 }
 
-impl<R: TxnRequest> Request for OnLoadedCoordinator<R> {
+impl<R: TxnRequest> Request<Txns> for OnLoadedCoordinator<R> {
     type Reply = Result<R::Reply, ResponseError>;
-    fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, Self::Reply> {
-        let service = shard.service::<TxnService>();
-        if !service.loaded.borrow().contains_key(&self.partition) {
+    fn run(self, txns: Rc<Txns>) -> LocalBoxFuture<'static, Self::Reply> {
+        if !txns.loaded.borrow().contains_key(&self.partition) {
             return Box::pin(async { Err(ResponseError::CoordinatorLoadInProgress) });
         }
-        let run = self.request.run(shard);
+        let run = self.request.run(txns);
         Box::pin(async move { Ok(run.await) })
     }
 }
@@ -80,10 +94,8 @@ impl<R: TxnRequest> Request for OnLoadedCoordinator<R> {
 /// Sends a request to its id's coordinator shard. Err: no coordinator can serve it yet
 /// (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) or here: another node leads the
 /// id's partition (NOT_COORDINATOR: the client asks FindCoordinator again).
-pub async fn route<R: TxnRequest>(
-    shard: &Rc<Shard>,
-    request: R,
-) -> Result<R::Reply, ResponseError> {
+pub async fn route<R: TxnRequest>(txns: &Rc<Txns>, request: R) -> Result<R::Reply, ResponseError> {
+    let shard = &txns.shard;
     let catalog = shard.catalog();
     let topic = catalog
         .topics
@@ -94,14 +106,14 @@ pub async fn route<R: TxnRequest>(
         return Err(ResponseError::NotCoordinator);
     }
     let owner = shard.owner(TXN_STATE_TOPIC, partition);
-    shard
-        .call(owner, OnLoadedCoordinator { request, partition })
+    txns.call(owner, OnLoadedCoordinator { request, partition })
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?
 }
 
 /// The id's `__transaction_state` partition, owned by this shard.
-fn state_partition_of(shard: &Shard, id: &str) -> Result<Rc<Partition>, ResponseError> {
+fn state_partition_of(txns: &Txns, id: &str) -> Result<Rc<Partition>, ResponseError> {
+    let shard = &txns.shard;
     let catalog = shard.catalog();
     let topic = catalog
         .topics
@@ -118,14 +130,13 @@ fn state_partition_of(shard: &Shard, id: &str) -> Result<Rc<Partition>, Response
 
 /// Makes a move durable and applies it: the record is appended with acks=all, then
 /// `complete`d (or `abandon`ed when the append failed: the id stays as it was).
-pub async fn persist(shard: &Rc<Shard>, id: &str, step: Step) -> Result<(), ResponseError> {
+pub async fn persist(txns: &Rc<Txns>, id: &str, step: Step) -> Result<(), ResponseError> {
     let Step::Persist(record) = step else {
         return Ok(());
     };
-    let service = shard.service::<TxnService>();
-    let appended = append(shard, id, &record).await;
+    let appended = append(txns, id, &record).await;
     let settled = {
-        let mut c = service.coordinator.borrow_mut();
+        let mut c = txns.coordinator.borrow_mut();
         match appended {
             Ok(()) => {
                 c.complete(id, &record);
@@ -138,7 +149,7 @@ pub async fn persist(shard: &Rc<Shard>, id: &str, step: Step) -> Result<(), Resp
             }
         }
     };
-    service.settled.notify(usize::MAX);
+    txns.settled.notify(usize::MAX);
     settled
 }
 
@@ -148,14 +159,14 @@ pub async fn persist(shard: &Rc<Shard>, id: &str, step: Step) -> Result<(), Resp
 /// of the transaction before, one fsync or two) takes a millisecond: a producer that begins
 /// its next transaction right after a commit would wait out the backoff every time.
 pub async fn when_settled<T>(
-    shard: &Rc<Shard>,
+    txns: &Rc<Txns>,
     wait_ms: u64,
     mut attempt: impl FnMut() -> Result<T, ResponseError>,
 ) -> Result<T, ResponseError> {
-    let service = shard.service::<TxnService>();
+    let shard = &txns.shard;
     let deadline_ms = shard.clock().monotonic_ms() + wait_ms;
     loop {
-        let settled = service.settled.listen();
+        let settled = txns.settled.listen();
         match attempt() {
             Err(ResponseError::ConcurrentTransactions)
                 if shard.clock().monotonic_ms() < deadline_ms =>
@@ -169,8 +180,9 @@ pub async fn when_settled<T>(
     }
 }
 
-async fn append(shard: &Rc<Shard>, id: &str, record: &TxnRecord) -> Result<(), ResponseError> {
-    let partition = state_partition_of(shard, id)?;
+async fn append(txns: &Rc<Txns>, id: &str, record: &TxnRecord) -> Result<(), ResponseError> {
+    let shard = &txns.shard;
+    let partition = state_partition_of(txns, id)?;
     let key = records::encode_key(id);
     // An expired id is a tombstone, so compaction removes it.
     let value = (record.state != super::state::State::Dead).then(|| records::encode_value(record));
@@ -190,62 +202,58 @@ async fn append(shard: &Rc<Shard>, id: &str, record: &TxnRecord) -> Result<(), R
 
 /// The epoch markers of `markers`' transaction carry: the leader epoch of its
 /// `__transaction_state` partition here, as Kafka's coordinator epoch.
-pub(super) fn coordinator_epoch(shard: &Shard, markers: &Markers) -> i32 {
-    state_partition_of(shard, &markers.transactional_id).map_or(0, |p| p.leader_epoch())
+pub(super) fn coordinator_epoch(txns: &Txns, markers: &Markers) -> i32 {
+    state_partition_of(txns, &markers.transactional_id).map_or(0, |p| p.leader_epoch())
 }
 
 /// Aborts transactions past their timeout and forgets idle ids, every
 /// `transactions.check_interval_ms`, for as long as the shard runs.
-pub async fn expire(shard: Rc<Shard>) {
+pub async fn expire(txns: Rc<Txns>) {
+    let shard = &txns.shard;
     let t = shard.config.transactions.clone();
     while !shard.is_shutting_down() {
         shard.housekeeping_sleep(t.check_interval_ms).await;
         let now_ms = shard.clock().wall_ms() as i64;
-        let service = shard.service::<TxnService>();
         let (timed_out, idle) = {
-            let mut c = service.coordinator.borrow_mut();
+            let mut c = txns.coordinator.borrow_mut();
             let timed_out = c.expire_timed_out(now_ms);
             (timed_out, c.expire_idle(now_ms, t.id_expiration_ms as i64))
         };
         for (id, step) in timed_out {
             log::info!("transactional id {id}: transaction timed out; aborting it");
-            if persist(&shard, &id, step).await.is_ok() {
-                start_markers(&shard, &id);
+            if persist(&txns, &id, step).await.is_ok() {
+                start_markers(&txns, &id);
             }
         }
         for (id, step) in idle {
-            let _ = persist(&shard, &id, step).await;
+            let _ = persist(&txns, &id, step).await;
         }
     }
 }
 
 /// Starts writing the markers `id`'s persisted Prepare state calls for, if it has one.
-pub fn start_markers(shard: &Rc<Shard>, id: &str) {
-    let markers = shard
-        .service::<TxnService>()
-        .coordinator
-        .borrow()
-        .markers(id);
+pub fn start_markers(txns: &Rc<Txns>, id: &str) {
+    let markers = txns.coordinator.borrow().markers(id);
     if let Some(m) = markers {
-        super::markers::spawn(shard, m);
+        super::markers::spawn(txns, m);
     }
 }
 
 /// Whether a `__transaction_state` partition this shard owns and leads is not loaded yet
 /// (under its present leadership).
-pub fn loading(shard: &Shard) -> bool {
-    coordinator_load::loading(shard, &*shard.service::<TxnService>())
+pub fn loading(txns: &Txns) -> bool {
+    coordinator_load::loading(txns)
 }
 
 /// Every shard's ids that pass `filter` (ListTransactions). Shards that are stopping are
 /// skipped; one still loading its ids makes the answer COORDINATOR_LOAD_IN_PROGRESS.
 pub async fn list_all(
-    shard: &Rc<Shard>,
+    txns: &Rc<Txns>,
     filter: ListFilter,
 ) -> Result<Vec<(String, i64, State)>, ResponseError> {
-    let calls = (0..shard.router.shards()).map(|s| {
+    let calls = (0..txns.shard.router.shards()).map(|s| {
         let filter = filter.clone();
-        shard.call(s, super::ops::List { filter })
+        txns.call(s, super::ops::List { filter })
     });
     let mut all = Vec::new();
     for listed in futures::future::join_all(calls).await.into_iter().flatten() {
@@ -258,9 +266,10 @@ pub async fn list_all(
 /// partitions: loads each one this node starts leading (replays its records, the latest per
 /// id wins, and finishes the transactions that were preparing), forgets the ids of each it
 /// stops leading. Runs for as long as the shard does.
-pub async fn follow_leadership(shard: Rc<Shard>) {
+pub async fn follow_leadership(txns: Rc<Txns>) {
+    let shard = &txns.shard;
     while !shard.is_shutting_down() {
-        load_led(&shard).await;
+        load_led(&txns).await;
         shard.housekeeping_sleep(LOAD_CHECK_MS).await;
     }
 }
@@ -268,11 +277,11 @@ pub async fn follow_leadership(shard: Rc<Shard>) {
 /// One pass of `follow_leadership`. A partition whose epoch start is not committed yet waits
 /// for a later pass (as groups do, `coordinator_load::may_load`): below it may lie moves an
 /// earlier leader acknowledged. Its ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
-async fn load_led(shard: &Rc<Shard>) {
-    coordinator_load::load_led(shard, &*shard.service::<TxnService>()).await;
+async fn load_led(txns: &Rc<Txns>) {
+    coordinator_load::load_led(txns).await;
 }
 
-impl Coordinated for TxnService {
+impl Coordinated for Txns {
     /// The ids that were preparing: their markers are written again.
     type Loaded = Vec<String>;
 
@@ -284,30 +293,29 @@ impl Coordinated for TxnService {
         &self.loaded
     }
 
-    fn unload(&self, shard: &Shard, index: i32, partitions: u32) {
-        unload(shard, index, partitions);
+    fn unload(&self, index: i32, partitions: u32) {
+        unload(self, index, partitions);
     }
 
-    fn waits(&self, _shard: &Shard, _p: &Partition, _epoch_start: i64) {}
+    fn waits(&self, _p: &Partition, _epoch_start: i64) {}
 
-    async fn load(&self, shard: &Rc<Shard>, p: &Partition, partitions: u32) -> Vec<String> {
-        load(shard, p, partitions).await
+    async fn load(self: &Rc<Self>, p: &Partition, partitions: u32) -> Vec<String> {
+        load(self, p, partitions).await
     }
 
-    fn on_loaded(&self, shard: &Rc<Shard>, preparing: Vec<String>) {
+    fn on_loaded(self: &Rc<Self>, preparing: Vec<String>) {
         for id in preparing {
-            start_markers(shard, &id);
+            start_markers(self, &id);
         }
     }
 }
 
 /// Restores the ids of `__transaction_state` partition `p`; returns them.
-async fn load(shard: &Rc<Shard>, p: &Partition, count: u32) -> Vec<String> {
+async fn load(txns: &Rc<Txns>, p: &Partition, count: u32) -> Vec<String> {
     let index = p.id().partition;
     let mut ids = Vec::new();
     read_from_start(p, |data| learn(data, &mut ids)).await;
-    let service = shard.service::<TxnService>();
-    let mut c = service.coordinator.borrow_mut();
+    let mut c = txns.coordinator.borrow_mut();
     for (id, record) in ids {
         match record {
             Some(r) => c.restore(&id, r),
@@ -322,13 +330,12 @@ async fn load(shard: &Rc<Shard>, p: &Partition, count: u32) -> Vec<String> {
 
 /// Forgets the ids of `__transaction_state` partition `index`: this node no longer leads it.
 /// Their marker writes stop at their next try (`markers::still_preparing`).
-fn unload(shard: &Shard, index: i32, count: u32) {
-    let service = shard.service::<TxnService>();
-    service
-        .coordinator
+fn unload(txns: &Txns, index: i32, count: u32) {
+    let shard = &txns.shard;
+    txns.coordinator
         .borrow_mut()
         .unload(|id| state_partition(id, count) == index);
-    service.settled.notify(usize::MAX);
+    txns.settled.notify(usize::MAX);
     log::info!(
         "shard {}: {TXN_STATE_TOPIC}-{index} no longer led here; its transactional ids unloaded",
         shard.id
