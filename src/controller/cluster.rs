@@ -46,26 +46,34 @@ pub struct Cluster {
     pub config: Arc<Config>,
     pub applied: Rc<Applied>,
     pub quorum: Option<Rc<Quorum>>,
-    incarnation: u64,
-    previous_incarnation: u64,
+    /// This node's side as a broker: its registration and heartbeats.
+    broker: BrokerSide,
     voters: Vec<Voter>,
     peers: HashMap<i32, Rc<Peer>>,
     sessions: RefCell<Sessions>,
     /// Registrations this controller is writing (one at a time per node id).
     registering: RefCell<HashSet<i32>>,
+    /// The term in which this node last took over as controller.
+    led_term: Cell<u64>,
+    /// On the active controller: the feature levels each broker runs (`features`).
+    pub supported: RefCell<features::SupportedRanges>,
+}
+
+/// A node's side as a broker of the cluster: who it is to the controller, what it last heard
+/// from it, and what it last told it.
+struct BrokerSide {
+    /// This run's incarnation, and the one before it (0: none), as the registration says.
+    incarnation: u64,
+    previous_incarnation: u64,
     /// The active controller as the last heartbeat reply named it (brokers that are not
     /// voters have no other way to know).
     controller_hint: Cell<i32>,
     registered: Cell<bool>,
-    /// The term in which this node last took over as controller.
-    led_term: Cell<u64>,
     /// Set by a controlled shutdown: heartbeats stop, so the fenced registration stays fenced.
     releasing: Cell<bool>,
     /// When the controller first refused this node's node id as held by a live broker, since
     /// the last heartbeat it answered (monotonic ms).
     refused_since_ms: Cell<Option<u64>>,
-    /// On the active controller: the feature levels each broker runs (`features`).
-    pub supported: RefCell<features::SupportedRanges>,
     /// The controller this node last told its levels to (-1: none yet), and when (monotonic
     /// ms).
     told_levels: Cell<(i32, u64)>,
@@ -103,19 +111,21 @@ impl Cluster {
             config,
             applied,
             quorum,
-            incarnation,
-            previous_incarnation,
+            broker: BrokerSide {
+                incarnation,
+                previous_incarnation,
+                controller_hint: Cell::new(-1),
+                registered: Cell::new(false),
+                releasing: Cell::new(false),
+                refused_since_ms: Cell::new(None),
+                told_levels: Cell::new((-1, 0)),
+            },
             voters,
             peers,
             sessions: RefCell::new(Sessions::default()),
             registering: RefCell::new(HashSet::new()),
-            controller_hint: Cell::new(-1),
-            registered: Cell::new(false),
             led_term: Cell::new(0),
-            releasing: Cell::new(false),
-            refused_since_ms: Cell::new(None),
             supported: RefCell::new(features::SupportedRanges::default()),
-            told_levels: Cell::new((-1, 0)),
         })
     }
 
@@ -123,7 +133,7 @@ impl Cluster {
     pub fn controller_id(&self) -> i32 {
         match &self.quorum {
             Some(q) => q.status().leader_id,
-            None => self.controller_hint.get(),
+            None => self.broker.controller_hint.get(),
         }
     }
 
@@ -204,14 +214,14 @@ impl Cluster {
             Ok((messages::FAILURE, body)) => {
                 let f: Failure = messages::decode(&body).map_err(|m| (unknown(), Some(m)))?;
                 if !self.is_voter() && f.controller_id >= 0 {
-                    self.controller_hint.set(f.controller_id);
+                    self.broker.controller_hint.set(f.controller_id);
                 }
                 Err((f.code, Some(f.message)))
             }
             Ok((kind, _)) => Err((unknown(), Some(format!("unexpected reply kind {kind}")))),
             Err(e) => {
                 if !self.is_voter() {
-                    self.controller_hint.set(-1);
+                    self.broker.controller_hint.set(-1);
                 }
                 Err((
                     ResponseError::RequestTimedOut.code(),
@@ -396,8 +406,8 @@ impl Cluster {
         BrokerHeartbeat {
             cluster_id: self.applied.cluster_id(),
             node_id: self.config.node_id,
-            incarnation: self.incarnation,
-            previous_incarnation: self.previous_incarnation,
+            incarnation: self.broker.incarnation,
+            previous_incarnation: self.broker.previous_incarnation,
             listeners: crate::storage::catalog::advertised_endpoints(&self.config),
             rack: self.config.rack.clone(),
             metadata_version: self.applied.version(),
@@ -430,7 +440,7 @@ impl Cluster {
                 Err(e) => {
                     log::debug!("heartbeat to node {target}: {e}");
                     if !self.is_voter() {
-                        self.controller_hint.set(-1);
+                        self.broker.controller_hint.set(-1);
                     }
                     return;
                 }
@@ -460,19 +470,19 @@ impl Cluster {
                 ));
             }
             if !self.is_voter() {
-                self.controller_hint.set(f.controller_id);
+                self.broker.controller_hint.set(f.controller_id);
             }
             return;
         }
         let Ok(reply) = messages::decode::<HeartbeatReply>(&body) else {
             return;
         };
-        self.refused_since_ms.set(None);
+        self.broker.refused_since_ms.set(None);
         if !self.is_voter() {
-            self.controller_hint.set(reply.controller_id);
+            self.broker.controller_hint.set(reply.controller_id);
             self.applied.set_controller(reply.controller_id);
         }
-        if !self.registered.replace(true) {
+        if !self.broker.registered.replace(true) {
             // `/readyz` reads it (metrics::readiness).
             shard
                 .metrics()
@@ -483,7 +493,7 @@ impl Cluster {
                 reply.controller_id,
                 self.config.node_id
             );
-            write_incarnation(&self.config, self.incarnation);
+            write_incarnation(&self.config, self.broker.incarnation);
         }
         self.tell_levels(target, shard.clock().monotonic_ms()).await;
         if let Some((version, bytes)) = reply.catalog {
@@ -494,7 +504,7 @@ impl Cluster {
     fn levels(&self) -> SupportedLevels {
         SupportedLevels {
             node_id: self.config.node_id,
-            incarnation: self.incarnation,
+            incarnation: self.broker.incarnation,
             metadata_version: features::own_range(),
         }
     }
@@ -516,13 +526,13 @@ impl Cluster {
     /// runs: at once when it is another controller than last told, else every
     /// `RETELL_LEVELS_MS`; again at the next heartbeat if the call fails.
     async fn tell_levels(&self, target: i32, now_ms: u64) {
-        let (told, at_ms) = self.told_levels.get();
+        let (told, at_ms) = self.broker.told_levels.get();
         if told == target && now_ms < at_ms + RETELL_LEVELS_MS {
             return;
         }
         if target == self.config.node_id {
             self.note_levels(&self.levels());
-            self.told_levels.set((target, now_ms));
+            self.broker.told_levels.set((target, now_ms));
             return;
         }
         let Some(peer) = self.peer_of(target) else {
@@ -531,7 +541,7 @@ impl Cluster {
         let limit = Duration::from_millis(self.config.cluster.broker_heartbeat_interval_ms * 2);
         let payload = messages::encode(&self.levels());
         match peer.call(messages::FEATURES, &payload, limit).await {
-            Ok((messages::REPLY, _)) => self.told_levels.set((target, now_ms)),
+            Ok((messages::REPLY, _)) => self.broker.told_levels.set((target, now_ms)),
             Ok((_, body)) => {
                 let why = messages::decode::<Failure>(&body).map(|f| f.message);
                 log::debug!("controller {target} did not take this node's levels: {why:?}");
@@ -548,9 +558,9 @@ impl Cluster {
     fn refused_as_duplicate(&self, controllers: &Controllers, target: i32, why: &str) {
         let shard = &controllers.shard;
         let now_ms = shard.clock().monotonic_ms();
-        let first = self.refused_since_ms.get().is_none();
-        let since_ms = self.refused_since_ms.get().unwrap_or(now_ms);
-        self.refused_since_ms.set(Some(since_ms));
+        let first = self.broker.refused_since_ms.get().is_none();
+        let since_ms = self.broker.refused_since_ms.get().unwrap_or(now_ms);
+        self.broker.refused_since_ms.set(Some(since_ms));
         let patience_ms = 2 * self.config.cluster.broker_session_timeout_ms;
         if now_ms.saturating_sub(since_ms) >= patience_ms {
             fatal(&format!(
@@ -640,7 +650,7 @@ fn write_incarnation(config: &Config, incarnation: u64) {
 pub async fn heartbeat_loop(cluster: Rc<Cluster>, controllers: Rc<Controllers>) {
     let every = Duration::from_millis(cluster.config.cluster.broker_heartbeat_interval_ms);
     let mut turn = 0usize;
-    while !cluster.releasing.get() {
+    while !cluster.broker.releasing.get() {
         cluster.send_heartbeat(&controllers, turn).await;
         turn += 1;
         glommio::timer::sleep(every).await;
@@ -658,11 +668,11 @@ pub async fn release_leadership(
     limit_ms: u64,
 ) {
     let shard = &controllers.shard;
-    cluster.releasing.set(true);
+    cluster.broker.releasing.set(true);
     let node_id = cluster.config.node_id;
     let op = super::ControllerOp::ShutdownBroker {
         node_id,
-        incarnation: cluster.incarnation,
+        incarnation: cluster.broker.incarnation,
     };
     let outcome = super::execute(controllers, op).await;
     if let Some((code, msg)) = outcome.first().filter(|o| o.0 != 0) {

@@ -62,9 +62,8 @@ pub struct Member {
     pub assignment: Bytes,
     awaiting_join: bool,
     awaiting_sync: bool,
-    heartbeat_timer: Option<TimerId>,
-    /// When the current session timer fires (0: none armed).
-    session_deadline_ms: u64,
+    /// The armed session timer and when it fires (None: none armed).
+    session_timer: Option<(TimerId, u64)>,
 }
 
 impl Member {
@@ -243,8 +242,8 @@ pub enum Reply<T> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum TimerKind {
-    /// A member's session ends at `deadline_ms`, unless it was re-armed since (then its
-    /// `session_deadline_ms` differs: the timer is stale).
+    /// A member's session ends at `deadline_ms`, unless it was re-armed or disarmed since
+    /// (then its `session_timer` does not end then: the timer is stale).
     Heartbeat {
         group: String,
         member: String,
@@ -512,7 +511,7 @@ impl Coordinator {
             return self.add_member_and_rebalance(now_ms, req, new_id);
         };
         let protocols_changed = member.protocols != req.protocols;
-        if let Some(t) = member.heartbeat_timer.take() {
+        if let Some((t, _)) = member.session_timer.take() {
             self.wheel.cancel(t);
         }
         let was_awaiting_join = member.awaiting_join;
@@ -599,8 +598,7 @@ impl Coordinator {
                 assignment: Bytes::new(),
                 awaiting_join: true,
                 awaiting_sync: false,
-                heartbeat_timer: None,
-                session_deadline_ms: 0,
+                session_timer: None,
             },
         );
         self.schedule_heartbeat(now_ms, &req.group_id, &member_id);
@@ -829,7 +827,7 @@ impl Coordinator {
         if group.leader.as_deref() == Some(member_id) {
             group.leader = None;
         }
-        if let Some(t) = m.heartbeat_timer {
+        if let Some((t, _)) = m.session_timer {
             self.wheel.cancel(t);
         }
         if m.awaiting_join {
@@ -884,9 +882,9 @@ impl Coordinator {
         let Some(m) = group.members.get_mut(member_id) else {
             return;
         };
-        let old = m.heartbeat_timer.take();
+        let old = m.session_timer.take();
         let deadline = now_ms + m.session_timeout_ms.max(0) as u64;
-        if let Some(t) = old {
+        if let Some((t, _)) = old {
             self.wheel.cancel(t);
         }
         let t = self
@@ -901,8 +899,7 @@ impl Coordinator {
             )
             .expect("an admitted member has room for its timer");
         if let Some(m) = self.group_mut(group_id).members.get_mut(member_id) {
-            m.heartbeat_timer = Some(t);
-            m.session_deadline_ms = deadline;
+            m.session_timer = Some((t, deadline));
         }
     }
 
@@ -1121,10 +1118,10 @@ impl Coordinator {
                     else {
                         continue;
                     };
-                    if m.session_deadline_ms != deadline_ms {
+                    if m.session_timer.map(|(_, d)| d) != Some(deadline_ms) {
                         continue; // re-armed after this timer was taken from the wheel
                     }
-                    m.heartbeat_timer = None;
+                    m.session_timer = None;
                     if m.awaiting_join || m.awaiting_sync {
                         // A member parked in JoinGroup or SyncGroup is alive (Kafka's
                         // shouldKeepAlive): the rebalance timeout bounds the join phase, and
@@ -1202,7 +1199,10 @@ impl Coordinator {
         let gone: Vec<String> = self.groups.keys().filter(|g| which(g)).cloned().collect();
         for id in &gone {
             let g = self.groups.remove(id).expect("listed");
-            let timers = g.members.values().filter_map(|m| m.heartbeat_timer);
+            let timers = g
+                .members
+                .values()
+                .filter_map(|m| m.session_timer.map(|(t, _)| t));
             for t in timers.chain(g.rebalance_timer) {
                 self.wheel.cancel(t);
             }
@@ -1417,8 +1417,7 @@ impl Coordinator {
                 assignment: m.assignment,
                 awaiting_join: false,
                 awaiting_sync: false,
-                heartbeat_timer: None,
-                session_deadline_ms: 0,
+                session_timer: None,
             };
             group.members.insert(id.clone(), member);
             self.schedule_heartbeat(now_ms, group_id, &id);

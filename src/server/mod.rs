@@ -34,8 +34,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Messages in flight between two shards before a sender waits.
+/// Messages in flight between two shards before a sender waits, on the shards' own mesh
+/// (every produce and fetch of a partition another shard owns crosses it).
 const MESH_CHANNEL_CAPACITY: usize = 1024;
+/// The same on each service's mesh (group, transaction and controller requests: a request per
+/// client call, not per partition). glommio allocates every channel's slots up front, for each
+/// pair of shards: 1024 would cost 32 MiB more per service mesh at 16 shards, 500 MiB at 64.
+const SERVICE_MESH_CHANNEL_CAPACITY: usize = 128;
 /// How often a shard checks whether a shutdown signal arrived.
 const SHUTDOWN_POLL_MS: u64 = 50;
 /// How long shutdown waits for requests in progress before flushing anyway.
@@ -441,9 +446,9 @@ impl Meshes {
     fn new(shards: usize) -> Meshes {
         Meshes {
             shards: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
-            groups: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
-            txns: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
-            controllers: MeshBuilder::full(shards, MESH_CHANNEL_CAPACITY),
+            groups: MeshBuilder::full(shards, SERVICE_MESH_CHANNEL_CAPACITY),
+            txns: MeshBuilder::full(shards, SERVICE_MESH_CHANNEL_CAPACITY),
+            controllers: MeshBuilder::full(shards, SERVICE_MESH_CHANNEL_CAPACITY),
         }
     }
 }
