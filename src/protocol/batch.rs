@@ -53,11 +53,15 @@ pub struct BatchHeader {
 }
 
 impl BatchHeader {
+    /// The batch's last offset. Saturating: the fields may come from a damaged file or a
+    /// client, and a base offset near i64::MAX must read as out of range (recovery and the
+    /// segment's offset bound refuse it), not wrap to a small offset.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset
+            .saturating_add(self.last_offset_delta as i64)
     }
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().saturating_add(1)
     }
     /// Written by a transactional producer (or a marker of its transaction).
     pub fn is_transactional(&self) -> bool {
@@ -392,6 +396,15 @@ fn put_varint(out: &mut Vec<u8>, v: i64) {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+
+    #[test]
+    fn a_base_offset_near_the_end_of_the_range_saturates_instead_of_wrapping() {
+        // Found by the recovery fuzz target: a damaged segment's base offset of i64::MAX
+        // wrapped its last offset to a small one, which passed recovery's range check.
+        let h = parse_header(&synthetic(i64::MAX - 1, 3, 10, 1000)).unwrap();
+        assert_eq!(h.last_offset(), i64::MAX);
+        assert_eq!(h.next_offset(), i64::MAX);
+    }
 
     #[test]
     fn valid_batch_parses() {
