@@ -309,10 +309,15 @@ impl ControllerOp {
 /// `quorum_view`).
 pub type Controllers = Sharded<Option<Controller>>;
 
-/// The controller, on the controller shard (where every controller request runs).
-fn here(controllers: &Controllers) -> &Controller {
+/// The controller if this is the controller shard.
+pub fn on_this_shard(controllers: &Controllers) -> Option<&Controller> {
     let slot: &Option<Controller> = controllers;
     slot.as_ref()
+}
+
+/// The controller, on the controller shard (where every controller request runs).
+pub fn here(controllers: &Controllers) -> &Controller {
+    on_this_shard(controllers)
         .expect("controller requests run on the controller shard, which has the controller")
 }
 

@@ -191,7 +191,7 @@ async fn serve(
     };
     let (requested, unknown) = listed(&catalog, version, &req, &readable);
     let served = if version >= 7 {
-        match join_session((shard, sessions), &catalog, version, &req, requested) {
+        match join_session(shard, sessions, &catalog, version, &req, requested) {
             Ok(served) => served,
             Err(e) => return Ok(session_error(e, version)),
         }
@@ -366,7 +366,8 @@ struct Served {
 
 /// Applies the request's session fields (v7+).
 fn join_session(
-    (shard, sessions): (&Shard, &RefCell<FetchSessions>),
+    shard: &Shard,
+    sessions: &RefCell<FetchSessions>,
     catalog: &Catalog,
     version: i16,
     req: &FetchRequest,

@@ -102,7 +102,7 @@ pub(super) fn request(conn: &Conn, header: &RequestHeader, body: Bytes, held: He
                 (body, !ok)
             })
         }
-        _ => sasl_authenticate::handle(&conn.shard, exchange.as_mut(), v, body)
+        _ => sasl_authenticate::handle(conn.shard(), exchange.as_mut(), v, body)
             .map(|(body, outcome)| (body, !settle(conn, outcome))),
     };
     let mut out = Outgoing::now(header, Vec::new(), held);
@@ -129,7 +129,7 @@ pub(super) fn bare_token(conn: &Conn, token: Bytes, held: Held) -> Outgoing {
     let exchange = exchange
         .as_mut()
         .expect("bare tokens only on a SASL listener");
-    let (answer, outcome) = sasl_authenticate::token(&conn.shard, exchange, &token);
+    let (answer, outcome) = sasl_authenticate::token(conn.shard(), exchange, &token);
     let header = RequestHeader {
         api_key: ApiKey::SaslAuthenticate,
         api_version: 0,
@@ -152,7 +152,7 @@ fn settle(conn: &Conn, outcome: Outcome) -> bool {
     match outcome {
         Outcome::Continue => true,
         Outcome::Authenticated(principal) => {
-            let shard = &conn.shard;
+            let shard = conn.shard();
             if auth.authenticated.get() {
                 bump(&shard.metrics().reauthentications);
             }
@@ -167,7 +167,7 @@ fn settle(conn: &Conn, outcome: Outcome) -> bool {
             true
         }
         Outcome::Failed(why) => {
-            let shard = &conn.shard;
+            let shard = conn.shard();
             bump(&shard.metrics().authentication_failures);
             let now_ms = shard.clock().monotonic_ms();
             if let Some(suppressed) = FAILURES_LOGGED.with(|l| l.admit(now_ms)) {

@@ -81,9 +81,7 @@ impl Drop for Held {
 struct Stop;
 
 pub(super) struct Conn {
-    /// The shard serving the connection (`services.shard`, at hand).
-    pub(super) shard: Rc<Shard>,
-    /// What the connection's handlers reach (`kafka::Services`).
+    /// What the connection's handlers reach (`kafka::Services`), its shard among them.
     services: Rc<Services>,
     pub(super) peer: String,
     /// The TCP socket, for recv and sendfile, where the stream is the socket itself (None
@@ -138,14 +136,17 @@ pub async fn serve(
 }
 
 impl Conn {
+    /// The shard serving the connection.
+    pub(super) fn shard(&self) -> &Rc<Shard> {
+        &self.services.shard
+    }
+
     /// `socket`: the TCP socket where the stream is the socket itself (None under TLS).
     fn new(services: Rc<Services>, peer: String, caller: Caller, socket: Option<RawFd>) -> Conn {
-        let shard = services.shard.clone();
-        let max_in_flight = shard.config.max_in_flight_requests_per_connection;
+        let max_in_flight = services.shard.config.max_in_flight_requests_per_connection;
         Conn {
             in_flight: Rc::new(Semaphore::new(max_in_flight as u64)),
-            auth: Auth::new(&shard, caller),
-            shard,
+            auth: Auth::new(&services.shard, caller),
             services,
             peer,
             socket,
@@ -155,7 +156,7 @@ impl Conn {
 
 /// Serves the connection's requests over `stream` until it closes.
 async fn run<S: AsyncRead + AsyncWrite + Unpin>(conn: &Conn, stream: S) {
-    let max_in_flight = conn.shard.config.max_in_flight_requests_per_connection;
+    let max_in_flight = conn.shard().config.max_in_flight_requests_per_connection;
     let (read_half, write_half) = stream.split();
     // Never holds more than max_in_flight items: each one holds an in-flight slot.
     let (tx, rx) = local_channel::new_bounded(max_in_flight);
@@ -216,7 +217,7 @@ async fn read_requests<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: ReadHalf<S>,
     tx: LocalSender<Incoming>,
 ) {
-    let shard = &conn.shard;
+    let shard = conn.shard();
     let mut ahead = ReadAhead::new();
     loop {
         let Ok(slot) = conn.in_flight.acquire_static_permit(1).await else {
@@ -264,8 +265,8 @@ async fn read_frame_body<S: AsyncRead + AsyncWrite + Unpin>(
     frame.extend_from_slice(&ahead.buffered()[..take]);
     ahead.consume(take);
     if take < size {
-        let config = &conn.shard.config;
-        let deadline_ms = conn.shard.clock().monotonic_ms() + config.request_read_timeout_ms;
+        let config = &conn.shard().config;
+        let deadline_ms = conn.shard().clock().monotonic_ms() + config.request_read_timeout_ms;
         fill(conn, stream, &mut frame, size, deadline_ms).await?;
     }
     Ok(frame.freeze())
@@ -401,7 +402,7 @@ async fn read_frame_size<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut ReadHalf<S>,
     ahead: &mut ReadAhead,
 ) -> Result<(usize, StaticPermit), Stop> {
-    let shard = &conn.shard;
+    let shard = conn.shard();
     let peer = &conn.peer;
     if ahead.buffered().is_empty() {
         wait_for_first_bytes(conn, stream, ahead).await?;
@@ -450,7 +451,7 @@ async fn wait_for_first_bytes<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut ReadHalf<S>,
     ahead: &mut ReadAhead,
 ) -> Result<(), Stop> {
-    let shard = &conn.shard;
+    let shard = conn.shard();
     let idle_ms = shard.config.connections_max_idle_ms;
     let read = stream.read(ahead.free());
     futures::pin_mut!(read);
@@ -503,7 +504,7 @@ async fn read_more_before<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 fn busy(conn: &Conn) -> bool {
-    let max = conn.shard.config.max_in_flight_requests_per_connection as u64;
+    let max = conn.shard().config.max_in_flight_requests_per_connection as u64;
     conn.in_flight.available() + 1 < max
 }
 
@@ -514,7 +515,7 @@ async fn within_deadline<T>(
     read: impl std::future::Future<Output = std::io::Result<T>>,
     deadline_ms: u64,
 ) -> Result<T, Stop> {
-    let shard = &conn.shard;
+    let shard = conn.shard();
     let result = match shard.timers.sleep_until_idle(deadline_ms) {
         Ok(deadline) => {
             futures::pin_mut!(read, deadline);
@@ -585,7 +586,7 @@ async fn serve_requests<S: AsyncRead + AsyncWrite + Unpin>(
     stream: WriteHalf<S>,
     rx: LocalReceiver<Incoming>,
 ) {
-    let max_in_flight = conn.shard.config.max_in_flight_requests_per_connection;
+    let max_in_flight = conn.shard().config.max_in_flight_requests_per_connection;
     // Never holds more than max_in_flight items: each holds its request's in-flight slot.
     let (tx, queued) = local_channel::new_bounded(max_in_flight);
     let dispatcher = dispatch_requests(conn, rx, tx);
@@ -610,7 +611,7 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
                     log::warn!("{}: closing: {key:?} before SASL authentication", conn.peer);
                     return;
                 }
-                _ if conn.auth.expired(conn.shard.clock()) => {
+                _ if conn.auth.expired(conn.shard().clock()) => {
                     let why = "the SASL session expired (connections_max_reauth_ms)";
                     log::info!("{}: closing: {why}", conn.peer);
                     return;
@@ -646,7 +647,7 @@ async fn dispatch_requests(conn: &Conn, rx: LocalReceiver<Incoming>, tx: LocalSe
 
 /// Runs a request's handler: its answer, or None when nothing is written (acks=0).
 async fn dispatch(conn: &Conn, header: RequestHeader, body: Bytes, held: Held) -> Option<Outgoing> {
-    let shard = &conn.shard;
+    let shard = conn.shard();
     log::debug!(
         "{}: {:?} v{} correlation {}",
         conn.peer,
@@ -709,7 +710,7 @@ async fn write_responses<S: AsyncRead + AsyncWrite + Unpin>(
         if !write_chunks(conn, &mut stream, chunks).await {
             return;
         }
-        out.held.observe(conn.shard.clock(), out.api_key);
+        out.held.observe(conn.shard().clock(), out.api_key);
         if out.then_close {
             return;
         }
@@ -736,7 +737,7 @@ async fn write_chunks(
         let sent = match (&chunk, conn.socket) {
             (Chunk::Bytes(b), _) => stream.write_all(b).await,
             (Chunk::File(f), Some(socket)) => {
-                super::sendfile::send(socket, stream, f, conn.shard.metrics()).await
+                super::sendfile::send(socket, stream, f, conn.shard().metrics()).await
             }
             (Chunk::File(f), None) => super::sendfile::copy(stream, f).await,
         };

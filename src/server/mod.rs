@@ -617,11 +617,10 @@ const OFFSETS_TOPIC_WAIT_LOG_MS: u64 = 30_000;
 async fn ensure_offsets_topic_in_cluster(controllers: Rc<Controllers>) {
     use crate::group::OFFSETS_TOPIC;
     let shard = &controllers.shard;
-    let slot: &Option<Controller> = &controllers;
-    let cluster = slot
-        .as_ref()
-        .and_then(|c| c.cluster.clone())
-        .expect("a clustered node's controller shard");
+    let cluster = controller::here(&controllers)
+        .cluster
+        .clone()
+        .expect("a clustered node");
     // When the wait was last said, and how many brokers were live then.
     let mut said: Option<(u64, usize)> = None;
     loop {
@@ -791,8 +790,7 @@ async fn release_leadership(controllers: &Rc<Controllers>) {
     if !shard.config.is_clustered() {
         return;
     }
-    let slot: &Option<Controller> = controllers;
-    if let Some(controller) = slot {
+    if let Some(controller) = controller::on_this_shard(controllers) {
         if let Some(cluster) = &controller.cluster {
             cluster::release_leadership(cluster, controllers, RELEASE_LIMIT_MS).await;
         }
