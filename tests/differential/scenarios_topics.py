@@ -179,6 +179,8 @@ def create_topic_bad_config_value(s: Side):
 @scenario
 def create_topic_manual_assignment(s: Side):
     r = _create(s, _topic("ct-assign", partitions=-1, assignments=[(0, [1]), (1, [1])]))
+    if r["Topics"][0]["ErrorCode"] == 0:
+        s.wait_leaders("ct-assign", 2)  # Kafka's broker learns the topic a moment after the answer
     meta = s.send("Metadata", 12, {"Topics": [{"Name": "ct-assign"}]})["Topics"][0]
     return r, [(p["PartitionIndex"], p["ReplicaNodes"]) for p in meta["Partitions"]]
 
