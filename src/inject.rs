@@ -46,10 +46,18 @@ pub enum Bug {
     /// A transaction coordinator whose write of a transaction's completion fails does not try
     /// again (the bug a Jepsen-style run found: the id stayed in PrepareCommit for good).
     CompletionNotRetried,
+    /// A follower appends its leader's batches without checking that they continue its log
+    /// (`ReplicaState::take_replica_batches`): the answer to a fetch it gave up on, arriving
+    /// after a newer one's, is written a second time past the log end.
+    FollowerSkipsGapCheck,
+    /// A new leader does not note its epoch's start in its leader epoch cache
+    /// (`ReplicaState::assign`): a follower's OffsetsForLeaderEpoch query about an older epoch
+    /// is answered with this log's end, so the follower keeps its divergent tail.
+    LeaderSkipsEpochStart,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 14] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -62,6 +70,8 @@ impl Bug {
         Bug::CoordinatorLoadsEarly,
         Bug::TruncationKeepsClosedTransactions,
         Bug::CompletionNotRetried,
+        Bug::FollowerSkipsGapCheck,
+        Bug::LeaderSkipsEpochStart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +88,8 @@ impl Bug {
             Bug::CoordinatorLoadsEarly => "coordinator-loads-early",
             Bug::TruncationKeepsClosedTransactions => "truncation-keeps-closed-transactions",
             Bug::CompletionNotRetried => "completion-not-retried",
+            Bug::FollowerSkipsGapCheck => "follower-skips-gap-check",
+            Bug::LeaderSkipsEpochStart => "leader-skips-epoch-start",
         }
     }
 
@@ -118,6 +130,12 @@ impl Bug {
             }
             Bug::CompletionNotRetried => {
                 "a transaction coordinator does not retry a failed write of a completion, leaving the id preparing for good"
+            }
+            Bug::FollowerSkipsGapCheck => {
+                "a follower appends fetched batches that do not continue its log (a late answer to a fetch it gave up on)"
+            }
+            Bug::LeaderSkipsEpochStart => {
+                "a new leader does not note its epoch's start, so followers asking about older epochs keep divergent tails"
             }
         }
     }

@@ -3,9 +3,11 @@
 //! batches, and the truncation of a divergent tail (see `commit.rs` for the rule these feed).
 
 use super::commit::{IsrRequest, Role};
+use super::replica_state::{Assigned, ReplicaLog, ReplicaRefusal};
 use super::{Partition, Watch};
 use crate::protocol::batch;
-use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
+use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
+use crate::storage::epochs::LeaderEpochs;
 use crate::storage::log::PartitionLog;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -34,53 +36,48 @@ impl Partition {
     pub fn assign(
         &self,
         local: i32,
-        (a, partition_epoch): (&PartitionAssignment, Option<i32>),
+        assignment: (&PartitionAssignment, Option<i32>),
         brokers: &[BrokerRecord],
         now_ms: u64,
     ) {
-        let lead = a.leader == local;
-        let hw = self.high_watermark();
-        let Some(changed) = self.replica.replicas_mut().assign(local, a, now_ms, hw) else {
+        let a = assignment.0;
+        let assigned = self.replica.assign(
+            local,
+            assignment,
+            brokers,
+            now_ms,
+            &mut *self.log.borrow_mut(),
+        );
+        let assigned = assigned.unwrap_or_else(|e| {
+            self.env
+                .storage_error(&self.name, "saving the leader epoch cache", &e);
+            self.retire();
+            Assigned::Leads // the leadership began; the partition is offline now
+        });
+        if assigned == Assigned::Stale {
             return;
-        };
-        let mut replicas = self.replica.replicas_mut();
-        replicas.note_partition_epoch(partition_epoch);
-        replicas.note_registrations(registrations(brokers, &a.replicas));
-        drop(replicas);
-        self.log.borrow_mut().leader_epoch = a.leader_epoch;
-        if changed && lead {
-            crate::metrics::bump(&self.env.metrics.leader_elections);
-            self.begin_epoch(a.leader_epoch);
-        } else if changed {
-            self.replica.set_needs_truncation(true);
-            self.watchers.wake_on_demotion();
         }
-        if changed {
+        self.log.borrow_mut().leader_epoch = a.leader_epoch;
+        match assigned {
+            Assigned::Leads => crate::metrics::bump(&self.env.metrics.leader_elections),
+            Assigned::Follows => self.watchers.wake_on_demotion(),
+            Assigned::Kept | Assigned::Stale => {}
+        }
+        if assigned != Assigned::Kept {
             log::info!(
                 "partition {}: {} at leader epoch {} (replicas {:?}, in sync {:?})",
                 self.name,
-                if lead { "leader" } else { "follower" },
+                if assigned == Assigned::Leads {
+                    "leader"
+                } else {
+                    "follower"
+                },
                 a.leader_epoch,
                 a.replicas,
                 a.isr
             );
         }
         self.advance_commit();
-    }
-
-    /// Notes in the epoch cache that `epoch` begins at the log end (this node now leads).
-    fn begin_epoch(&self, epoch: i32) {
-        let mut log = self.log.borrow_mut();
-        let end = log.log_end_offset();
-        self.replica.begin_leading(end);
-        if log.epochs.assign(epoch, end) {
-            if let Err(e) = log.epochs.save(&log.dir) {
-                drop(log);
-                self.env
-                    .storage_error(&self.name, "saving the leader epoch cache", &e);
-                self.retire();
-            }
-        }
     }
 
     pub fn is_leader(&self) -> bool {
@@ -120,11 +117,7 @@ impl Partition {
     /// An acks=all append needs at least `min.insync.replicas` in sync (Kafka's rule; other
     /// acks do not wait for replicas): NOT_ENOUGH_REPLICAS otherwise.
     pub fn check_insync(&self, acks: i16) -> Result<(), ResponseError> {
-        let (isr, min) = self.insync();
-        if acks == -1 && isr < min {
-            return Err(ResponseError::NotEnoughReplicas);
-        }
-        Ok(())
+        self.replica.check_insync(acks)
     }
 
     /// Whether this node leads the partition with fewer in-sync replicas than replicas.
@@ -138,18 +131,13 @@ impl Partition {
     /// for that replica, or the offset is past what this leader has.
     pub(super) fn note_replica_fetch(&self, node: i32, offset: i64) -> Result<(), ResponseError> {
         let end = self.log.borrow().written().offset;
-        if offset > end {
-            return Err(ResponseError::OffsetOutOfRange);
-        }
         let now_ms = self.env.clock.monotonic_ms();
-        if !self
+        let mut log = self.log.borrow_mut();
+        let moved = self
             .replica
-            .replicas_mut()
-            .note_fetch(node, offset, end, now_ms)
-        {
-            return Err(ResponseError::NotLeaderOrFollower);
-        }
-        self.advance_commit();
+            .note_replica_fetch(&mut *log, (node, offset), end, now_ms);
+        drop(log);
+        self.committed(moved?);
         Ok(())
     }
 
@@ -177,40 +165,33 @@ impl Partition {
         retry_ms: u64,
     ) -> Option<IsrRequest> {
         let now_ms = self.env.clock.monotonic_ms();
-        let positions = (self.high_watermark(), self.replica.epoch_start());
-        self.replica.replicas_mut().isr_request_due(
-            now_ms,
-            lag_max_ms,
-            positions,
+        self.replica.isr_request_due(
+            &*self.log.borrow(),
+            (now_ms, lag_max_ms),
             (last_sent_ms, retry_ms),
         )
     }
 
     /// The controller refused `request` for good: its joiners stop holding the high watermark.
     pub fn isr_refused(&self, request: &IsrRequest) {
-        self.replica.replicas_mut().isr_refused(request);
-        self.advance_commit();
+        let moved = self
+            .replica
+            .isr_refused(&mut *self.log.borrow_mut(), request);
+        self.committed(moved);
     }
 
     /// Moves the high watermark as far as the commit rule allows now.
     pub(super) fn advance_commit(&self) {
-        let high_watermark = {
-            let mut log = self.log.borrow_mut();
-            let committed = self.replica.replicas().committed(log.synced().offset);
-            if committed <= log.high_watermark() {
-                return;
-            }
-            let Some(to) = log.committable_at(committed) else {
-                return;
-            };
-            if to.offset <= log.high_watermark() {
-                return;
-            }
-            log.advance_high_watermark(to);
-            to.offset
-        };
-        self.watchers.advance(Watch::Committed, high_watermark);
-        self.advance_stable();
+        let moved = self.replica.advance_commit(&mut *self.log.borrow_mut());
+        self.committed(moved);
+    }
+
+    /// Wakes what waits on the high watermark when it `moved` (to that offset).
+    fn committed(&self, moved: Option<i64>) {
+        if let Some(high_watermark) = moved {
+            self.watchers.advance(Watch::Committed, high_watermark);
+            self.advance_stable();
+        }
     }
 
     // ---- follower side ---------------------------------------------------------------------
@@ -256,19 +237,16 @@ impl Partition {
     /// (epoch found, its end) for its newest epoch, and whether that settles it
     /// (`LeaderEpochs::cut_point`).
     pub fn cut_point(&self, answer: (i32, i64)) -> (i64, bool) {
-        let high_watermark = self.high_watermark();
-        let log = self.log.borrow();
-        log.epochs
-            .cut_point(log.log_end_offset(), high_watermark, answer)
+        self.replica.cut_point(&*self.log.borrow(), answer)
     }
 
     /// The leader's high watermark, from a fetch response: this follower commits up to it as
     /// far as it has synced.
     pub fn learn_leader_high_watermark(&self, leader_hw: i64) {
-        if let Role::Follower { leader_hw: hw, .. } = &mut self.replica.replicas_mut().role {
-            *hw = (*hw).max(leader_hw);
-        }
-        self.advance_commit();
+        let moved = self
+            .replica
+            .learn_leader_high_watermark(&mut *self.log.borrow_mut(), leader_hw);
+        self.committed(moved);
     }
 
     /// The leader's log start, from a fetch response: what DeleteRecords and retention removed
@@ -297,15 +275,6 @@ impl Partition {
     ) -> Result<(), ResponseError> {
         let _turn = self.append_lock.lock().await;
         let end = self.log_end_offset();
-        if offset == end {
-            // Epochs this node began as leader without appending hold no records.
-            let mut log = self.log.borrow_mut();
-            if log.epochs.truncate_from(end) {
-                if let Err(e) = log.epochs.save(&log.dir) {
-                    log::error!("partition {}: saving the epoch cache: {e}", self.name);
-                }
-            }
-        }
         if offset < end {
             log::warn!(
                 "partition {}: truncating the divergent tail {offset}..{end}",
@@ -316,7 +285,12 @@ impl Partition {
             })
             .await?;
         }
-        self.replica.set_needs_truncation(!complete);
+        let truncated = self
+            .replica
+            .truncated(&mut *self.log.borrow_mut(), complete);
+        if let Err(e) = truncated {
+            log::error!("partition {}: saving the epoch cache: {e}", self.name);
+        }
         Ok(())
     }
 
@@ -393,48 +367,33 @@ impl Partition {
             if this.is_failed() {
                 return Err(ResponseError::KafkaStorageError);
             }
-            if this.is_leader() {
-                return Err(ResponseError::NotLeaderOrFollower);
-            }
-            this.check_dense(&headers)?;
-            this.note_epochs(&headers)?;
+            this.take_replica_batches(&headers)?;
             this.write_replica(records, &headers).await
         }
     }
 
-    /// Replicated batches must continue the log exactly.
-    fn check_dense(&self, headers: &[batch::BatchHeader]) -> Result<(), ResponseError> {
-        let mut next = self.log_end_offset();
-        for h in headers {
-            if h.base_offset != next || h.last_offset_delta < 0 {
+    /// `ReplicaState::take_replica_batches`: this node follows and the batches continue its
+    /// log; the epochs they begin are in the saved cache.
+    fn take_replica_batches(&self, headers: &[batch::BatchHeader]) -> Result<(), ResponseError> {
+        let taken = self
+            .replica
+            .take_replica_batches(&mut *self.log.borrow_mut(), headers);
+        match taken {
+            Ok(()) => Ok(()),
+            Err(ReplicaRefusal::Leads) => Err(ResponseError::NotLeaderOrFollower),
+            Err(ReplicaRefusal::Gap { due, found }) => {
                 log::warn!(
-                    "replica of {}: batch at {} where {next} was due",
-                    self.name,
-                    h.base_offset
+                    "replica of {}: batch at {found} where {due} was due",
+                    self.name
                 );
-                return Err(ResponseError::OffsetOutOfRange);
+                Err(ResponseError::OffsetOutOfRange)
             }
-            next = h.next_offset();
-        }
-        Ok(())
-    }
-
-    /// Notes the epochs the batches begin (the cache is saved before the batches are written).
-    fn note_epochs(&self, headers: &[batch::BatchHeader]) -> Result<(), ResponseError> {
-        let mut log = self.log.borrow_mut();
-        let mut changed = false;
-        for h in headers {
-            changed |= log.epochs.assign(h.partition_leader_epoch, h.base_offset);
-        }
-        if changed {
-            if let Err(e) = log.epochs.save(&log.dir) {
-                drop(log);
+            Err(ReplicaRefusal::Storage(e)) => {
                 self.env
                     .storage_error(&self.name, "saving the leader epoch cache", &e);
-                return Err(ResponseError::KafkaStorageError);
+                Err(ResponseError::KafkaStorageError)
             }
         }
-        Ok(())
     }
 
     async fn write_replica(
@@ -459,5 +418,43 @@ impl Partition {
         self.watchers.advance(Watch::Written, end);
         crate::metrics::add(&self.env.metrics.replicated_bytes, records.len() as u64);
         Ok(end)
+    }
+}
+
+/// The production log under the replication rules (`replica_state.rs`).
+impl ReplicaLog for PartitionLog {
+    fn log_end(&self) -> i64 {
+        self.log_end_offset()
+    }
+
+    fn synced_end(&self) -> i64 {
+        self.synced().offset
+    }
+
+    fn high_watermark(&self) -> i64 {
+        PartitionLog::high_watermark(self)
+    }
+
+    fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
+        let to = self.committable_at(offset)?;
+        if to.offset <= PartitionLog::high_watermark(self) {
+            return None;
+        }
+        self.advance_high_watermark(to);
+        Some(to.offset)
+    }
+
+    fn epochs(&self) -> &LeaderEpochs {
+        &self.epochs
+    }
+
+    fn change_epochs(
+        &mut self,
+        change: impl FnOnce(&mut LeaderEpochs) -> bool,
+    ) -> std::io::Result<()> {
+        if change(&mut self.epochs) {
+            self.epochs.save(&self.dir)?;
+        }
+        Ok(())
     }
 }

@@ -283,7 +283,7 @@ impl World {
         let Ok(appended) = r.append(payload, count, stamp, acks_all, min_insync) else {
             return false;
         };
-        let generation = r.leader_generation;
+        let (generation, _) = r.leadership().expect("appended as leader");
         let (base, what) = match appended {
             Appended::New(base) => (base, "append"),
             Appended::Duplicate(base) => (base, "duplicate of"),
@@ -325,9 +325,10 @@ impl World {
         self.replica_changed(i, tp)?;
         let r = &self.slots[i].partitions.replicas[&tp];
         let batches = r
+            .log
             .batches
             .iter()
-            .filter(|b| b.base >= offset && b.end() <= r.high_watermark)
+            .filter(|b| b.base >= offset && b.end() <= r.high_watermark())
             .take(FETCH_BATCHES)
             .copied()
             .collect();

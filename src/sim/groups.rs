@@ -211,7 +211,7 @@ impl World {
             .get(GROUP)
             .and_then(|g| g.offsets.get(&topic_key(tp), tp.1))
             .map_or(-1, |v| v.offset);
-        let epoch = self.slots[i].partitions.replicas[&offsets].replicas.epoch;
+        let epoch = self.slots[i].partitions.replicas[&offsets].epoch();
         let current = self
             .history
             .newest_epoch
@@ -286,11 +286,16 @@ impl World {
         if c.loaded.take().is_some() {
             c.coordinator.unload(|_| true);
         }
-        if !crate::shard::coordinator_load::may_load(r.high_watermark, epoch_start) {
+        if !crate::shard::coordinator_load::may_load(r.high_watermark(), epoch_start) {
             return;
         }
         let mut latest = Latest::default();
-        for b in r.batches.iter().filter(|b| b.end() <= r.high_watermark) {
+        for b in r
+            .log
+            .batches
+            .iter()
+            .filter(|b| b.end() <= r.high_watermark())
+        {
             if let Some((key, value)) = self.groups.records.get(&b.payload) {
                 replay::learn(Some(key), value.as_deref(), &mut latest);
             }

@@ -6,17 +6,20 @@
 //!
 //! What runs as production code: raft-rs with the controller's `RaftNode` and `RaftStore`
 //! (over `SimDisk`), `Applied` and the metadata records, broker sessions and fencing
-//! (`liveness`), placement, elections and AlterPartition (`replication_op`). What the
-//! simulator stands in for: the glommio tasks that drive them (`node.rs`), RPC (`network.rs`),
-//! the files (`disk.rs`).
+//! (`liveness`), placement, elections and AlterPartition (`replication_op`), and each replica's
+//! replication rules (`partition::replica_state`: assignment, the commit rule, follower fetches,
+//! a follower's appends and truncation), run over a model of its log (`replica.rs`'s `SimLog`)
+//! as `Partition` runs them over `PartitionLog`. What the simulator stands in for: the glommio
+//! tasks that drive them (`node.rs`, `replication.rs` for the fetcher and the flusher), RPC
+//! (`network.rs`), the files (`disk.rs`, `SimLog`).
 //!
 //! ## What runs, what is checked
 //!
 //! `scripts/simulate` builds and runs `sluice-sim` (feature `simulation`). One thread runs N nodes
 //! (3 or 5): each a controller (`RaftNode` over `raft_store` on a simulated `Disk`, the production
 //! `Applied` state machine and catalog), partition replicas whose decisions are the production ones
-//! (`commit::Replicas`: commit rule, ISR asks and registrations; leader epochs and truncation
-//! points; `ProducerTable` for idempotent producers, rebuilt from the log on restart and after a
+//! (`ReplicaState`'s rules over `commit::Replicas`: commit rule, ISR asks and registrations,
+//! follower appends; leader epochs and truncation points; `ProducerTable` for idempotent producers, rebuilt from the log on restart and after a
 //! truncation by `producer_state::rebuild`; the aborted-transaction index by `txn_index::record`;
 //! the catalog's roles), a group coordinator (the production `Coordinator`, loaded by
 //! `replay::may_load`/`replay::learn` from the offsets partition's records in the production

@@ -1,18 +1,20 @@
-//! One partition replica on one simulated node. The decisions are the production code's: the
-//! commit rule, followers' positions and the in-sync set a leader wants (`commit::Replicas`),
-//! the leader epoch cache and the KIP-279 cut point (`epochs::LeaderEpochs`). What stands in for
-//! `Partition` and `PartitionLog` (the glommio-bound parts) is this model: the log as a list of
-//! batches with a written and a synced end, mirroring `Partition::assign`, `append`,
-//! `append_replica`, `truncate_diverged` and `advance_commit` step by step.
+//! One partition replica on one simulated node. Its decisions are the production code's: the
+//! replication rules of `partition::replica_state` (assignment, the commit rule, a leader noting
+//! follower fetches, a follower taking its leader's batches and high watermark, the KIP-279 cut
+//! point and what follows a cut), run over `SimLog` as `Partition` runs them over
+//! `PartitionLog`; idempotent and transactional producer state (`producer_state`) and the
+//! aborted-transaction index (`txn_index`) too. What this file adds is the disk: `SimLog`, the
+//! log as a list of batches with a written and a synced end.
 //!
 //! What survives a crash: the synced batches and a random prefix of the unsynced ones (a
 //! process crash keeps the page cache, a power cut does not), the epoch cache as last saved
 //! (saved synchronously, like `leader-epoch-checkpoint`) less epochs past the log end, and the
 //! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
 
-use crate::partition::commit::{IsrRequest, Replicas, Role};
+use crate::partition::commit::{IsrRequest, Role};
+use crate::partition::replica_state::{Assigned, ReplicaLog, ReplicaState};
 use crate::protocol::batch::BatchHeader;
-use crate::storage::catalog::{registrations, BrokerRecord, PartitionAssignment};
+use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
 use crate::storage::producer_state::{self, ProducerTable, Scanned, Verdict};
 use crate::storage::txn_index::{self, AbortedTxn, Marker};
@@ -128,8 +130,11 @@ pub enum Appended {
     Duplicate(i64),
 }
 
-#[derive(Clone, Debug)]
-pub struct SimReplica {
+/// A replica's log on the simulated disk, and what `PartitionLog` keeps beside its batches:
+/// the high watermark and its checkpoint, the epoch cache as held and as saved, producer state
+/// and the aborted-transaction index.
+#[derive(Debug, Default)]
+pub struct SimLog {
     pub batches: Vec<Batch>,
     pub synced_end: i64,
     pub high_watermark: i64,
@@ -143,74 +148,49 @@ pub struct SimReplica {
     /// are dropped on load.
     pub aborted: Vec<AbortedTxn>,
     pub hw_checkpoint: i64,
-    pub replicas: Replicas,
-    pub needs_truncation: bool,
-    epoch_start: i64,
-    /// Bumped at each leadership won: waiting acks=all produces of an older one fail.
-    pub leader_generation: u64,
-    /// A fetch (or epoch query) to the leader is on its way, sent then.
-    pub fetch_sent_ms: Option<u64>,
-    /// The newest epoch the outstanding OffsetsForLeaderEpoch query asked about.
-    pub epoch_query: Option<i32>,
-    /// A follower's leader high watermark from the last fetch, taken once what came is synced.
-    leader_hw_after_sync: Option<i64>,
-    /// Committed batches below this were checked against the history.
-    pub checked_to: i64,
 }
 
-impl SimReplica {
-    pub fn new() -> SimReplica {
-        let mut replicas = Replicas::alone();
-        replicas.epoch = -1;
-        replicas.role = Role::Follower {
-            leader: -1,
-            leader_hw: 0,
-        };
-        SimReplica {
-            batches: Vec::new(),
-            synced_end: 0,
-            high_watermark: 0,
-            epochs: LeaderEpochs::default(),
-            saved_epochs: LeaderEpochs::default(),
-            producers: ProducerTable::default(),
-            aborted: Vec::new(),
-            hw_checkpoint: 0,
-            replicas,
-            needs_truncation: false,
-            epoch_start: 0,
-            leader_generation: 0,
-            fetch_sent_ms: None,
-            epoch_query: None,
-            leader_hw_after_sync: None,
-            checked_to: 0,
-        }
-    }
-
-    pub fn log_end(&self) -> i64 {
+impl ReplicaLog for SimLog {
+    fn log_end(&self) -> i64 {
         self.batches.last().map_or(0, Batch::end)
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.replicas.is_leader()
+    fn synced_end(&self) -> i64 {
+        self.synced_end
     }
 
-    /// `Partition::last_stable_offset`: below it every transaction has ended.
-    pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.high_watermark;
-        self.producers
-            .first_unstable_offset()
-            .map_or(hw, |first| first.min(hw))
+    fn high_watermark(&self) -> i64 {
+        self.high_watermark
     }
 
-    /// `Partition::leadership`: while this replica leads, the generation of its leadership
-    /// and the offset its epoch began at.
-    pub fn leadership(&self) -> Option<(u64, i64)> {
-        self.is_leader()
-            .then_some((self.leader_generation, self.epoch_start))
+    /// Every offset a commit rule computes here is a batch end (replicas report their batch
+    /// ends, and followers hold their leader's batches as they are).
+    fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
+        let to = offset.min(self.synced_end);
+        (to > self.high_watermark).then(|| {
+            self.high_watermark = to;
+            to
+        })
     }
 
-    /// A crash and restart: what the disk kept, and no role until the node's catalog assigns one.
-    pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+    fn epochs(&self) -> &LeaderEpochs {
+        &self.epochs
+    }
+
+    fn change_epochs(
+        &mut self,
+        change: impl FnOnce(&mut LeaderEpochs) -> bool,
+    ) -> std::io::Result<()> {
+        if change(&mut self.epochs) {
+            self.saved_epochs = self.epochs.clone();
+        }
+        Ok(())
+    }
+}
+
+impl SimLog {
+    /// A crash: what the disk kept (see the module doc).
+    fn crash(&mut self, rng: &mut ChaCha8Rng) {
         let unsynced = self
             .batches
             .iter()
@@ -226,22 +206,13 @@ impl SimReplica {
         let end = self.log_end();
         let mut epochs = self.saved_epochs.clone();
         epochs.truncate_from(end + 1);
-        // As `PartitionLog::open` does, from the batches read back (no snapshot here).
-        let producers = self.rebuilt_producers();
-        let mut aborted = std::mem::take(&mut self.aborted);
-        aborted.retain(|e| e.last_offset < end);
-        let restarted = SimReplica {
-            producers,
-            aborted,
-            batches: std::mem::take(&mut self.batches),
-            synced_end: end,
-            high_watermark: self.hw_checkpoint.min(end),
-            epochs: epochs.clone(),
-            saved_epochs: epochs,
-            hw_checkpoint: self.hw_checkpoint.min(end),
-            ..SimReplica::new()
-        };
-        *self = restarted;
+        self.producers = self.rebuilt_producers(); // as `PartitionLog::open` (no snapshot here)
+        self.aborted.retain(|e| e.last_offset < end);
+        self.synced_end = end;
+        self.hw_checkpoint = self.hw_checkpoint.min(end);
+        self.high_watermark = self.hw_checkpoint;
+        self.epochs = epochs.clone();
+        self.saved_epochs = epochs;
     }
 
     /// Producer state as `PartitionLog` rebuilds it from its batches (no snapshot here), after a
@@ -251,35 +222,127 @@ impl SimReplica {
         producer_state::rebuild(None, self.log_end(), &scanned, 0)
     }
 
+    /// Appends a batch at the log end and notes it as `PartitionLog::plan_batches` does: its
+    /// producer's sequence or transaction, and an abort marker's index entry.
+    fn push(&mut self, b: Batch) {
+        let entry = txn_index::record(&mut self.producers, &b.header(), b.marker(), 0);
+        self.aborted.extend(entry);
+        self.batches.push(b);
+    }
+
+    /// `PartitionLog::truncate_to`: the batches from `offset` go (a cut inside a batch keeps
+    /// none of it: the log cuts at batch bounds), producer state is rebuilt as of the cut,
+    /// index entries of cut markers are dropped, positions past the end come back to it.
+    fn truncate_to(&mut self, offset: i64) {
+        self.batches.retain(|b| b.end() <= offset);
+        let end = self.log_end();
+        if producer_state::truncation_rebuilds() {
+            self.producers = self.rebuilt_producers();
+        } else {
+            self.producers.truncate(end);
+        }
+        self.aborted.retain(|e| e.last_offset < end);
+        self.synced_end = self.synced_end.min(end);
+        self.high_watermark = self.high_watermark.min(end);
+    }
+}
+
+#[derive(Debug)]
+pub struct SimReplica {
+    pub log: SimLog,
+    /// The role, the commit rule and the leadership: production's `ReplicaState`.
+    pub state: ReplicaState,
+    /// A fetch (or epoch query) to the leader is on its way, sent then.
+    pub fetch_sent_ms: Option<u64>,
+    /// The newest epoch the outstanding OffsetsForLeaderEpoch query asked about.
+    pub epoch_query: Option<i32>,
+    /// A follower's leader high watermark from the last fetch, taken once what came is synced.
+    leader_hw_after_sync: Option<i64>,
+    /// Committed batches below this were checked against the history.
+    pub checked_to: i64,
+}
+
+impl SimReplica {
+    /// A replica with no role until its node's catalog assigns one.
+    pub fn new(log: SimLog) -> SimReplica {
+        let state = ReplicaState::new(1, true);
+        let mut replicas = state.replicas_mut();
+        replicas.epoch = -1;
+        replicas.role = Role::Follower {
+            leader: -1,
+            leader_hw: 0,
+        };
+        drop(replicas);
+        SimReplica {
+            log,
+            state,
+            fetch_sent_ms: None,
+            epoch_query: None,
+            leader_hw_after_sync: None,
+            checked_to: 0,
+        }
+    }
+
+    pub fn log_end(&self) -> i64 {
+        self.log.log_end()
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.log.high_watermark
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.state.is_leader()
+    }
+
+    /// The current leader epoch.
+    pub fn epoch(&self) -> i32 {
+        self.state.replicas().epoch
+    }
+
+    /// `Partition::last_stable_offset`: below it every transaction has ended.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.log.high_watermark;
+        self.log
+            .producers
+            .first_unstable_offset()
+            .map_or(hw, |first| first.min(hw))
+    }
+
+    /// `Partition::leadership`: while this replica leads, the generation of its leadership
+    /// and the offset its epoch began at.
+    pub fn leadership(&self) -> Option<(u64, i64)> {
+        self.state.leadership()
+    }
+
+    /// A crash and restart: what the disk kept, and no role until the node's catalog assigns one.
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+        let mut log = std::mem::take(&mut self.log);
+        log.crash(rng);
+        *self = SimReplica::new(log);
+    }
+
     /// `Partition::assign`: the controller's assignment of this partition. Returns whether
     /// this node's role changed.
     pub fn assign(
         &mut self,
         local: i32,
-        (a, partition_epoch): (&PartitionAssignment, Option<i32>),
+        assignment: (&PartitionAssignment, Option<i32>),
         brokers: &[BrokerRecord],
         now_ms: u64,
     ) -> bool {
-        let Some(changed) = self.replicas.assign(local, a, now_ms, self.high_watermark) else {
+        let assigned = self
+            .state
+            .assign(local, assignment, brokers, now_ms, &mut self.log)
+            .expect("the simulated disk saves the epoch cache");
+        if assigned == Assigned::Stale {
             return false;
-        };
-        self.replicas.note_partition_epoch(partition_epoch);
-        self.replicas
-            .note_registrations(registrations(brokers, &a.replicas));
-        let lead = a.leader == local;
-        if changed {
-            if lead {
-                self.leader_generation += 1;
-                self.epoch_start = self.log_end();
-                self.epochs.assign(a.leader_epoch, self.epoch_start);
-                self.saved_epochs = self.epochs.clone();
-            } else {
-                self.needs_truncation = true;
-                self.fetch_sent_ms = None;
-            }
         }
-        self.advance_commit();
-        changed
+        if assigned == Assigned::Follows {
+            self.fetch_sent_ms = None;
+        }
+        self.state.advance_commit(&mut self.log);
+        assigned != Assigned::Kept
     }
 
     /// A producer's batch on the leader (acks=all needs `min_insync` in sync), checked against
@@ -297,59 +360,45 @@ impl SimReplica {
         if !self.is_leader() {
             return Err("NOT_LEADER_OR_FOLLOWER".into());
         }
-        if acks_all && self.replicas.isr.len() < min_insync {
-            return Err("NOT_ENOUGH_REPLICAS".into());
-        }
+        // The topic's setting, as `Partition::configure` hands it on.
+        self.state.set_min_insync_replicas(min_insync as i32);
+        self.state
+            .check_insync(if acks_all { -1 } else { 1 })
+            .map_err(|e| format!("{e:?}"))?;
         let batch = Batch {
             base: self.log_end(),
             count,
-            epoch: self.replicas.epoch,
+            epoch: self.epoch(),
             payload,
             stamp,
         };
+        let producers = &self.log.producers;
         let verdict = match batch.marker() {
-            Some(m) => self
-                .producers
+            Some(m) => producers
                 .check_marker(batch.header().producer_id, m.coordinator_epoch)
                 .map(|()| Verdict::Append),
-            None => self.producers.check(&batch.header()),
+            None => producers.check(&batch.header()),
         };
         match verdict {
             Ok(Verdict::Duplicate { base_offset }) => return Ok(Appended::Duplicate(base_offset)),
             Ok(Verdict::Append) => {}
             Err(e) => return Err(format!("{e:?}")),
         }
-        self.push(batch);
+        self.log.push(batch);
         Ok(Appended::New(batch.base))
-    }
-
-    /// Appends a batch at the log end and notes it as `PartitionLog::plan_batches` does: its
-    /// producer's sequence or transaction, and an abort marker's index entry.
-    fn push(&mut self, b: Batch) {
-        let entry = txn_index::record(&mut self.producers, &b.header(), b.marker(), 0);
-        self.aborted.extend(entry);
-        self.batches.push(b);
     }
 
     /// The flusher's fdatasync: everything written is durable; the commit rule may move.
     pub fn sync(&mut self) {
-        self.synced_end = self.log_end();
+        self.log.synced_end = self.log_end();
         if let Some(hw) = self.leader_hw_after_sync.take() {
-            self.learn_leader_high_watermark(hw);
+            self.state.learn_leader_high_watermark(&mut self.log, hw);
         }
-        self.advance_commit();
+        self.state.advance_commit(&mut self.log);
     }
 
-    /// `Partition::advance_commit`.
-    pub fn advance_commit(&mut self) {
-        let committed = self.replicas.committed(self.synced_end);
-        if committed > self.high_watermark {
-            self.high_watermark = committed;
-        }
-    }
-
-    /// A follower's fetch at `offset` on this leader: its batches from there, the high
-    /// watermark and the log start, or why not.
+    /// A follower's fetch at `offset` on this leader: its batches from there and the high
+    /// watermark, or why not.
     pub fn serve_fetch(
         &mut self,
         node: i32,
@@ -357,18 +406,18 @@ impl SimReplica {
         offset: i64,
         now_ms: u64,
     ) -> Result<(Vec<Batch>, i64), &'static str> {
-        if !self.is_leader() || epoch != self.replicas.epoch {
+        if !self.is_leader() || epoch != self.epoch() {
             return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
         }
         let end = self.log_end();
-        if offset > end {
-            return Err("OFFSET_OUT_OF_RANGE");
+        let noted = self
+            .state
+            .note_replica_fetch(&mut self.log, (node, offset), end, now_ms);
+        match noted {
+            Err(kafka_protocol::ResponseError::OffsetOutOfRange) => Err("OFFSET_OUT_OF_RANGE"),
+            Err(_) => Err("NOT_LEADER_OR_FOLLOWER"),
+            Ok(_) => self.read_for_follower(epoch, offset),
         }
-        if !self.replicas.note_fetch(node, offset, end, now_ms) {
-            return Err("NOT_LEADER_OR_FOLLOWER");
-        }
-        self.advance_commit();
-        self.read_for_follower(epoch, offset)
     }
 
     /// What a (parked) follower fetch in `epoch` from `offset` gets now: the batches from
@@ -378,66 +427,52 @@ impl SimReplica {
         epoch: i32,
         offset: i64,
     ) -> Result<(Vec<Batch>, i64), &'static str> {
-        if !self.is_leader() || epoch != self.replicas.epoch {
+        if !self.is_leader() || epoch != self.epoch() {
             return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
         }
         let batches = self
+            .log
             .batches
             .iter()
             .filter(|b| b.base >= offset)
             .take(8)
             .copied()
             .collect();
-        Ok((batches, self.high_watermark))
+        Ok((batches, self.log.high_watermark))
     }
 
     /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
-        self.epochs.end_offset_for(epoch, self.log_end())
+        self.log.epochs.end_offset_for(epoch, self.log_end())
     }
 
     /// `Partition::truncate_diverged` at the production cut point for the leader's answer.
     pub fn truncate_diverged(&mut self, answer: (i32, i64)) {
-        let (offset, complete) = self
-            .epochs
-            .cut_point(self.log_end(), self.high_watermark, answer);
+        let (offset, complete) = self.state.cut_point(&self.log, answer);
         if offset < self.log_end() {
-            self.batches.retain(|b| b.end() <= offset);
-            // A cut point inside a batch keeps none of it (the log cuts at batch bounds).
-            let end = self.log_end();
-            // As `PartitionLog::truncate_to`: producer state rebuilt as of the cut, index
-            // entries of cut markers dropped.
-            if producer_state::truncation_rebuilds() {
-                self.producers = self.rebuilt_producers();
-            } else {
-                self.producers.truncate(end);
-            }
-            self.aborted.retain(|e| e.last_offset < end);
-            self.synced_end = self.synced_end.min(end);
-            self.high_watermark = self.high_watermark.min(end);
-            self.checked_to = self.checked_to.min(end);
+            self.log.truncate_to(offset);
+            self.checked_to = self.checked_to.min(self.log_end());
         }
-        if self.epochs.truncate_from(self.log_end()) {
-            self.saved_epochs = self.epochs.clone();
-        }
-        self.needs_truncation = !complete;
+        self.state
+            .truncated(&mut self.log, complete)
+            .expect("the simulated disk saves the epoch cache");
     }
 
     /// `Partition::append_replica`: the leader's batches, which must continue this log, and
     /// the leader's high watermark, taken once they are synced. Returns whether they were
     /// taken.
     pub fn append_replica(&mut self, batches: &[Batch], leader_hw: i64) -> bool {
-        let continues = batches.first().is_some_and(|b| b.base == self.log_end());
-        if self.is_leader() || !continues {
+        let headers: Vec<BatchHeader> = batches.iter().map(Batch::header).collect();
+        if headers.is_empty()
+            || self
+                .state
+                .take_replica_batches(&mut self.log, &headers)
+                .is_err()
+        {
             return false;
         }
-        let mut changed = false;
         for b in batches {
-            changed |= self.epochs.assign(b.epoch, b.base);
-            self.push(*b);
-        }
-        if changed {
-            self.saved_epochs = self.epochs.clone();
+            self.log.push(*b);
         }
         self.leader_hw_after_sync = Some(leader_hw);
         true
@@ -445,10 +480,13 @@ impl SimReplica {
 
     /// The leader's high watermark, from a fetch response.
     pub fn learn_leader_high_watermark(&mut self, leader_hw: i64) {
-        if let Role::Follower { leader_hw: hw, .. } = &mut self.replicas.role {
-            *hw = (*hw).max(leader_hw);
-        }
-        self.advance_commit();
+        self.state
+            .learn_leader_high_watermark(&mut self.log, leader_hw);
+    }
+
+    /// The controller refused `request` for good (`Partition::isr_refused`).
+    pub fn isr_refused(&mut self, request: &IsrRequest) {
+        self.state.isr_refused(&mut self.log, request);
     }
 
     /// The in-sync set change this leader should ask for now (`Partition::isr_request_due`).
@@ -458,19 +496,17 @@ impl SimReplica {
         lag_max_ms: u64,
         last_sent_ms: Option<u64>,
     ) -> Option<IsrRequest> {
-        self.replicas.isr_request_due(
-            now_ms,
-            lag_max_ms,
-            (self.high_watermark, self.epoch_start),
-            (last_sent_ms, crate::replication::isr::RETRY_MS),
-        )
+        let retry_ms = crate::replication::isr::RETRY_MS;
+        self.state
+            .isr_request_due(&self.log, (now_ms, lag_max_ms), (last_sent_ms, retry_ms))
     }
 
     /// The batch at `base`, if this log holds one there.
     pub fn batch_at(&self, base: i64) -> Option<&Batch> {
-        self.batches
+        let batches = &self.log.batches;
+        batches
             .binary_search_by_key(&base, |b| b.base)
             .ok()
-            .map(|i| &self.batches[i])
+            .map(|i| &batches[i])
     }
 }

@@ -132,8 +132,9 @@ impl World {
             .replicas
             .get_mut(&tp)
             .expect("a replica of the node");
-        let hw = r.high_watermark;
+        let hw = r.high_watermark();
         for b in r
+            .log
             .batches
             .iter()
             .filter(|b| b.base >= r.checked_to && b.end() <= hw)
@@ -163,7 +164,7 @@ impl World {
                     detail,
                 );
             }
-            self.history.check_stamped(i, tp, b, &r.aborted)?;
+            self.history.check_stamped(i, tp, b, &r.log.aborted)?;
         }
         r.checked_to = r.checked_to.max(hw);
         Ok(())
@@ -174,7 +175,8 @@ impl World {
         if !r.is_leader() {
             return Ok(());
         }
-        let now = (r.leader_generation, r.high_watermark);
+        let (generation, _) = r.leadership().expect("a leader");
+        let now = (generation, r.high_watermark());
         let before = self.history.leader_hw.insert((i, tp), now);
         if let Some((generation, hw)) = before {
             if generation == now.0 && now.1 < hw {
@@ -188,7 +190,7 @@ impl World {
     /// Replica `tp` of node `i` has just become leader.
     pub(super) fn became_leader(&mut self, i: usize, tp: Tp) -> Result<(), Violation> {
         let r = &self.slots[i].partitions.replicas[&tp];
-        let epoch = r.replicas.epoch;
+        let epoch = r.epoch();
         let first = *self.history.leaders.entry((tp, epoch)).or_insert(i);
         if first != i {
             let detail = format!("{} epoch {epoch}: node {first} and node {i}", tp_name(tp));
@@ -225,7 +227,7 @@ impl World {
             if r.batch_at(base).is_none_or(|b| b.payload != payload) {
                 let detail = format!(
                     "{} led by node {i} (epoch {}, log end {}): acknowledged batch at {base} (payload {payload}) missing",
-                    tp_name(tp), r.replicas.epoch, r.log_end()
+                    tp_name(tp), r.epoch(), r.log_end()
                 );
                 return violation("no acknowledged acks=all write is lost", detail);
             }
@@ -255,8 +257,8 @@ impl World {
         for w in std::mem::take(&mut self.waiting) {
             let r = self.slots[w.node].partitions.replicas.get(&w.tp);
             let current = self.slots[w.node].node.is_some()
-                && r.is_some_and(|r| r.is_leader() && r.leader_generation == w.generation);
-            if r.is_some_and(|r| current && r.high_watermark >= w.end) {
+                && r.is_some_and(|r| r.leadership().is_some_and(|(g, _)| g == w.generation));
+            if r.is_some_and(|r| current && r.high_watermark() >= w.end) {
                 self.history.acked.insert((w.tp, w.base), w.payload);
                 self.committed_answer(w.node, w.tp, w.answer);
             } else if !current || self.clock_ms(w.node) >= w.deadline_ms {

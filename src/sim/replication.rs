@@ -119,7 +119,7 @@ impl World {
         if self.now_ms >= parts.checkpointed_ms + HW_CHECKPOINT_MS {
             parts.checkpointed_ms = self.now_ms;
             for r in parts.replicas.values_mut() {
-                r.hw_checkpoint = r.high_watermark;
+                r.log.hw_checkpoint = r.high_watermark();
             }
         }
         Ok(())
@@ -161,7 +161,7 @@ impl World {
                 .partitions
                 .replicas
                 .entry(tp)
-                .or_insert_with(SimReplica::new);
+                .or_insert_with(|| SimReplica::new(Default::default()));
             if r.assign(i as i32, (&a, partition_epoch), &brokers, now_ms) && r.is_leader() {
                 self.trace.note(
                     self.now_ms,
@@ -185,20 +185,21 @@ impl World {
         let now_ms = self.clock_ms(i);
         let mut out = Vec::new();
         for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
-            let crate::partition::commit::Role::Follower { leader, .. } = r.replicas.role else {
+            let crate::partition::commit::Role::Follower { leader, .. } = r.state.replicas().role
+            else {
                 continue;
             };
             let idle = r
                 .fetch_sent_ms
                 .is_none_or(|at| now_ms >= at + FETCH_RETRY_MS);
             // A follower fetches from its synced end: the offset tells the leader it is durable.
-            if leader < 0 || !idle || r.synced_end < r.log_end() {
+            if leader < 0 || !idle || r.log.synced_end < r.log_end() {
                 continue;
             }
             r.fetch_sent_ms = Some(now_ms);
-            let epoch = r.replicas.epoch;
-            let wire = if r.needs_truncation {
-                let latest = r.epochs.latest().unwrap_or(-1);
+            let epoch = r.epoch();
+            let wire = if r.state.needs_truncation() {
+                let latest = r.log.epochs.latest().unwrap_or(-1);
                 r.epoch_query = Some(latest);
                 Wire::EpochQuery {
                     tp: *tp,
@@ -291,7 +292,7 @@ impl World {
                 .replicas
                 .get_mut(&tp)
                 .expect("listed");
-            if r.synced_end < r.log_end() {
+            if r.log.synced_end < r.log_end() {
                 r.sync();
                 self.replica_changed(i, tp)?;
             }
@@ -364,7 +365,7 @@ impl World {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        if r.replicas.epoch != epoch || r.is_leader() || r.needs_truncation {
+        if r.epoch() != epoch || r.is_leader() || r.state.needs_truncation() {
             return Ok(());
         }
         r.fetch_sent_ms = None;
@@ -396,8 +397,7 @@ impl World {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        r.replicas.isr_refused(&change.request(partition_epoch));
-        r.advance_commit();
+        r.isr_refused(&change.request(partition_epoch));
         self.replica_changed(i, tp)
     }
 
@@ -413,7 +413,7 @@ impl World {
         let Some(r) = self.slots[i].partitions.replicas.get(&tp) else {
             return;
         };
-        let answer = if r.is_leader() && r.replicas.epoch == epoch {
+        let answer = if r.is_leader() && r.epoch() == epoch {
             Ok(r.epoch_end(latest))
         } else {
             Err("NOT_LEADER_OR_FOLLOWER".to_string())
@@ -444,7 +444,7 @@ impl World {
         // answer for an older newest epoch, delivered late, cut a tail the leader had
         // committed).
         let outstanding = r.epoch_query == Some(latest);
-        if r.replicas.epoch != epoch || r.is_leader() || !r.needs_truncation || !outstanding {
+        if r.epoch() != epoch || r.is_leader() || !r.state.needs_truncation() || !outstanding {
             return Ok(());
         }
         r.epoch_query = None;

@@ -137,7 +137,7 @@ impl World {
     /// ongoing.
     fn no_transaction_left_open(&self) -> Result<(), Violation> {
         for (tp, r, l) in self.leaders() {
-            if let Some(first) = r.producers.first_unstable_offset() {
+            if let Some(first) = r.log.producers.first_unstable_offset() {
                 violation(
                     NEVER_ENDS,
                     format!(
@@ -191,10 +191,10 @@ impl World {
                 let Some(r) = slot.partitions.replicas.get(&tp) else {
                     continue;
                 };
-                if i == l || r.batches != leader.batches {
+                if i == l || r.log.batches != leader.log.batches {
                     continue;
                 }
-                if entries(r) != entries(leader) || r.aborted != leader.aborted {
+                if entries(r) != entries(leader) || r.log.aborted != leader.log.aborted {
                     violation(
                         "replicas that hold the same log hold the same producer state and aborted-transaction index",
                         format!(
@@ -202,8 +202,8 @@ impl World {
                             tp_name(tp),
                             entries(r),
                             entries(leader),
-                            r.aborted,
-                            leader.aborted
+                            r.log.aborted,
+                            leader.log.aborted
                         ),
                     )?;
                 }
@@ -215,7 +215,7 @@ impl World {
 
 /// A replica's producer state, less the times of last updates (which differ between them).
 fn entries(r: &SimReplica) -> Vec<ProducerEntry> {
-    let mut out = r.producers.to_entries();
+    let mut out = r.log.producers.to_entries();
     out.iter_mut().for_each(|e| e.last_update_ms = 0);
     out.sort_by_key(|e| e.producer_id);
     out

@@ -342,6 +342,7 @@ impl World {
         let r = &self.slots[i].partitions.replicas[&tp];
         let lso = r.last_stable_offset();
         let batches: Vec<Batch> = r
+            .log
             .batches
             .iter()
             .filter(|b| b.base >= offset && b.end() <= lso)
@@ -349,7 +350,7 @@ impl World {
             .copied()
             .collect();
         let upper = batches.last().map_or(offset, Batch::end);
-        let aborted = crate::storage::txn_index::aborted_between(&r.aborted, offset, upper);
+        let aborted = crate::storage::txn_index::aborted_between(&r.log.aborted, offset, upper);
         let answer = ClientEvent::CommittedRecords {
             tp,
             batches,

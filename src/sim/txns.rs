@@ -206,11 +206,16 @@ impl World {
         if c.loaded.is_some() {
             c.unload();
         }
-        if !crate::shard::coordinator_load::may_load(r.high_watermark, epoch_start) {
+        if !crate::shard::coordinator_load::may_load(r.high_watermark(), epoch_start) {
             return;
         }
         // The latest record per id wins; a tombstone forgets the id.
-        for b in r.batches.iter().filter(|b| b.end() <= r.high_watermark) {
+        for b in r
+            .log
+            .batches
+            .iter()
+            .filter(|b| b.end() <= r.high_watermark())
+        {
             match self.txns.records.get(&b.payload) {
                 Some((id, Some(record))) => c.coordinator.restore(id, record.clone()),
                 Some((id, None)) => c.coordinator.unload(|x| x == id),
@@ -421,7 +426,7 @@ impl World {
             .partitions
             .replicas
             .get(&state_tp)
-            .map_or(0, |r| r.replicas.epoch);
+            .map_or(0, |r| r.epoch());
         let Some(c) = self.txn_serving(i) else {
             return;
         };
