@@ -5,8 +5,7 @@
 
 use super::Partition;
 use crate::metrics::add;
-use crate::storage::log::PartitionLog;
-use crate::storage::retention::{AdvanceError, Policy};
+use crate::storage::retention::{self, AdvanceError, Policy};
 use kafka_protocol::ResponseError;
 
 impl Partition {
@@ -25,8 +24,8 @@ impl Partition {
     /// Deletes the oldest segments `policy` lets go. The caller holds the append lock.
     async fn delete_segments(&self, policy: Policy) -> std::io::Result<()> {
         let now_ms = self.env.clock.wall_ms();
-        let count = self.log.borrow().retention_count(now_ms, policy);
-        let freed = PartitionLog::delete_oldest(&self.log, count, now_ms).await?;
+        let count = retention::count(&self.log.borrow(), now_ms, policy);
+        let freed = retention::delete_oldest(&self.log, count, now_ms).await?;
         add(&self.env.metrics.retention_deleted_segments, count as u64);
         add(&self.env.metrics.retention_deleted_bytes, freed);
         Ok(())
@@ -44,7 +43,7 @@ impl Partition {
         if self.is_failed() {
             return Err(ResponseError::KafkaStorageError);
         }
-        let advanced = match PartitionLog::advance_log_start(&self.log, offset).await {
+        let advanced = match retention::advance_log_start(&self.log, offset).await {
             Ok(Ok(low_watermark)) => self
                 .delete_segments(Policy::LOG_START_ONLY)
                 .await

@@ -22,7 +22,7 @@ use crate::kafka::Services;
 use crate::metrics::{adjust, ShardMetrics};
 use crate::shard::mesh::{self, Mesh, MeshMsg, Sharded};
 use crate::shard::router::Router;
-use crate::shard::{flusher, Shard, CONTROLLER_SHARD};
+use crate::shard::{catalog_install, flusher, housekeeping, Shard, CONTROLLER_SHARD};
 use crate::storage::catalog::Catalog;
 use crate::txn::service::{TxnService, Txns};
 use event_listener::Event;
@@ -509,7 +509,7 @@ async fn run_shard(mut start: ShardStart, meshes: Meshes) -> anyhow::Result<()> 
         Catalog::persist(&config.data_dir, &start.catalog.to_record()).await?;
     }
     open_journal(&shard).await;
-    shard.install_catalog_here(start.catalog.clone()).await;
+    catalog_install::install_here(&shard, start.catalog.clone()).await;
     let flusher = glommio::spawn_local(flusher::run(shard.clone()));
     serve_meshes(&services, inboxes);
     if id == CONTROLLER_SHARD {
@@ -552,12 +552,12 @@ fn spawn_shard_tasks(services: &Services) {
     glommio::spawn_local(crate::group::drive(groups.clone())).detach();
     glommio::spawn_local(crate::txn::service::follow_leadership(txns.clone())).detach();
     glommio::spawn_local(crate::txn::service::expire(txns.clone())).detach();
-    glommio::spawn_local(shard.clone().expire_producers()).detach();
-    glommio::spawn_local(shard.clone().enforce_retention()).detach();
-    glommio::spawn_local(shard.clone().compact_logs()).detach();
+    glommio::spawn_local(housekeeping::expire_producers(shard.clone())).detach();
+    glommio::spawn_local(housekeeping::enforce_retention(shard.clone())).detach();
+    glommio::spawn_local(housekeeping::compact_logs(shard.clone())).detach();
     if shard.config.is_clustered() {
         glommio::spawn_local(crate::replication::run(services.controllers.clone())).detach();
-        glommio::spawn_local(shard.clone().checkpoint_high_watermarks()).detach();
+        glommio::spawn_local(housekeeping::checkpoint_high_watermarks(shard.clone())).detach();
     }
 }
 

@@ -35,118 +35,115 @@ pub async fn install_on_every_shard(shard: &Rc<Shard>, catalog: Arc<Catalog>) ->
         .collect()
 }
 
-impl Shard {
-    /// Installs `catalog` on this shard alone, both steps (at start, before it serves anyone).
-    pub async fn install_catalog_here(&self, catalog: Arc<Catalog>) {
-        self.prepare_catalog(&catalog).await;
-        self.install_catalog(catalog);
-    }
+/// Installs `catalog` on this shard alone, both steps (at start, before it serves anyone).
+pub async fn install_here(shard: &Shard, catalog: Arc<Catalog>) {
+    prepare(shard, &catalog).await;
+    serve(shard, catalog);
+}
 
-    /// The first step: retires and deletes the partitions of topics that are gone (or, after a
-    /// reassignment, that this node no longer holds a replica of), then opens those this shard
-    /// now owns. Deletions go first: a topic deleted and created again between two catalogs
-    /// has the same directory.
-    async fn prepare_catalog(&self, catalog: &Catalog) {
-        let stale: Vec<TopicPartition> = self
-            .partitions
-            .borrow()
-            .keys()
-            .filter(|tp| match catalog.by_id.get(&tp.topic_id) {
-                None => true,
-                Some(t) => !catalog.holds(t, tp.partition),
-            })
-            .copied()
-            .collect();
-        for tp in stale {
-            self.delete_partition(tp).await;
-        }
-        for topic in catalog.topics.values() {
-            self.open_owned(catalog, topic).await;
-        }
+/// The first step: retires and deletes the partitions of topics that are gone (or, after a
+/// reassignment, that this node no longer holds a replica of), then opens those this shard
+/// now owns. Deletions go first: a topic deleted and created again between two catalogs
+/// has the same directory.
+async fn prepare(shard: &Shard, catalog: &Catalog) {
+    let stale: Vec<TopicPartition> = shard
+        .partition_list()
+        .iter()
+        .map(|p| p.id())
+        .filter(|tp| match catalog.by_id.get(&tp.topic_id) {
+            None => true,
+            Some(t) => !catalog.holds(t, tp.partition),
+        })
+        .collect();
+    for tp in stale {
+        delete_partition(shard, tp).await;
     }
+    for topic in catalog.topics.values() {
+        open_owned(shard, catalog, topic).await;
+    }
+}
 
-    /// The second step: gives open partitions their topic's current settings (AlterConfigs,
-    /// which take effect from the next append or roll) and assignment, and serves `catalog`.
-    fn install_catalog(&self, catalog: Arc<Catalog>) {
-        let now_ms = self.clock().monotonic_ms();
-        for p in self.partitions.borrow().values() {
-            let Some(topic) = catalog.by_id.get(&p.id().topic_id) else {
-                continue;
-            };
-            p.configure(&topic.config);
-            let partition_epoch = topic.partition_epoch(p.id().partition);
-            match topic.assignment(p.id().partition) {
-                Some(a) if catalog.registered => p.assign(
-                    catalog.node_id,
-                    (a, partition_epoch),
-                    &catalog.brokers,
-                    now_ms,
-                ),
-                Some(a) => {
-                    let held = (&a.held_back(), partition_epoch);
-                    p.assign(catalog.node_id, held, &catalog.brokers, now_ms)
-                }
-                None => {}
+/// The second step: gives open partitions their topic's current settings (AlterConfigs,
+/// which take effect from the next append or roll) and assignment, and serves `catalog`.
+fn serve(shard: &Shard, catalog: Arc<Catalog>) {
+    let now_ms = shard.clock().monotonic_ms();
+    for p in shard.partition_list() {
+        let Some(topic) = catalog.by_id.get(&p.id().topic_id) else {
+            continue;
+        };
+        p.configure(&topic.config);
+        let partition_epoch = topic.partition_epoch(p.id().partition);
+        match topic.assignment(p.id().partition) {
+            Some(a) if catalog.registered => p.assign(
+                catalog.node_id,
+                (a, partition_epoch),
+                &catalog.brokers,
+                now_ms,
+            ),
+            Some(a) => {
+                let held = (&a.held_back(), partition_epoch);
+                p.assign(catalog.node_id, held, &catalog.brokers, now_ms)
             }
+            None => {}
         }
-        *self.catalog.borrow_mut() = catalog;
     }
+    shard.set_catalog(catalog);
+}
 
-    /// Retires partition `tp` and deletes its directory.
-    async fn delete_partition(&self, tp: TopicPartition) {
-        let Some(p) = self.partitions.borrow_mut().remove(&tp) else {
+/// Retires partition `tp` and deletes its directory.
+async fn delete_partition(shard: &Shard, tp: TopicPartition) {
+    let Some(p) = shard.release_partition(tp) else {
+        return;
+    };
+    p.retire();
+    let dir = shard.config.data_dir.join(p.name());
+    // The journal must not replay the partition's records into a later replica of it in
+    // the same directory.
+    let _journal = match shard.env.fence_journal().await {
+        Ok(held) => held,
+        Err(e) => {
+            log::error!(
+                "deleting {}: journal fence failed: {e}; kept",
+                dir.display()
+            );
             return;
-        };
-        p.retire();
-        let dir = self.config.data_dir.join(p.name());
-        // The journal must not replay the partition's records into a later replica of it in
-        // the same directory.
-        let _journal = match self.env.fence_journal().await {
-            Ok(held) => held,
-            Err(e) => {
-                log::error!(
-                    "deleting {}: journal fence failed: {e}; kept",
-                    dir.display()
-                );
-                return;
-            }
-        };
-        let removed = std::fs::remove_dir_all(&dir);
-        if let Err(e) = removed.and_then(|()| crate::storage::disk::sync_parent(&dir)) {
-            log::error!("deleting {}: {e}", dir.display());
         }
-        log::info!("shard {}: deleted partition {}", self.id, p.name());
+    };
+    let removed = std::fs::remove_dir_all(&dir);
+    if let Err(e) = removed.and_then(|()| crate::storage::disk::sync_parent(&dir)) {
+        log::error!("deleting {}: {e}", dir.display());
     }
+    log::info!("shard {}: deleted partition {}", shard.id, p.name());
+}
 
-    /// Opens the partitions of `topic` that this shard owns, this node holds a replica of, and
-    /// are not open yet.
-    async fn open_owned(&self, catalog: &Catalog, topic: &TopicMeta) {
-        for p in 0..topic.record.partitions as i32 {
-            let tp = TopicPartition {
-                topic_id: topic.record.id,
-                partition: p,
-            };
-            let mine = self.owner(&topic.name, p) == self.id && catalog.holds(topic, p);
-            if !mine || self.partition(tp).is_some() {
-                continue;
+/// Opens the partitions of `topic` that this shard owns, this node holds a replica of, and
+/// are not open yet.
+async fn open_owned(shard: &Shard, catalog: &Catalog, topic: &TopicMeta) {
+    for p in 0..topic.record.partitions as i32 {
+        let tp = TopicPartition {
+            topic_id: topic.record.id,
+            partition: p,
+        };
+        let mine = shard.owner(&topic.name, p) == shard.id && catalog.holds(topic, p);
+        if !mine || shard.partition(tp).is_some() {
+            continue;
+        }
+        let env = shard.env.clone();
+        match Partition::open(&shard.config.data_dir, topic, p, env).await {
+            Ok(partition) => {
+                log::info!(
+                    "shard {}: opened partition {} at offset {}",
+                    shard.id,
+                    partition.name(),
+                    partition.log_end_offset()
+                );
+                shard.adopt_partition(Rc::new(partition));
             }
-            let env = self.env.clone();
-            match Partition::open(&self.config.data_dir, topic, p, env).await {
-                Ok(partition) => {
-                    log::info!(
-                        "shard {}: opened partition {} at offset {}",
-                        self.id,
-                        partition.name(),
-                        partition.log_end_offset()
-                    );
-                    self.partitions.borrow_mut().insert(tp, Rc::new(partition));
-                }
-                Err(e) => log::error!(
-                    "shard {}: cannot open partition {}-{p}: {e}",
-                    self.id,
-                    topic.name
-                ),
-            }
+            Err(e) => log::error!(
+                "shard {}: cannot open partition {}-{p}: {e}",
+                shard.id,
+                topic.name
+            ),
         }
     }
 }
@@ -157,7 +154,7 @@ struct PrepareCatalog(Arc<Catalog>);
 impl Request for PrepareCatalog {
     type Reply = ();
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, ()> {
-        Box::pin(async move { shard.prepare_catalog(&self.0).await })
+        Box::pin(async move { prepare(&shard, &self.0).await })
     }
 }
 
@@ -167,6 +164,6 @@ struct InstallCatalog(Arc<Catalog>);
 impl Request for InstallCatalog {
     type Reply = ();
     fn run(self, shard: Rc<Shard>) -> LocalBoxFuture<'static, ()> {
-        Box::pin(async move { shard.install_catalog(self.0) })
+        Box::pin(async move { serve(&shard, self.0) })
     }
 }

@@ -126,10 +126,29 @@ impl Shard {
         ))
     }
 
-    /// Replaces the catalog snapshot without touching partitions (the controller's own
-    /// bookkeeping, such as a producer-id block, that no other shard reads).
+    /// Replaces the catalog snapshot without touching partitions: the last step of an install
+    /// (`catalog_install.rs`, once the partitions took it), or the controller's own
+    /// bookkeeping, such as a producer-id block, that no other shard reads.
     pub fn set_catalog(&self, catalog: Arc<Catalog>) {
         *self.catalog.borrow_mut() = catalog;
+    }
+
+    /// Sleeps `period_ms` on the timing wheel, outside the bound on parked client operations;
+    /// on a plain timer if the wheel refuses (a deadline past its range).
+    pub async fn housekeeping_sleep(&self, period_ms: u64) {
+        self.housekeeping_sleep_until(self.clock().monotonic_ms() + period_ms)
+            .await
+    }
+
+    /// The same until `deadline_ms` (monotonic).
+    pub async fn housekeeping_sleep_until(&self, deadline_ms: u64) {
+        match self.timers.sleep_until_internal(deadline_ms) {
+            Ok(sleep) => sleep.await,
+            Err(_) => {
+                let left_ms = deadline_ms.saturating_sub(self.clock().monotonic_ms());
+                glommio::timer::sleep(std::time::Duration::from_millis(left_ms)).await
+            }
+        }
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -155,6 +174,21 @@ impl Shard {
 
     pub fn partition_count(&self) -> usize {
         self.partitions.borrow().len()
+    }
+
+    /// Takes an opened `partition` into this shard's set (`catalog_install.rs`).
+    pub fn adopt_partition(&self, partition: Rc<Partition>) {
+        let tp = partition.id();
+        let previous = self.partitions.borrow_mut().insert(tp, partition);
+        assert!(
+            previous.is_none(),
+            "partition {tp:?} opened twice on one shard"
+        );
+    }
+
+    /// Takes partition `tp` out of this shard's set, to retire it (`catalog_install.rs`).
+    pub fn release_partition(&self, tp: TopicPartition) -> Option<Rc<Partition>> {
+        self.partitions.borrow_mut().remove(&tp)
     }
 
     /// The shard that owns partition `p` of `topic`.

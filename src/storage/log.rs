@@ -1296,6 +1296,7 @@ mod tests {
     use super::*;
     use crate::protocol::batch::{self, synthetic};
     use crate::storage::read::{locate_batches, Limit};
+    use crate::storage::retention;
     use std::cell::RefCell;
 
     fn settings(segment_bytes: u64) -> LogSettings {
@@ -1710,7 +1711,7 @@ mod tests {
                 .collect();
             assert!(bases.len() >= 3, "{bases:?}");
             // Retention drops the oldest segment: its files go, reads below the start fail.
-            assert!(PartitionLog::delete_oldest(&log, 1, 0).await.unwrap() > 0);
+            assert!(retention::delete_oldest(&log, 1, 0).await.unwrap() > 0);
             assert_eq!(log.borrow().log_start_offset, bases[1]);
             assert!(!SegmentMeta::log_path(&path, 0).exists());
             assert!(!SegmentMeta::index_path(&path, 0).exists());
@@ -1725,16 +1726,16 @@ mod tests {
             // DeleteRecords inside the third segment: durable, never backwards, never past the
             // high watermark; the second segment is then wholly below the start.
             let cut = bases[2] + 1;
-            let advance = |offset| PartitionLog::advance_log_start(&log, offset);
+            let advance = |offset| retention::advance_log_start(&log, offset);
             assert_eq!(advance(cut).await.unwrap(), Ok(cut));
             assert_eq!(advance(cut - 2).await.unwrap(), Ok(cut));
             assert_eq!(
                 advance(91).await.unwrap(),
                 Err(AdvanceError::OffsetOutOfRange)
             );
-            let count = log.borrow().retention_count(0, Policy::LOG_START_ONLY);
+            let count = retention::count(&log.borrow(), 0, Policy::LOG_START_ONLY);
             assert_eq!(count, 1);
-            PartitionLog::delete_oldest(&log, count, 0).await.unwrap();
+            retention::delete_oldest(&log, count, 0).await.unwrap();
             assert_eq!(read_offsets(&log, cut).await, (cut..90).collect::<Vec<_>>());
             drop(log);
             let log = open_small_segments(path).await;
@@ -1746,7 +1747,7 @@ mod tests {
             assert_eq!(log.borrow().segments[0].meta.base_offset, bases[2]);
             // Everything may go: the log rolls and keeps its offsets.
             let all = log.borrow().segments.len();
-            PartitionLog::delete_oldest(&log, all, 0).await.unwrap();
+            retention::delete_oldest(&log, all, 0).await.unwrap();
             assert_eq!(log.borrow().segments.len(), 1);
             assert_eq!(log.borrow().log_start_offset, 90);
             assert_eq!(append(&log, 3).await, (90, 93));

@@ -122,98 +122,97 @@ pub enum AdvanceError {
     OffsetOutOfRange,
 }
 
-impl PartitionLog {
-    pub fn segment_views(&self) -> Vec<SegmentView> {
-        self.segments
-            .iter()
-            .map(|s| SegmentView {
-                base_offset: s.meta.base_offset,
-                next_offset: s.meta.next_offset,
-                size_bytes: s.meta.size_bytes,
-                max_timestamp: s.meta.max_timestamp,
-                created_ms: s.meta.created_ms,
-            })
-            .collect()
-    }
+/// What retention reads of each of `log`'s segments.
+fn segment_views(log: &PartitionLog) -> Vec<SegmentView> {
+    log.segments
+        .iter()
+        .map(|s| SegmentView {
+            base_offset: s.meta.base_offset,
+            next_offset: s.meta.next_offset,
+            size_bytes: s.meta.size_bytes,
+            max_timestamp: s.meta.max_timestamp,
+            created_ms: s.meta.created_ms,
+        })
+        .collect()
+}
 
-    /// How many of the oldest segments retention may delete now.
-    pub fn retention_count(&self, now_ms: u64, policy: Policy) -> usize {
-        deletable(
-            &self.segment_views(),
-            self.high_watermark(),
-            self.log_start_offset,
-            now_ms,
-            policy,
-        )
-    }
+/// How many of `log`'s oldest segments retention may delete now.
+pub fn count(log: &PartitionLog, now_ms: u64, policy: Policy) -> usize {
+    deletable(
+        &segment_views(log),
+        log.high_watermark(),
+        log.log_start_offset,
+        now_ms,
+        policy,
+    )
+}
 
-    /// Deletes the `count` oldest segments, rolling first if that is all of them, and moves the
-    /// log start offset to the first segment left. Returns the bytes freed. The caller holds the
-    /// partition's append lock.
-    ///
-    /// Readers are safe: an in-flight fetch holds its segment's file open (its own descriptor),
-    /// and the file's blocks are freed when the last one closes.
-    pub async fn delete_oldest(
-        log: &RefCell<PartitionLog>,
-        count: usize,
-        now_ms: u64,
-    ) -> std::io::Result<u64> {
-        if count == 0 {
-            return Ok(0);
-        }
-        if count >= log.borrow().segments.len() {
-            PartitionLog::roll(log, now_ms).await?;
-        }
-        let (dir, doomed) = {
-            let mut l = log.borrow_mut();
-            assert!(count < l.segments.len(), "the active segment is kept");
-            let doomed: Vec<(i64, u64)> = l
-                .segments
-                .drain(..count)
-                .map(|s| (s.meta.base_offset, s.meta.size_bytes))
-                .collect();
-            let first = l.segments[0].meta.base_offset;
-            l.log_start_offset = l.log_start_offset.max(first);
-            (l.dir.clone(), doomed)
-        };
-        for &(base, _) in &doomed {
-            recovery::remove_segment(&dir, base)?;
-        }
-        sync_dir(&dir).await?;
-        let freed = doomed.iter().map(|&(_, size)| size).sum();
-        log::info!(
-            "partition {}: retention deleted {} segments ({freed} bytes); log starts at {}",
-            dir.display(),
-            doomed.len(),
-            log.borrow().log_start_offset
-        );
-        Ok(freed)
+/// Deletes the `count` oldest segments, rolling first if that is all of them, and moves the
+/// log start offset to the first segment left. Returns the bytes freed. The caller holds the
+/// partition's append lock.
+///
+/// Readers are safe: an in-flight fetch holds its segment's file open (its own descriptor),
+/// and the file's blocks are freed when the last one closes.
+pub async fn delete_oldest(
+    log: &RefCell<PartitionLog>,
+    count: usize,
+    now_ms: u64,
+) -> std::io::Result<u64> {
+    if count == 0 {
+        return Ok(0);
     }
+    if count >= log.borrow().segments.len() {
+        PartitionLog::roll(log, now_ms).await?;
+    }
+    let (dir, doomed) = {
+        let mut l = log.borrow_mut();
+        assert!(count < l.segments.len(), "the active segment is kept");
+        let doomed: Vec<(i64, u64)> = l
+            .segments
+            .drain(..count)
+            .map(|s| (s.meta.base_offset, s.meta.size_bytes))
+            .collect();
+        let first = l.segments[0].meta.base_offset;
+        l.log_start_offset = l.log_start_offset.max(first);
+        (l.dir.clone(), doomed)
+    };
+    for &(base, _) in &doomed {
+        recovery::remove_segment(&dir, base)?;
+    }
+    sync_dir(&dir).await?;
+    let freed = doomed.iter().map(|&(_, size)| size).sum();
+    log::info!(
+        "partition {}: retention deleted {} segments ({freed} bytes); log starts at {}",
+        dir.display(),
+        doomed.len(),
+        log.borrow().log_start_offset
+    );
+    Ok(freed)
+}
 
-    /// Moves the log start offset up to `offset` (-1: the high watermark), as DeleteRecords
-    /// asks, durably. Returns the new log start offset (the partition's low watermark); never
-    /// moves it down. The segments wholly below it are then for `delete_oldest`
-    /// (`Policy::LOG_START_ONLY`). The caller holds the partition's append lock.
-    pub async fn advance_log_start(
-        log: &RefCell<PartitionLog>,
-        offset: i64,
-    ) -> std::io::Result<Result<i64, AdvanceError>> {
-        let (dir, target) = {
-            let l = log.borrow();
-            let hw = l.high_watermark();
-            let target = if offset == -1 { hw } else { offset };
-            if target < 0 || target > hw {
-                return Ok(Err(AdvanceError::OffsetOutOfRange));
-            }
-            if target <= l.log_start_offset {
-                return Ok(Ok(l.log_start_offset));
-            }
-            (l.dir.clone(), target)
-        };
-        write_log_start(&dir, target).await?;
-        log.borrow_mut().log_start_offset = target;
-        Ok(Ok(target))
-    }
+/// Moves the log start offset up to `offset` (-1: the high watermark), as DeleteRecords
+/// asks, durably. Returns the new log start offset (the partition's low watermark); never
+/// moves it down. The segments wholly below it are then for `delete_oldest`
+/// (`Policy::LOG_START_ONLY`). The caller holds the partition's append lock.
+pub async fn advance_log_start(
+    log: &RefCell<PartitionLog>,
+    offset: i64,
+) -> std::io::Result<Result<i64, AdvanceError>> {
+    let (dir, target) = {
+        let l = log.borrow();
+        let hw = l.high_watermark();
+        let target = if offset == -1 { hw } else { offset };
+        if target < 0 || target > hw {
+            return Ok(Err(AdvanceError::OffsetOutOfRange));
+        }
+        if target <= l.log_start_offset {
+            return Ok(Ok(l.log_start_offset));
+        }
+        (l.dir.clone(), target)
+    };
+    write_log_start(&dir, target).await?;
+    log.borrow_mut().log_start_offset = target;
+    Ok(Ok(target))
 }
 
 /// Replaces the log start file atomically: a crash leaves the old value or the new one.
