@@ -2,8 +2,8 @@
 //! follower positions a leader learns from fetches, a follower's appends of its leader's
 //! batches, and the truncation of a divergent tail (see `commit.rs` for the rule these feed).
 
-use super::commit::{IsrRequest, Role};
-use super::replica_state::{Assigned, ReplicaLog, ReplicaRefusal};
+use super::commit::IsrRequest;
+use super::replica_state::{Assigned, FollowerView, ReplicaLog, ReplicaRefusal};
 use super::{Partition, Watch};
 use crate::protocol::batch;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
@@ -13,18 +13,6 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use std::future::Future;
 use std::rc::Rc;
-
-/// What a follower's fetcher needs to fetch a partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FollowerView {
-    pub leader: i32,
-    pub epoch: i32,
-    /// The log end: the next offset to fetch, and (after its sync) what this node reports.
-    pub log_end_offset: i64,
-    /// The newest epoch the log holds (-1: none), for OffsetsForLeaderEpoch.
-    pub latest_epoch: i32,
-    pub needs_truncation: bool,
-}
 
 impl Partition {
     /// Applies the controller's assignment of this partition (a cluster): the leader epoch,
@@ -201,18 +189,7 @@ impl Partition {
         if self.is_failed() {
             return None;
         }
-        let r = self.replica.replicas();
-        let Role::Follower { leader, .. } = r.role else {
-            return None;
-        };
-        let log = self.log.borrow();
-        Some(FollowerView {
-            leader,
-            epoch: r.epoch,
-            log_end_offset: log.log_end_offset(),
-            latest_epoch: log.epochs.latest().unwrap_or(-1),
-            needs_truncation: self.replica.needs_truncation(),
-        })
+        self.replica.follower_view(&*self.log.borrow())
     }
 
     /// Where `epoch` ends in this log (OffsetForLeaderEpoch; see `epochs.rs`). A log without

@@ -41,6 +41,18 @@ pub trait ReplicaLog {
     ) -> std::io::Result<()>;
 }
 
+/// What a follower's fetcher needs to fetch a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerView {
+    pub leader: i32,
+    pub epoch: i32,
+    /// The log end: the next offset to fetch, and (after its sync) what this node reports.
+    pub log_end_offset: i64,
+    /// The newest epoch the log holds (-1: none), for OffsetsForLeaderEpoch.
+    pub latest_epoch: i32,
+    pub needs_truncation: bool,
+}
+
 /// What an assignment from the controller meant to this node (`ReplicaState::assign`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Assigned {
@@ -311,6 +323,23 @@ impl ReplicaState {
             *hw = (*hw).max(leader_hw);
         }
         self.advance_commit(log)
+    }
+
+    /// What a follower's fetcher needs (None where this node leads): whom it asks, in which
+    /// epoch, and whether it asks where its newest epoch ends (a tail to check) or fetches
+    /// from its log end.
+    pub fn follower_view(&self, log: &impl ReplicaLog) -> Option<FollowerView> {
+        let r = self.replicas();
+        let Role::Follower { leader, .. } = r.role else {
+            return None;
+        };
+        Some(FollowerView {
+            leader,
+            epoch: r.epoch,
+            log_end_offset: log.log_end(),
+            latest_epoch: log.epochs().latest().unwrap_or(-1),
+            needs_truncation: self.needs_truncation(),
+        })
     }
 
     /// Where this follower cuts its log, given its leader's OffsetsForLeaderEpoch answer

@@ -9,7 +9,7 @@
 //! and only then fetch again: the next fetch's offsets tell the leader what is synced here,
 //! which is what its commit rule counts (`partition/commit.rs`).
 
-use crate::partition::replica::FollowerView;
+use crate::partition::replica_state::FollowerView;
 use crate::partition::{Partition, Watch};
 use crate::protocol::topics::group_by_topic;
 use crate::rpc::kafka_client::KafkaClient;

@@ -185,35 +185,28 @@ impl World {
         let now_ms = self.clock_ms(i);
         let mut out = Vec::new();
         for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
-            let crate::partition::commit::Role::Follower { leader, .. } = r.state.replicas().role
-            else {
+            // What production's fetcher reads of the partition (`Partition::follower_view`).
+            let Some(view) = r.state.follower_view(&r.log) else {
                 continue;
             };
             let idle = r
                 .fetch_sent_ms
                 .is_none_or(|at| now_ms >= at + FETCH_RETRY_MS);
             // A follower fetches from its synced end: the offset tells the leader it is durable.
-            if leader < 0 || !idle || r.log.synced_end < r.log_end() {
+            if view.leader < 0 || !idle || r.log.synced_end < view.log_end_offset {
                 continue;
             }
             r.fetch_sent_ms = Some(now_ms);
-            let epoch = r.epoch();
-            let wire = if r.state.needs_truncation() {
-                let latest = r.log.epochs.latest().unwrap_or(-1);
-                r.epoch_query = Some(latest);
-                Wire::EpochQuery {
-                    tp: *tp,
-                    epoch,
-                    latest,
-                }
+            let (tp, epoch) = (*tp, view.epoch);
+            let wire = if view.needs_truncation {
+                r.epoch_query = Some(view.latest_epoch);
+                let latest = view.latest_epoch;
+                Wire::EpochQuery { tp, epoch, latest }
             } else {
-                Wire::Fetch {
-                    tp: *tp,
-                    epoch,
-                    offset: r.log_end(),
-                }
+                let offset = view.log_end_offset;
+                Wire::Fetch { tp, epoch, offset }
             };
-            out.push((leader as usize, wire));
+            out.push((view.leader as usize, wire));
         }
         for (to, wire) in out {
             self.send(i, to, wire);
