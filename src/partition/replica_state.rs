@@ -114,7 +114,21 @@ impl ReplicaState {
         self.replicas.borrow()
     }
 
-    pub fn replicas_mut(&self) -> RefMut<'_, Replicas> {
+    /// A replica that neither leads nor follows anyone until the controller assigns it (the
+    /// simulator's replicas start so; a broker's partition starts alone, as `new`).
+    pub fn unassigned(min_insync_replicas: i32) -> ReplicaState {
+        let state = ReplicaState::new(min_insync_replicas, true);
+        let mut replicas = state.replicas_mut();
+        replicas.epoch = -1;
+        replicas.role = Role::Follower {
+            leader: -1,
+            leader_hw: 0,
+        };
+        drop(replicas);
+        state
+    }
+
+    fn replicas_mut(&self) -> RefMut<'_, Replicas> {
         self.replicas.borrow_mut()
     }
 

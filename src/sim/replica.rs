@@ -11,7 +11,7 @@
 //! (saved synchronously, like `leader-epoch-checkpoint`) less epochs past the log end, and the
 //! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
 
-use crate::partition::commit::{IsrRequest, Role};
+use crate::partition::commit::IsrRequest;
 use crate::partition::replica_state::{Assigned, ReplicaLog, ReplicaState};
 use crate::protocol::batch::BatchHeader;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
@@ -265,17 +265,9 @@ pub struct SimReplica {
 impl SimReplica {
     /// A replica with no role until its node's catalog assigns one.
     pub fn new(log: SimLog) -> SimReplica {
-        let state = ReplicaState::new(1, true);
-        let mut replicas = state.replicas_mut();
-        replicas.epoch = -1;
-        replicas.role = Role::Follower {
-            leader: -1,
-            leader_hw: 0,
-        };
-        drop(replicas);
         SimReplica {
             log,
-            state,
+            state: ReplicaState::unassigned(1),
             fetch_sent_ms: None,
             epoch_query: None,
             leader_hw_after_sync: None,
