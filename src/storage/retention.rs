@@ -11,7 +11,7 @@
 //! includes `delete`; DeleteRecords is refused for the others, as Kafka does.
 //!
 //! `deletable` is pure (the clock is a value) so the rules are unit-tested without files; the
-//! file work is in `PartitionLog::delete_oldest` and `PartitionLog::advance_log_start`.
+//! file work is in `delete_oldest` and `advance_log_start`, over a `PartitionLog`.
 //!
 //! ## Passes, files and the log start
 //!
