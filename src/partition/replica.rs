@@ -241,10 +241,10 @@ impl Partition {
         }
     }
 
-    /// Cuts the log at `offset` (the leader's answer to OffsetsForLeaderEpoch), under the
-    /// append lock; then the fetcher may fetch from the log end.
-    /// Cuts the log at `offset`; unless `complete`, the follower asks its leader again with
-    /// its newest epoch after the cut (multi-step KIP-279 truncation).
+    /// Cuts the log at `offset` (where `cut_point` put the leader's answer to
+    /// OffsetsForLeaderEpoch), under the append lock, then `ReplicaState::truncated`: unless
+    /// `complete` the follower asks its leader again with its newest epoch after the cut
+    /// (multi-step KIP-279 truncation), else the fetcher fetches from the log end.
     pub async fn truncate_diverged(
         &self,
         offset: i64,
