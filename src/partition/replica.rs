@@ -118,13 +118,10 @@ impl Partition {
     /// high watermark if that commits more. Err when this node does not lead the partition
     /// for that replica, or the offset is past what this leader has.
     pub(super) fn note_replica_fetch(&self, node: i32, offset: i64) -> Result<(), ResponseError> {
-        let end = self.log.borrow().written().offset;
         let now_ms = self.env.clock.monotonic_ms();
-        let mut log = self.log.borrow_mut();
-        let moved = self
-            .replica
-            .note_replica_fetch(&mut *log, (node, offset), end, now_ms);
-        drop(log);
+        let moved =
+            self.replica
+                .note_replica_fetch(&mut *self.log.borrow_mut(), (node, offset), now_ms);
         self.committed(moved?);
         Ok(())
     }
@@ -402,6 +399,10 @@ impl Partition {
 impl ReplicaLog for PartitionLog {
     fn log_end(&self) -> i64 {
         self.log_end_offset()
+    }
+
+    fn written_end(&self) -> i64 {
+        self.written().offset
     }
 
     fn synced_end(&self) -> i64 {

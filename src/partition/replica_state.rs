@@ -26,6 +26,10 @@ use std::cell::{Cell, Ref, RefCell, RefMut};
 pub trait ReplicaLog {
     /// The next offset to assign.
     fn log_end(&self) -> i64;
+    /// The end of the bytes whose write completed (the log end where writes complete at once).
+    fn written_end(&self) -> i64 {
+        self.log_end()
+    }
     /// The end of what a completed fdatasync covers on this node.
     fn synced_end(&self) -> i64;
     fn high_watermark(&self) -> i64;
@@ -253,17 +257,17 @@ impl ReplicaState {
         Some(moved)
     }
 
-    /// A leader's view of a follower's fetch at `offset`, this log's written end being
-    /// `written_end`: the follower's position is noted and the high watermark moves if that
-    /// commits more (the new one if it moved). Err when this node does not lead the
-    /// partition for that replica, or the offset is past what this leader wrote.
+    /// A leader's view of a follower's fetch at `offset`: the follower's position is noted and
+    /// the high watermark moves if that commits more (the new one if it moved). Err when this
+    /// node does not lead the partition for that replica, or the offset is past what this
+    /// leader wrote.
     pub fn note_replica_fetch(
         &self,
         log: &mut impl ReplicaLog,
         (node, offset): (i32, i64),
-        written_end: i64,
         now_ms: u64,
     ) -> Result<Option<i64>, ResponseError> {
+        let written_end = log.written_end();
         if offset > written_end {
             return Err(ResponseError::OffsetOutOfRange);
         }

@@ -401,10 +401,9 @@ impl SimReplica {
         if !self.is_leader() || epoch != self.epoch() {
             return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
         }
-        let end = self.log_end();
         let noted = self
             .state
-            .note_replica_fetch(&mut self.log, (node, offset), end, now_ms);
+            .note_replica_fetch(&mut self.log, (node, offset), now_ms);
         match noted {
             Err(kafka_protocol::ResponseError::OffsetOutOfRange) => Err("OFFSET_OUT_OF_RANGE"),
             Err(_) => Err("NOT_LEADER_OR_FOLLOWER"),
