@@ -54,10 +54,14 @@ pub enum Bug {
     /// (`ReplicaState::assign`): a follower's OffsetsForLeaderEpoch query about an older epoch
     /// is answered with this log's end, so the follower keeps its divergent tail.
     LeaderSkipsEpochStart,
+    /// The flusher's plan of a sync calls the bytes it covers synced at once
+    /// (`LogPositions::take_sync`), before the fdatasync returns: the commit rule may
+    /// acknowledge records a crash then loses.
+    FlusherAcksBeforeFsync,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -72,6 +76,7 @@ impl Bug {
         Bug::CompletionNotRetried,
         Bug::FollowerSkipsGapCheck,
         Bug::LeaderSkipsEpochStart,
+        Bug::FlusherAcksBeforeFsync,
     ];
 
     pub fn name(self) -> &'static str {
@@ -90,6 +95,7 @@ impl Bug {
             Bug::CompletionNotRetried => "completion-not-retried",
             Bug::FollowerSkipsGapCheck => "follower-skips-gap-check",
             Bug::LeaderSkipsEpochStart => "leader-skips-epoch-start",
+            Bug::FlusherAcksBeforeFsync => "flusher-acks-before-fsync",
         }
     }
 
@@ -136,6 +142,9 @@ impl Bug {
             }
             Bug::LeaderSkipsEpochStart => {
                 "a new leader does not note its epoch's start, so followers asking about older epochs keep divergent tails"
+            }
+            Bug::FlusherAcksBeforeFsync => {
+                "the flusher calls a sync's bytes synced when it plans it, before the fdatasync returns"
             }
         }
     }

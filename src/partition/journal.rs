@@ -18,7 +18,8 @@
 use super::fifo_lock::{FifoLock, Guard, Ticket};
 use crate::storage::catalog::TopicId;
 use crate::storage::journal::{self as format, Stamp, Target, CHUNKS};
-use crate::storage::log::{sync_files, LogPosition, SyncWork};
+use crate::storage::log::{sync_files, SyncWork};
+use crate::storage::positions::LogPosition;
 use glommio::io::{BufferedFile, OpenOptions};
 use glommio::Task;
 use std::cell::RefCell;

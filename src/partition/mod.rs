@@ -41,8 +41,9 @@ use crate::protocol::batch::{self, BatchError, BatchHeader};
 use crate::protocol::chunk::{Chunk, FileSlice};
 use crate::storage::catalog::{TopicId, TopicMeta};
 use crate::storage::log::{
-    LogPosition, LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork, TOPIC_ID_FILE,
+    LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork, TOPIC_ID_FILE,
 };
+use crate::storage::positions::LogPosition;
 use crate::storage::producer_state::Verdict;
 use crate::storage::read;
 use crate::storage::topic_config::TopicConfig;

@@ -11,7 +11,7 @@
 use super::{Partition, ReadRequest, ReadResult, Watch};
 use crate::protocol::batch::BatchHeader;
 use crate::protocol::control;
-use crate::storage::log::LogPosition;
+use crate::storage::positions::LogPosition;
 use crate::storage::read;
 use crate::storage::txn_index;
 use bytes::Bytes;

@@ -123,14 +123,15 @@ fn run_seeds(seeds: &[u64], bug: Option<Bug>, summary: bool, trace_lines: usize)
 
 fn counts(s: &super::world::Stats) -> String {
     format!(
-        "{} events, {} crashes, {} pauses, {} cut links, {} clock jumps, {} disk faults, {} elections, {} entries committed, {} idempotent batches acknowledged, {} batches consumed, {} offset commits acknowledged, {} offset fetches checked, {} group generations joined, {} transactions ended, {} batches read committed",
-        s.events, s.crashes, s.pauses, s.cuts, s.clock_jumps, s.disk_faults, s.elections, s.committed, s.idempotent_acked, s.consumed, s.offsets_committed, s.offsets_fetched, s.generations_joined, s.txns_ended, s.read_committed
+        "{} events, {} crashes, {} power cuts, {} pauses, {} cut links, {} clock jumps, {} disk faults, {} elections, {} entries committed, {} idempotent batches acknowledged, {} batches consumed, {} offset commits acknowledged, {} offset fetches checked, {} group generations joined, {} transactions ended, {} batches read committed",
+        s.events, s.crashes, s.power_cuts, s.pauses, s.cuts, s.clock_jumps, s.disk_faults, s.elections, s.committed, s.idempotent_acked, s.consumed, s.offsets_committed, s.offsets_fetched, s.generations_joined, s.txns_ended, s.read_committed
     )
 }
 
 fn add(total: &mut super::world::Stats, s: &super::world::Stats) {
     total.events += s.events;
     total.crashes += s.crashes;
+    total.power_cuts += s.power_cuts;
     total.pauses += s.pauses;
     total.cuts += s.cuts;
     total.clock_jumps += s.clock_jumps;

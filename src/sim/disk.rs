@@ -62,9 +62,10 @@ impl SimDisk {
         hit
     }
 
-    /// A crash (or power loss): every file keeps its durable bytes and a random prefix of
-    /// those written after them. Returns how many unsynced bytes were lost.
-    pub fn crash(&self) -> u64 {
+    /// A crash: every file keeps its durable bytes and a random prefix of those written after
+    /// them (what writeback had reached), none of those after a power cut. Returns how many
+    /// unsynced bytes were lost.
+    pub fn crash(&self, power_cut: bool) -> u64 {
         let mut lost = 0;
         let mut rng = self.rng.borrow_mut();
         for f in self.files.borrow_mut().values_mut() {
@@ -72,7 +73,7 @@ impl SimDisk {
             let unsynced = f.current.len().saturating_sub(durable);
             // A sync or truncate keeps `current` a continuation of `durable`.
             debug_assert_eq!(&f.current[..durable.min(f.current.len())], &f.durable[..]);
-            let kept = if unsynced == 0 || rng.gen_bool(0.5) {
+            let kept = if unsynced == 0 || power_cut || rng.gen_bool(0.5) {
                 0
             } else {
                 rng.gen_range(0..=unsynced)

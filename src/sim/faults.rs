@@ -1,4 +1,5 @@
-//! The faults the world draws while `faulting`: a process crash (restarted later), a process
+//! The faults the world draws while `faulting`: a process crash (restarted later), every node
+//! losing power at once (each restarted later), a process
 //! stopped for a while (SIGSTOP), a link cut one way or a node cut off both ways (healed
 //! later), a node's monotonic clock jumping ahead. Disk faults are drawn by each `SimDisk`, message loss by the `Network`.
 
@@ -15,16 +16,10 @@ impl World {
         let n = self.slots.len();
         let i = self.rng.gen_range(0..n);
         match self.rng.gen_range(0..5) {
+            0 if self.rng.gen_bool(0.1) => self.power_cut(),
             0 => {
-                self.crash(i, "killed");
-                // Half come back at once, as a supervisor restarts a crashed broker (inside
-                // its session), half after a while.
-                let after = if self.rng.gen_bool(0.5) {
-                    self.rng.gen_range(100..1_500)
-                } else {
-                    self.rng.gen_range(100..8_000)
-                };
-                self.schedule(after, Event::Restart(i));
+                self.crash(i, "killed", false);
+                self.schedule_restart(i);
             }
             1 => {
                 let for_ms = self.rng.gen_range(100..15_000);
@@ -67,6 +62,28 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// Every node loses power at once: each keeps only what its disk made durable, and each
+    /// comes back on its own.
+    fn power_cut(&mut self) {
+        self.stats.power_cuts += 1;
+        self.trace.note(self.now_ms, "power cut: every node".into());
+        for i in 0..self.slots.len() {
+            self.crash(i, "power cut", true);
+            self.schedule_restart(i);
+        }
+    }
+
+    /// A crashed node restarts: half at once, as a supervisor restarts a crashed broker
+    /// (inside its session), half after a while.
+    fn schedule_restart(&mut self, i: usize) {
+        let after = if self.rng.gen_bool(0.5) {
+            self.rng.gen_range(100..1_500)
+        } else {
+            self.rng.gen_range(100..8_000)
+        };
+        self.schedule(after, Event::Restart(i));
     }
 
     pub(super) fn on_heal(&mut self, links: Vec<(usize, usize)>) {

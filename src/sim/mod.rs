@@ -9,7 +9,10 @@
 //! (`liveness`), placement, elections and AlterPartition (`replication_op`), and each replica's
 //! replication rules (`partition::replica_state`: assignment, the commit rule, follower fetches,
 //! a follower's appends and truncation), run over a model of its log (`replica.rs`'s `SimLog`)
-//! as `Partition` runs them over `PartitionLog`. What the simulator stands in for: the glommio
+//! as `Partition` runs them over `PartitionLog`, with the log's positions
+//! (`storage::positions`: written, planned, synced, committed, the batch ends a commit stops at)
+//! planned and completed by the simulated flusher as `shard::flusher` does, the fdatasync in
+//! between. What the simulator stands in for: the glommio
 //! tasks that drive them (`node.rs`, `replication.rs` for the fetcher and the flusher), RPC
 //! (`network.rs`), the files (`disk.rs`, `SimLog`).
 //!
@@ -39,11 +42,15 @@
 //! aborted transactions' records as Kafka's consumers do. Everything is drawn from one seed
 //! (ChaCha): the cluster's session and lag timings, per-node clock skew and slow disks, message
 //! latency (with rare spikes of seconds), drops, duplicates and reordering, one- and two-way cuts
-//! that heal, crashes (unsynced writes lost, torn tails; half restarted at once), SIGSTOP-like
+//! that heal, crashes (unsynced writes lost, torn tails; half restarted at once), power cuts of
+//! every node at once (no unsynced write survives), fdatasyncs that now and then stall, SIGSTOP-like
 //! pauses (what arrives meanwhile is held and taken in order), monotonic clock jumps, failed fsyncs
 //! and ENOSPC. Each node decides by its own clock (`World::clock_ms`). There is no wall clock, no
 //! thread, and no iteration over a randomly seeded map, so a seed replays byte for byte. Request
-//! and response pairs keep TCP's meaning: RPC and client requests arrive in order per connection; a
+//! and response pairs keep TCP's meaning: RPC and client requests arrive in order per connection,
+//! and a sender that gives up on one opens a new connection, the old one's messages never
+//! delivered (a coordinator resending a transaction marker, a version 1 transactional client
+//! retrying); a
 //! leader holds a follower fetch that finds nothing for up to 500 ms, as the Fetch handler does; a
 //! follower takes only the answer to its outstanding OffsetsForLeaderEpoch query (never one meant
 //! for its previous process). Once faults end the network is calm (no drops, duplicates or spikes),
@@ -68,7 +75,9 @@
 //! bite: `--check-injections` must catch each within 200 seeds. What it does not run: the
 //! partition log's own file I/O (`replica.rs` models it), groups of several members (rebalances
 //! between them), KIP-890's verification (the sim's producer only writes to partitions its
-//! coordinator added), transaction version 2.
+//! coordinator added). The transactional client speaks transaction version 1 or 2 as the seed
+//! draws (version 2's requests travel as any message, late or twice: its epoch bump per
+//! transaction fences them).
 
 mod checks;
 pub mod cli;

@@ -15,8 +15,17 @@ pub struct Network {
     cut: BTreeSet<(usize, usize)>,
     /// Whether rare latency spikes happen (`latency`).
     spikes: bool,
-    /// Per connection (`ordered`), when the last message sent on it arrives.
-    arrives_ms: BTreeMap<(usize, usize), u64>,
+    /// Per pair of ends (`ordered`): the current connection's generation, and when the last
+    /// message sent on it arrives.
+    connections: BTreeMap<(usize, usize), (u64, u64)>,
+}
+
+/// One connection between two ends: a later one between the same ends (`reconnect`) has a
+/// higher generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connection {
+    ends: (usize, usize),
+    generation: u64,
 }
 
 impl Network {
@@ -27,7 +36,7 @@ impl Network {
             max_latency_ms: rng.gen_range(1..=20),
             cut: BTreeSet::new(),
             spikes: true,
-            arrives_ms: BTreeMap::new(),
+            connections: BTreeMap::new(),
         }
     }
 
@@ -50,22 +59,42 @@ impl Network {
     /// A drawn latency; one message in a hundred is ten times late, and one in a thousand is
     /// held for seconds (a retransmission after loss, a stalled queue): it arrives after
     /// everything the world did meanwhile, failovers included.
-    /// The delay after which a message sent at `now_ms` from `from` to `to` on `connection`
-    /// arrives, as TCP delivers: lost (the connection broke) but never reordered behind a
-    /// later one or repeated. RPC requests and client requests travel so; Raft's messages,
-    /// which tolerate anything, do not.
+    /// The delay after which a message sent at `now_ms` from `from` to `to` on the current
+    /// connection between `ends` arrives, as TCP delivers: lost (the connection broke) but
+    /// never reordered behind a later one or repeated; and the connection it travels on. RPC
+    /// requests and client requests travel so; Raft's messages, which tolerate anything, do
+    /// not.
     pub fn ordered(
         &mut self,
         rng: &mut ChaCha8Rng,
         (from, to): (usize, usize),
-        connection: (usize, usize),
+        ends: (usize, usize),
         now_ms: u64,
-    ) -> Option<u64> {
+    ) -> Option<(u64, Connection)> {
         let delay_ms = *self.deliveries(rng, from, to).first()?;
-        let last_ms = self.arrives_ms.get(&connection).copied().unwrap_or(0);
-        let at_ms = (now_ms + delay_ms).max(last_ms);
-        self.arrives_ms.insert(connection, at_ms);
-        Some(at_ms - now_ms)
+        let (generation, last_ms) = self.connections.entry(ends).or_insert((0, 0));
+        let at_ms = (now_ms + delay_ms).max(*last_ms);
+        *last_ms = at_ms;
+        let connection = Connection {
+            ends,
+            generation: *generation,
+        };
+        Some((at_ms - now_ms, connection))
+    }
+
+    /// A sender that gave up waiting closes its connection between `ends` and opens a new one:
+    /// what the old one still carried is never delivered (as a closed socket's unsent bytes).
+    pub fn reconnect(&mut self, ends: (usize, usize)) {
+        let (generation, last_ms) = self.connections.entry(ends).or_insert((0, 0));
+        *generation += 1;
+        *last_ms = 0;
+    }
+
+    /// Whether `connection` is still the current one between its ends.
+    pub fn is_open(&self, connection: Connection) -> bool {
+        self.connections
+            .get(&connection.ends)
+            .is_some_and(|(generation, _)| *generation == connection.generation)
     }
 
     fn latency(&self, rng: &mut ChaCha8Rng) -> u64 {

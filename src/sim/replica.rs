@@ -3,11 +3,13 @@
 //! follower fetches, a follower taking its leader's batches and high watermark, the KIP-279 cut
 //! point and what follows a cut), run over `SimLog` as `Partition` runs them over
 //! `PartitionLog`; idempotent and transactional producer state (`producer_state`) and the
-//! aborted-transaction index (`txn_index`) too. What this file adds is the disk: `SimLog`, the
-//! log as a list of batches with a written and a synced end.
+//! aborted-transaction index (`txn_index`) too, and the log's positions (`storage::positions`:
+//! written, planned, synced, committed, the batch ends a commit may stop at), whose syncs the
+//! simulated flusher plans and completes as `shard::flusher` does. What this file adds is the
+//! disk: `SimLog`, the log as a list of batches, and how far the disk really holds them.
 //!
-//! What survives a crash: the synced batches and a random prefix of the unsynced ones (a
-//! process crash keeps the page cache, a power cut does not), the epoch cache as last saved
+//! What survives a crash: the batches a completed fdatasync covered and a random prefix of the
+//! others (what writeback had reached; none after a power cut), the epoch cache as last saved
 //! (saved synchronously, like `leader-epoch-checkpoint`) less epochs past the log end, and the
 //! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
 
@@ -16,6 +18,7 @@ use crate::partition::replica_state::{Assigned, ReplicaLog, ReplicaState};
 use crate::protocol::batch::BatchHeader;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
+use crate::storage::positions::{LogPosition, LogPositions};
 use crate::storage::producer_state::{self, ProducerTable, Scanned, Verdict};
 use crate::storage::txn_index::{self, AbortedTxn, Marker};
 use rand::Rng;
@@ -131,13 +134,18 @@ pub enum Appended {
 }
 
 /// A replica's log on the simulated disk, and what `PartitionLog` keeps beside its batches:
-/// the high watermark and its checkpoint, the epoch cache as held and as saved, producer state
-/// and the aborted-transaction index.
-#[derive(Debug, Default)]
+/// its positions, the high-watermark checkpoint, the epoch cache as held and as saved,
+/// producer state and the aborted-transaction index.
+#[derive(Debug)]
 pub struct SimLog {
     pub batches: Vec<Batch>,
-    pub synced_end: i64,
-    pub high_watermark: i64,
+    /// Production's bookkeeping of what is written, synced and committed.
+    positions: LogPositions,
+    /// The disk's truth: the batches below it are on stable storage, whatever the positions
+    /// say (a completed fdatasync covered them).
+    durable_end: i64,
+    /// The target of the fdatasync in flight (`start_sync`), if any.
+    syncing: Option<LogPosition>,
     pub epochs: LeaderEpochs,
     saved_epochs: LeaderEpochs,
     /// Idempotent producers' sequences and ongoing transactions (`PartitionLog::producers`),
@@ -150,27 +158,52 @@ pub struct SimLog {
     pub hw_checkpoint: i64,
 }
 
+/// An offset's place in the simulated log, which has no files: one byte per record.
+fn position(offset: i64) -> LogPosition {
+    LogPosition {
+        offset,
+        segment_base: 0,
+        file_position: offset as u64,
+    }
+}
+
+impl Default for SimLog {
+    fn default() -> SimLog {
+        SimLog {
+            batches: Vec::new(),
+            positions: LogPositions::at(position(0)),
+            durable_end: 0,
+            syncing: None,
+            epochs: LeaderEpochs::default(),
+            saved_epochs: LeaderEpochs::default(),
+            producers: ProducerTable::default(),
+            aborted: Vec::new(),
+            hw_checkpoint: 0,
+        }
+    }
+}
+
 impl ReplicaLog for SimLog {
     fn log_end(&self) -> i64 {
         self.batches.last().map_or(0, Batch::end)
     }
 
     fn synced_end(&self) -> i64 {
-        self.synced_end
+        self.positions.synced().offset
     }
 
     fn high_watermark(&self) -> i64 {
-        self.high_watermark
+        self.positions.high_watermark().offset
     }
 
-    /// Every offset a commit rule computes here is a batch end (replicas report their batch
-    /// ends, and followers hold their leader's batches as they are).
+    /// As `PartitionLog`'s: to the furthest batch end the positions know at or below `offset`.
     fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
-        let to = offset.min(self.synced_end);
-        (to > self.high_watermark).then(|| {
-            self.high_watermark = to;
-            to
-        })
+        let to = self.positions.committable_at(offset)?;
+        if to.offset <= self.high_watermark() {
+            return None;
+        }
+        self.positions.advance_high_watermark(to);
+        Some(to.offset)
     }
 
     fn epochs(&self) -> &LeaderEpochs {
@@ -190,13 +223,13 @@ impl ReplicaLog for SimLog {
 
 impl SimLog {
     /// A crash: what the disk kept (see the module doc).
-    fn crash(&mut self, rng: &mut ChaCha8Rng) {
+    fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) {
         let unsynced = self
             .batches
             .iter()
-            .filter(|b| b.base >= self.synced_end)
+            .filter(|b| b.end() > self.durable_end)
             .count();
-        let kept = if unsynced == 0 {
+        let kept = if unsynced == 0 || power_cut {
             0
         } else {
             rng.gen_range(0..=unsynced)
@@ -208,9 +241,14 @@ impl SimLog {
         epochs.truncate_from(end + 1);
         self.producers = self.rebuilt_producers(); // as `PartitionLog::open` (no snapshot here)
         self.aborted.retain(|e| e.last_offset < end);
-        self.synced_end = end;
+        // As `PartitionLog::open`: what recovery kept is synced, then the high watermark goes
+        // back to its checkpoint.
+        self.durable_end = end;
+        self.syncing = None;
+        self.positions = LogPositions::at(position(end));
         self.hw_checkpoint = self.hw_checkpoint.min(end);
-        self.high_watermark = self.hw_checkpoint;
+        let checkpoint = position(self.hw_checkpoint);
+        self.positions.restart_high_watermark(checkpoint);
         self.epochs = epochs.clone();
         self.saved_epochs = epochs;
     }
@@ -228,12 +266,39 @@ impl SimLog {
         let entry = txn_index::record(&mut self.producers, &b.header(), b.marker(), 0);
         self.aborted.extend(entry);
         self.batches.push(b);
+        self.positions.note_batch_end(position(b.end()));
+        self.positions.wrote(b.base, position(b.end()));
+    }
+
+    /// The flusher plans an fdatasync of everything written (`PartitionLog::take_sync_work`);
+    /// false when there is nothing to sync or one is in flight (a shard's flusher runs one
+    /// pass at a time).
+    fn start_sync(&mut self) -> bool {
+        if self.syncing.is_some() {
+            return false;
+        }
+        self.syncing = self.positions.take_sync().map(|(_, target)| target);
+        self.syncing.is_some()
+    }
+
+    /// The fdatasync in flight returns: the disk holds what it covered, and the positions
+    /// learn it (`PartitionLog::complete_sync`). False when none was in flight.
+    fn finish_sync(&mut self) -> bool {
+        let Some(target) = self.syncing.take() else {
+            return false;
+        };
+        self.durable_end = self.durable_end.max(target.offset);
+        self.positions.complete_sync(target);
+        true
     }
 
     /// `PartitionLog::truncate_to`: the batches from `offset` go (a cut inside a batch keeps
     /// none of it: the log cuts at batch bounds), producer state is rebuilt as of the cut,
     /// index entries of cut markers are dropped, positions past the end come back to it.
     fn truncate_to(&mut self, offset: i64) {
+        // Production truncates under the journal's lock, which the flusher holds for its whole
+        // pass: a sync in flight completes first.
+        self.finish_sync();
         self.batches.retain(|b| b.end() <= offset);
         let end = self.log_end();
         if producer_state::truncation_rebuilds() {
@@ -242,8 +307,9 @@ impl SimLog {
             self.producers.truncate(end);
         }
         self.aborted.retain(|e| e.last_offset < end);
-        self.synced_end = self.synced_end.min(end);
-        self.high_watermark = self.high_watermark.min(end);
+        // The kept file is truncated and fdatasynced.
+        self.durable_end = self.durable_end.min(end);
+        self.positions.truncated(position(end));
     }
 }
 
@@ -256,8 +322,9 @@ pub struct SimReplica {
     pub fetch_sent_ms: Option<u64>,
     /// The newest epoch the outstanding OffsetsForLeaderEpoch query asked about.
     pub epoch_query: Option<i32>,
-    /// A follower's leader high watermark from the last fetch, taken once what came is synced.
-    leader_hw_after_sync: Option<i64>,
+    /// A follower's last fetch: the end of what it appended and the leader's high watermark,
+    /// taken once that end is synced (`replication::fetcher`).
+    leader_hw_after_sync: Option<(i64, i64)>,
     /// Committed batches below this were checked against the history.
     pub checked_to: i64,
 }
@@ -280,7 +347,11 @@ impl SimReplica {
     }
 
     pub fn high_watermark(&self) -> i64 {
-        self.log.high_watermark
+        self.log.high_watermark()
+    }
+
+    pub fn synced_end(&self) -> i64 {
+        self.log.synced_end()
     }
 
     pub fn is_leader(&self) -> bool {
@@ -294,7 +365,7 @@ impl SimReplica {
 
     /// `Partition::last_stable_offset`: below it every transaction has ended.
     pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.log.high_watermark;
+        let hw = self.log.high_watermark();
         self.log
             .producers
             .first_unstable_offset()
@@ -308,9 +379,9 @@ impl SimReplica {
     }
 
     /// A crash and restart: what the disk kept, and no role until the node's catalog assigns one.
-    pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) {
         let mut log = std::mem::take(&mut self.log);
-        log.crash(rng);
+        log.crash(rng, power_cut);
         *self = SimReplica::new(log);
     }
 
@@ -380,13 +451,24 @@ impl SimReplica {
         Ok(Appended::New(batch.base))
     }
 
-    /// The flusher's fdatasync: everything written is durable; the commit rule may move.
-    pub fn sync(&mut self) {
-        self.log.synced_end = self.log_end();
-        if let Some(hw) = self.leader_hw_after_sync.take() {
+    /// The flusher's pass plans a sync of this replica's writes: false when it has none.
+    pub fn start_sync(&mut self) -> bool {
+        self.log.start_sync()
+    }
+
+    /// The sync planned by `start_sync` returns (`Partition::complete_sync`): the commit rule
+    /// may move, and a follower takes its leader's high watermark once what it fetched is
+    /// synced. False when none was in flight.
+    pub fn finish_sync(&mut self) -> bool {
+        if !self.log.finish_sync() {
+            return false;
+        }
+        let synced = self.synced_end();
+        if let Some((_, hw)) = self.leader_hw_after_sync.take_if(|(end, _)| *end <= synced) {
             self.state.learn_leader_high_watermark(&mut self.log, hw);
         }
         self.state.advance_commit(&mut self.log);
+        true
     }
 
     /// A follower's fetch at `offset` on this leader: its batches from there and the high
@@ -429,7 +511,7 @@ impl SimReplica {
             .take(8)
             .copied()
             .collect();
-        Ok((batches, self.log.high_watermark))
+        Ok((batches, self.log.high_watermark()))
     }
 
     /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
@@ -465,7 +547,7 @@ impl SimReplica {
         for b in batches {
             self.log.push(*b);
         }
-        self.leader_hw_after_sync = Some(leader_hw);
+        self.leader_hw_after_sync = Some((self.log_end(), leader_hw));
         true
     }
 

@@ -54,9 +54,9 @@ pub struct NodeReplicas {
 
 impl NodeReplicas {
     /// The node crashed: every replica keeps what its disk kept.
-    pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) {
         for r in self.replicas.values_mut() {
-            r.crash(rng);
+            r.crash(rng, power_cut);
         }
         self.assigned_generation = 0;
         self.flush_scheduled = false;
@@ -193,7 +193,7 @@ impl World {
                 .fetch_sent_ms
                 .is_none_or(|at| now_ms >= at + FETCH_RETRY_MS);
             // A follower fetches from its synced end: the offset tells the leader it is durable.
-            if view.leader < 0 || !idle || r.log.synced_end < view.log_end_offset {
+            if view.leader < 0 || !idle || r.synced_end() < view.log_end_offset {
                 continue;
             }
             r.fetch_sent_ms = Some(now_ms);
@@ -264,31 +264,57 @@ impl World {
         })
     }
 
+    /// Wakes node `i`'s flusher for its next pass, unless one is due or in flight.
     pub(super) fn schedule_flush(&mut self, i: usize) {
         if !std::mem::replace(&mut self.slots[i].partitions.flush_scheduled, true) {
-            let after_ms = if self.rng.gen_bool(0.05) {
-                50
-            } else {
-                self.rng.gen_range(1..=self.slots[i].flush_max_ms)
-            };
+            // It starts at once (production's `log.flush_interval_ms` is 0); now and then it
+            // is late (a stalled task, a busy core).
+            let after_ms = if self.rng.gen_bool(0.05) { 50 } else { 0 };
             self.schedule(after_ms, Event::Flush(i));
         }
     }
 
-    /// The flusher's pass on node `i`: one fdatasync for every replica's appends.
+    /// The flusher's pass on node `i` (`shard::flusher::sync_once`): it plans a sync of every
+    /// replica's writes, then one fdatasync covers them all.
     pub(super) fn on_flush(&mut self, i: usize) -> Result<(), super::checks::Violation> {
+        let mut planned = false;
+        for r in self.slots[i].partitions.replicas.values_mut() {
+            planned |= r.start_sync();
+        }
+        if !planned {
+            self.slots[i].partitions.flush_scheduled = false;
+            return Ok(());
+        }
+        // Now and then an fdatasync stalls (a busy disk, writeback of another file).
+        let after_ms = if self.rng.gen_bool(0.05) {
+            self.rng.gen_range(100..=500)
+        } else {
+            self.rng.gen_range(1..=self.slots[i].flush_max_ms)
+        };
+        self.schedule(after_ms, Event::Synced(i));
+        Ok(())
+    }
+
+    /// Node `i`'s fdatasync returned: each replica it covered learns it, and the flusher's
+    /// next pass takes what was written meanwhile.
+    pub(super) fn on_synced(&mut self, i: usize) -> Result<(), super::checks::Violation> {
         self.slots[i].partitions.flush_scheduled = false;
         let tps: Vec<Tp> = self.slots[i].partitions.replicas.keys().copied().collect();
+        let mut unsynced = false;
         for tp in tps {
             let r = self.slots[i]
                 .partitions
                 .replicas
                 .get_mut(&tp)
                 .expect("listed");
-            if r.log.synced_end < r.log_end() {
-                r.sync();
+            let synced = r.finish_sync();
+            unsynced |= r.synced_end() < r.log_end();
+            if synced {
                 self.replica_changed(i, tp)?;
             }
+        }
+        if unsynced {
+            self.schedule_flush(i);
         }
         Ok(())
     }

@@ -4,7 +4,12 @@
 //!   a time, each over one or two partitions: AddPartitionsToTxn, one transactional batch per
 //!   partition (acks=all, retried with its sequence until acknowledged, as librdkafka does),
 //!   then EndTxn, committing or aborting as the seed draws. A fenced producer initialises
-//!   again; a request without an answer is sent again, as clients retry;
+//!   again; a request without an answer is sent again, as clients retry. The seed draws the
+//!   transaction version it speaks: under version 2 (KIP-890 part 2) each EndTxn bumps the
+//!   epoch, so its requests may travel as any message does (late, twice); under version 1 the
+//!   epoch stays, and a late EndTxn of the transaction before would end the current one (the
+//!   hole version 2 closes), so its requests travel as TCP carries them, in order and once,
+//!   and a retry goes on a new connection (what the old one carried is never delivered);
 //! - one read_committed consumer: fetches each partition from its leader below the last stable
 //!   offset, with the aborted transactions of the range, and drops their records as Kafka's
 //!   consumers do (KIP-98: a producer's records from an aborted transaction's first offset
@@ -17,7 +22,7 @@ use super::node::Wire;
 use super::replica::{Batch, Stamp, TxnPart};
 use super::replication::Tp;
 use super::txns::TxnOp;
-use super::world::World;
+use super::world::{World, TXN_CLIENT};
 use crate::storage::catalog::{CatalogRecord, OFFSETS_TOPIC, TXN_STATE_TOPIC};
 use crate::txn::state::TxnPartition;
 use kafka_protocol::ResponseError;
@@ -51,8 +56,9 @@ struct Outstanding {
 }
 
 /// The transactional clients' state: it outlives every node.
-#[derive(Default)]
 pub struct TxnClient {
+    /// Transaction version 2: each EndTxn bumps the epoch.
+    version2: bool,
     producer: Option<(i64, i16)>,
     /// The next sequence per partition, under the current producer id and epoch.
     sequences: BTreeMap<Tp, i32>,
@@ -66,6 +72,23 @@ pub struct TxnClient {
     positions: BTreeMap<Tp, i64>,
     /// Transactions ended with an answer.
     pub ended: u64,
+}
+
+impl TxnClient {
+    pub fn new(version2: bool) -> TxnClient {
+        TxnClient {
+            version2,
+            producer: None,
+            sequences: BTreeMap::new(),
+            txn: None,
+            request: None,
+            next_request: 0,
+            next_number: 0,
+            payload_txn: BTreeMap::new(),
+            positions: BTreeMap::new(),
+            ended: 0,
+        }
+    }
 }
 
 /// Partitions of topics a transaction may write: led, not internal, never unclean (an unclean
@@ -100,7 +123,7 @@ impl World {
                 return;
             }
             let (id, op) = (r.id, r.op.clone());
-            return self.send_txn_request(i, id, op);
+            return self.send_txn_request(i, id, op, true);
         }
         let Some((producer_id, epoch)) = client.producer else {
             let op = TxnOp::Init {
@@ -135,6 +158,7 @@ impl World {
                 producer_id,
                 epoch,
                 commit: t.commit,
+                bump_epoch: self.txn_client.version2,
             };
             return self.new_txn_request(i, op);
         }
@@ -235,11 +259,13 @@ impl World {
         let client = &mut self.txn_client;
         client.next_request += 1;
         let id = client.next_request;
-        self.send_txn_request(i, id, op);
+        self.send_txn_request(i, id, op, false);
     }
 
-    /// Sends request `id` to the coordinator in node `i`'s metadata.
-    fn send_txn_request(&mut self, i: usize, id: u64, op: TxnOp) {
+    /// Sends request `id` to the coordinator in node `i`'s metadata; a `retry` after no
+    /// answer, which under version 1 goes on a new connection, as a client that timed out
+    /// reconnects (the old request is then never delivered).
+    fn send_txn_request(&mut self, i: usize, id: u64, op: TxnOp, retry: bool) {
         self.txn_client.request = Some(Outstanding {
             id,
             op: op.clone(),
@@ -248,9 +274,18 @@ impl World {
         let Some((_, leader)) = self.txn_state_partition(i) else {
             return;
         };
-        if let Ok(coordinator) = usize::try_from(leader) {
-            self.send(i, coordinator, Wire::Txn { request: id, op });
+        let Ok(coordinator) = usize::try_from(leader) else {
+            return;
+        };
+        let wire = Wire::Txn { request: id, op };
+        if self.txn_client.version2 {
+            self.send(i, coordinator, wire);
+            return;
         }
+        if retry {
+            self.net.reconnect((TXN_CLIENT, coordinator));
+        }
+        self.send_ordered((TXN_CLIENT, coordinator), i, coordinator, wire);
     }
 
     /// The coordinator's answer to request `request`.
@@ -279,9 +314,14 @@ impl World {
                     t.added = true;
                 }
             }
-            (TxnOp::End { .. }, Ok(_)) => {
+            (TxnOp::End { bump_epoch, .. }, Ok(producer)) => {
                 if client.txn.take().is_some() {
                     client.ended += 1;
+                }
+                // Version 2: the producer goes on at the bumped epoch, its sequences from 0.
+                if *bump_epoch {
+                    client.producer = Some(producer);
+                    client.sequences.clear();
                 }
             }
             (_, Err(_)) if fenced => {

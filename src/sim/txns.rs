@@ -46,11 +46,13 @@ pub enum TxnOp {
         epoch: i16,
         partitions: Vec<TxnPartition>,
     },
-    /// EndTxn (transaction version 1: the epoch stays).
+    /// EndTxn: under transaction version 1 (`bump_epoch` false) the epoch stays; under
+    /// version 2 (EndTxn v5, KIP-890 part 2) the end bumps it.
     End {
         producer_id: i64,
         epoch: i16,
         commit: bool,
+        bump_epoch: bool,
     },
 }
 
@@ -439,8 +441,8 @@ impl World {
         for (id, p) in c.writing.iter_mut() {
             for (partition, sent) in p.pending.iter_mut() {
                 if sent.is_none_or(|at| now_ms >= at + MARKER_RESEND_MS) {
-                    *sent = Some(now_ms);
-                    sends.push((partition.clone(), p.markers.clone()));
+                    let resend = sent.replace(now_ms).is_some();
+                    sends.push((partition.clone(), p.markers.clone(), resend));
                 }
             }
             if p.pending.is_empty()
@@ -451,7 +453,16 @@ impl World {
                 completions.push((id.clone(), p.markers.clone()));
             }
         }
-        for (partition, m) in sends {
+        // A marker unanswered for long: the connection to its leader is given up for a new
+        // one, as a timed-out request's (what the old one carried is never delivered; a late
+        // marker of a finished transaction would end the producer's next one there).
+        for (partition, _, _) in sends.iter().filter(|s| s.2) {
+            let leader = self.tp_of(i, partition).map(|(_, l)| usize::try_from(l));
+            if let Some(Ok(leader)) = leader {
+                self.net.reconnect((i, leader));
+            }
+        }
+        for (partition, m, _) in sends {
             self.send_marker(i, partition, &m, coordinator_epoch);
         }
         for (id, m) in completions {
@@ -496,7 +507,7 @@ impl World {
         if leader == i {
             self.on_write_marker(i, marker);
         } else {
-            self.send(i, leader, Wire::WriteMarker(marker));
+            self.send_ordered((i, leader), i, leader, Wire::WriteMarker(marker));
         }
     }
 
@@ -617,9 +628,22 @@ impl World {
                 producer_id,
                 epoch,
                 commit,
+                bump_epoch: false,
             } => c
                 .end_txn(TXN_ID, *producer_id, *epoch, *commit, now_ms)
                 .map(|step| (step, false, false)),
+            TxnOp::End {
+                producer_id,
+                epoch,
+                commit,
+                bump_epoch: true,
+            } => {
+                // As `txn::ops::End`: a new producer id once the epoch is used up.
+                let needs_id = c.epoch_exhausted(TXN_ID);
+                let new_id = if needs_id { fresh_id } else { -1 };
+                c.end_txn_bumping(TXN_ID, *producer_id, *epoch, *commit, new_id, now_ms)
+                    .map(|step| (step, false, needs_id))
+            }
         };
         match outcome {
             Err(e) => self.txn_answer(i, request, Err(format!("{e:?}"))),

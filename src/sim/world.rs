@@ -12,7 +12,7 @@ use super::checks::{Checker, Violation};
 use super::clients::{ClientEvent, Clients};
 use super::disk::{DiskFaults, SimDisk};
 use super::groups::{Groups, SimCoordinator};
-use super::network::Network;
+use super::network::{Connection, Network};
 use super::node::{SimNode, Wire};
 use super::replica_checks::History;
 use super::replication::{NodeReplicas, Waiting};
@@ -29,6 +29,8 @@ use std::sync::Arc;
 
 /// The clients' end of a connection (`World::send_ordered`).
 pub const CLIENT: usize = usize::MAX;
+/// The transactional producer's end of its connections (`TxnClient`, version 1).
+pub const TXN_CLIENT: usize = usize::MAX - 1;
 
 /// Bound on events one run may take (a livelock is a failure, not a hang).
 const MAX_EVENTS: u64 = 2_000_000;
@@ -43,6 +45,14 @@ pub enum Event {
         to: usize,
         wire: Wire,
     },
+    /// A message on a connection (`World::send_ordered`), delivered only if the connection
+    /// it was sent on is still the current one between its ends.
+    DeliverOn {
+        connection: Connection,
+        from: usize,
+        to: usize,
+        wire: Wire,
+    },
     Duties(usize),
     Heartbeat(usize),
     Operation,
@@ -50,6 +60,8 @@ pub enum Event {
     Restart(usize),
     Replicate(usize),
     Flush(usize),
+    /// The fdatasync of a node's flusher pass returns.
+    Synced(usize),
     Heal(Vec<(usize, usize)>),
     EndFaults,
     Client(ClientEvent),
@@ -91,6 +103,7 @@ impl Slot {
 pub struct Stats {
     pub events: u64,
     pub crashes: u64,
+    pub power_cuts: u64,
     pub pauses: u64,
     pub cuts: u64,
     pub clock_jumps: u64,
@@ -177,6 +190,7 @@ impl World {
             })
             .collect();
         let cluster_id = format!("sim{:016x}", rng.gen::<u64>());
+        let txn_client = TxnClient::new(rng.gen_bool(0.5));
         World {
             now_ms: 0,
             rng,
@@ -196,7 +210,7 @@ impl World {
             clients: Clients::new(),
             groups: Groups::default(),
             txns: TxnRecords::default(),
-            txn_client: TxnClient::default(),
+            txn_client,
             unresolved_reads: Vec::new(),
         }
     }
@@ -289,11 +303,24 @@ impl World {
         match event {
             Event::Tick(i) => self.on_tick(i),
             Event::Deliver { from, to, wire } => self.on_deliver(from, to, wire),
+            Event::DeliverOn {
+                connection,
+                from,
+                to,
+                wire,
+            } => {
+                if self.net.is_open(connection) {
+                    return self.on_deliver(from, to, wire);
+                }
+                self.lost(&Event::Deliver { from, to, wire });
+                Ok(())
+            }
             Event::Duties(i) => self.on_duties(i),
             Event::Heartbeat(i) => self.on_heartbeat_due(i),
             Event::Operation => self.on_operation(),
             Event::Replicate(i) => self.on_replicate(i),
             Event::Flush(i) => self.on_flush(i),
+            Event::Synced(i) => self.on_synced(i),
             Event::Fault => self.on_fault(),
             Event::Restart(i) if self.slots[i].node.is_none() => self.start(i),
             Event::Restart(_) => Ok(()),
@@ -344,8 +371,9 @@ impl World {
         Ok(())
     }
 
-    /// Node `i`'s process dies: its unsynced writes are lost (some torn at the tail).
-    pub fn crash(&mut self, i: usize, why: &str) {
+    /// Node `i`'s process dies: its unsynced writes are lost (some torn at the tail; all of
+    /// them when `power_cut`, its machine losing power).
+    pub fn crash(&mut self, i: usize, why: &str, power_cut: bool) {
         if self.slots[i].node.take().is_none() {
             return;
         }
@@ -355,8 +383,8 @@ impl World {
             self.lost(&event);
         }
         self.slots[i].run += 1;
-        let lost = self.slots[i].disk.crash();
-        self.slots[i].partitions.crash(&mut self.rng);
+        let lost = self.slots[i].disk.crash(power_cut);
+        self.slots[i].partitions.crash(&mut self.rng, power_cut);
         self.history.restarted(i);
         self.stats.crashes += 1;
         self.trace.note(
@@ -460,7 +488,7 @@ impl World {
             Err(e) => {
                 // The broker exits when its Raft state cannot be made durable.
                 self.stats.disk_faults += 1;
-                self.crash(i, &format!("cannot persist the Raft state: {e}"));
+                self.crash(i, &format!("cannot persist the Raft state: {e}"), false);
                 let after_ms = self.rng.gen_range(100..2_000);
                 self.schedule(after_ms, Event::Restart(i));
                 return Ok(());
@@ -545,8 +573,14 @@ impl World {
         let sent = self
             .net
             .ordered(&mut self.rng, (from, to), connection, now_ms);
-        if let Some(delay_ms) = sent {
-            self.schedule(delay_ms, Event::Deliver { from, to, wire });
+        if let Some((delay_ms, connection)) = sent {
+            let event = Event::DeliverOn {
+                connection,
+                from,
+                to,
+                wire,
+            };
+            self.schedule(delay_ms, event);
         }
         sent.is_some()
     }
@@ -685,8 +719,9 @@ fn event_node(event: &Event) -> Option<usize> {
         | Event::Heartbeat(i)
         | Event::Replicate(i)
         | Event::Flush(i)
+        | Event::Synced(i)
         | Event::Resume(i) => Some(*i),
-        Event::Deliver { to, .. } => Some(*to),
+        Event::Deliver { to, .. } | Event::DeliverOn { to, .. } => Some(*to),
         Event::Operation
         | Event::Fault
         | Event::Restart(_)

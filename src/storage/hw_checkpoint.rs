@@ -7,7 +7,7 @@
 //! checkpoint only makes the restarted high watermark lower (the log start at worst), which
 //! the followers' next fetches move up again.
 
-use super::log::LogPosition;
+use super::positions::LogPosition;
 use std::path::Path;
 
 const FILE: &str = "high-watermark-checkpoint";

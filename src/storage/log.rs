@@ -1,13 +1,9 @@
 //! The log of one partition: its segments, offsets and durability state. Owned by one shard and
 //! never shared across threads.
 //!
-//! Offsets and positions:
-//! - `log_end_offset` (LEO): the next offset to assign; every write below it has completed,
-//!   because appends to a partition are serialized by its append lock.
-//! - `synced`: everything below it is covered by an fdatasync on this node.
-//! - `high_watermark`: everything below it is committed, as the partition's commit rule decides
-//!   (`partition::commit`); never past `synced`. Consumers read only below it, so nothing they
-//!   see can vanish in a crash.
+//! Offsets and positions: `log_end_offset` (LEO) is the next offset to assign (appends to a
+//! partition are serialized by its append lock); the written, synced and committed ends (the
+//! high watermark) are kept by `positions.rs`.
 //!
 //! Invariants, asserted: log start ≤ high watermark ≤ synced ≤ written ≤ LEO, and none of them
 //! moves back except by `truncate_to`; offsets are assigned densely from the LEO; a segment's
@@ -17,6 +13,7 @@
 //! `RefCell` borrow is held across an await.
 
 use super::epochs::LeaderEpochs;
+use super::positions::{LogPosition, LogPositions};
 use super::producer_snapshots;
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
@@ -26,7 +23,6 @@ use crate::metrics::SEGMENT_DESCRIPTORS;
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
-use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -88,35 +84,16 @@ impl Segment {
     }
 }
 
-/// A durable position: an offset and where it sits in the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogPosition {
-    pub offset: i64,
-    pub segment_base: i64,
-    pub file_position: u64,
-}
-
 pub struct PartitionLog {
     pub dir: PathBuf,
     pub settings: LogSettings,
     pub segments: Vec<Segment>,
     pub log_start_offset: i64,
     pub leader_epoch: i32,
-    /// Committed: what consumers may read (set by the partition's commit rule).
-    high_watermark: LogPosition,
-    /// Covered by a completed fdatasync on this node.
-    synced: LogPosition,
-    /// The end of the bytes whose write has completed. Offsets are assigned (the LEO moves) before
-    /// the write is issued, so a sync planned meanwhile must stop here, not at the LEO: syncing
-    /// to the LEO would call a write durable that has not reached the page cache yet.
-    written: LogPosition,
-    /// Where the last sync handed to the flusher ends (`take_sync_work`): the next one covers
-    /// the bytes from here, all of them durable once the earlier syncs completed.
-    planned: LogPosition,
+    /// The written, synced and committed ends (`positions.rs`).
+    positions: LogPositions,
     /// Segments closed by a roll whose data still awaits an fdatasync.
     unsynced_closed: Vec<Rc<BufferedFile>>,
-    /// Whether bytes were written since the last sync was planned.
-    dirty: bool,
     /// Set after a failed sync, or a failed write that could not be undone: the partition refuses
     /// work until a restart recovers it. After a failed fdatasync the kernel may have dropped the
     /// dirty pages, so no later sync could prove them durable.
@@ -128,18 +105,10 @@ pub struct PartitionLog {
     pub cleaned_to: i64,
     /// Where each leader epoch's records begin (replication's truncation; `epochs.rs`).
     pub epochs: LeaderEpochs,
-    /// The end of each batch appended above the high watermark, oldest first, so that an
-    /// offset a replica reports (always a batch end) maps to its place in the log when the
-    /// commit rule moves the high watermark there. Bounded by `MAX_TRACKED_ENDS`.
-    ends: VecDeque<LogPosition>,
     /// The aborted transactions whose markers the log holds, in marker order (`txn_index.rs`):
     /// what a read_committed fetch names so that the client drops their records.
     pub aborted: Vec<AbortedTxn>,
 }
-
-/// Bound on the batch ends a log tracks above its high watermark. Past it, ends are not
-/// noted: the high watermark then moves only to ends that were, which is later, never wrong.
-const MAX_TRACKED_ENDS: usize = 65_536;
 
 /// An append planned by `prepare_append`: the caller writes `data` at `position` of `file`.
 pub struct AppendPlan {
@@ -341,17 +310,12 @@ impl PartitionLog {
             segments,
             log_start_offset,
             leader_epoch,
-            high_watermark,
-            synced: high_watermark,
-            written: high_watermark,
-            planned: high_watermark,
+            positions: LogPositions::at(high_watermark),
             unsynced_closed: Vec::new(),
-            dirty: false,
             failed: false,
             producers,
             cleaned_to: log_start_offset,
             epochs,
-            ends: VecDeque::new(),
             aborted,
         })
     }
@@ -361,7 +325,7 @@ impl PartitionLog {
     }
 
     pub fn high_watermark(&self) -> i64 {
-        self.high_watermark.offset
+        self.positions.high_watermark().offset
     }
 
     /// After a restart of a replicated log: the high watermark goes back from the recovered
@@ -370,7 +334,7 @@ impl PartitionLog {
     pub fn restart_high_watermark(&mut self, checkpoint: Option<LogPosition>) {
         let within = |p: &LogPosition| {
             p.offset >= self.log_start_offset
-                && p.offset <= self.high_watermark.offset
+                && p.offset <= self.high_watermark()
                 && self.segments.iter().any(|s| {
                     s.meta.base_offset == p.segment_base
                         && p.file_position <= s.meta.size_bytes
@@ -384,18 +348,18 @@ impl PartitionLog {
             file_position: 0,
         });
         if let Some(hw) = checkpoint.filter(within).or(start) {
-            self.high_watermark = hw;
+            self.positions.restart_high_watermark(hw);
         }
     }
 
     /// The high watermark with its place in the log: the bound of consumers' reads.
     pub fn hw_position(&self) -> LogPosition {
-        self.high_watermark
+        self.positions.high_watermark()
     }
 
     /// Where the last completed fdatasync left the log: the most a commit rule may commit.
     pub fn synced(&self) -> LogPosition {
-        self.synced
+        self.positions.synced()
     }
 
     /// Bytes of every segment on disk (DescribeLogDirs' partition size).
@@ -423,19 +387,13 @@ impl PartitionLog {
 
     /// The end of the bytes whose write has completed: what followers may fetch.
     pub fn written(&self) -> LogPosition {
-        self.written
+        self.positions.written()
     }
 
-    /// The furthest known batch end at or below `offset` and above the high watermark, no
-    /// further than `synced`: where a commit rule that computed `offset` may move the high
-    /// watermark. None when there is none.
+    /// Where a commit rule that computed `offset` may move the high watermark
+    /// (`LogPositions::committable_at`).
     pub fn committable_at(&self, offset: i64) -> Option<LogPosition> {
-        let offset = offset.min(self.synced.offset);
-        if offset == self.synced.offset {
-            return Some(self.synced);
-        }
-        let i = self.ends.partition_point(|e| e.offset <= offset);
-        (i > 0).then(|| self.ends[i - 1])
+        self.positions.committable_at(offset)
     }
 
     fn active(&self) -> &Segment {
@@ -565,13 +523,11 @@ impl PartitionLog {
             ));
             next = assigned.next_offset();
             at += h.size_bytes;
-            if self.ends.len() < MAX_TRACKED_ENDS {
-                self.ends.push_back(LogPosition {
-                    offset: next,
-                    segment_base,
-                    file_position: position + at as u64,
-                });
-            }
+            self.positions.note_batch_end(LogPosition {
+                offset: next,
+                segment_base,
+                file_position: position + at as u64,
+            });
         }
         assert_eq!(at, records.len(), "the headers cover the records exactly");
         assert!(
@@ -614,15 +570,7 @@ impl PartitionLog {
         let error = match indexed.and_then(|()| write_batches(&plan)) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
-                assert!(
-                    plan.end.offset >= l.written.offset && plan.base_offset == l.written.offset,
-                    "appends are serialized: written {} base {} end {}",
-                    l.written.offset,
-                    plan.base_offset,
-                    plan.end.offset
-                );
-                l.written = plan.end;
-                l.dirty = true;
+                l.positions.wrote(plan.base_offset, plan.end);
                 l.aborted.extend_from_slice(&plan.aborted);
                 return Ok(());
             }
@@ -647,58 +595,34 @@ impl PartitionLog {
 
     /// What the flusher must sync to cover everything written so far; None when clean.
     pub fn take_sync_work(&mut self) -> Option<SyncWork> {
-        if !self.dirty || self.failed {
+        if self.failed {
             return None;
         }
-        self.dirty = false;
+        let (from, target) = self.positions.take_sync()?;
         let mut files = std::mem::take(&mut self.unsynced_closed);
         files.push(self.active().file.clone());
-        let from = std::mem::replace(&mut self.planned, self.written);
         Some(SyncWork {
             files,
             from,
-            target: self.written,
+            target,
         })
     }
 
-    /// Records that the sync covering `target` completed. (Syncs may complete out of order
-    /// only in the sense that an older target can arrive after a newer one; `synced` keeps the
-    /// furthest.)
+    /// Records that the sync covering `target` completed.
     pub fn complete_sync(&mut self, target: LogPosition) {
-        assert!(
-            target.offset <= self.written.offset,
-            "a sync covers only completed writes"
-        );
-        if target.offset > self.synced.offset {
-            self.synced = target;
-        }
+        self.positions.complete_sync(target);
     }
 
     /// Moves the high watermark to `to`, which the commit rule chose: at most the synced end,
     /// and never backwards.
     pub fn advance_high_watermark(&mut self, to: LogPosition) {
-        assert!(
-            to.offset <= self.synced.offset,
-            "committed {} past synced {}",
-            to.offset,
-            self.synced.offset
-        );
-        assert!(
-            to.offset >= self.high_watermark.offset,
-            "high watermark moved back from {} to {}",
-            self.high_watermark.offset,
-            to.offset
-        );
-        self.high_watermark = to;
-        while self.ends.front().is_some_and(|e| e.offset <= to.offset) {
-            self.ends.pop_front();
-        }
+        self.positions.advance_high_watermark(to);
     }
 
     /// Plans a read of whole batches holding `offset`, bounded by the high watermark.
     /// Ok(None) means the offset is at the high watermark: nothing to read yet.
     pub fn plan_read(&self, offset: i64) -> Result<Option<ReadPlan>, ReadError> {
-        self.plan_read_below(offset, self.high_watermark)
+        self.plan_read_below(offset, self.positions.high_watermark())
     }
 
     /// Plans a read of whole batches holding `offset`, bounded by `hw`: the high watermark for
@@ -763,7 +687,7 @@ impl PartitionLog {
     /// The largest record timestamp of the segments holding records below the high watermark
     /// (ListOffsets' MAX_TIMESTAMP, KIP-734); None when there are none.
     pub fn max_timestamp(&self) -> Option<i64> {
-        let hw = self.high_watermark.offset;
+        let hw = self.high_watermark();
         self.segments
             .iter()
             .filter(|s| s.meta.base_offset < hw && s.meta.next_offset > s.meta.base_offset)
@@ -774,7 +698,7 @@ impl PartitionLog {
     /// The earliest offset whose batch may hold a timestamp >= `timestamp`, and where to start
     /// reading for it; None when every stored record is older.
     pub fn plan_timestamp_lookup(&self, timestamp: i64) -> Option<(ReadPlan, i64)> {
-        let hw = self.high_watermark;
+        let hw = self.positions.high_watermark();
         let i = self
             .segments
             .iter()
@@ -932,10 +856,7 @@ impl PartitionLog {
         Self::producers_after_cut(log, end.offset, now_ms).await?;
         let mut guard = log.borrow_mut();
         let l = &mut *guard;
-        l.clamp_positions(end);
-        while l.ends.back().is_some_and(|e| e.offset > end.offset) {
-            l.ends.pop_back();
-        }
+        l.positions.truncated(end);
         let kept = l.aborted.partition_point(|e| e.last_offset < end.offset);
         if kept < l.aborted.len() {
             l.aborted.truncate(kept);
@@ -994,16 +915,11 @@ impl PartitionLog {
         };
         self.segments = vec![segment];
         self.log_start_offset = offset;
-        self.high_watermark = start;
-        self.synced = start;
-        self.written = start;
-        self.planned = start;
+        self.positions = LogPositions::at(start);
         self.unsynced_closed.clear();
-        self.dirty = false;
         self.producers = ProducerTable::default();
         self.cleaned_to = offset;
         self.epochs = LeaderEpochs::default();
-        self.ends.clear();
         self.aborted.clear();
     }
 
@@ -1031,7 +947,7 @@ impl PartitionLog {
             .meta
             .offset_index
             .lookup((offset - seg.meta.base_offset) as u32);
-        let written = self.written;
+        let written = self.positions.written();
         let size = match seg.meta.base_offset.cmp(&written.segment_base) {
             std::cmp::Ordering::Less => seg.meta.size_bytes,
             std::cmp::Ordering::Equal => written.file_position.min(seg.meta.size_bytes),
@@ -1064,21 +980,6 @@ impl PartitionLog {
         assert_eq!(l.log_end_offset(), end, "no append during a truncation");
         l.producers = producers;
         Ok(())
-    }
-
-    /// Moves every position past `end` (a truncation's) back to it.
-    fn clamp_positions(&mut self, end: LogPosition) {
-        let positions = [
-            &mut self.high_watermark,
-            &mut self.synced,
-            &mut self.written,
-            &mut self.planned,
-        ];
-        for position in positions {
-            if position.offset > end.offset {
-                *position = end;
-            }
-        }
     }
 
     /// The kept segment's bookkeeping up to byte `cut`: its indexes as they were at the last

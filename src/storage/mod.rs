@@ -67,6 +67,7 @@ pub mod hw_checkpoint;
 pub mod index;
 pub mod journal;
 pub mod log;
+pub mod positions;
 pub mod producer_snapshots;
 pub mod producer_state;
 pub mod read;
