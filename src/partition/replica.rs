@@ -189,22 +189,11 @@ impl Partition {
         self.replica.follower_view(&*self.log.borrow())
     }
 
-    /// Where `epoch` ends in this log (OffsetForLeaderEpoch; see `epochs.rs`). A log without
-    /// an epoch cache (a single node's, whose one epoch never changes) holds only its current
-    /// epoch, from its start; an epoch past the current one is UNDEFINED.
+    /// Where `epoch` ends in this log (OffsetForLeaderEpoch; `LeaderEpochs::answer_for`).
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
-        // An epoch past this partition's current one has no end here (Kafka answers it
-        // UNDEFINED too). A follower never asks for one: its epochs come from its leaders.
-        if epoch > self.leader_epoch() {
-            return crate::storage::epochs::UNDEFINED;
-        }
         let log = self.log.borrow();
-        if log.epochs.latest().is_none() {
-            let mut only = crate::storage::epochs::LeaderEpochs::default();
-            only.assign(log.leader_epoch, log.log_start_offset);
-            return only.end_offset_for(epoch, log.log_end_offset());
-        }
-        log.epochs.end_offset_for(epoch, log.log_end_offset())
+        let span = (log.log_start_offset, log.log_end_offset());
+        log.epochs.answer_for(epoch, log.leader_epoch, span)
     }
 
     /// Where this follower cuts its log, given its leader's OffsetsForLeaderEpoch answer

@@ -514,9 +514,11 @@ impl SimReplica {
         Ok((batches, self.log.high_watermark()))
     }
 
-    /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
+    /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch), from
+    /// its start (the simulated logs keep every record).
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
-        self.log.epochs.end_offset_for(epoch, self.log_end())
+        let span = (0, self.log_end());
+        self.log.epochs.answer_for(epoch, self.epoch(), span)
     }
 
     /// `Partition::truncate_diverged` at the production cut point for the leader's answer.

@@ -95,6 +95,28 @@ impl LeaderEpochs {
         let end = self.entries.get(i).map_or(log_end, |next| next.1);
         (found, end)
     }
+
+    /// OffsetsForLeaderEpoch's answer for `epoch` from a log at leader epoch `current` spanning
+    /// `log_start..log_end`. An epoch past the current one has no end here (Kafka answers it
+    /// UNDEFINED too; a follower never asks for one: its epochs come from its leaders). A log
+    /// without a cache (a single node's, whose one epoch never changes) holds only its current
+    /// epoch, from its start.
+    pub fn answer_for(
+        &self,
+        epoch: i32,
+        current: i32,
+        (log_start, log_end): (i64, i64),
+    ) -> (i32, i64) {
+        if epoch > current {
+            return UNDEFINED;
+        }
+        if self.latest().is_none() {
+            let mut only = LeaderEpochs::default();
+            only.assign(current, log_start);
+            return only.end_offset_for(epoch, log_end);
+        }
+        self.end_offset_for(epoch, log_end)
+    }
 }
 
 impl LeaderEpochs {
@@ -154,6 +176,21 @@ mod tests {
         );
         assert_eq!(c.end_offset_for(3, 70), (3, 70));
         assert_eq!(c.end_offset_for(9, 70), (3, 70));
+    }
+
+    /// Past the current epoch nothing is known; a log without a cache holds its current epoch
+    /// from its start.
+    #[test]
+    fn answers_bound_by_the_current_epoch_and_a_cacheless_log() {
+        let empty = LeaderEpochs::default();
+        assert_eq!(empty.answer_for(4, 3, (5, 20)), UNDEFINED);
+        assert_eq!(empty.answer_for(3, 3, (5, 20)), (3, 20));
+        assert_eq!(empty.answer_for(2, 3, (5, 20)), UNDEFINED);
+        let mut c = LeaderEpochs::default();
+        c.assign(1, 0);
+        c.assign(3, 40);
+        assert_eq!(c.answer_for(2, 3, (0, 50)), (1, 40));
+        assert_eq!(c.answer_for(5, 3, (0, 50)), UNDEFINED);
     }
 
     #[test]
