@@ -383,6 +383,10 @@ impl World {
             self.lost(&event);
         }
         self.slots[i].run += 1;
+        // Its produce requests waiting for their high watermark die with it (their clients and
+        // coordinators time out and retry): a leadership of the next process may have the same
+        // generation, and must not answer them.
+        self.waiting.retain(|w| w.node != i);
         let lost = self.slots[i].disk.crash(power_cut);
         self.slots[i].partitions.crash(&mut self.rng, power_cut);
         self.history.restarted(i);
