@@ -403,12 +403,7 @@ impl ReplicaLog for PartitionLog {
     }
 
     fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
-        let to = self.committable_at(offset)?;
-        if to.offset <= PartitionLog::high_watermark(self) {
-            return None;
-        }
-        self.advance_high_watermark(to);
-        Some(to.offset)
+        PartitionLog::commit_up_to(self, offset)
     }
 
     fn epochs(&self) -> &LeaderEpochs {

@@ -47,7 +47,7 @@
 //! - **Commit rule** (`partition/commit.rs`): a leader's high watermark is the smallest of its
 //!   own synced end and every other ISR member's reported synced end (a member not heard from
 //!   since this leader took over holds it); a follower's is its leader's, as far as it has
-//!   synced. A batch-end map (`PartitionLog::committable_at`) turns the offset into a log
+//!   synced. A batch-end map (`LogPositions::committable_at`) turns the offset into a log
 //!   position. acks=all waits for it; with fewer ISR members than `min.insync.replicas` the
 //!   produce is refused (NOT_ENOUGH_REPLICAS) or, if the set shrank while it waited,
 //!   NOT_ENOUGH_REPLICAS_AFTER_APPEND.

@@ -198,12 +198,7 @@ impl ReplicaLog for SimLog {
 
     /// As `PartitionLog`'s: to the furthest batch end the positions know at or below `offset`.
     fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
-        let to = self.positions.committable_at(offset)?;
-        if to.offset <= self.high_watermark() {
-            return None;
-        }
-        self.positions.advance_high_watermark(to);
-        Some(to.offset)
+        self.positions.commit_up_to(offset)
     }
 
     fn epochs(&self) -> &LeaderEpochs {

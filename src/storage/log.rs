@@ -390,10 +390,10 @@ impl PartitionLog {
         self.positions.written()
     }
 
-    /// Where a commit rule that computed `offset` may move the high watermark
-    /// (`LogPositions::committable_at`).
-    pub fn committable_at(&self, offset: i64) -> Option<LogPosition> {
-        self.positions.committable_at(offset)
+    /// Moves the high watermark as far towards `offset`, which a commit rule computed, as the
+    /// log's batch ends and synced end allow (`LogPositions::commit_up_to`).
+    pub fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
+        self.positions.commit_up_to(offset)
     }
 
     fn active(&self) -> &Segment {

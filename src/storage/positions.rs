@@ -136,6 +136,17 @@ impl LogPositions {
         (i > 0).then(|| self.ends[i - 1])
     }
 
+    /// The commit rule computed `offset`: the high watermark moves to the furthest batch end
+    /// `committable_at` allows, if that is past it. Returns where it moved.
+    pub fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
+        let to = self.committable_at(offset)?;
+        if to.offset <= self.high_watermark.offset {
+            return None;
+        }
+        self.advance_high_watermark(to);
+        Some(to.offset)
+    }
+
     /// Moves the high watermark to `to`, which the commit rule chose: at most the synced end,
     /// and never backwards.
     pub fn advance_high_watermark(&mut self, to: LogPosition) {
