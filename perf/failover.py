@@ -68,7 +68,7 @@ def create_topic(cluster):
     port = cluster.nodes[0].port
     with Connection("127.0.0.1", port, timeout_s=30) as c:
         answer = c.send("CreateTopics", 7, {"Topics": [{"Name": TOPIC, "NumPartitions": 1, "ReplicationFactor": 3,
-                                                        "Assignments": [], "Configs": []}], "TimeoutMs": 30_000})
+                                                        "Assignments": [], "Configs": []}], "timeoutMs": 30_000})
     assert answer["Topics"][0]["ErrorCode"] == 0, answer
 
 

@@ -142,6 +142,18 @@ pub struct NewTopic {
     pub assignments: Vec<(i32, Vec<i32>)>,
 }
 
+impl NewTopic {
+    /// How many partitions the topic gets: as many as its manual assignment lists, else as
+    /// requested, else (-1) the broker's `num.partitions`.
+    pub fn partition_count(&self, default: i32) -> i32 {
+        match (self.assignments.len(), self.partitions) {
+            (0, -1) => default,
+            (0, n) => n,
+            (n, _) => n as i32,
+        }
+    }
+}
+
 /// Partitions to add to a topic (CreatePartitions): the new total, and optionally the brokers
 /// of each new partition, the preferred leader first.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -833,11 +845,7 @@ fn create_topics(
             results.push(e);
             continue;
         }
-        let partitions = match (t.assignments.len(), t.partitions) {
-            (0, -1) => config.topic_defaults.num_partitions,
-            (0, n) => n,
-            (n, _) => n as i32,
-        };
+        let partitions = t.partition_count(config.topic_defaults.num_partitions);
         if let Err(e) = bounds::check_new_partitions(shard, record, &t.name, 0, partitions, true) {
             results.push(e);
             continue;

@@ -7,12 +7,14 @@ use super::{decode, encode, str_bytes, Reply};
 use crate::controller::{ControllerOp, NewTopic};
 use crate::security::acl::{Operation, ResourceType::Cluster, CLUSTER_NAME};
 use crate::shard::Shard;
+use crate::storage::catalog::{TopicMeta, TopicRecord};
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
 pub async fn handle(
     services: &Services,
@@ -31,6 +33,11 @@ pub async fn handle(
         .map(|n| anywhere || authorize::topic(shard, caller, Operation::Create, n))
         .collect();
     let validate_only = req.validate_only;
+    // A validated topic is answered as Kafka does, with what it would have been.
+    let would_be: Vec<(TopicMeta, usize)> = match validate_only {
+        true => topics.iter().filter_map(|t| would_be(shard, t)).collect(),
+        false => Vec::new(),
+    };
     let op = |topics| ControllerOp::CreateTopics {
         topics,
         validate_only,
@@ -49,7 +56,8 @@ pub async fn handle(
         .map(|(name, outcome)| {
             // Kafka leaves the new topic's details out for a creator without DESCRIBE_CONFIGS.
             let described = authorize::topic(shard, caller, Operation::DescribeConfigs, &name);
-            result(shard, &name, outcome, (version, described))
+            let validated = would_be.iter().find(|(t, _)| *t.name == *name);
+            result(shard, (&name, validated), outcome, (version, described))
         })
         .collect();
     encode(
@@ -99,12 +107,43 @@ fn requested(req: &CreateTopicsRequest) -> (Vec<NewTopic>, Vec<String>) {
     (topics, duplicated)
 }
 
-/// One topic's answer: from v5, a created topic's partitions, replicas and configs (Kafka's
-/// `CreatableTopicConfigs`, as DescribeConfigs would report them), for a caller that may
-/// describe its configs; TOPIC_AUTHORIZATION_FAILED in `topic_config_error_code` otherwise.
+/// What a topic the controller is asked only to validate would be: its partitions, its
+/// replicas (as assigned, else as requested, else the broker's default), its configs over the
+/// defaults, under a fresh id (Kafka answers a random one too). None where its configs do not
+/// resolve: the controller refuses it then.
+fn would_be(shard: &Shard, t: &NewTopic) -> Option<(TopicMeta, usize)> {
+    let config = &shard.config;
+    let replicas = match (t.assignments.first(), t.replication_factor) {
+        (Some((_, brokers)), _) => brokers.len(),
+        (None, -1) if !config.is_clustered() => 1,
+        (None, -1) => config.default_replication_factor.max(0) as usize,
+        (None, n) => n.max(0) as usize,
+    };
+    let record = TopicRecord {
+        name: t.name.clone(),
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        partitions: t
+            .partition_count(config.topic_defaults.num_partitions)
+            .max(0) as u32,
+        configs: t.configs.clone(),
+        assignment: Vec::new(),
+    };
+    let meta = TopicMeta {
+        name: Arc::from(t.name.as_str()),
+        config: shard.catalog().resolve_topic(&t.configs).ok()?,
+        record,
+        partition_epochs: Vec::new(),
+    };
+    Some((meta, replicas))
+}
+
+/// One topic's answer: from v5, a created (or validated) topic's partitions, replicas and
+/// configs (Kafka's `CreatableTopicConfigs`, as DescribeConfigs would report them), for a
+/// caller that may describe its configs; TOPIC_AUTHORIZATION_FAILED in
+/// `topic_config_error_code` otherwise.
 fn result(
     shard: &Shard,
-    name: &str,
+    (name, validated): (&str, Option<&(TopicMeta, usize)>),
     (code, message): (i16, Option<String>),
     (version, described): (i16, bool),
 ) -> CreatableTopicResult {
@@ -118,7 +157,16 @@ fn result(
         return r;
     }
     let catalog = shard.catalog();
-    let Some(t) = catalog.topics.get(name).filter(|_| code == 0) else {
+    // One replica on a single node (no assignments), else the first partition's.
+    fn created(t: &Arc<TopicMeta>) -> (&TopicMeta, usize) {
+        (
+            t,
+            t.record.assignment.first().map_or(1, |a| a.replicas.len()),
+        )
+    }
+    let answer = validated.map(|(t, r)| (t, *r));
+    let answer = answer.or_else(|| catalog.topics.get(name).map(created));
+    let Some((t, replicas)) = answer.filter(|_| code == 0) else {
         return r.with_num_partitions(-1).with_replication_factor(-1);
     };
     if !described {
@@ -130,8 +178,6 @@ fn result(
         return r.with_num_partitions(-1).with_replication_factor(-1);
     }
     let node = shard.config.node_id.to_string();
-    // One replica on a single node (no assignments), else the first partition's.
-    let replicas = t.record.assignment.first().map_or(1, |a| a.replicas.len());
     let configs = described_topic(&catalog, &node, t).map(|d| {
         CreatableTopicConfigs::default()
             .with_name(str_bytes(d.name))

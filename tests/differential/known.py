@@ -35,6 +35,8 @@ KNOWN: dict[str, Known] = {
                                         ("[1].min.insync.replicas.ConfigSource", "[1].message.format.version")),
     "create_topic_v7_with_configs": Known("`min.insync.replicas` is reported as a default",
                                           ("[3].min.insync.replicas[2]", "[3].message.format.version")),
+    "create_topic_validate_only": Known("`min.insync.replicas` is reported as a default",
+                                        ("[4].min.insync.replicas[2]", "[4].message.format.version")),
     "create_topic_manual_assignment": Known("`min.insync.replicas` is reported as a default",
                                             ("[0].Topics[0].Configs",)),
     "describe_producers_of_idempotent_and_transactional_writers": Known(

@@ -49,7 +49,7 @@ def not_coordinator_for_group_requests(s: Side):
               "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "CommittedOffset": 7,
                                                           "CommittedLeaderEpoch": -1, "CommittedMetadata": ""}]}]}
     txn_commit = {"TransactionalId": "t-not-coordinator", "GroupId": group, "ProducerId": 1000, "ProducerEpoch": 0,
-                  "GenerationId": -1, "MemberId": "", "GroupInstanceId": None,
+                  "GenerationIdOrMemberEpoch": -1, "MemberId": "", "GroupInstanceId": None,
                   "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "CommittedOffset": 7,
                                                               "CommittedLeaderEpoch": -1, "CommittedMetadata": ""}]}]}
     fetch_v8 = {"Groups": [{"GroupId": group, "Topics": [{"Name": topic, "PartitionIndexes": [0]}]}],

@@ -89,7 +89,7 @@ def acl_group_denied(s: Side):
 def acl_create_topic_without_create(s: Side):
     alice = _alice(s)
     return alice.send("CreateTopics", 7, {"Topics": [{"Name": "acl-create", "NumPartitions": 1,
-                                                      "ReplicationFactor": -1}], "TimeoutMs": 10_000})
+                                                      "ReplicationFactor": -1}], "timeoutMs": 10_000})
 
 
 @scenario(secure=True)
@@ -98,7 +98,7 @@ def acl_create_topic_with_prefixed_create(s: Side):
     _grant(s, TOPIC, "acl-prefixed-", CREATE, pattern=PREFIXED)
     alice = _alice(s)
     r = alice.send("CreateTopics", 7, {"Topics": [{"Name": "acl-prefixed-one", "NumPartitions": 1,
-                                                   "ReplicationFactor": -1}], "TimeoutMs": 10_000})
+                                                   "ReplicationFactor": -1}], "timeoutMs": 10_000})
     return r["Topics"][0]["ErrorCode"], r["Topics"][0]["NumPartitions"]
 
 

@@ -16,7 +16,7 @@ def _topic(name, partitions=1, replicas=-1, configs=None, assignments=None):
 
 
 def _create(s: Side, *topics, version=7, validate_only=False):
-    body = {"Topics": list(topics), "TimeoutMs": 30_000, "ValidateOnly": validate_only}
+    body = {"Topics": list(topics), "timeoutMs": 30_000, "validateOnly": validate_only}
     return s.send("CreateTopics", version, body)
 
 
@@ -138,9 +138,13 @@ def create_topic_v2_oldest_version(s: Side):
 
 @scenario
 def create_topic_validate_only(s: Side):
-    first = _create(s, _topic("ct-validate", 2), validate_only=True)
+    """Kafka answers a validated topic as if created (a fresh id, its partitions, replicas and
+    configs), and creates nothing."""
+    first = _create(s, _topic("ct-validate", 2, configs={"retention.ms": "3600000"}), validate_only=True)
+    t = first["Topics"][0]
     after = s.send("Metadata", 12, {"Topics": [{"Name": "ct-validate"}]})["Topics"][0]["ErrorCode"]
-    return first["Topics"][0]["ErrorCode"], first["Topics"][0]["NumPartitions"], after
+    fresh_id = t["TopicId"] != "AAAAAAAAAAAAAAAAAAAAAA"
+    return t["ErrorCode"], fresh_id, t["NumPartitions"], t["ReplicationFactor"], _configs_of(t), after
 
 
 @scenario
@@ -515,3 +519,4 @@ def describe_client_quotas_filters(s: Side):
         "ip_and_user": describe([{"EntityType": "ip", "MatchType": 2, "Match": None},
                                  {"EntityType": "user", "MatchType": 2, "Match": None}])[0],
     }
+

@@ -155,7 +155,7 @@ def transaction_offsets_committed_with_the_transaction(s: Side):
                                           "GroupId": "g-tx-offsets"})
     committed = s.send("TxnOffsetCommit", 3, {
         "TransactionalId": "t-offsets", "GroupId": "g-tx-offsets", "ProducerId": pid, "ProducerEpoch": epoch,
-        "GenerationId": -1, "MemberId": "", "GroupInstanceId": None,
+        "GenerationIdOrMemberEpoch": -1, "MemberId": "", "GroupInstanceId": None,
         "Topics": [{"Name": "tx-offsets", "Partitions": [{"PartitionIndex": 0, "CommittedOffset": 17,
                                                           "CommittedLeaderEpoch": -1, "CommittedMetadata": ""}]}]})
     pending = s.send("OffsetFetch", 8, {"Groups": [{"GroupId": "g-tx-offsets", "Topics": [
@@ -173,7 +173,7 @@ def txn_offset_commit_without_add_offsets(s: Side):
     s.coordinator("g-tx-noadd")
     return s.send("TxnOffsetCommit", 3, {
         "TransactionalId": "t-offsets-noadd", "GroupId": "g-tx-noadd", "ProducerId": pid, "ProducerEpoch": epoch,
-        "GenerationId": -1, "MemberId": "", "GroupInstanceId": None,
+        "GenerationIdOrMemberEpoch": -1, "MemberId": "", "GroupInstanceId": None,
         "Topics": [{"Name": "tx-offsets-noadd", "Partitions": [{"PartitionIndex": 0, "CommittedOffset": 1,
                                                                 "CommittedLeaderEpoch": -1,
                                                                 "CommittedMetadata": ""}]}]})

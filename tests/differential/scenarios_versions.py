@@ -133,7 +133,7 @@ def txn_offset_commit_newest_version(s: Side):
     s.coordinator("g-toc-v6")
     topic_id = s.topic_id("tx-toc-v6")
     return s.send("TxnOffsetCommit", 6, {"TransactionalId": "t-toc-v6", "GroupId": "g-toc-v6", "ProducerId": pid,
-                                         "ProducerEpoch": epoch, "GenerationId": -1, "MemberId": "",
+                                         "ProducerEpoch": epoch, "GenerationIdOrMemberEpoch": -1, "MemberId": "",
                                          "Topics": [{"TopicId": topic_id, "Partitions": [
                                              {"PartitionIndex": 0, "CommittedOffset": 5}]}]})
 

@@ -89,7 +89,7 @@ class Side:
         """CreateTopics v7 of one topic; its result (the caller checks the error code)."""
         body = {"Topics": [{"Name": topic, "NumPartitions": partitions, "ReplicationFactor": -1,
                             "Configs": [{"Name": k, "Value": str(v)} for k, v in (configs or {}).items()]}],
-                "TimeoutMs": 30_000}
+                "timeoutMs": 30_000}
         result = self.send("CreateTopics", 7, body)["Topics"][0]
         if result["ErrorCode"] == 0:
             self.wait_leaders(topic, partitions)

@@ -136,6 +136,11 @@ class _Writer:
         self.out = bytearray()
 
     def struct(self, s: _Struct, value: dict):
+        # A misspelt key would silently send the field's default (a CreateTopics "ValidateOnly"
+        # for Kafka's "validateOnly" once sent a real create): refuse it.
+        unknown = set(value or {}) - {f["name"] for f in s.fields}
+        if unknown:
+            raise KeyError(f"no such field {sorted(unknown)}; fields are {[f['name'] for f in s.fields]}")
         tagged = []
         for f in s.fields:
             if not _in(f.get("versions"), self.version):
