@@ -97,25 +97,34 @@ impl LeaderEpochs {
     }
 
     /// OffsetsForLeaderEpoch's answer for `epoch` from a log at leader epoch `current` spanning
-    /// `log_start..log_end`. An epoch past the current one has no end here (Kafka answers it
-    /// UNDEFINED too; a follower never asks for one: its epochs come from its leaders). A log
-    /// without a cache (a single node's, whose one epoch never changes) holds only its current
-    /// epoch, from its start.
+    /// `log_start..log_end`, by Kafka's rules (`LeaderEpochFileCache.endOffsetFor`): an epoch
+    /// past the current one, or -1 (a follower with no epochs), has no end here. An epoch older
+    /// than every one the log knows ends where the oldest it knows begins: that follower's log
+    /// is none of this one's history from there (its epoch led before an unclean election, or
+    /// retention removed it here), so it truncates there rather than keep a tail that was never
+    /// this leader's. A log without a cache (a single node's, whose one epoch never changes)
+    /// holds only its current epoch, from its start.
     pub fn answer_for(
         &self,
         epoch: i32,
         current: i32,
         (log_start, log_end): (i64, i64),
     ) -> (i32, i64) {
-        if epoch > current {
+        if epoch > current || epoch == UNDEFINED.0 {
             return UNDEFINED;
         }
-        if self.latest().is_none() {
-            let mut only = LeaderEpochs::default();
-            only.assign(current, log_start);
-            return only.end_offset_for(epoch, log_end);
+        let mut only = LeaderEpochs::default();
+        let known = match self.latest() {
+            Some(_) => self,
+            None => {
+                only.assign(current, log_start);
+                &only
+            }
+        };
+        match known.entries.first() {
+            Some(&(oldest, start)) if epoch < oldest => (epoch, start),
+            _ => known.end_offset_for(epoch, log_end),
         }
-        self.end_offset_for(epoch, log_end)
     }
 }
 
@@ -185,12 +194,41 @@ mod tests {
         let empty = LeaderEpochs::default();
         assert_eq!(empty.answer_for(4, 3, (5, 20)), UNDEFINED);
         assert_eq!(empty.answer_for(3, 3, (5, 20)), (3, 20));
-        assert_eq!(empty.answer_for(2, 3, (5, 20)), UNDEFINED);
+        assert_eq!(
+            empty.answer_for(2, 3, (5, 20)),
+            (2, 5),
+            "older: its log's start"
+        );
+        assert_eq!(
+            empty.answer_for(-1, 3, (5, 20)),
+            UNDEFINED,
+            "a follower with no epoch"
+        );
         let mut c = LeaderEpochs::default();
-        c.assign(1, 0);
+        c.assign(1, 10);
         c.assign(3, 40);
         assert_eq!(c.answer_for(2, 3, (0, 50)), (1, 40));
         assert_eq!(c.answer_for(5, 3, (0, 50)), UNDEFINED);
+        assert_eq!(
+            c.answer_for(0, 3, (0, 50)),
+            (0, 10),
+            "older than any: the oldest's start"
+        );
+    }
+
+    /// The simulator's seed 229856: after an unclean election the new leader's history starts
+    /// at epoch 4 from 0; a follower whose log holds epoch 0's 0..4 asks about epoch 0 and
+    /// must cut all of it (Kafka answers (0, 0)), not keep it (UNDEFINED would cut it to its
+    /// high watermark, 4, leaving records the leader never had below the follower's end).
+    #[test]
+    fn a_follower_whose_epoch_the_leader_never_had_cuts_to_the_leaders_oldest() {
+        let mut leader = LeaderEpochs::default();
+        leader.assign(4, 0);
+        let answer = leader.answer_for(0, 4, (0, 6));
+        assert_eq!(answer, (0, 0));
+        let mut follower = LeaderEpochs::default();
+        follower.assign(0, 0);
+        assert_eq!(follower.cut_point(4, 4, answer), (0, true));
     }
 
     #[test]
