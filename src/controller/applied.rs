@@ -111,8 +111,8 @@ impl Applied {
     pub fn catalog(&self) -> Result<Catalog, String> {
         let image = self.image.borrow();
         let mut c = Catalog::from_record(&image, &self.config)?;
-        c.controller_id = self.controller_id.get();
-        c.registered = registers(&image, self.config.node_id, self.incarnation.get());
+        c.here.controller_id = self.controller_id.get();
+        c.here.registered = registers(&image, self.config.node_id, self.incarnation.get());
         Ok(c)
     }
 

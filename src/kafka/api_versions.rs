@@ -46,7 +46,7 @@ pub fn handle(shard: &Shard, version: i16, body: Bytes) -> anyhow::Result<Reply>
     if version >= INTENDED_NODE_VERSION {
         let intended = intended_node(body).map_err(|e| anyhow::anyhow!("ApiVersions: {}", e.0))?;
         let catalog = shard.catalog();
-        if let Err(e) = check_intended(intended, &catalog.cluster_id, catalog.node_id) {
+        if let Err(e) = check_intended(intended, &catalog.cluster_id, catalog.here.node_id) {
             // Kafka's answer: the code alone, no API or feature listed.
             let refused = ApiVersionsResponse::default().with_error_code(e.code());
             return encode(&refused, INTENDED_NODE_VERSION - 1);

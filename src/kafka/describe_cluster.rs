@@ -63,7 +63,7 @@ pub async fn handle(
     }
     resp = resp
         .with_cluster_id(str_bytes(&catalog.cluster_id))
-        .with_controller_id(BrokerId(catalog.controller_id))
+        .with_controller_id(BrokerId(catalog.here.controller_id))
         .with_brokers(brokers);
     resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
         authorized_operations::cluster()

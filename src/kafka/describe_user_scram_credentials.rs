@@ -35,7 +35,7 @@ pub fn handle(shard: &Shard, caller: &Caller, version: i16, body: Bytes) -> anyh
     }
     let catalog = shard.catalog();
     let mut infos: BTreeMap<&str, Vec<CredentialInfo>> = BTreeMap::new();
-    for c in &catalog.scram_credentials {
+    for c in &catalog.security.stored_credentials {
         let info = CredentialInfo::default()
             .with_mechanism(c.mechanism)
             .with_iterations(c.iterations as i32);

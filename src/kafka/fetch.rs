@@ -248,7 +248,7 @@ fn replica_of(catalog: &Catalog, version: i16, req: &FetchRequest) -> i32 {
         req.replica_id.0
     };
     let known = catalog.is_clustered()
-        && id != catalog.node_id
+        && id != catalog.here.node_id
         && catalog.brokers.iter().any(|b| b.node_id == id);
     if known {
         id

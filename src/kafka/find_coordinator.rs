@@ -63,7 +63,7 @@ fn coordinator_of(
         _ => return Err(ResponseError::InvalidRequest.code()),
     };
     let leader = catalog.leader_of(topic, partition);
-    if leader == catalog.node_id {
+    if leader == catalog.here.node_id {
         let (host, port) = caller.listener.advertised();
         return Ok((leader, host, port));
     }

@@ -69,7 +69,7 @@ pub async fn handle(
         .with_brokers(brokers)
         .with_topics(topics);
     if version >= 1 {
-        resp = resp.with_controller_id(BrokerId(catalog.controller_id));
+        resp = resp.with_controller_id(BrokerId(catalog.here.controller_id));
     }
     if version >= 2 {
         resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
@@ -210,7 +210,7 @@ fn lookup(
 /// A topic's entry: each partition's leader, replicas and ISR (on a single node, this broker
 /// alone). A partition without a leader is LEADER_NOT_AVAILABLE, which clients retry.
 fn topic_entry(catalog: &Catalog, t: &TopicMeta, version: i16) -> MetadataResponseTopic {
-    let node = catalog.node_id;
+    let node = catalog.here.node_id;
     let partitions = (0..t.record.partitions as i32)
         .map(|p| {
             let (leader, epoch, replicas, isr) = match t.assignment(p) {

@@ -149,7 +149,7 @@ async fn truncate(
     })
     .collect();
     let req = OffsetForLeaderEpochRequest::default()
-        .with_replica_id(BrokerId(shard.catalog().node_id))
+        .with_replica_id(BrokerId(shard.catalog().here.node_id))
         .with_topics(topics);
     let resp = client.call(EPOCH_VERSION, &req, CALL_LIMIT).await?;
     let mut answers = HashMap::new();
@@ -179,7 +179,7 @@ async fn truncate(
 /// One Fetch of every ready partition from its log end; appends what came, waits for its
 /// fsync here, then takes the leader's high watermarks.
 async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> std::io::Result<()> {
-    let req = fetch_request(shard.catalog().node_id, ready);
+    let req = fetch_request(shard.catalog().here.node_id, ready);
     let resp: FetchResponse = client.call(FETCH_VERSION, &req, CALL_LIMIT).await?;
     let by_key: HashMap<(&str, i32), &Followed> =
         ready.iter().map(|f| ((&*f.topic, f.index), f)).collect();

@@ -30,7 +30,7 @@ pub async fn keep(controllers: Rc<Controllers>) {
     while !shard.is_shutting_down() {
         shard.housekeeping_sleep(period_ms).await;
         let now_ms = shard.clock().monotonic_ms();
-        let node = shard.catalog().node_id;
+        let node = shard.catalog().here.node_id;
         let partitions = shard.partition_list();
         publish(shard, &partitions);
         sent_ms.retain(|tp, _| partitions.iter().any(|p| p.id() == *tp));

@@ -74,15 +74,15 @@ fn serve(shard: &Shard, catalog: Arc<Catalog>) {
         p.configure(&topic.config);
         let partition_epoch = topic.partition_epoch(p.id().partition);
         match topic.assignment(p.id().partition) {
-            Some(a) if catalog.registered => p.assign(
-                catalog.node_id,
+            Some(a) if catalog.here.registered => p.assign(
+                catalog.here.node_id,
                 (a, partition_epoch),
                 &catalog.brokers,
                 now_ms,
             ),
             Some(a) => {
                 let held = (&a.held_back(), partition_epoch);
-                p.assign(catalog.node_id, held, &catalog.brokers, now_ms)
+                p.assign(catalog.here.node_id, held, &catalog.brokers, now_ms)
             }
             None => {}
         }

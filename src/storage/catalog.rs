@@ -490,12 +490,17 @@ pub struct Catalog {
     pub topic_defaults: TopicConfig,
     /// The cluster's brokers as registered (empty on a single node).
     pub brokers: Vec<BrokerRecord>,
-    /// Credentials and ACLs as stored, and as served.
-    pub scram_credentials: Vec<ScramCredentialRecord>,
-    pub acls: Vec<AclRecord>,
+    /// Credentials and ACLs as stored and as served.
     pub security: SecurityView,
     /// The cluster's `metadata.version` (`features::level`).
     pub metadata_version: i16,
+    /// Where this node stands in the cluster the catalog describes.
+    pub here: NodePlace,
+}
+
+/// This node's place in a catalog: who it is, who controls, whether it may act on its roles.
+#[derive(Debug, Clone)]
+pub struct NodePlace {
     /// This node's id: on a single node, the leader of every partition.
     pub node_id: i32,
     /// The active controller's node id, -1 while there is none; on a single node, `node_id`.
@@ -522,14 +527,14 @@ impl Catalog {
             broker: dynamic.settings,
             topic_defaults: dynamic.topic_defaults,
             brokers: record.brokers.clone(),
-            scram_credentials: record.scram_credentials.clone(),
-            acls: record.acls.clone(),
             security: SecurityView::new(&record.scram_credentials, &record.acls, config)?,
             metadata_version: features::level(record.metadata_version),
-            node_id: config.node_id,
-            controller_id: config.node_id,
-            registered: record.brokers.is_empty(),
-            clustered: config.is_clustered(),
+            here: NodePlace {
+                node_id: config.node_id,
+                controller_id: config.node_id,
+                registered: record.brokers.is_empty(),
+                clustered: config.is_clustered(),
+            },
         };
         // By topic id: one pass, not one search per topic.
         let epochs: HashMap<&TopicId, &[i32]> = record
@@ -556,20 +561,20 @@ impl Catalog {
 
     /// Partition `p` of `topic`'s leader: its assignment's, or this node on a single node.
     pub fn leader_of(&self, topic: &TopicMeta, p: i32) -> i32 {
-        topic.assignment(p).map_or(self.node_id, |a| a.leader)
+        topic.assignment(p).map_or(self.here.node_id, |a| a.leader)
     }
 
     /// Whether this node leads partition `p` of `topic` (and so takes its produce and fetch):
     /// never before this process is registered.
     pub fn leads(&self, topic: &TopicMeta, p: i32) -> bool {
-        self.registered && self.leader_of(topic, p) == self.node_id
+        self.here.registered && self.leader_of(topic, p) == self.here.node_id
     }
 
     /// Whether this node holds a replica of partition `p` of `topic` (and so opens its log).
     pub fn holds(&self, topic: &TopicMeta, p: i32) -> bool {
         topic
             .assignment(p)
-            .is_none_or(|a| a.replicas.contains(&self.node_id))
+            .is_none_or(|a| a.replicas.contains(&self.here.node_id))
     }
 
     /// The brokers clients are told about: registered and not fenced. None while this node
@@ -580,7 +585,7 @@ impl Catalog {
 
     /// Whether this node runs in a cluster (its catalog comes from the metadata log).
     pub fn is_clustered(&self) -> bool {
-        self.clustered
+        self.here.clustered
     }
 
     /// Broker `node_id`'s listener named `listener`, if the broker is registered and live and
@@ -604,8 +609,8 @@ impl Catalog {
             producer_id_block_end: self.producer_id_block_end,
             broker_configs: self.broker_configs.clone(),
             brokers: self.brokers.clone(),
-            scram_credentials: self.scram_credentials.clone(),
-            acls: self.acls.clone(),
+            scram_credentials: self.security.stored_credentials.clone(),
+            acls: self.security.stored_acls.clone(),
             metadata_version: self.metadata_version,
             partition_epochs: self
                 .topics

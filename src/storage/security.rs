@@ -89,6 +89,9 @@ impl AclRecord {
 /// What the shards serve from: credentials by (user, mechanism), and the authorizer.
 #[derive(Debug, Clone, Default)]
 pub struct SecurityView {
+    /// The credentials and ACLs as the metadata log stores them.
+    pub stored_credentials: Vec<ScramCredentialRecord>,
+    pub stored_acls: Vec<AclRecord>,
     credentials: HashMap<(String, scram::Mechanism), Credential>,
     pub authorizer: Authorizer,
     /// Whether requests are authorized (`[authorization] enabled`).
@@ -102,6 +105,8 @@ impl SecurityView {
         config: &Config,
     ) -> Result<SecurityView, String> {
         let mut view = SecurityView {
+            stored_credentials: credentials.to_vec(),
+            stored_acls: acls.to_vec(),
             authorizing: config.authorization.enabled,
             ..SecurityView::default()
         };

@@ -148,7 +148,7 @@ pub async fn verify(
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
     let partition = state_partition(&verify.id, topic.record.partitions);
     let coordinator = catalog.leader_of(topic, partition);
-    if coordinator == catalog.node_id {
+    if coordinator == catalog.here.node_id {
         return route(txns, verify).await;
     }
     let req = verify_request(&verify);
