@@ -9,12 +9,14 @@
 //! and only then fetch again: the next fetch's offsets tell the leader what is synced here,
 //! which is what its commit rule counts (`partition/commit.rs`).
 
+use super::follower_rules::{next_ask, react, Ask, Fetched, Reaction};
 use crate::partition::replica_state::FollowerView;
 use crate::partition::{Partition, Watch};
 use crate::protocol::topics::group_by_topic;
 use crate::rpc::kafka_client::KafkaClient;
 use crate::shard::Shard;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
@@ -117,8 +119,9 @@ async fn round(
             })
         })
         .collect();
-    let (diverged, ready): (Vec<Followed>, Vec<Followed>) =
-        followed.into_iter().partition(|f| f.view.needs_truncation);
+    let (diverged, ready): (Vec<Followed>, Vec<Followed>) = followed
+        .into_iter()
+        .partition(|f| matches!(next_ask(&f.view), Ask::EpochEnd { .. }));
     if !diverged.is_empty() {
         truncate(shard, client, &diverged).await?;
     }
@@ -134,12 +137,15 @@ async fn truncate(
     client: &mut KafkaClient,
     diverged: &[Followed],
 ) -> std::io::Result<()> {
-    let topics = group_by_topic(diverged.iter().map(|f| {
+    let topics = group_by_topic(diverged.iter().filter_map(|f| {
+        let Ask::EpochEnd { epoch, latest } = next_ask(&f.view) else {
+            return None;
+        };
         let p = OffsetForLeaderPartition::default()
             .with_partition(f.index)
-            .with_current_leader_epoch(f.view.epoch)
-            .with_leader_epoch(f.view.latest_epoch);
-        (f.topic.clone(), p)
+            .with_current_leader_epoch(epoch)
+            .with_leader_epoch(latest);
+        Some((f.topic.clone(), p))
     }))
     .into_iter()
     .map(|(topic, partitions)| {
@@ -191,28 +197,8 @@ async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> s
             let Some(f) = by_key.get(&(t.topic.0.as_str(), p.partition_index)) else {
                 continue;
             };
-            match ResponseError::try_from_code(p.error_code) {
-                None => {}
-                Some(ResponseError::OffsetOutOfRange) => {
-                    out_of_range(f, p.high_watermark, p.log_start_offset).await;
-                    continue;
-                }
-                Some(_) => {
-                    stale = true; // not the leader any more, or a newer epoch there
-                    continue;
-                }
-            }
-            let records = p.records.clone().filter(|r| !r.is_empty());
-            let end = match records {
-                Some(r) => match append_from_leader(f, r).await {
-                    Ok(end) => end,
-                    Err(e) => {
-                        log::warn!("replica of {}: append failed: {e:?}", f.partition.name());
-                        stale = true;
-                        continue;
-                    }
-                },
-                None => f.view.log_end_offset,
+            let Some(end) = take_answer(f, p, &mut stale).await else {
+                continue;
             };
             appended.push((f, end, p.high_watermark, p.log_start_offset));
         }
@@ -230,34 +216,75 @@ async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> s
     Ok(())
 }
 
-/// Appends what the leader sent. A log that restarted empty at the leader's log start may be
-/// sent the batch holding that start, which begins before it (DeleteRecords moves a log start
-/// inside a batch): the empty log moves back to that batch's base first, as Kafka's follower
-/// does on an UnexpectedAppendOffsetException.
-async fn append_from_leader(f: &Followed, records: bytes::Bytes) -> Result<i64, ResponseError> {
-    let first_base = records
-        .get(..8)
-        .map(|b| i64::from_be_bytes(b.try_into().expect("8 bytes")));
-    let empty = f.partition.log_start_offset() == f.view.log_end_offset;
-    if let Some(base) = first_base.filter(|&b| empty && b < f.view.log_end_offset) {
+/// One partition's fetch answer, as `follower_rules::react` decides: its log end after this
+/// round's append, or None where it was cut, restarted, or is stale (then `stale` is set).
+async fn take_answer(f: &Followed, p: &PartitionData, stale: &mut bool) -> Option<i64> {
+    let records = p.records.clone().filter(|r| !r.is_empty());
+    let fetched = Fetched {
+        error: ResponseError::try_from_code(p.error_code),
+        first_base: records.as_ref().and_then(first_base),
+        high_watermark: p.high_watermark,
+        log_start_offset: p.log_start_offset,
+    };
+    match react(&f.view, f.partition.log_start_offset(), &fetched) {
+        Reaction::Nothing => Some(f.view.log_end_offset),
+        Reaction::Append { restart_at } => {
+            let records = records.expect("an append reacts to records that came");
+            match append_from_leader(f, restart_at, records).await {
+                Ok(end) => Some(end),
+                Err(e) => {
+                    log::warn!("replica of {}: append failed: {e:?}", f.partition.name());
+                    *stale = true;
+                    None
+                }
+            }
+        }
+        Reaction::RestartAt(start) => {
+            restart_at_leader_start(f, start).await;
+            None
+        }
+        Reaction::TruncateTo(offset) => {
+            truncate_past_leader_end(f, offset).await;
+            None
+        }
+        Reaction::Stale => {
+            *stale = true; // not the leader any more, or a newer epoch there
+            None
+        }
+    }
+}
+
+/// The base offset of the first batch in a fetched record set.
+fn first_base(records: &bytes::Bytes) -> Option<i64> {
+    let head = records.get(..8)?;
+    Some(i64::from_be_bytes(head.try_into().expect("8 bytes")))
+}
+
+/// Appends what the leader sent, after moving an empty log back to `restart_at`
+/// (`Reaction::Append`).
+async fn append_from_leader(
+    f: &Followed,
+    restart_at: Option<i64>,
+    records: bytes::Bytes,
+) -> Result<i64, ResponseError> {
+    if let Some(base) = restart_at {
         f.partition.restart_log_at(base).await?;
     }
     f.partition.append_replica(records).await
 }
 
-/// The leader has no records at the fetched offset: past its end (a tail it never had; cut to
-/// its high watermark and fetch again), or below its log start (everything here is older than
-/// what the leader keeps: start over at its log start, Kafka's rule).
-async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
-    if f.view.log_end_offset < leader_log_start {
-        if let Err(e) = f.partition.restart_log_at(leader_log_start).await {
-            log::error!(
-                "replica of {}: restart at the leader's log start failed: {e:?}",
-                f.partition.name()
-            );
-        }
-        return;
+/// `Reaction::RestartAt`: an empty log at the leader's log start replaces this one.
+async fn restart_at_leader_start(f: &Followed, leader_log_start: i64) {
+    if let Err(e) = f.partition.restart_log_at(leader_log_start).await {
+        log::error!(
+            "replica of {}: restart at the leader's log start failed: {e:?}",
+            f.partition.name()
+        );
     }
+}
+
+/// `Reaction::TruncateTo`: the tail past the leader's high watermark goes.
+async fn truncate_past_leader_end(f: &Followed, leader_hw: i64) {
     if let Err(e) = f.partition.truncate_diverged(leader_hw, true).await {
         log::error!(
             "replica of {}: truncation failed: {e:?}",
@@ -267,13 +294,16 @@ async fn out_of_range(f: &Followed, leader_hw: i64, leader_log_start: i64) {
 }
 
 fn fetch_request(node_id: i32, ready: &[Followed]) -> FetchRequest {
-    let topics = group_by_topic(ready.iter().map(|f| {
+    let topics = group_by_topic(ready.iter().filter_map(|f| {
+        let Ask::Fetch { epoch, offset } = next_ask(&f.view) else {
+            return None;
+        };
         let p = FetchPartition::default()
             .with_partition(f.index)
-            .with_current_leader_epoch(f.view.epoch)
-            .with_fetch_offset(f.view.log_end_offset)
+            .with_current_leader_epoch(epoch)
+            .with_fetch_offset(offset)
             .with_partition_max_bytes(PARTITION_MAX_BYTES);
-        (f.topic.clone(), p)
+        Some((f.topic.clone(), p))
     }))
     .into_iter()
     .map(|(topic, partitions)| {

@@ -2,6 +2,8 @@
 //! in-sync set). Per shard:
 //! - `fetcher.rs`: one task per leader this shard's partitions follow, fetching over that
 //!   leader's Kafka listener, appending, syncing, reporting through its next fetch;
+//! - `follower_rules.rs`: the follower's decisions without I/O (what to ask its leader next,
+//!   what to do with a fetch answer), run by `fetcher.rs` and by the simulator alike;
 //! - `isr.rs`: the leader's side of the in-sync set: followers that fell behind leave it,
 //!   caught-up ones join, each change asked of the controller (AlterPartition);
 //! - the follower's Kafka connection is `rpc/kafka_client.rs`.
@@ -112,6 +114,7 @@
 //! (`controller/mod.rs`, "The cluster") close it.
 
 pub mod fetcher;
+pub mod follower_rules;
 pub mod isr;
 
 use crate::controller::Controllers;

@@ -355,7 +355,7 @@ impl World {
                 if let Some(f) = s.in_flight.filter(|f| f.sequence == sequence) {
                     s.next = f.sequence + records_in(f.payload) as i32;
                     s.in_flight = None;
-                    self.stats.idempotent_acked += 1;
+                    self.ledger.stats.idempotent_acked += 1;
                 }
                 Ok(())
             }
@@ -391,7 +391,7 @@ impl World {
             if b.base < *position {
                 continue;
             }
-            if !self.history.is_committed(tp, b) {
+            if !self.ledger.history.is_committed(tp, b) {
                 return Err(Violation {
                     invariant: "a consumer never reads above the high watermark",
                     detail: format!(
@@ -404,7 +404,7 @@ impl World {
                 });
             }
             *position = b.end();
-            self.stats.consumed += 1;
+            self.ledger.stats.consumed += 1;
         }
         Ok(())
     }

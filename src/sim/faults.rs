@@ -8,7 +8,7 @@ use rand::Rng;
 
 impl World {
     pub(super) fn on_fault(&mut self) -> Result<(), super::checks::Violation> {
-        if !self.faulting {
+        if !self.workload.faulting {
             return Ok(());
         }
         let next = self.rng.gen_range(200..3_000);
@@ -24,14 +24,14 @@ impl World {
             1 => {
                 let for_ms = self.rng.gen_range(100..15_000);
                 self.pause(i, for_ms);
-                self.stats.pauses += 1;
+                self.ledger.stats.pauses += 1;
                 self.trace
                     .note(self.now_ms, format!("node {i} stopped for {for_ms} ms"));
             }
             2 => {
                 let j = (i + self.rng.gen_range(1..n)) % n;
                 self.net.cut(i, j);
-                self.stats.cuts += 1;
+                self.ledger.stats.cuts += 1;
                 let for_ms = self.rng.gen_range(100..10_000);
                 self.trace
                     .note(self.now_ms, format!("link {i}→{j} cut for {for_ms} ms"));
@@ -40,7 +40,7 @@ impl World {
             3 => {
                 let by_ms = self.rng.gen_range(500..20_000);
                 self.slots[i].clock_jump_ms += by_ms;
-                self.stats.clock_jumps += 1;
+                self.ledger.stats.clock_jumps += 1;
                 self.trace.note(
                     self.now_ms,
                     format!("node {i}'s clock jumps {by_ms} ms ahead"),
@@ -54,7 +54,7 @@ impl World {
                 for (a, b) in &links {
                     self.net.cut(*a, *b);
                 }
-                self.stats.cuts += 1;
+                self.ledger.stats.cuts += 1;
                 let for_ms = self.rng.gen_range(100..12_000);
                 self.trace
                     .note(self.now_ms, format!("node {i} cut off for {for_ms} ms"));
@@ -67,7 +67,7 @@ impl World {
     /// Every node loses power at once: each keeps only what its disk made durable, and each
     /// comes back on its own.
     fn power_cut(&mut self) {
-        self.stats.power_cuts += 1;
+        self.ledger.stats.power_cuts += 1;
         self.trace.note(self.now_ms, "power cut: every node".into());
         for i in 0..self.slots.len() {
             self.crash(i, "power cut", true);

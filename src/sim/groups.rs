@@ -213,6 +213,7 @@ impl World {
             .map_or(-1, |v| v.offset);
         let epoch = self.slots[i].partitions.replicas[&offsets].epoch();
         let current = self
+            .ledger
             .history
             .newest_epoch
             .get(&offsets)
@@ -237,7 +238,7 @@ impl World {
             ClientEvent::OffsetCommitted { tp, offset } => {
                 let acked = self.groups.acked.entry(tp).or_insert(offset);
                 *acked = (*acked).max(offset);
-                self.stats.offsets_committed += 1;
+                self.ledger.stats.offsets_committed += 1;
                 Ok(())
             }
             ClientEvent::Offset { current: false, .. } => Ok(()),
@@ -255,7 +256,7 @@ impl World {
                 ),
             }),
             _ => {
-                self.stats.offsets_fetched += 1;
+                self.ledger.stats.offsets_fetched += 1;
                 Ok(())
             }
         }

@@ -193,7 +193,7 @@ impl World {
                 let syncing = m.phase == Phase::Sync;
                 on_synced(m, r);
                 if syncing && m.phase == Phase::Stable {
-                    self.stats.generations_joined += 1;
+                    self.ledger.stats.generations_joined += 1;
                 }
             }
             ClientEvent::Heartbeat(code) => on_heartbeat(m, code),

@@ -8,7 +8,8 @@
 //! (over `SimDisk`), `Applied` and the metadata records, broker sessions and fencing
 //! (`liveness`), placement, elections and AlterPartition (`replication_op`), and each replica's
 //! replication rules (`partition::replica_state`: assignment, the commit rule, follower fetches,
-//! a follower's appends and truncation), run over a model of its log (`replica.rs`'s `SimLog`)
+//! a follower's appends and truncation) and its fetcher's decisions (`replication::follower_rules`),
+//! run over a model of its log (`replica.rs`'s `SimLog`)
 //! as `Partition` runs them over `PartitionLog`, with the log's positions
 //! (`storage::positions`: written, planned, synced, committed, the batch ends a commit stops at)
 //! planned and completed by the simulated flusher as `shard::flusher` does, the fdatasync in
@@ -59,9 +60,11 @@
 //! Invariants (`src/sim/checks.rs`, `replica_checks.rs`, `clients.rs`, `groups.rs`,
 //! `txn_checks.rs`) are checked
 //! after every event and at the end after a quiet phase: one controller per term, metadata logs
-//! agree, one leader per partition epoch, leader in sync, ISR within replicas, HW never backwards
-//! on a leader, committed logs are prefixes of one another (not for unclean topics), no
-//! acknowledged acks=all write lost, no duplicate with idempotence, a consumer reads only
+//! agree, one leader per partition epoch, leader in sync, ISR within replicas, only a partition's
+//! current leader (in its current epoch) changes its in-sync set, every in-sync replica holds
+//! every committed record when the controller's entries are first applied, HW never backwards
+//! on a leader, committed logs are prefixes of one another (these last two not for unclean
+//! topics), no acknowledged acks=all write lost, no duplicate with idempotence, a consumer reads only
 //! committed batches, an OffsetFetch from the current coordinator never returns less than was
 //! acknowledged before it was asked, convergence once faults heal, and for transactions:
 //! read_committed never returns a record of an aborted transaction from any replica that leads
@@ -129,7 +132,7 @@ pub fn run_seed(seed: u64, bug: Option<Bug>, trace_lines: usize) -> SeedRun {
     });
     crate::inject::plant(None);
     SeedRun {
-        stats: world.stats,
+        stats: world.ledger.stats,
         violation: result
             .err()
             .map(|v| (v, world.trace.tail(trace_lines).cloned().collect())),

@@ -5,7 +5,7 @@
 //! AlterPartition from the partitions this node leads, executed with the production
 //! `controller::replication_op`.
 
-use super::replica::{Batch, Stamp};
+use super::replica::Stamp;
 use super::replication::Tp;
 use crate::config::security::DEFAULT_LISTENER_NAME;
 use crate::config::Config;
@@ -77,7 +77,7 @@ pub enum Wire {
     FetchReply {
         tp: Tp,
         epoch: i32,
-        result: Result<(Vec<Batch>, i64), String>,
+        answer: super::replica::FetchAnswer,
     },
     /// OffsetsForLeaderEpoch for the follower's newest epoch.
     EpochQuery {

@@ -16,11 +16,13 @@
 use crate::partition::commit::IsrRequest;
 use crate::partition::replica_state::{Assigned, ReplicaLog, ReplicaState};
 use crate::protocol::batch::BatchHeader;
+use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
 use crate::storage::positions::{LogPosition, LogPositions};
 use crate::storage::producer_state::{self, ProducerTable, Scanned, Verdict};
 use crate::storage::txn_index::{self, AbortedTxn, Marker};
+use kafka_protocol::ResponseError;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -55,6 +57,41 @@ pub enum TxnPart {
         commit: bool,
         coordinator_epoch: i32,
     },
+}
+
+/// A leader's answer to a follower's fetch of one partition (its part of a Fetch response).
+#[derive(Clone, Debug)]
+pub struct FetchAnswer {
+    pub error: Option<ResponseError>,
+    pub batches: Vec<Batch>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+impl FetchAnswer {
+    pub fn refused(error: ResponseError) -> FetchAnswer {
+        FetchAnswer {
+            error: Some(error),
+            batches: Vec::new(),
+            high_watermark: -1,
+            log_start_offset: -1,
+        }
+    }
+
+    /// What a follower reads of it (`follower_rules::react`).
+    pub fn fetched(&self) -> Fetched {
+        Fetched {
+            error: self.error,
+            first_base: self.batches.first().map(|b| b.base),
+            high_watermark: self.high_watermark,
+            log_start_offset: self.log_start_offset,
+        }
+    }
+
+    /// A long poll's reason to wait: no error and nothing new.
+    pub fn is_empty(&self) -> bool {
+        self.error.is_none() && self.batches.is_empty()
+    }
 }
 
 impl Batch {
@@ -468,35 +505,41 @@ impl SimReplica {
 
     /// A follower's fetch at `offset` on this leader: its batches from there and the high
     /// watermark, or why not.
-    pub fn serve_fetch(
-        &mut self,
-        node: i32,
-        epoch: i32,
-        offset: i64,
-        now_ms: u64,
-    ) -> Result<(Vec<Batch>, i64), &'static str> {
-        if !self.is_leader() || epoch != self.epoch() {
-            return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
+    pub fn serve_fetch(&mut self, node: i32, epoch: i32, offset: i64, now_ms: u64) -> FetchAnswer {
+        if let Err(refused) = self.check_fetch_epoch(epoch) {
+            return refused;
         }
         let noted = self
             .state
             .note_replica_fetch(&mut self.log, (node, offset), now_ms);
         match noted {
-            Err(kafka_protocol::ResponseError::OffsetOutOfRange) => Err("OFFSET_OUT_OF_RANGE"),
-            Err(_) => Err("NOT_LEADER_OR_FOLLOWER"),
+            Err(e @ ResponseError::OffsetOutOfRange) => FetchAnswer {
+                high_watermark: self.log.high_watermark(),
+                log_start_offset: 0,
+                ..FetchAnswer::refused(e)
+            },
+            Err(e) => FetchAnswer::refused(e),
             Ok(_) => self.read_for_follower(epoch, offset),
         }
     }
 
+    /// Why a follower's fetch in leader epoch `epoch` is refused here, as the leader's Fetch
+    /// handler answers: not the leader, an older epoch (fenced), or one it has not seen yet.
+    fn check_fetch_epoch(&self, epoch: i32) -> Result<(), FetchAnswer> {
+        let error = match (self.is_leader(), epoch.cmp(&self.epoch())) {
+            (false, _) => ResponseError::NotLeaderOrFollower,
+            (true, std::cmp::Ordering::Less) => ResponseError::FencedLeaderEpoch,
+            (true, std::cmp::Ordering::Greater) => ResponseError::UnknownLeaderEpoch,
+            (true, std::cmp::Ordering::Equal) => return Ok(()),
+        };
+        Err(FetchAnswer::refused(error))
+    }
+
     /// What a (parked) follower fetch in `epoch` from `offset` gets now: the batches from
-    /// there and the high watermark.
-    pub fn read_for_follower(
-        &self,
-        epoch: i32,
-        offset: i64,
-    ) -> Result<(Vec<Batch>, i64), &'static str> {
-        if !self.is_leader() || epoch != self.epoch() {
-            return Err("NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH");
+    /// there and the high watermark (the simulated logs start at 0).
+    pub fn read_for_follower(&self, epoch: i32, offset: i64) -> FetchAnswer {
+        if let Err(refused) = self.check_fetch_epoch(epoch) {
+            return refused;
         }
         let batches = self
             .log
@@ -506,7 +549,12 @@ impl SimReplica {
             .take(8)
             .copied()
             .collect();
-        Ok((batches, self.log.high_watermark()))
+        FetchAnswer {
+            error: None,
+            batches,
+            high_watermark: self.log.high_watermark(),
+            log_start_offset: 0,
+        }
     }
 
     /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch), from
@@ -516,9 +564,15 @@ impl SimReplica {
         self.log.epochs.answer_for(epoch, self.epoch(), span)
     }
 
-    /// `Partition::truncate_diverged` at the production cut point for the leader's answer.
-    pub fn truncate_diverged(&mut self, answer: (i32, i64)) {
-        let (offset, complete) = self.state.cut_point(&self.log, answer);
+    /// Where this follower cuts its log for its leader's epoch answer, and whether that
+    /// settles it (`Partition::cut_point`).
+    pub fn cut_point(&self, answer: (i32, i64)) -> (i64, bool) {
+        self.state.cut_point(&self.log, answer)
+    }
+
+    /// `Partition::truncate_diverged`: the log cut at `offset`; unless `complete`, the
+    /// follower asks its leader again.
+    pub fn truncate_diverged(&mut self, offset: i64, complete: bool) {
         if offset < self.log_end() {
             self.log.truncate_to(offset);
             self.checked_to = self.checked_to.min(self.log_end());

@@ -140,6 +140,7 @@ impl World {
             .filter(|b| b.base >= r.checked_to && b.end() <= hw)
         {
             let first = *self
+                .ledger
                 .history
                 .committed
                 .entry((tp, b.base))
@@ -164,7 +165,9 @@ impl World {
                     detail,
                 );
             }
-            self.history.check_stamped(i, tp, b, &r.log.aborted)?;
+            self.ledger
+                .history
+                .check_stamped(i, tp, b, &r.log.aborted)?;
         }
         r.checked_to = r.checked_to.max(hw);
         Ok(())
@@ -177,7 +180,7 @@ impl World {
         }
         let (generation, _) = r.leadership().expect("a leader");
         let now = (generation, r.high_watermark());
-        let before = self.history.leader_hw.insert((i, tp), now);
+        let before = self.ledger.history.leader_hw.insert((i, tp), now);
         if let Some((generation, hw)) = before {
             if generation == now.0 && now.1 < hw {
                 let detail = format!("{} on node {i}: {hw} then {}", tp_name(tp), now.1);
@@ -191,12 +194,13 @@ impl World {
     pub(super) fn became_leader(&mut self, i: usize, tp: Tp) -> Result<(), Violation> {
         let r = &self.slots[i].partitions.replicas[&tp];
         let epoch = r.epoch();
-        let first = *self.history.leaders.entry((tp, epoch)).or_insert(i);
+        let first = *self.ledger.history.leaders.entry((tp, epoch)).or_insert(i);
         if first != i {
             let detail = format!("{} epoch {epoch}: node {first} and node {i}", tp_name(tp));
             return violation("at most one replica leads a partition per epoch", detail);
         }
         if self
+            .ledger
             .history
             .newest_epoch
             .get(&tp)
@@ -223,13 +227,55 @@ impl World {
             return Ok(());
         }
         let r = &self.slots[i].partitions.replicas[&tp];
-        for (&(_, base), &payload) in self.history.acked.range((tp, i64::MIN)..=(tp, i64::MAX)) {
+        for (&(_, base), &payload) in self
+            .ledger
+            .history
+            .acked
+            .range((tp, i64::MIN)..=(tp, i64::MAX))
+        {
             if r.batch_at(base).is_none_or(|b| b.payload != payload) {
                 let detail = format!(
                     "{} led by node {i} (epoch {}, log end {}): acknowledged batch at {base} (payload {payload}) missing",
                     tp_name(tp), r.epoch(), r.log_end()
                 );
                 return violation("no acknowledged acks=all write is lost", detail);
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `i` is the first to apply the controller's entries up to `applied`: every member
+    /// of an in-sync set there holds every record committed so far (of a topic without
+    /// unclean elections). No node acts on a later entry yet, so each record was committed
+    /// under an in-sync set of an entry at or below this one, all of whose members had synced
+    /// it, and a replica joins only once caught up (its leader counts it while it asks).
+    pub(super) fn check_isr_holds_acked(&self, i: usize, applied: u64) -> Result<(), Violation> {
+        let Some(node) = &self.slots[i].node else {
+            return Ok(());
+        };
+        let isrs: Vec<(Tp, Vec<i32>)> = node.applied.read(|c| {
+            super::replication::assignments(c)
+                .map(|(tp, a)| (tp, a.isr.clone()))
+                .collect()
+        });
+        for (tp, isr) in isrs {
+            if self.unclean_topic(i, tp) {
+                continue;
+            }
+            for &m in &isr {
+                let r = self.slots[m as usize].partitions.replicas.get(&tp);
+                let mut committed = self.ledger.history.committed_after(tp, -1);
+                let lacks = |&(base, payload): &(i64, u64)| {
+                    r.and_then(|r| r.batch_at(base))
+                        .is_none_or(|b| b.payload != payload)
+                };
+                if let Some((base, payload)) = committed.find(lacks) {
+                    let detail = format!(
+                        "{} at applied index {applied} (node {i}): in sync {isr:?}, but node {m} lacks committed batch at {base} (payload {payload})",
+                        tp_name(tp)
+                    );
+                    return violation("every in-sync replica holds every committed record", detail);
+                }
             }
         }
         Ok(())
@@ -259,7 +305,7 @@ impl World {
             let current = self.slots[w.node].node.is_some()
                 && r.is_some_and(|r| r.leadership().is_some_and(|(g, _)| g == w.generation));
             if r.is_some_and(|r| current && r.high_watermark() >= w.end) {
-                self.history.acked.insert((w.tp, w.base), w.payload);
+                self.ledger.history.acked.insert((w.tp, w.base), w.payload);
                 self.committed_answer(w.node, w.tp, w.answer);
             } else if !current || self.clock_ms(w.node) >= w.deadline_ms {
                 failed.push((w.node, w.answer));

@@ -1,6 +1,7 @@
 //! Partition replication in the simulated world: each node's replicas (`SimReplica`) take
-//! their role from the node's applied catalog, followers pull from their leader (an epoch query
-//! first when they must truncate, then fetches from their synced end), a flusher syncs each
+//! their role from the node's applied catalog, followers pull from their leader as production's
+//! fetcher decides (`replication::follower_rules`: an epoch query first when they must truncate,
+//! then fetches from their synced end, and each answer's reaction), a flusher syncs each
 //! node's appends, leaders ask the controller for the in-sync set they want (production
 //! `wanted_isr`, sent as AlterPartition), and producers send batches with acks=all or acks=1.
 //!
@@ -9,10 +10,12 @@
 //! acknowledged record.
 
 use super::node::Wire;
-use super::replica::{Batch, SimReplica};
+use super::replica::{FetchAnswer, SimReplica};
 use super::world::{Event, World};
-use crate::controller::{records, IsrChange};
+use crate::controller::{records, ControllerOp, IsrChange};
+use crate::replication::follower_rules::{next_ask, react, Ask, Reaction};
 use crate::storage::catalog::{self, BrokerRecord, PartitionAssignment};
+use kafka_protocol::ResponseError;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -151,6 +154,7 @@ impl World {
         self.slots[i].partitions.assigned_generation = generation;
         for (tp, (a, partition_epoch)) in mine {
             let newest = self
+                .ledger
                 .history
                 .newest_epoch
                 .entry(tp)
@@ -197,14 +201,13 @@ impl World {
                 continue;
             }
             r.fetch_sent_ms = Some(now_ms);
-            let (tp, epoch) = (*tp, view.epoch);
-            let wire = if view.needs_truncation {
-                r.epoch_query = Some(view.latest_epoch);
-                let latest = view.latest_epoch;
-                Wire::EpochQuery { tp, epoch, latest }
-            } else {
-                let offset = view.log_end_offset;
-                Wire::Fetch { tp, epoch, offset }
+            let tp = *tp;
+            let wire = match next_ask(&view) {
+                Ask::EpochEnd { epoch, latest } => {
+                    r.epoch_query = Some(latest);
+                    Wire::EpochQuery { tp, epoch, latest }
+                }
+                Ask::Fetch { epoch, offset } => Wire::Fetch { tp, epoch, offset },
             };
             out.push((view.leader as usize, wire));
         }
@@ -332,10 +335,8 @@ impl World {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        let result = r
-            .serve_fetch(from as i32, epoch, offset, now_ms)
-            .map_err(str::to_string);
-        if matches!(&result, Ok((batches, _)) if batches.is_empty()) {
+        let answer = r.serve_fetch(from as i32, epoch, offset, now_ms);
+        if answer.is_empty() {
             // Nothing new: a long poll, as the leader's Fetch handler holds it.
             self.slots[i].partitions.parked.push(ParkedFetch {
                 follower: from,
@@ -345,7 +346,7 @@ impl World {
                 until_ms: now_ms + FETCH_MAX_WAIT_MS,
             });
         } else {
-            self.send(i, from, Wire::FetchReply { tp, epoch, result });
+            self.send(i, from, Wire::FetchReply { tp, epoch, answer });
         }
         self.replica_changed(i, tp)
     }
@@ -357,53 +358,108 @@ impl World {
         let parts = &mut self.slots[i].partitions;
         let mut answers = Vec::new();
         parts.parked.retain(|f| {
-            let result = match parts.replicas.get(&f.tp) {
+            let answer = match parts.replicas.get(&f.tp) {
                 Some(r) => r.read_for_follower(f.epoch, f.offset),
-                None => Err("NOT_LEADER_OR_FOLLOWER"),
+                None => FetchAnswer::refused(ResponseError::NotLeaderOrFollower),
             };
-            let due = now_ms >= f.until_ms || !matches!(&result, Ok((b, _)) if b.is_empty());
+            let due = now_ms >= f.until_ms || !answer.is_empty();
             if due {
-                let result = result.map_err(str::to_string);
-                answers.push((f.follower, f.tp, f.epoch, result));
+                answers.push((f.follower, f.tp, f.epoch, answer));
             }
             !due
         });
-        for (follower, tp, epoch, result) in answers {
-            self.send(i, follower, Wire::FetchReply { tp, epoch, result });
+        for (follower, tp, epoch, answer) in answers {
+            self.send(i, follower, Wire::FetchReply { tp, epoch, answer });
         }
     }
 
-    /// The leader's answer to a fetch, on follower `i`.
+    /// The leader's answer to a fetch, on follower `i`: what production's fetcher does with
+    /// it (`follower_rules::react`).
     pub(super) fn on_fetch_reply(
         &mut self,
         i: usize,
         tp: Tp,
         epoch: i32,
-        result: Result<(Vec<Batch>, i64), String>,
+        answer: FetchAnswer,
     ) -> Result<(), super::checks::Violation> {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        if r.epoch() != epoch || r.is_leader() || r.state.needs_truncation() {
+        let Some(view) = r.state.follower_view(&r.log) else {
+            return Ok(());
+        };
+        if view.epoch != epoch || matches!(next_ask(&view), Ask::EpochEnd { .. }) {
             return Ok(());
         }
         r.fetch_sent_ms = None;
-        let Ok((batches, leader_hw)) = result else {
-            return Ok(());
+        let (end, leader_hw) = (r.log_end(), answer.high_watermark);
+        let note = match react(&view, 0, &answer.fetched()) {
+            Reaction::Append { restart_at } => {
+                assert_eq!(restart_at, None, "the simulated logs start at 0");
+                if !r.append_replica(&answer.batches, leader_hw) {
+                    r.learn_leader_high_watermark(leader_hw);
+                    return self.replica_changed(i, tp);
+                }
+                let note = format!("fetched {end}..{} (leader hw {leader_hw})", r.log_end());
+                self.schedule_flush(i);
+                note
+            }
+            Reaction::Nothing => {
+                r.learn_leader_high_watermark(leader_hw);
+                return self.replica_changed(i, tp);
+            }
+            Reaction::TruncateTo(offset) => {
+                r.truncate_diverged(offset, true);
+                format!("past the leader's end: cut {end} → {}", r.log_end())
+            }
+            Reaction::RestartAt(start) => {
+                unreachable!("the simulated logs start at 0, not {start}")
+            }
+            Reaction::Stale => return Ok(()),
         };
-        let end = r.log_end();
-        if r.append_replica(&batches, leader_hw) {
-            let note = format!(
-                "node {i}: {} fetched {end}..{} (leader hw {leader_hw})",
-                tp_name(tp),
-                r.log_end()
-            );
-            self.trace.note(self.now_ms, note);
-            self.schedule_flush(i);
-        } else {
-            r.learn_leader_high_watermark(leader_hw);
-        }
+        self.trace
+            .note(self.now_ms, format!("node {i}: {} {note}", tp_name(tp)));
         self.replica_changed(i, tp)
+    }
+
+    /// A leader's AlterPartition on controller node `to` (the production controller's
+    /// `alter_partition`). Accepted only from the partition's leader in its current epoch, as
+    /// the node's applied catalog had it (KIP-497's fencing: a deposed leader's view of who is
+    /// in sync is stale).
+    pub(super) fn on_alter_partition(
+        &mut self,
+        from: usize,
+        to: usize,
+        change: IsrChange,
+        partition_epoch: Option<i32>,
+    ) -> Result<(), super::checks::Violation> {
+        let node = self.slots[to].node.as_mut().expect("checked");
+        let tp = (change.topic_id, change.partition);
+        let led = node.applied.read(|c| {
+            let (_, a) = assignments(c).find(|(t, _)| *t == tp)?;
+            Some((a.leader, a.leader_epoch))
+        });
+        let op = ControllerOp::alter_partition(change.clone(), partition_epoch);
+        // No outcome: the node was not ready to act as the controller, and proposed nothing.
+        let code = node.execute(op).first().map(|(code, _)| *code);
+        let asker = (change.leader, change.leader_epoch);
+        if code == Some(0) && led.is_some_and(|led| led != asker) {
+            let detail = format!(
+                "{}: node {to} accepted {:?} → {:?} from leader {} epoch {}, but {led:?} leads",
+                tp_name(tp),
+                change.from_isr,
+                change.isr,
+                asker.0,
+                asker.1
+            );
+            let invariant = "only a partition's current leader changes its in-sync set";
+            return Err(super::checks::Violation { invariant, detail });
+        }
+        if code.is_some_and(crate::replication::isr::refused_for_good) {
+            let refused = Wire::IsrRefused(change, partition_epoch);
+            self.send_ordered((from, to), to, from, refused);
+        }
+        Ok(())
     }
 
     /// The controller refused leader `i`'s ask for good: its joiners stop counting.
@@ -470,7 +526,8 @@ impl World {
         r.fetch_sent_ms = None;
         if let Ok(answer) = answer {
             let end = r.log_end();
-            r.truncate_diverged(answer);
+            let (offset, complete) = r.cut_point(answer);
+            r.truncate_diverged(offset, complete);
             let now = r.log_end();
             let note = format!(
                 "node {i}: {} answer {answer:?}, log end {end} → {now}",

@@ -34,12 +34,15 @@ impl World {
     /// marker of that producer after it in the committed log (true: commit); None while no
     /// such marker is committed.
     fn txn_outcome(&self, tp: Tp, base: i64, producer_id: i64) -> Option<bool> {
-        self.history
+        self.ledger
+            .history
             .committed_after(tp, base)
-            .find_map(|(_, payload)| match self.txns.markers.get(&payload) {
-                Some(&(pid, commit)) if pid == producer_id => Some(commit),
-                _ => None,
-            })
+            .find_map(
+                |(_, payload)| match self.ledger.txns.markers.get(&payload) {
+                    Some(&(pid, commit)) if pid == producer_id => Some(commit),
+                    _ => None,
+                },
+            )
     }
 
     /// Leader `node` returned the transactional batch `b` of `tp` to the read_committed
@@ -61,7 +64,7 @@ impl World {
             ),
             Some(true) => Ok(()),
             None => {
-                self.unresolved_reads.push((tp, b.base, producer_id, node));
+                self.ledger.unresolved_reads.push((tp, b.base, producer_id, node));
                 Ok(())
             }
         }
@@ -69,7 +72,7 @@ impl World {
 
     /// Every transaction invariant checked at the end of the run, once the cluster converged.
     pub(super) fn txns_converged(&self) -> Result<(), Violation> {
-        for &(tp, base, producer_id, node) in &self.unresolved_reads {
+        for &(tp, base, producer_id, node) in &self.ledger.unresolved_reads {
             match self.txn_outcome(tp, base, producer_id) {
                 Some(true) => {}
                 Some(false) => violation(
@@ -91,7 +94,7 @@ impl World {
     fn transactions_are_atomic(&self) -> Result<(), Violation> {
         let mut outcomes: BTreeMap<u64, BTreeSet<Option<bool>>> = BTreeMap::new();
         for (&payload, &(number, producer_id)) in &self.txn_client.payload_txn {
-            if let Some((tp, base)) = self.history.committed_at(payload) {
+            if let Some((tp, base)) = self.ledger.history.committed_at(payload) {
                 let outcome = self.txn_outcome(tp, base, producer_id);
                 outcomes.entry(number).or_default().insert(outcome);
             }

@@ -430,7 +430,7 @@ impl World {
                 _ => {}
             }
             next = b.end();
-            self.stats.read_committed += 1;
+            self.ledger.stats.read_committed += 1;
         }
         self.txn_client.positions.insert(tp, next);
         Ok(())

@@ -218,7 +218,7 @@ impl World {
             .iter()
             .filter(|b| b.end() <= r.high_watermark())
         {
-            match self.txns.records.get(&b.payload) {
+            match self.ledger.txns.records.get(&b.payload) {
                 Some((id, Some(record))) => c.coordinator.restore(id, record.clone()),
                 Some((id, None)) => c.coordinator.unload(|x| x == id),
                 None => {}
@@ -269,7 +269,10 @@ impl World {
         };
         let payload = self.clients.payload();
         let value = (record.state != crate::txn::state::State::Dead).then(|| record.clone());
-        self.txns.records.insert(payload, (id.to_string(), value));
+        self.ledger
+            .txns
+            .records
+            .insert(payload, (id.to_string(), value));
         let note = format!(
             "node {i}: {id} → {} (pid {} epoch {}) is payload {payload}",
             record.state.name(),
@@ -515,7 +518,8 @@ impl World {
     /// committed (`Answer::Marker`), or refused at once.
     pub(super) fn on_write_marker(&mut self, i: usize, marker: MarkerRequest) {
         let payload = self.clients.payload();
-        self.txns
+        self.ledger
+            .txns
             .markers
             .insert(payload, (marker.producer_id, marker.commit));
         let stamp = Stamp {
@@ -604,7 +608,7 @@ impl World {
     /// A client's request on node `i`, the coordinator in its metadata.
     pub(super) fn on_txn_request(&mut self, i: usize, request: u64, op: TxnOp) {
         let now_ms = self.txn_wall_ms();
-        let fresh_id = self.txns.next_producer_id;
+        let fresh_id = self.ledger.txns.next_producer_id;
         let Some(c) = self.txn_serving(i) else {
             let why = format!("{:?}", ResponseError::NotCoordinator);
             return self.txn_answer(i, request, Err(why));
@@ -649,7 +653,7 @@ impl World {
             Err(e) => self.txn_answer(i, request, Err(format!("{e:?}"))),
             Ok((step, fenced, used_id)) => {
                 if used_id {
-                    self.txns.next_producer_id += 1;
+                    self.ledger.txns.next_producer_id += 1;
                 }
                 let then = AfterPersist::Answer {
                     request,

@@ -122,27 +122,64 @@ pub struct Stats {
 pub struct World {
     pub now_ms: u64,
     pub rng: ChaCha8Rng,
-    queue: BTreeMap<(u64, u64), (u64, Event)>,
-    next_seq: u64,
+    agenda: Agenda,
     pub slots: Vec<Slot>,
     pub net: Network,
     pub trace: Trace,
-    pub checker: Checker,
-    pub stats: Stats,
+    pub workload: Workload,
+    /// acks=all produces waiting for their leader's high watermark.
+    pub waiting: Vec<Waiting>,
+    pub ledger: Ledger,
+    pub clients: Clients,
+    pub groups: Groups,
+    pub txn_client: TxnClient,
+}
+
+/// The events to come, in time order (ties in the order they were scheduled), each tagged with
+/// the run of the node it belongs to.
+#[derive(Default)]
+struct Agenda {
+    queue: BTreeMap<(u64, u64), (u64, Event)>,
+    next_seq: u64,
+}
+
+impl Agenda {
+    fn push(&mut self, at_ms: u64, run: u64, event: Event) {
+        self.next_seq += 1;
+        self.queue.insert((at_ms, self.next_seq), (run, event));
+    }
+
+    /// The next event: its time, its node's run, the event.
+    fn pop(&mut self) -> Option<(u64, u64, Event)> {
+        let ((at_ms, _), (run, event)) = self.queue.pop_first()?;
+        Some((at_ms, run, event))
+    }
+}
+
+/// What the run does besides faults: the cluster it builds, the topics it made, whether the
+/// faulty phase is on, and when operations stop.
+pub struct Workload {
     pub faulting: bool,
     cluster_id: String,
     topics_created: u32,
     /// Operations stop then, so that the end of the quiet phase sees no change in flight.
     operations_until_ms: u64,
-    pub waiting: Vec<Waiting>,
+}
+
+/// What the run saw, for the checks and the summary line: the controller log's checker, the
+/// partitions' history, the transaction coordinator's records, the read_committed reads not
+/// yet resolved, and the counts.
+#[derive(Default)]
+pub struct Ledger {
+    pub checker: Checker,
     pub history: History,
-    pub clients: Clients,
-    pub groups: Groups,
     pub txns: TxnRecords,
-    pub txn_client: TxnClient,
     /// Transactional batches read_committed returned before their marker was committed:
     /// (partition, offset, producer id, the leader that returned it).
     pub unresolved_reads: Vec<(super::replication::Tp, i64, i64, usize)>,
+    /// The highest controller entry any node has applied.
+    pub first_applied: u64,
+    pub stats: Stats,
 }
 
 impl World {
@@ -194,38 +231,33 @@ impl World {
         World {
             now_ms: 0,
             rng,
-            queue: BTreeMap::new(),
-            next_seq: 0,
+            agenda: Agenda::default(),
             slots,
             net,
             trace: Trace::default(),
-            checker: Checker::default(),
-            stats: Stats::default(),
-            faulting: true,
-            cluster_id,
-            topics_created: 0,
-            operations_until_ms: 0,
+            workload: Workload {
+                faulting: true,
+                cluster_id,
+                topics_created: 0,
+                operations_until_ms: 0,
+            },
             waiting: Vec::new(),
-            history: History::default(),
+            ledger: Ledger::default(),
             clients: Clients::new(),
             groups: Groups::default(),
-            txns: TxnRecords::default(),
             txn_client,
-            unresolved_reads: Vec::new(),
         }
     }
 
     /// When operations (and new transactions) stop: before the quiet phase's second half.
     pub fn operations_until_ms(&self) -> u64 {
-        self.operations_until_ms
+        self.workload.operations_until_ms
     }
 
     /// Schedules `event` `after_ms` from now, for the current run of its node.
     pub fn schedule(&mut self, after_ms: u64, event: Event) {
         let run = event_node(&event).map_or(0, |i| self.slots[i].run);
-        self.next_seq += 1;
-        let key = (self.now_ms + after_ms, self.next_seq);
-        self.queue.insert(key, (run, event));
+        self.agenda.push(self.now_ms + after_ms, run, event);
     }
 
     /// Runs the seed to its end: Err on the first invariant broken.
@@ -237,14 +269,14 @@ impl World {
         self.schedule(500, Event::Fault);
         self.schedule(fault_ms, Event::EndFaults);
         let end_ms = fault_ms + quiet_ms;
-        self.operations_until_ms = end_ms.saturating_sub(quiet_ms / 2);
-        while let Some(((at_ms, _), (run, event))) = self.queue.pop_first() {
+        self.workload.operations_until_ms = end_ms.saturating_sub(quiet_ms / 2);
+        while let Some((at_ms, run, event)) = self.agenda.pop() {
             if at_ms > end_ms {
                 break;
             }
             self.now_ms = at_ms;
-            self.stats.events += 1;
-            if self.stats.events > MAX_EVENTS {
+            self.ledger.stats.events += 1;
+            if self.ledger.stats.events > MAX_EVENTS {
                 let detail = format!("{MAX_EVENTS} events by {at_ms} ms");
                 return Err(Violation {
                     invariant: "a run ends within its event bound",
@@ -253,8 +285,8 @@ impl World {
             }
             self.dispatch(run, event)?;
         }
-        self.stats.committed = self.checker.committed_entries() as u64;
-        self.stats.txns_ended = self.txn_client.ended;
+        self.ledger.stats.committed = self.ledger.checker.committed_entries() as u64;
+        self.ledger.stats.txns_ended = self.txn_client.ended;
         super::converged(self)
     }
 
@@ -356,7 +388,7 @@ impl World {
             self.now_ms,
             format!("node {i} starts ({})", describe(&node)),
         );
-        self.checker.restarted(i as i32);
+        self.ledger.checker.restarted(i as i32);
         self.slots[i].node = Some(node);
         let coordinator =
             SimCoordinator::new(self.clock_ms(i), &self.slots[i].config, self.rng.gen());
@@ -389,8 +421,8 @@ impl World {
         self.waiting.retain(|w| w.node != i);
         let lost = self.slots[i].disk.crash(power_cut);
         self.slots[i].partitions.crash(&mut self.rng, power_cut);
-        self.history.restarted(i);
-        self.stats.crashes += 1;
+        self.ledger.history.restarted(i);
+        self.ledger.stats.crashes += 1;
         self.trace.note(
             self.now_ms,
             format!("node {i} crashes ({why}); {lost} unsynced bytes lost"),
@@ -459,14 +491,7 @@ impl World {
                     .on_heartbeat_taken();
             }
             Wire::AlterPartition(change, partition_epoch) => {
-                let node = self.slots[to].node.as_mut().expect("checked");
-                let op = ControllerOp::alter_partition(change.clone(), partition_epoch);
-                let outcomes = node.execute(op);
-                let code = outcomes.first().map_or(0, |(code, _)| *code);
-                if crate::replication::isr::refused_for_good(code) {
-                    let refused = Wire::IsrRefused(change, partition_epoch);
-                    self.send_ordered((from, to), to, from, refused);
-                }
+                self.on_alter_partition(from, to, change, partition_epoch)?
             }
             wire => return self.on_replication_wire(from, to, wire),
         }
@@ -491,7 +516,7 @@ impl World {
             Ok(h) => h,
             Err(e) => {
                 // The broker exits when its Raft state cannot be made durable.
-                self.stats.disk_faults += 1;
+                self.ledger.stats.disk_faults += 1;
                 self.crash(i, &format!("cannot persist the Raft state: {e}"), false);
                 let after_ms = self.rng.gen_range(100..2_000);
                 self.schedule(after_ms, Event::Restart(i));
@@ -501,7 +526,7 @@ impl World {
         let node = self.slots[i].node.as_ref().expect("still running");
         let after = node.raft.status();
         if after.leader && !before.leader {
-            self.stats.elections += 1;
+            self.ledger.stats.elections += 1;
             self.trace
                 .note(self.now_ms, format!("node {i} leads term {}", after.term));
         }
@@ -509,7 +534,12 @@ impl World {
             self.trace
                 .note(self.now_ms, format!("node {i} applied {what}: {result:?}"));
         }
-        self.checker.check(node)
+        self.ledger.checker.check(node)?;
+        if after.applied > self.ledger.first_applied {
+            self.ledger.first_applied = after.applied;
+            self.check_isr_holds_acked(i, after.applied)?;
+        }
+        Ok(())
     }
 
     fn on_replication_wire(&mut self, from: usize, to: usize, wire: Wire) -> Result<(), Violation> {
@@ -534,7 +564,7 @@ impl World {
                 Ok(())
             }
             Wire::Fetch { tp, epoch, offset } => self.on_fetch(to, from, tp, epoch, offset),
-            Wire::FetchReply { tp, epoch, result } => self.on_fetch_reply(to, tp, epoch, result),
+            Wire::FetchReply { tp, epoch, answer } => self.on_fetch_reply(to, tp, epoch, answer),
             Wire::EpochQuery { tp, epoch, latest } => {
                 self.on_epoch_query(to, from, tp, epoch, latest);
                 Ok(())
@@ -611,7 +641,7 @@ impl World {
     fn on_duties(&mut self, i: usize) -> Result<(), Violation> {
         self.schedule(DUTIES_MS, Event::Duties(i));
         let now_ms = self.clock_ms(i);
-        let cluster_id = self.cluster_id.clone();
+        let cluster_id = self.workload.cluster_id.clone();
         if let Some(node) = self.slots[i].node.as_mut() {
             node.duties(now_ms, &cluster_id);
         }
@@ -636,7 +666,7 @@ impl World {
 
     /// An admin or partition-leader operation, then the next one.
     fn on_operation(&mut self) -> Result<(), Violation> {
-        if self.now_ms >= self.operations_until_ms {
+        if self.now_ms >= self.workload.operations_until_ms {
             return Ok(());
         }
         let next = self.rng.gen_range(10..100);
@@ -669,13 +699,13 @@ impl World {
 
     /// Node `i`, as the controller, creates a topic placed over the live brokers.
     fn create_topic(&mut self, i: usize) {
-        if self.topics_created >= 8 {
+        if self.workload.topics_created >= 8 {
             return;
         }
         // The first holds the group offsets, the second transactions' states (one partition
         // each, never unclean).
-        let first = self.topics_created < 2;
-        let name = match self.topics_created {
+        let first = self.workload.topics_created < 2;
+        let name = match self.workload.topics_created {
             0 => crate::storage::catalog::OFFSETS_TOPIC.to_string(),
             1 => crate::storage::catalog::TXN_STATE_TOPIC.to_string(),
             n => format!("t{n}"),
@@ -685,7 +715,7 @@ impl World {
         let unclean = !first && self.rng.gen_bool(0.2);
         let node = self.slots[i].node.as_mut().expect("running");
         if node.create_topic(&name, id, partitions, unclean) {
-            self.topics_created += 1;
+            self.workload.topics_created += 1;
         }
     }
 
@@ -701,7 +731,7 @@ impl World {
     }
 
     fn end_faults(&mut self) {
-        self.faulting = false;
+        self.workload.faulting = false;
         self.net.heal_all();
         self.trace
             .note(self.now_ms, "faults end; links heal".into());
