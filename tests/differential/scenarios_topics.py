@@ -2,7 +2,6 @@
 DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: what admin clients read and the
 validation errors they surface."""
 import struct
-import time
 
 from kafka_wire import record_batch
 from registry import scenario
@@ -225,7 +224,9 @@ def _delete_by_name(s: Side, *names, version=6):
 def delete_topic_v6_by_name(s: Side):
     s.create("dt-name")
     r = _delete_by_name(s, "dt-name")
-    return r, s.send("Metadata", 12, {"Topics": [{"Name": "dt-name"}]})["Topics"][0]["ErrorCode"]
+    gone = s.eventually(lambda: s.send("Metadata", 12, {"Topics": [{"Name": "dt-name"}]})["Topics"][0]["ErrorCode"],
+                        lambda code: code != 0)
+    return r, gone
 
 
 @scenario
@@ -259,11 +260,10 @@ def delete_topic_then_produce(s: Side):
     s.create("dt-produce")
     _delete_by_name(s, "dt-produce")
     # Kafka's broker drops the partition a moment after the controller deletes the topic.
-    deadline = time.monotonic() + 10
-    while s.send("ListOffsets", 1, {"ReplicaId": -1, "Topics": [{"Name": "dt-produce", "Partitions": [
-            {"PartitionIndex": 0, "Timestamp": -1}]}]})["Topics"][0]["Partitions"][0]["ErrorCode"] == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    offsets = {"ReplicaId": -1, "Topics": [{"Name": "dt-produce", "Partitions": [{"PartitionIndex": 0, "Timestamp": -1}]}]}
+    code = s.eventually(lambda: s.send("ListOffsets", 1, offsets)["Topics"][0]["Partitions"][0]["ErrorCode"],
+                        lambda code: code != 0)
+    assert code != 0, f"{s.name}: dt-produce still served after its deletion"
     return s.produce("dt-produce", 0, record_batch([b"x"]))
 
 
@@ -396,8 +396,9 @@ def _incremental(s: Side, resource_type, name, ops, validate_only=False, version
 def alter_configs_topic_replaces_all(s: Side):
     s.create("ac-replace", configs={"retention.ms": "1000", "segment.ms": "600000"})
     r = _alter(s, 2, "ac-replace", {"retention.ms": "2000"})
-    after = _describe_configs(s, 2, "ac-replace", keys=["retention.ms", "segment.ms"])
-    return r, _config_table(after)
+    after = s.eventually(lambda: _config_table(_describe_configs(s, 2, "ac-replace", keys=["retention.ms", "segment.ms"])),
+                         lambda t: t["retention.ms"]["Value"] == "2000")
+    return r, after
 
 
 @scenario
@@ -429,8 +430,10 @@ def incremental_alter_topic_set_delete_append(s: Side):
     s.create("iac-ops", configs={"retention.ms": "1000"})
     r = _incremental(s, 2, "iac-ops", [("retention.ms", 1, None), ("segment.ms", 0, "700000"),
                                        ("cleanup.policy", 2, "compact")])
-    after = _describe_configs(s, 2, "iac-ops", keys=["retention.ms", "segment.ms", "cleanup.policy"])
-    return r, _config_table(after)
+    after = s.eventually(
+        lambda: _config_table(_describe_configs(s, 2, "iac-ops", keys=["retention.ms", "segment.ms", "cleanup.policy"])),
+        lambda t: t["segment.ms"]["Value"] == "700000")
+    return r, after
 
 
 @scenario
@@ -456,12 +459,8 @@ def incremental_alter_broker_dynamic_key(s: Side):
     """A per-broker dynamic key set, read back (Kafka applies it from its metadata log, a moment
     after answering), then deleted."""
     r = _incremental(s, 4, "1", [("log.cleaner.backoff.ms", 0, "20000")])
-    deadline = time.monotonic() + 10
-    while True:
-        after = _config_table(_describe_configs(s, 4, "1", keys=["log.cleaner.backoff.ms"]))
-        if after["log.cleaner.backoff.ms"]["Value"] == "20000" or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    after = s.eventually(lambda: _config_table(_describe_configs(s, 4, "1", keys=["log.cleaner.backoff.ms"])),
+                         lambda t: t["log.cleaner.backoff.ms"]["Value"] == "20000")
     _incremental(s, 4, "1", [("log.cleaner.backoff.ms", 1, None)])
     return r, after
 

@@ -143,9 +143,10 @@ def incremental_alter_configs_v0_oldest_version(s: Side):
     s.create("iac-v0")
     r = s.send("IncrementalAlterConfigs", 0, {"Resources": [{"ResourceType": 2, "ResourceName": "iac-v0", "Configs": [
         {"Name": "retention.ms", "ConfigOperation": 0, "Value": "99000"}]}], "ValidateOnly": False})
-    after = s.send("DescribeConfigs", 4, {"Resources": [{"ResourceType": 2, "ResourceName": "iac-v0",
-                                                         "ConfigurationKeys": ["retention.ms"]}]})
-    return r, after["Results"][0]["Configs"][0]["Value"]
+    described = {"Resources": [{"ResourceType": 2, "ResourceName": "iac-v0", "ConfigurationKeys": ["retention.ms"]}]}
+    after = s.eventually(lambda: s.send("DescribeConfigs", 4, described)["Results"][0]["Configs"][0]["Value"],
+                         lambda value: value == "99000")
+    return r, after
 
 
 @scenario

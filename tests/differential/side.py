@@ -114,6 +114,19 @@ class Side:
             assert time.monotonic() < deadline, f"{self.name}: {topic} has no leaders: {answer}"
             time.sleep(0.05)
 
+    def eventually(self, read, settled):
+        """`read()` again until `settled` holds of its value, for at most DEADLINE_S; the last
+        value either way (an unsettled one is the difference to report). Kafka's broker applies
+        what its controller committed a moment after the request that changed it is answered
+        (a config, a deletion); Sluice answers once every shard has it: a read right after the
+        change may differ by timing alone."""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            value = read()
+            if settled(value) or time.monotonic() > deadline:
+                return value
+            time.sleep(0.05)
+
     def _known_everywhere(self, topic: str, partitions: int) -> bool:
         """Whether every node's Metadata names the topic's partitions and their leaders (each
         node learns a topic on its own: a request about it to one that has not yet is answered
@@ -152,11 +165,14 @@ class Side:
         """Fetches from offset 0 until the high watermark (or, read_committed, the last stable
         offset), as a consumer does: a fetch may return fewer batches than there are (Kafka
         returns only what lies below its high watermark's known file position, which trails
-        a marker's append for a moment). The last answer, with every batch read."""
+        a marker's append for a moment; and now and then Kafka answers a fetch at its log end,
+        just after a marker, OFFSET_OUT_OF_RANGE once: an error is asked again, and only one
+        that persists is the answer). The last answer, with every batch read."""
         records, offset = b"", 0
         deadline = time.monotonic() + DEADLINE_S
         while True:
-            answer = self.fetch(topic, partition, offset, isolation=isolation)
+            answer = self.eventually(lambda: self.fetch(topic, partition, offset, isolation=isolation),
+                                     lambda a: a["ErrorCode"] == 0)
             records += answer["Records"] or b""
             if batches(records):
                 last = batches(records)[-1]
