@@ -536,6 +536,14 @@ def reassign(bootstrap: str, topic: str, target: list[int]):
         admin.close()
 
 
+def wait_moved(cluster: Cluster, topic: str, target: list[int]):
+    """Until node 1's metadata shows partition 0 of `topic` on `target`, all in sync: the
+    controller's node lists no move once it applied the completion, and node 1 applies it a
+    moment later (CI once saw node 1 at the old replicas right after the list came back empty)."""
+    wait_until(lambda: (s := partition_state(cluster, 1, topic, 0)) and s[1:] == (sorted(target), sorted(target)),
+               30, f"node 1 to learn that {topic} moved to {target}")
+
+
 def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
     """Kafka's rule for a follower whose log ends below its leader's log start: a replica added
     to a topic that retention has trimmed, or a node whose partition directory was lost, starts
@@ -560,6 +568,7 @@ def test_a_replica_below_the_leaders_log_start_starts_over_there(make_cluster):
     dropped, kept = [r for r in replicas if r != leader]
     target = [leader, kept, outsider]
     reassign(bootstrap, "aged", target)
+    wait_moved(cluster, "aged", target)
     assert partition_state(cluster, 1, "aged", 0)[1:] == (sorted(target), sorted(target))
     assert partition_state(cluster, 1, "aged", 0)[0] == leader
     wait_same_copy(cluster, leader, outsider, "aged", low)
@@ -608,6 +617,7 @@ def test_reassignment_moves_a_partition_to_a_new_node_and_removes_the_old_replic
     # The leader's replica moves to the node that had none.
     target = [outsider] + [r for r in replicas if r != leader]
     reassign(bootstrap, "moved", target)
+    wait_moved(cluster, "moved", target)
     state = partition_state(cluster, 1, "moved", 0)
     assert state[1] == sorted(target) and state[2] == sorted(target) and state[0] in target, state
     # The removed replica's copy is deleted; the new one holds the same bytes as the others.
