@@ -900,11 +900,33 @@ pub(crate) fn with_internal_min_isr(
     configs
 }
 
-/// Replicas for `count` new partitions of `topic`: none on a single node (it holds them all);
-/// in a cluster, placed over the live brokers (`placement.rs`). The replication factor -1 is
-/// the default: `default_replication_factor`, or for the internal topics (`__consumer_offsets`,
+/// How many replicas a new topic (or new partitions of `topic`) gets for the replication
+/// factor asked: -1 is the default, one on a single node, in a cluster
+/// `default_replication_factor`, or for the internal topics (`__consumer_offsets`,
 /// `__transaction_state`) theirs (`Config::internal_topic_replication_factor`, created only
-/// once that many brokers are live).
+/// once that many brokers are live). Err: a factor the broker refuses. Both the creation
+/// (`place`) and a validate-only CreateTopics' answer use it.
+pub fn replication_factor(shard: &Shard, topic: &str, asked: i16) -> Result<usize, Outcome> {
+    let config = &shard.config;
+    match asked {
+        -1 | 1 if !config.is_clustered() => Ok(1),
+        _ if !config.is_clustered() => Err(err(
+            ResponseError::InvalidReplicationFactor,
+            "this broker runs alone and stores one replica: replication factor must be 1",
+        )),
+        -1 if catalog::is_internal(topic) => Ok(internal_topic_replication_factor(shard, topic)),
+        -1 => Ok(config.default_replication_factor.max(0) as usize),
+        n if n < 1 => Err(err(
+            ResponseError::InvalidReplicationFactor,
+            format!("replication factor {n} must be at least 1"),
+        )),
+        n => Ok(n as usize),
+    }
+}
+
+/// Replicas for `count` new partitions of `topic`: none on a single node (it holds them all);
+/// in a cluster, placed over the live brokers (`placement.rs`), as many per partition as
+/// `replication_factor` gives.
 fn place(
     shard: &Shard,
     record: &CatalogRecord,
@@ -912,14 +934,8 @@ fn place(
     replication_factor: i16,
     count: i32,
 ) -> Result<Vec<catalog::PartitionAssignment>, Outcome> {
-    let config = &shard.config;
-    if !config.is_clustered() {
-        if replication_factor != -1 && replication_factor != 1 {
-            return Err(err(
-                ResponseError::InvalidReplicationFactor,
-                "this broker runs alone and stores one replica: replication factor must be 1",
-            ));
-        }
+    let factor = self::replication_factor(shard, topic, replication_factor)?;
+    if !shard.config.is_clustered() {
         return Ok(Vec::new());
     }
     let mut leaders: std::collections::HashMap<i32, usize> = Default::default();
@@ -936,17 +952,6 @@ fn place(
             leaders: leaders.get(&b.node_id).copied().unwrap_or(0),
         })
         .collect();
-    let factor = match replication_factor {
-        -1 if catalog::is_internal(topic) => internal_topic_replication_factor(shard, topic),
-        -1 => config.default_replication_factor as usize,
-        n if n < 1 => {
-            return Err(err(
-                ResponseError::InvalidReplicationFactor,
-                format!("replication factor {n} must be at least 1"),
-            ))
-        }
-        n => n as usize,
-    };
     placement::assign(&live, count as usize, factor)
         .map_err(|m| err(ResponseError::InvalidReplicationFactor, m))
 }

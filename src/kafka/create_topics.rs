@@ -4,7 +4,7 @@ use super::authorize::{self, Caller};
 use super::describe_configs::described_topic;
 use super::Services;
 use super::{decode, encode, str_bytes, Reply};
-use crate::controller::{ControllerOp, NewTopic};
+use crate::controller::{self, ControllerOp, NewTopic};
 use crate::security::acl::{Operation, ResourceType::Cluster, CLUSTER_NAME};
 use crate::shard::Shard;
 use crate::storage::catalog::{TopicMeta, TopicRecord};
@@ -108,16 +108,14 @@ fn requested(req: &CreateTopicsRequest) -> (Vec<NewTopic>, Vec<String>) {
 }
 
 /// What a topic the controller is asked only to validate would be: its partitions, its
-/// replicas (as assigned, else as requested, else the broker's default), its configs over the
-/// defaults, under a fresh id (Kafka answers a random one too). None where its configs do not
-/// resolve: the controller refuses it then.
+/// replicas (as assigned, else as the controller would place them), its configs over the
+/// defaults, under a fresh id (Kafka answers a random one too). None where its configs or its
+/// replication factor do not resolve: the controller refuses it then.
 fn would_be(shard: &Shard, t: &NewTopic) -> Option<(TopicMeta, usize)> {
     let config = &shard.config;
-    let replicas = match (t.assignments.first(), t.replication_factor) {
-        (Some((_, brokers)), _) => brokers.len(),
-        (None, -1) if !config.is_clustered() => 1,
-        (None, -1) => config.default_replication_factor.max(0) as usize,
-        (None, n) => n.max(0) as usize,
+    let replicas = match t.assignments.first() {
+        Some((_, brokers)) => brokers.len(),
+        None => controller::replication_factor(shard, &t.name, t.replication_factor).ok()?,
     };
     let record = TopicRecord {
         name: t.name.clone(),

@@ -119,33 +119,36 @@ async fn round(
             })
         })
         .collect();
-    let (diverged, ready): (Vec<Followed>, Vec<Followed>) = followed
-        .into_iter()
-        .partition(|f| matches!(next_ask(&f.view), Ask::EpochEnd { .. }));
+    // Each partition's next request, decided once: (partition, epoch, newest epoch) to check,
+    // (partition, epoch, offset) to fetch.
+    let (mut diverged, mut ready) = (Vec::new(), Vec::new());
+    for f in followed {
+        match next_ask(&f.view) {
+            Ask::EpochEnd { epoch, latest } => diverged.push((f, epoch, latest)),
+            Ask::Fetch { epoch, offset } => ready.push((f, epoch, offset)),
+        }
+    }
     if !diverged.is_empty() {
         truncate(shard, client, &diverged).await?;
     }
     if ready.is_empty() {
         return Ok(());
     }
-    fetch(shard, client, &ready).await
+    fetch(shard, client, ready).await
 }
 
 /// Asks the leader where each partition's newest epoch ends and cuts the log there.
 async fn truncate(
     shard: &Shard,
     client: &mut KafkaClient,
-    diverged: &[Followed],
+    diverged: &[(Followed, i32, i32)],
 ) -> std::io::Result<()> {
-    let topics = group_by_topic(diverged.iter().filter_map(|f| {
-        let Ask::EpochEnd { epoch, latest } = next_ask(&f.view) else {
-            return None;
-        };
+    let topics = group_by_topic(diverged.iter().map(|(f, epoch, latest)| {
         let p = OffsetForLeaderPartition::default()
             .with_partition(f.index)
-            .with_current_leader_epoch(epoch)
-            .with_leader_epoch(latest);
-        Some((f.topic.clone(), p))
+            .with_current_leader_epoch(*epoch)
+            .with_leader_epoch(*latest);
+        (f.topic.clone(), p)
     }))
     .into_iter()
     .map(|(topic, partitions)| {
@@ -164,7 +167,7 @@ async fn truncate(
             answers.insert((t.topic.0.to_string(), p.partition), p.clone());
         }
     }
-    for f in diverged {
+    for (f, _, _) in diverged {
         let Some(a) = answers.get(&(f.topic.to_string(), f.index)) else {
             continue;
         };
@@ -184,8 +187,13 @@ async fn truncate(
 
 /// One Fetch of every ready partition from its log end; appends what came, waits for its
 /// fsync here, then takes the leader's high watermarks.
-async fn fetch(shard: &Shard, client: &mut KafkaClient, ready: &[Followed]) -> std::io::Result<()> {
-    let req = fetch_request(shard.catalog().here.node_id, ready);
+async fn fetch(
+    shard: &Shard,
+    client: &mut KafkaClient,
+    ready: Vec<(Followed, i32, i64)>,
+) -> std::io::Result<()> {
+    let req = fetch_request(shard.catalog().here.node_id, &ready);
+    let ready: Vec<Followed> = ready.into_iter().map(|(f, _, _)| f).collect();
     let resp: FetchResponse = client.call(FETCH_VERSION, &req, CALL_LIMIT).await?;
     let by_key: HashMap<(&str, i32), &Followed> =
         ready.iter().map(|f| ((&*f.topic, f.index), f)).collect();
@@ -293,17 +301,14 @@ async fn truncate_past_leader_end(f: &Followed, leader_hw: i64) {
     }
 }
 
-fn fetch_request(node_id: i32, ready: &[Followed]) -> FetchRequest {
-    let topics = group_by_topic(ready.iter().filter_map(|f| {
-        let Ask::Fetch { epoch, offset } = next_ask(&f.view) else {
-            return None;
-        };
+fn fetch_request(node_id: i32, ready: &[(Followed, i32, i64)]) -> FetchRequest {
+    let topics = group_by_topic(ready.iter().map(|(f, epoch, offset)| {
         let p = FetchPartition::default()
             .with_partition(f.index)
-            .with_current_leader_epoch(epoch)
-            .with_fetch_offset(offset)
+            .with_current_leader_epoch(*epoch)
+            .with_fetch_offset(*offset)
             .with_partition_max_bytes(PARTITION_MAX_BYTES);
-        Some((f.topic.clone(), p))
+        (f.topic.clone(), p)
     }))
     .into_iter()
     .map(|(topic, partitions)| {
