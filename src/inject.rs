@@ -58,10 +58,14 @@ pub enum Bug {
     /// (`LogPositions::take_sync`), before the fdatasync returns: the commit rule may
     /// acknowledge records a crash then loses.
     FlusherAcksBeforeFsync,
+    /// Start-up recovery scans the last segment's batches only structurally, without their
+    /// CRCs (`storage::recovery::scan`): a crash's torn tail whose lost sectors read as zeros
+    /// inside a batch is kept as if whole.
+    RecoverySkipsCrc,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 16] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -77,6 +81,7 @@ impl Bug {
         Bug::FollowerSkipsGapCheck,
         Bug::LeaderSkipsEpochStart,
         Bug::FlusherAcksBeforeFsync,
+        Bug::RecoverySkipsCrc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +101,7 @@ impl Bug {
             Bug::FollowerSkipsGapCheck => "follower-skips-gap-check",
             Bug::LeaderSkipsEpochStart => "leader-skips-epoch-start",
             Bug::FlusherAcksBeforeFsync => "flusher-acks-before-fsync",
+            Bug::RecoverySkipsCrc => "recovery-skips-crc",
         }
     }
 
@@ -145,6 +151,9 @@ impl Bug {
             }
             Bug::FlusherAcksBeforeFsync => {
                 "the flusher calls a sync's bytes synced when it plans it, before the fdatasync returns"
+            }
+            Bug::RecoverySkipsCrc => {
+                "recovery takes the last segment's batches without checking their CRCs, keeping a torn tail's zeroed sectors"
             }
         }
     }

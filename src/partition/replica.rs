@@ -415,7 +415,8 @@ impl ReplicaLog for PartitionLog {
         change: impl FnOnce(&mut LeaderEpochs) -> bool,
     ) -> std::io::Result<()> {
         if change(&mut self.epochs) {
-            self.epochs.save(&self.dir)?;
+            self.epochs
+                .save(&crate::storage::disk::OsDisk::default(), &self.dir)?;
         }
         Ok(())
     }

@@ -11,7 +11,8 @@
 //! Answers to clients cross the network like any message (latency, loss, duplicates) but no
 //! cut: a client is not a node.
 
-use super::replica::{Appended, Batch, Stamp, TxnPart};
+use super::batch::{Batch, Stamp, TxnPart};
+use super::replica::Appended;
 use super::replication::{assignments, Answer, Tp, Waiting};
 use super::world::{Event, World};
 use super::{checks::Violation, node::Wire};

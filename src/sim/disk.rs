@@ -4,7 +4,8 @@
 //! Each file keeps its durable bytes and the bytes written since (the page cache). `sync`
 //! makes them durable, unless a failed fsync is drawn (EIO: the node must stop, as the broker
 //! does). A crash keeps the durable bytes and a random prefix of the unsynced ones: a torn write
-//! at the tail. `append` may fail with ENOSPC.
+//! at the tail, sometimes with a hole of zeroed sectors in it (`SimFile::punch_hole`). `append`
+//! may fail with ENOSPC.
 
 use crate::storage::disk::Disk;
 use rand::Rng;
@@ -23,9 +24,35 @@ pub struct DiskFaults {
 
 #[derive(Default, Clone)]
 struct SimFile {
-    durable: Vec<u8>,
-    /// The file as reads see it: the durable bytes, then what was appended since.
+    /// The file as reads see it: the durable bytes, then what was written since.
     current: Vec<u8>,
+    /// How many of its first bytes are on stable storage. Every change but an append is
+    /// durable at once here (`truncate`, `replace`), so the durable bytes are always a prefix
+    /// of `current`.
+    durable_len: usize,
+}
+
+/// The bytes a disk writes at once: a crash tears writes between sectors, never inside one.
+const SECTOR_BYTES: usize = 512;
+/// The most sectors a hole in a crashed file's tail spans.
+const MAX_HOLE_SECTORS: usize = 8;
+
+impl SimFile {
+    /// Spoils a few sectors of the unsynced bytes a crash kept: writeback reached later pages
+    /// but not these, and the file's size covers them (a file system that does not order data
+    /// before size, such as XFS or ext4 with data=writeback), so they read as zeros or as the
+    /// stale bytes of a block used before. Sectors that hold durable bytes keep them.
+    fn punch_hole(&mut self, rng: &mut ChaCha8Rng) {
+        let (durable, end) = (self.durable_len, self.current.len());
+        let at = rng.gen_range(durable..end);
+        let start = (at - at % SECTOR_BYTES).max(durable);
+        let sectors = rng.gen_range(1..=MAX_HOLE_SECTORS);
+        let stop = (at - at % SECTOR_BYTES + sectors * SECTOR_BYTES).min(end);
+        match rng.gen_bool(0.5) {
+            true => self.current[start..stop].fill(0),
+            false => rng.fill(&mut self.current[start..stop]),
+        }
+    }
 }
 
 pub struct SimDisk {
@@ -36,6 +63,15 @@ pub struct SimDisk {
     pub faults_hit: std::cell::Cell<u64>,
     /// Set when the faults end: the disk fails no more.
     healed: std::cell::Cell<bool>,
+}
+
+impl std::fmt::Debug for SimDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let files = self.files.borrow();
+        f.debug_struct("SimDisk")
+            .field("files", &files.len())
+            .finish()
+    }
 }
 
 impl SimDisk {
@@ -66,23 +102,36 @@ impl SimDisk {
     /// them (what writeback had reached), none of those after a power cut. Returns how many
     /// unsynced bytes were lost.
     pub fn crash(&self, power_cut: bool) -> u64 {
+        self.crash_drawing(&mut self.rng.borrow_mut(), power_cut)
+    }
+
+    /// `crash`, drawing what writeback reached from `rng`.
+    pub fn crash_drawing(&self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
         let mut lost = 0;
-        let mut rng = self.rng.borrow_mut();
         for f in self.files.borrow_mut().values_mut() {
-            let durable = f.durable.len();
-            let unsynced = f.current.len().saturating_sub(durable);
-            // A sync or truncate keeps `current` a continuation of `durable`.
-            debug_assert_eq!(&f.current[..durable.min(f.current.len())], &f.durable[..]);
+            let unsynced = f.current.len() - f.durable_len;
             let kept = if unsynced == 0 || power_cut || rng.gen_bool(0.5) {
                 0
             } else {
                 rng.gen_range(0..=unsynced)
             };
             lost += (unsynced - kept) as u64;
-            f.current.truncate(durable + kept);
-            f.durable = f.current.clone();
+            f.current.truncate(f.durable_len + kept);
+            if kept > 0 && rng.gen_bool(0.5) {
+                f.punch_hole(rng);
+            }
+            f.durable_len = f.current.len();
         }
         lost
+    }
+
+    /// An fdatasync that covers the file's first `len` bytes: what was written when it was
+    /// issued (later writes may or may not be covered by a real one; here they are not).
+    pub fn sync_prefix(&self, path: &Path, len: u64) {
+        if let Some(f) = self.files.borrow_mut().get_mut(path) {
+            let len = (len as usize).min(f.current.len());
+            f.durable_len = f.durable_len.max(len);
+        }
     }
 }
 
@@ -106,7 +155,7 @@ impl Disk for SimDisk {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         if let Some(f) = self.files.borrow_mut().get_mut(path) {
-            f.durable = f.current.clone();
+            f.durable_len = f.current.len();
         }
         Ok(())
     }
@@ -115,7 +164,7 @@ impl Disk for SimDisk {
         let mut files = self.files.borrow_mut();
         let f = files.entry(path.to_path_buf()).or_default();
         f.current.resize(len as usize, 0);
-        f.durable = f.current.clone();
+        f.durable_len = f.current.len();
         Ok(())
     }
 
@@ -125,14 +174,55 @@ impl Disk for SimDisk {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         let f = SimFile {
-            durable: bytes.to_vec(),
             current: bytes.to_vec(),
+            durable_len: bytes.len(),
         };
         self.files.borrow_mut().insert(path.to_path_buf(), f);
         Ok(())
     }
 
     fn create_dir_all(&self, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let files = self.files.borrow();
+        let inside = files.keys().filter(|p| p.parent() == Some(dir));
+        Ok(inside
+            .filter_map(|p| Some(p.file_name()?.to_str()?.to_string()))
+            .collect())
+    }
+
+    fn len(&self, path: &Path) -> io::Result<Option<u64>> {
+        Ok(self
+            .files
+            .borrow()
+            .get(path)
+            .map(|f| f.current.len() as u64))
+    }
+
+    fn read_at(&self, path: &Path, at: u64, len: usize) -> io::Result<Vec<u8>> {
+        let files = self.files.borrow();
+        let f = files.get(path).ok_or(io::ErrorKind::NotFound)?;
+        let start = (at as usize).min(f.current.len());
+        let end = start.saturating_add(len).min(f.current.len());
+        Ok(f.current[start..end].to_vec())
+    }
+
+    /// Durable at once: the simulated disk has no directory entries to sync.
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.files.borrow_mut().remove(path);
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut files = self.files.borrow_mut();
+        let f = files.remove(from).ok_or(io::ErrorKind::NotFound)?;
+        files.insert(to.to_path_buf(), f);
+        Ok(())
+    }
+
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
         Ok(())
     }
 }

@@ -9,13 +9,16 @@
 //! (`liveness`), placement, elections and AlterPartition (`replication_op`), and each replica's
 //! replication rules (`partition::replica_state`: assignment, the commit rule, follower fetches,
 //! a follower's appends and truncation) and its fetcher's decisions (`replication::follower_rules`),
-//! run over a model of its log (`replica.rs`'s `SimLog`)
-//! as `Partition` runs them over `PartitionLog`, with the log's positions
-//! (`storage::positions`: written, planned, synced, committed, the batch ends a commit stops at)
-//! planned and completed by the simulated flusher as `shard::flusher` does, the fdatasync in
-//! between. What the simulator stands in for: the glommio
-//! tasks that drive them (`node.rs`, `replication.rs` for the fetcher and the flusher), RPC
-//! (`network.rs`), the files (`disk.rs`, `SimLog`).
+//! run over `SimLog` (`replica_log.rs`) as `Partition` runs them over `PartitionLog`, with the
+//! log's positions (`storage::positions`: written, planned, synced, committed, the batch ends a
+//! commit stops at) planned and completed by the simulated flusher as `shard::flusher` does, the
+//! fdatasync in between. `SimLog` writes real record batches (`batch.rs`) into a segment file
+//! on a simulated disk; after a crash the production recovery (`storage::recovery`) cuts the
+//! torn tail and the production loaders read the leader epoch cache and the
+//! aborted-transaction index back (rebuilding a damaged index from the log). What the
+//! simulator stands in for: the glommio tasks that drive them (`node.rs`, `replication.rs` for
+//! the fetcher and the flusher), RPC (`network.rs`), the disk (`disk.rs`), and
+//! `PartitionLog`'s own bookkeeping of appends, syncs and truncations (`SimLog`).
 //!
 //! ## What runs, what is checked
 //!
@@ -43,7 +46,7 @@
 //! aborted transactions' records as Kafka's consumers do. Everything is drawn from one seed
 //! (ChaCha): the cluster's session and lag timings, per-node clock skew and slow disks, message
 //! latency (with rare spikes of seconds), drops, duplicates and reordering, one- and two-way cuts
-//! that heal, crashes (unsynced writes lost, torn tails; half restarted at once), power cuts of
+//! that heal, crashes (unsynced writes lost, torn tails, some with zeroed or stale sectors inside; half restarted at once), power cuts of
 //! every node at once (no unsynced write survives), fdatasyncs that now and then stall, SIGSTOP-like
 //! pauses (what arrives meanwhile is held and taken in order), monotonic clock jumps, failed fsyncs
 //! and ENOSPC. Each node decides by its own clock (`World::clock_ms`). There is no wall clock, no
@@ -75,13 +78,15 @@
 //! prepared or ongoing), and replicas holding the leader's log hold its producer state and index.
 //! Transaction states' times are the world's (NTP-synced wall clocks), not the nodes' jumping
 //! monotonic clocks. Planted bugs (`src/inject.rs`, simulation builds only) prove the checks
-//! bite: `--check-injections` must catch each within 200 seeds. What it does not run: the
-//! partition log's own file I/O (`replica.rs` models it), groups of several members (rebalances
+//! bite: `--check-injections` must catch each within 200 seeds. What it does not run:
+//! `PartitionLog`'s own appends, syncs and truncation (`replica_log.rs` does them over the same
+//! file format), segment rolls and indexes, groups of several members (rebalances
 //! between them), KIP-890's verification (the sim's producer only writes to partitions its
 //! coordinator added). The transactional client speaks transaction version 1 or 2 as the seed
 //! draws (version 2's requests travel as any message, late or twice: its epoch bump per
 //! transaction fences them).
 
+mod batch;
 mod checks;
 pub mod cli;
 mod clients;
@@ -93,6 +98,7 @@ mod network;
 mod node;
 mod replica;
 mod replica_checks;
+mod replica_log;
 mod replication;
 mod trace;
 mod txn_checks;

@@ -5,7 +5,7 @@
 //! AlterPartition from the partitions this node leads, executed with the production
 //! `controller::replication_op`.
 
-use super::replica::Stamp;
+use super::batch::Stamp;
 use super::replication::Tp;
 use crate::config::security::DEFAULT_LISTENER_NAME;
 use crate::config::Config;

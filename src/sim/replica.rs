@@ -1,63 +1,23 @@
 //! One partition replica on one simulated node. Its decisions are the production code's: the
 //! replication rules of `partition::replica_state` (assignment, the commit rule, a leader noting
 //! follower fetches, a follower taking its leader's batches and high watermark, the KIP-279 cut
-//! point and what follows a cut), run over `SimLog` as `Partition` runs them over
-//! `PartitionLog`; idempotent and transactional producer state (`producer_state`) and the
-//! aborted-transaction index (`txn_index`) too, and the log's positions (`storage::positions`:
-//! written, planned, synced, committed, the batch ends a commit may stop at), whose syncs the
-//! simulated flusher plans and completes as `shard::flusher` does. What this file adds is the
-//! disk: `SimLog`, the log as a list of batches, and how far the disk really holds them.
-//!
-//! What survives a crash: the batches a completed fdatasync covered and a random prefix of the
-//! others (what writeback had reached; none after a power cut), the epoch cache as last saved
-//! (saved synchronously, like `leader-epoch-checkpoint`) less epochs past the log end, and the
-//! high-watermark checkpoint (taken every `HW_CHECKPOINT_MS`).
+//! point and what follows a cut), run over `SimLog` (`replica_log.rs`: the batches' bytes on a
+//! simulated disk, recovered by the production recovery after a crash) as `Partition` runs
+//! them over `PartitionLog`; idempotent and transactional producer state (`producer_state`)
+//! and the aborted-transaction index (`txn_index`) too, and the log's positions
+//! (`storage::positions`: written, planned, synced, committed, the batch ends a commit may stop
+//! at), whose syncs the simulated flusher plans and completes as `shard::flusher` does.
 
+use super::batch::{Batch, Stamp};
+use super::replica_log::SimLog;
 use crate::partition::commit::IsrRequest;
 use crate::partition::replica_state::{Assigned, ReplicaLog, ReplicaState};
 use crate::protocol::batch::BatchHeader;
 use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
-use crate::storage::epochs::LeaderEpochs;
-use crate::storage::positions::{LogPosition, LogPositions};
-use crate::storage::producer_state::{self, ProducerTable, Scanned, Verdict};
-use crate::storage::txn_index::{self, AbortedTxn, Marker};
+use crate::storage::producer_state::Verdict;
 use kafka_protocol::ResponseError;
-use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-
-/// A batch of `count` records from one produce (`payload` identifies it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Batch {
-    pub base: i64,
-    pub count: i64,
-    pub epoch: i32,
-    pub payload: u64,
-    /// An idempotent producer's batch: its id, epoch and first sequence.
-    pub stamp: Option<Stamp>,
-}
-
-/// What an idempotent producer writes into a batch's header; a transactional producer's
-/// batches and its coordinator's markers are marked `txn`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stamp {
-    pub producer_id: i64,
-    pub epoch: i16,
-    pub sequence: i32,
-    pub txn: Option<TxnPart>,
-}
-
-/// What part of a transaction a batch is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TxnPart {
-    /// The producer's records.
-    Records,
-    /// The marker that ends the transaction here (a control batch of one record).
-    Marker {
-        commit: bool,
-        coordinator_epoch: i32,
-    },
-}
 
 /// A leader's answer to a follower's fetch of one partition (its part of a Fetch response).
 #[derive(Clone, Debug)]
@@ -94,73 +54,6 @@ impl FetchAnswer {
     }
 }
 
-impl Batch {
-    pub fn end(&self) -> i64 {
-        self.base + self.count
-    }
-
-    /// The header the production producer state reads (only the fields it uses).
-    pub fn header(&self) -> BatchHeader {
-        use crate::protocol::batch::{ATTR_CONTROL, ATTR_TRANSACTIONAL};
-        let stamp = self.stamp.unwrap_or(Stamp {
-            producer_id: -1,
-            epoch: -1,
-            sequence: -1,
-            txn: None,
-        });
-        let attributes = match stamp.txn {
-            None => 0,
-            Some(TxnPart::Records) => ATTR_TRANSACTIONAL,
-            Some(TxnPart::Marker { .. }) => ATTR_TRANSACTIONAL | ATTR_CONTROL,
-        };
-        BatchHeader {
-            base_offset: self.base,
-            size_bytes: 0,
-            partition_leader_epoch: self.epoch,
-            attributes,
-            last_offset_delta: (self.count - 1) as i32,
-            base_timestamp: 0,
-            max_timestamp: 0,
-            producer_id: stamp.producer_id,
-            producer_epoch: stamp.epoch,
-            base_sequence: stamp.sequence,
-            record_count: self.count as i32,
-        }
-    }
-
-    /// What a marker batch says (`txn_index::Marker`); None for other batches.
-    pub fn marker(&self) -> Option<Marker> {
-        match self.stamp?.txn? {
-            TxnPart::Marker {
-                commit,
-                coordinator_epoch,
-            } => Some(Marker {
-                coordinator_epoch,
-                commits: Some(commit),
-            }),
-            TxnPart::Records => None,
-        }
-    }
-
-    /// (producer id, whether it commits) of a marker batch.
-    pub fn ends_txn(&self) -> Option<(i64, bool)> {
-        let commits = self.marker()?.commits?;
-        Some((self.stamp?.producer_id, commits))
-    }
-
-    /// The producer id of a transaction's records.
-    pub fn txn_records_of(&self) -> Option<i64> {
-        let s = self.stamp?;
-        (s.txn == Some(TxnPart::Records)).then_some(s.producer_id)
-    }
-
-    /// The batch as `producer_state::rebuild` replays it.
-    fn scanned(&self) -> Scanned {
-        let epoch = self.marker().map_or(-1, |m| m.coordinator_epoch);
-        (self.header(), epoch)
-    }
-}
-
 /// A leader's answer to a produce it took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Appended {
@@ -168,181 +61,6 @@ pub enum Appended {
     New(i64),
     /// An idempotent producer's retry of the batch already at this base offset.
     Duplicate(i64),
-}
-
-/// A replica's log on the simulated disk, and what `PartitionLog` keeps beside its batches:
-/// its positions, the high-watermark checkpoint, the epoch cache as held and as saved,
-/// producer state and the aborted-transaction index.
-#[derive(Debug)]
-pub struct SimLog {
-    pub batches: Vec<Batch>,
-    /// Production's bookkeeping of what is written, synced and committed.
-    positions: LogPositions,
-    /// The disk's truth: the batches below it are on stable storage, whatever the positions
-    /// say (a completed fdatasync covered them).
-    durable_end: i64,
-    /// The target of the fdatasync in flight (`start_sync`), if any.
-    syncing: Option<LogPosition>,
-    pub epochs: LeaderEpochs,
-    saved_epochs: LeaderEpochs,
-    /// Idempotent producers' sequences and ongoing transactions (`PartitionLog::producers`),
-    /// rebuilt from the log on restart and after a truncation.
-    pub producers: ProducerTable,
-    /// The aborted-transaction index (`PartitionLog::aborted`): an entry per abort marker of a
-    /// transaction that wrote here. Its file keeps what was written; entries past the log end
-    /// are dropped on load.
-    pub aborted: Vec<AbortedTxn>,
-    pub hw_checkpoint: i64,
-}
-
-/// An offset's place in the simulated log, which has no files: one byte per record.
-fn position(offset: i64) -> LogPosition {
-    LogPosition {
-        offset,
-        segment_base: 0,
-        file_position: offset as u64,
-    }
-}
-
-impl Default for SimLog {
-    fn default() -> SimLog {
-        SimLog {
-            batches: Vec::new(),
-            positions: LogPositions::at(position(0)),
-            durable_end: 0,
-            syncing: None,
-            epochs: LeaderEpochs::default(),
-            saved_epochs: LeaderEpochs::default(),
-            producers: ProducerTable::default(),
-            aborted: Vec::new(),
-            hw_checkpoint: 0,
-        }
-    }
-}
-
-impl ReplicaLog for SimLog {
-    fn log_end(&self) -> i64 {
-        self.batches.last().map_or(0, Batch::end)
-    }
-
-    fn synced_end(&self) -> i64 {
-        self.positions.synced().offset
-    }
-
-    fn high_watermark(&self) -> i64 {
-        self.positions.high_watermark().offset
-    }
-
-    /// As `PartitionLog`'s: to the furthest batch end the positions know at or below `offset`.
-    fn commit_up_to(&mut self, offset: i64) -> Option<i64> {
-        self.positions.commit_up_to(offset)
-    }
-
-    fn epochs(&self) -> &LeaderEpochs {
-        &self.epochs
-    }
-
-    fn change_epochs(
-        &mut self,
-        change: impl FnOnce(&mut LeaderEpochs) -> bool,
-    ) -> std::io::Result<()> {
-        if change(&mut self.epochs) {
-            self.saved_epochs = self.epochs.clone();
-        }
-        Ok(())
-    }
-}
-
-impl SimLog {
-    /// A crash: what the disk kept (see the module doc).
-    fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) {
-        let unsynced = self
-            .batches
-            .iter()
-            .filter(|b| b.end() > self.durable_end)
-            .count();
-        let kept = if unsynced == 0 || power_cut {
-            0
-        } else {
-            rng.gen_range(0..=unsynced)
-        };
-        let keep = self.batches.len() - unsynced + kept;
-        self.batches.truncate(keep);
-        let end = self.log_end();
-        let mut epochs = self.saved_epochs.clone();
-        epochs.truncate_from(end + 1);
-        self.producers = self.rebuilt_producers(); // as `PartitionLog::open` (no snapshot here)
-        self.aborted.retain(|e| e.last_offset < end);
-        // As `PartitionLog::open`: what recovery kept is synced, then the high watermark goes
-        // back to its checkpoint.
-        self.durable_end = end;
-        self.syncing = None;
-        self.positions = LogPositions::at(position(end));
-        self.hw_checkpoint = self.hw_checkpoint.min(end);
-        let checkpoint = position(self.hw_checkpoint);
-        self.positions.restart_high_watermark(checkpoint);
-        self.epochs = epochs.clone();
-        self.saved_epochs = epochs;
-    }
-
-    /// Producer state as `PartitionLog` rebuilds it from its batches (no snapshot here), after a
-    /// restart or a truncation.
-    fn rebuilt_producers(&self) -> ProducerTable {
-        let scanned: Vec<_> = self.batches.iter().map(Batch::scanned).collect();
-        producer_state::rebuild(None, self.log_end(), &scanned, 0)
-    }
-
-    /// Appends a batch at the log end and notes it as `PartitionLog::plan_batches` does: its
-    /// producer's sequence or transaction, and an abort marker's index entry.
-    fn push(&mut self, b: Batch) {
-        let entry = txn_index::record(&mut self.producers, &b.header(), b.marker(), 0);
-        self.aborted.extend(entry);
-        self.batches.push(b);
-        self.positions.note_batch_end(position(b.end()));
-        self.positions.wrote(b.base, position(b.end()));
-    }
-
-    /// The flusher plans an fdatasync of everything written (`PartitionLog::take_sync_work`);
-    /// false when there is nothing to sync or one is in flight (a shard's flusher runs one
-    /// pass at a time).
-    fn start_sync(&mut self) -> bool {
-        if self.syncing.is_some() {
-            return false;
-        }
-        self.syncing = self.positions.take_sync().map(|(_, target)| target);
-        self.syncing.is_some()
-    }
-
-    /// The fdatasync in flight returns: the disk holds what it covered, and the positions
-    /// learn it (`PartitionLog::complete_sync`). False when none was in flight.
-    fn finish_sync(&mut self) -> bool {
-        let Some(target) = self.syncing.take() else {
-            return false;
-        };
-        self.durable_end = self.durable_end.max(target.offset);
-        self.positions.complete_sync(target);
-        true
-    }
-
-    /// `PartitionLog::truncate_to`: the batches from `offset` go (a cut inside a batch keeps
-    /// none of it: the log cuts at batch bounds), producer state is rebuilt as of the cut,
-    /// index entries of cut markers are dropped, positions past the end come back to it.
-    fn truncate_to(&mut self, offset: i64) {
-        // Production truncates under the journal's lock, which the flusher holds for its whole
-        // pass: a sync in flight completes first.
-        self.finish_sync();
-        self.batches.retain(|b| b.end() <= offset);
-        let end = self.log_end();
-        if producer_state::truncation_rebuilds() {
-            self.producers = self.rebuilt_producers();
-        } else {
-            self.producers.truncate(end);
-        }
-        self.aborted.retain(|e| e.last_offset < end);
-        // The kept file is truncated and fdatasynced.
-        self.durable_end = self.durable_end.min(end);
-        self.positions.truncated(position(end));
-    }
 }
 
 #[derive(Debug)]
@@ -410,11 +128,13 @@ impl SimReplica {
         self.state.leadership()
     }
 
-    /// A crash and restart: what the disk kept, and no role until the node's catalog assigns one.
-    pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) {
+    /// A crash and restart: what the disk kept, and no role until the node's catalog assigns
+    /// one. Returns the bytes recovery cut from the log's tail.
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
         let mut log = std::mem::take(&mut self.log);
-        log.crash(rng, power_cut);
+        let cut = log.crash(rng, power_cut);
         *self = SimReplica::new(log);
+        cut
     }
 
     /// `Partition::assign`: the controller's assignment of this partition. Returns whether
@@ -541,17 +261,9 @@ impl SimReplica {
         if let Err(refused) = self.check_fetch_epoch(epoch) {
             return refused;
         }
-        let batches = self
-            .log
-            .batches
-            .iter()
-            .filter(|b| b.base >= offset)
-            .take(8)
-            .copied()
-            .collect();
         FetchAnswer {
             error: None,
-            batches,
+            batches: self.log.read_from(offset, 8),
             high_watermark: self.log.high_watermark(),
             log_start_offset: 0,
         }

@@ -15,9 +15,9 @@
 //!   marker holds the index entry for it that the first replica to commit it held (or none, as
 //!   it did).
 
+use super::batch::Batch;
 use super::checks::Violation;
 use super::clients::ClientEvent;
-use super::replica::Batch;
 use super::replication::{tp_name, Answer, Tp};
 use super::world::World;
 use crate::storage::txn_index::AbortedTxn;

@@ -56,15 +56,18 @@ pub struct NodeReplicas {
 }
 
 impl NodeReplicas {
-    /// The node crashed: every replica keeps what its disk kept.
-    pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) {
+    /// The node crashed: every replica keeps what its disk kept. Returns how many replicas'
+    /// recoveries cut a torn tail.
+    pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
+        let mut tails_cut = 0;
         for r in self.replicas.values_mut() {
-            r.crash(rng, power_cut);
+            tails_cut += u64::from(r.crash(rng, power_cut) > 0);
         }
         self.assigned_generation = 0;
         self.flush_scheduled = false;
         self.isr_asked_ms.clear();
         self.parked.clear();
+        tails_cut
     }
 }
 

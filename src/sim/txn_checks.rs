@@ -14,8 +14,9 @@
 //! - replicas that hold the same log hold the same producer state and aborted-transaction
 //!   index as its leader.
 
+use super::batch::Batch;
 use super::checks::Violation;
-use super::replica::{Batch, SimReplica};
+use super::replica::SimReplica;
 use super::replication::{assignments, tp_name, Tp};
 use super::txns::TXN_ID;
 use super::world::World;

@@ -17,9 +17,9 @@
 //!
 //! What the consumer returns is checked in `txn_checks.rs`.
 
+use super::batch::{Batch, Stamp, TxnPart};
 use super::clients::ClientEvent;
 use super::node::Wire;
-use super::replica::{Batch, Stamp, TxnPart};
 use super::replication::Tp;
 use super::txns::TxnOp;
 use super::world::{World, TXN_CLIENT};

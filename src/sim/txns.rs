@@ -15,8 +15,8 @@
 //!
 //! The client (`txn_client.rs`) and the checks (`txn_checks.rs`) stand beside it.
 
+use super::batch::{Stamp, TxnPart};
 use super::node::Wire;
-use super::replica::{Stamp, TxnPart};
 use super::replication::{tp_name, Answer, Tp};
 use super::world::World;
 use crate::storage::catalog::TXN_STATE_TOPIC;

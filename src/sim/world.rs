@@ -117,6 +117,8 @@ pub struct Stats {
     pub generations_joined: u64,
     pub txns_ended: u64,
     pub read_committed: u64,
+    /// Replica logs whose torn tail the production recovery cut after a crash.
+    pub tails_cut: u64,
 }
 
 pub struct World {
@@ -420,7 +422,8 @@ impl World {
         // generation, and must not answer them.
         self.waiting.retain(|w| w.node != i);
         let lost = self.slots[i].disk.crash(power_cut);
-        self.slots[i].partitions.crash(&mut self.rng, power_cut);
+        let tails_cut = self.slots[i].partitions.crash(&mut self.rng, power_cut);
+        self.ledger.stats.tails_cut += tails_cut;
         self.ledger.history.restarted(i);
         self.ledger.stats.crashes += 1;
         self.trace.note(

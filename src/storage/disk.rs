@@ -33,6 +33,18 @@ pub trait Disk {
     /// sync it, rename it over `path`, sync the directory.
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// The names of the files in `dir`, in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// The file's length; None when it does not exist.
+    fn len(&self, path: &Path) -> io::Result<Option<u64>>;
+    /// Up to `len` bytes of the file from `at`: fewer where the file ends first.
+    fn read_at(&self, path: &Path, at: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Removes the file if it exists. Durable once its directory is synced.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` over `to`, durably (the directory is synced).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the names in `dir` durable (removals included).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
 }
 
 /// Creates `path` and any missing parents, each new directory's entry made durable by syncing
@@ -163,6 +175,59 @@ impl Disk for OsDisk {
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         create_dir_durably(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            // A name that is not UTF-8 is no file of Sluice's.
+            names.extend(entry?.file_name().into_string().ok());
+        }
+        Ok(names)
+    }
+
+    fn len(&self, path: &Path) -> io::Result<Option<u64>> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read_at(&self, path: &Path, at: u64, len: usize) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let file = File::open(path)?;
+        let mut buf = vec![0u8; len];
+        let mut filled = 0;
+        while filled < len {
+            match file.read_at(&mut buf[filled..], at + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(filled);
+        Ok(buf)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.appending.borrow_mut().remove(path);
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.appending.borrow_mut().remove(from);
+        self.appending.borrow_mut().remove(to);
+        std::fs::rename(from, to)?;
+        sync_parent(to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        sync_dir(dir)
     }
 }
 

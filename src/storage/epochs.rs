@@ -8,6 +8,7 @@
 //! is written before the first batch of the new epoch, so the log never holds an epoch the file
 //! lacks; entries past the log end after a crash are dropped on open.
 
+use super::disk::Disk;
 use std::path::Path;
 
 const FILE: &str = "leader-epoch-checkpoint";
@@ -27,8 +28,13 @@ pub struct LeaderEpochs {
 impl LeaderEpochs {
     /// The cache of the log in `dir`, less entries that begin past `log_end` (written before a
     /// crash that lost their records). A missing or unreadable file is an empty cache.
-    pub fn load(dir: &Path, log_end: i64) -> LeaderEpochs {
-        let text = std::fs::read_to_string(dir.join(FILE)).unwrap_or_default();
+    pub fn load(disk: &dyn Disk, dir: &Path, log_end: i64) -> LeaderEpochs {
+        let raw = disk
+            .read(&dir.join(FILE))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&raw);
         let mut cache = LeaderEpochs::default();
         for line in text.lines() {
             let mut parts = line.split_whitespace().map(str::parse::<i64>);
@@ -42,17 +48,14 @@ impl LeaderEpochs {
         cache
     }
 
-    /// Writes the cache next to the log (write, sync, rename, sync the directory).
-    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        use std::io::Write;
-        let tmp = dir.join(format!("{FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
-        for (epoch, start) in &self.entries {
-            writeln!(f, "{epoch} {start}")?;
-        }
-        f.sync_data()?;
-        std::fs::rename(&tmp, dir.join(FILE))?;
-        super::disk::sync_dir(dir)
+    /// Writes the cache next to the log, atomically and durably (`Disk::replace`).
+    pub fn save(&self, disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+        let text: String = self
+            .entries
+            .iter()
+            .map(|(epoch, start)| format!("{epoch} {start}\n"))
+            .collect();
+        disk.replace(&dir.join(FILE), text.as_bytes())
     }
 
     /// The newest epoch, if any.
@@ -168,6 +171,7 @@ impl LeaderEpochs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::OsDisk;
 
     #[test]
     fn end_offsets_follow_kafka_rules() {
@@ -272,11 +276,14 @@ mod tests {
         c.assign(0, 0);
         c.assign(2, 100);
         c.assign(3, 200);
-        c.save(dir.path()).unwrap();
-        assert_eq!(LeaderEpochs::load(dir.path(), 500), c);
-        let cut = LeaderEpochs::load(dir.path(), 150);
+        c.save(&OsDisk::default(), dir.path()).unwrap();
+        assert_eq!(LeaderEpochs::load(&OsDisk::default(), dir.path(), 500), c);
+        let cut = LeaderEpochs::load(&OsDisk::default(), dir.path(), 150);
         assert_eq!(cut.entries, vec![(0, 0), (2, 100)]);
         std::fs::write(dir.path().join(FILE), "garbage\n1 x\n").unwrap();
-        assert_eq!(LeaderEpochs::load(dir.path(), 10), LeaderEpochs::default());
+        assert_eq!(
+            LeaderEpochs::load(&OsDisk::default(), dir.path(), 10),
+            LeaderEpochs::default()
+        );
     }
 }

@@ -12,6 +12,7 @@
 //! Methods are synchronous planners around the async file I/O done by the caller, so that no
 //! `RefCell` borrow is held across an await.
 
+use super::disk::OsDisk;
 use super::epochs::LeaderEpochs;
 use super::positions::{LogPosition, LogPositions};
 use super::producer_snapshots;
@@ -264,7 +265,12 @@ impl PartitionLog {
         now_ms: u64,
     ) -> std::io::Result<PartitionLog> {
         super::disk::create_dir_durably(&dir)?;
-        let mut recovered = recovery::recover(&dir, settings.index_interval_bytes, now_ms)?;
+        let mut recovered = recovery::recover(
+            &OsDisk::default(),
+            &dir,
+            settings.index_interval_bytes,
+            now_ms,
+        )?;
         if recovered.truncated_bytes > 0 {
             log::warn!(
                 "partition {}: recovery truncated {} bytes",
@@ -302,8 +308,10 @@ impl PartitionLog {
             .clamp(segments[0].meta.base_offset, high_watermark.offset);
         let sources = producer_sources(&dir, &segments, high_watermark.offset);
         let producers = rebuild_producers(sources, high_watermark.offset, now_ms).await?;
-        let epochs = LeaderEpochs::load(&dir, high_watermark.offset);
-        let aborted = load_aborted(&dir, &segments, log_start_offset, high_watermark.offset)?;
+        let epochs = LeaderEpochs::load(&OsDisk::default(), &dir, high_watermark.offset);
+        let bases: Vec<i64> = segments.iter().map(|s| s.meta.base_offset).collect();
+        let span = (log_start_offset, high_watermark.offset);
+        let aborted = recovery::load_aborted(&OsDisk::default(), &dir, &bases, span)?;
         Ok(PartitionLog {
             dir,
             settings,
@@ -566,7 +574,7 @@ impl PartitionLog {
         let indexed = plan
             .aborted
             .iter()
-            .try_for_each(|e| txn_index::append_synced(&dir, e));
+            .try_for_each(|e| txn_index::append_synced(&OsDisk::default(), &dir, e));
         let error = match indexed.and_then(|()| write_batches(&plan)) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
@@ -579,7 +587,7 @@ impl PartitionLog {
         if !plan.aborted.is_empty() {
             // Entries synced for markers that were not written must not outlive them.
             let kept = log.borrow().aborted.clone();
-            if let Err(e) = txn_index::rewrite(&dir, &kept) {
+            if let Err(e) = txn_index::rewrite(&OsDisk::default(), &dir, &kept) {
                 log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
             }
         }
@@ -760,16 +768,16 @@ impl PartitionLog {
             kept.copied().collect::<Vec<_>>()
         });
         if let Some(entries) = &entries {
-            txn_index::write_next(&dir, base, entries)?;
+            txn_index::write_next(&OsDisk::default(), &dir, base, entries)?;
         }
-        recovery::remove_indexes(&dir, base)?;
+        recovery::remove_indexes(&OsDisk::default(), &dir, base)?;
         std::fs::rename(cleaned, SegmentMeta::log_path(&dir, base))?;
         let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
         let (offset_index, time_index) = (meta.offset_index.to_bytes(), meta.time_index.to_bytes());
         write_indexes(&dir, base, offset_index, time_index).await?;
         sync_dir(&dir).await?;
         if entries.is_some() {
-            txn_index::adopt_next(&dir, base)?;
+            txn_index::adopt_next(&OsDisk::default(), &dir, base)?;
         }
         let mut l = log.borrow_mut();
         assert_eq!(
@@ -838,7 +846,7 @@ impl PartitionLog {
         };
         let dir = log.borrow().dir.clone();
         for base in doomed {
-            recovery::remove_segment(&dir, base)?;
+            recovery::remove_segment(&OsDisk::default(), &dir, base)?;
         }
         let cut = first_batch_reaching(&keep_file, from, size, offset).await?;
         keep_file
@@ -860,10 +868,10 @@ impl PartitionLog {
         let kept = l.aborted.partition_point(|e| e.last_offset < end.offset);
         if kept < l.aborted.len() {
             l.aborted.truncate(kept);
-            txn_index::rewrite(&dir, &l.aborted)?;
+            txn_index::rewrite(&OsDisk::default(), &dir, &l.aborted)?;
         }
         if l.epochs.truncate_from(end.offset) {
-            l.epochs.save(&dir)?;
+            l.epochs.save(&OsDisk::default(), &dir)?;
         }
         Ok(())
     }
@@ -892,11 +900,11 @@ impl PartitionLog {
         };
         super::retention::write_log_start(&dir, offset).await?;
         for base in bases {
-            recovery::remove_segment(&dir, base)?;
+            recovery::remove_segment(&OsDisk::default(), &dir, base)?;
         }
         producer_snapshots::remove_above(&dir, i64::MIN)?;
-        txn_index::rewrite(&dir, &[])?;
-        LeaderEpochs::default().save(&dir)?;
+        txn_index::rewrite(&OsDisk::default(), &dir, &[])?;
+        LeaderEpochs::default().save(&OsDisk::default(), &dir)?;
         let file = open_segment_file(&SegmentMeta::log_path(&dir, offset)).await?;
         sync_dir(&dir).await?;
         let segment = Segment::new(SegmentMeta::new(offset, now_ms), file)?;
@@ -1086,30 +1094,6 @@ async fn rebuild_producers(
         &scanned,
         now_ms as i64,
     ))
-}
-
-/// The aborted-transaction index as recovery left the log (entries of markers it kept); a
-/// damaged file is rebuilt from the segments' batches and rewritten.
-fn load_aborted(
-    dir: &Path,
-    segments: &[Segment],
-    log_start: i64,
-    log_end: i64,
-) -> std::io::Result<Vec<AbortedTxn>> {
-    let (entries, intact) = txn_index::load(dir, log_start, log_end);
-    if intact {
-        return Ok(entries);
-    }
-    let bases: Vec<i64> = segments.iter().map(|s| s.meta.base_offset).collect();
-    let rebuilt = recovery::rebuild_aborted(dir, &bases)?;
-    log::warn!(
-        "{}: the aborted-transaction index was damaged ({} entries readable); rebuilt from the log: {} entries",
-        dir.display(),
-        entries.len(),
-        rebuilt.len()
-    );
-    txn_index::rewrite(dir, &rebuilt)?;
-    Ok(rebuilt)
 }
 
 /// Writes the two index files of the segment at `base`, from bytes taken while the log was

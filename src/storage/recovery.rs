@@ -1,5 +1,7 @@
-//! Start-up recovery of one partition directory, with blocking std::fs I/O: it runs before the
-//! shard serves anything, and scanning is sequential reads the page cache handles well.
+//! Start-up recovery of one partition directory, with blocking I/O through `Disk` (the
+//! operating system's files in the broker, the simulator's disk in `sluice-sim`, which runs
+//! this code after every simulated crash): it runs before the shard serves anything, and
+//! scanning is sequential reads the page cache handles well.
 //!
 //! - Segments are found by name and sorted by base offset.
 //! - The last segment is scanned from its last trusted position (the last index entry after a
@@ -8,12 +10,12 @@
 //! - Older segments keep their index files when those are sane; otherwise the index is rebuilt
 //!   by scanning batch headers.
 
+use super::disk::Disk;
 use super::index::{OffsetIndex, TimeIndex};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
 use super::txn_index::{self, AbortedTxn, Rebuilder};
 use crate::protocol::batch::{self, HEADER_BYTES};
-use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// Marker written by a clean close; its presence lets recovery trust the indexes.
@@ -27,18 +29,56 @@ pub struct Recovered {
     pub truncated_bytes: u64,
 }
 
-/// Recovers the segments of `dir`. `interval` is `index.interval.bytes`.
-pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> {
-    let clean = dir.join(CLEAN_MARKER).exists();
+/// Sequential reads of one file through `Disk::read_at`, for a `BufReader`.
+struct Sequential<'a> {
+    disk: &'a dyn Disk,
+    path: &'a Path,
+    at: u64,
+}
+
+impl Read for Sequential<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let got = self.disk.read_at(self.path, self.at, buf.len())?;
+        buf[..got.len()].copy_from_slice(&got);
+        self.at += got.len() as u64;
+        Ok(got.len())
+    }
+}
+
+impl Seek for Sequential<'_> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.at = match to {
+            SeekFrom::Start(at) => at,
+            SeekFrom::Current(by) => self
+                .at
+                .checked_add_signed(by)
+                .ok_or(io::ErrorKind::InvalidInput)?,
+            SeekFrom::End(_) => return Err(io::ErrorKind::Unsupported.into()),
+        };
+        Ok(self.at)
+    }
+}
+
+/// A buffered sequential reader of `path` from byte `at`.
+fn reader<'a>(disk: &'a dyn Disk, path: &'a Path, at: u64) -> BufReader<Sequential<'a>> {
+    BufReader::with_capacity(1 << 20, Sequential { disk, path, at })
+}
+
+fn exists(disk: &dyn Disk, path: &Path) -> io::Result<bool> {
+    Ok(disk.len(path)?.is_some())
+}
+
+/// Recovers the segments of `dir` on `disk`. `interval` is `index.interval.bytes`.
+pub fn recover(disk: &dyn Disk, dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> {
+    let clean = exists(disk, &dir.join(CLEAN_MARKER))?;
     // An index left aside by a swap is settled while the copies still tell which swaps ran.
-    txn_index::settle_swaps(dir, |base| cleaned_path(dir, base).exists())?;
-    remove_unfinished_compactions(dir)?;
-    let mut bases: Vec<i64> = fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_suffix(".log")?.parse::<i64>().ok()
-        })
+    let unswapped = |base| exists(disk, &cleaned_path(dir, base)).unwrap_or(false);
+    txn_index::settle_swaps(disk, dir, unswapped)?;
+    remove_unfinished_compactions(disk, dir)?;
+    let mut bases: Vec<i64> = disk
+        .list(dir)?
+        .iter()
+        .filter_map(|name| name.strip_suffix(".log")?.parse::<i64>().ok())
         .collect();
     bases.sort_unstable();
     let mut out = Recovered {
@@ -48,10 +88,10 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == bases.len();
         let path = SegmentMeta::log_path(dir, base);
-        let file_len = fs::metadata(&path)?.len();
+        let file_len = disk.len(&path)?.ok_or(io::ErrorKind::NotFound)?;
         let trust_indexes = clean || !is_last;
         let (meta, valid_end, reason) = recover_segment(
-            dir,
+            (disk, dir),
             base,
             (file_len, trust_indexes, is_last),
             (interval, now_ms),
@@ -64,18 +104,18 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
                 path.display(),
                 reason.unwrap_or("torn batch"),
             );
-            truncate_file(&path, valid_end)?;
+            disk.truncate(&path, valid_end)?;
             out.truncated_bytes += cut;
             // A tear inside an older segment means everything after it followed a gap.
             for &later in &bases[i + 1..] {
                 log::warn!("recovery: dropping segment {later} after a torn segment");
-                remove_segment(dir, later)?;
+                remove_segment(disk, dir, later)?;
             }
             break;
         }
     }
     if clean {
-        fs::remove_file(dir.join(CLEAN_MARKER))?;
+        disk.remove(&dir.join(CLEAN_MARKER))?;
     }
     Ok(out)
 }
@@ -86,7 +126,7 @@ pub fn recover(dir: &Path, interval: u32, now_ms: u64) -> io::Result<Recovered> 
 /// whether the index files may be trusted, whether it is the last segment); `settings` is
 /// (index interval, the time).
 fn recover_segment(
-    dir: &Path,
+    (disk, dir): (&dyn Disk, &Path),
     base: i64,
     shape: (u64, bool, bool),
     settings: (u32, u64),
@@ -94,7 +134,7 @@ fn recover_segment(
     let ((file_len, trust_indexes, is_last), (interval, now_ms)) = (shape, settings);
     let path = SegmentMeta::log_path(dir, base);
     let loaded = if trust_indexes {
-        load_indexes(dir, base, file_len)
+        load_indexes(disk, dir, base, file_len)
     } else {
         None
     };
@@ -107,7 +147,7 @@ fn recover_segment(
         }
         None => (SegmentMeta::new(base, now_ms), 0),
     };
-    let mut found = scan(&path, scan_from, &mut meta, interval, is_last)?;
+    let mut found = scan((disk, &path), scan_from, &mut meta, interval, is_last)?;
     if indexed && found.valid_end < file_len {
         // The index may be what is wrong (bit rot, a stale file): before cutting data,
         // rebuild from the segment alone, which trusts only the batches themselves.
@@ -117,22 +157,22 @@ fn recover_segment(
             found.valid_end
         );
         meta = SegmentMeta::new(base, now_ms);
-        found = scan(&path, 0, &mut meta, interval, is_last)?;
+        found = scan((disk, &path), 0, &mut meta, interval, is_last)?;
     }
     Ok((meta, found.valid_end, found.reason))
 }
 
 /// Compacted copies of segments not yet swapped in when the broker stopped: the segment itself
 /// is still whole, so the copy is only in the way.
-fn remove_unfinished_compactions(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
+fn remove_unfinished_compactions(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+    for name in disk.list(dir)? {
+        let path = dir.join(name);
         if path.extension().is_some_and(|e| e == CLEANED_SUFFIX) {
             log::warn!(
                 "recovery: removing unfinished compaction {}",
                 path.display()
             );
-            fs::remove_file(&path)?;
+            disk.remove(&path)?;
         }
     }
     Ok(())
@@ -146,9 +186,14 @@ pub fn cleaned_path(dir: &Path, base: i64) -> std::path::PathBuf {
     dir.join(format!("{base:020}.log.{CLEANED_SUFFIX}"))
 }
 
-fn load_indexes(dir: &Path, base: i64, file_len: u64) -> Option<(OffsetIndex, TimeIndex)> {
-    let offsets = fs::read(SegmentMeta::index_path(dir, base)).ok()?;
-    let times = fs::read(SegmentMeta::time_index_path(dir, base)).ok()?;
+fn load_indexes(
+    disk: &dyn Disk,
+    dir: &Path,
+    base: i64,
+    file_len: u64,
+) -> Option<(OffsetIndex, TimeIndex)> {
+    let offsets = disk.read(&SegmentMeta::index_path(dir, base)).ok()??;
+    let times = disk.read(&SegmentMeta::time_index_path(dir, base)).ok()??;
     Some((
         OffsetIndex::from_bytes(&offsets, file_len)?,
         TimeIndex::from_bytes(&times)?,
@@ -164,16 +209,14 @@ struct Scan {
 /// batch that is torn, structurally invalid, or (with `check_crc`) corrupt. (Producer state is
 /// read back from the recovered log afterwards: `producer_snapshots`.)
 fn scan(
-    path: &Path,
+    (disk, path): (&dyn Disk, &Path),
     from: u64,
     meta: &mut SegmentMeta,
     interval: u32,
     check_crc: bool,
 ) -> io::Result<Scan> {
-    let mut file = File::open(path)?;
-    let file_len = file.metadata()?.len();
-    file.seek(SeekFrom::Start(from))?;
-    let mut reader = io::BufReader::with_capacity(1 << 20, file);
+    let file_len = disk.len(path)?.ok_or(io::ErrorKind::NotFound)?;
+    let mut reader = reader(disk, path, from);
     let mut pos = from;
     let mut buf = vec![0u8; HEADER_BYTES];
     let mut expected_base = meta.next_offset;
@@ -204,7 +247,8 @@ fn scan(
         }
         buf.resize(size, 0);
         reader.read_exact(&mut buf[HEADER_BYTES..])?;
-        let header = if check_crc {
+        let planted = crate::inject::active(crate::inject::Bug::RecoverySkipsCrc);
+        let header = if check_crc && !planted {
             batch::validate(&buf)
         } else {
             batch::parse_header(&buf)
@@ -226,25 +270,19 @@ fn scan(
     }
 }
 
-fn truncate_file(path: &Path, len: u64) -> io::Result<()> {
-    let f = fs::OpenOptions::new().write(true).open(path)?;
-    f.set_len(len)?;
-    f.sync_all()
-}
-
 /// Rebuilds the aborted-transaction index from the segments `bases` (recovered, in order):
 /// every batch header is read, and each transactional control batch whole, to learn whether
 /// it commits. Transactions open before the first segment are unknown (their records lie
 /// below the log start anyway).
-pub fn rebuild_aborted(dir: &Path, bases: &[i64]) -> io::Result<Vec<AbortedTxn>> {
+pub fn rebuild_aborted(disk: &dyn Disk, dir: &Path, bases: &[i64]) -> io::Result<Vec<AbortedTxn>> {
     let mut rebuilder = Rebuilder::new([]);
     let mut buf = vec![0u8; HEADER_BYTES];
     for &base in bases {
-        let mut file = File::open(SegmentMeta::log_path(dir, base))?;
-        let file_len = file.metadata()?.len();
+        let path = SegmentMeta::log_path(dir, base);
+        let file_len = disk.len(&path)?.ok_or(io::ErrorKind::NotFound)?;
+        let mut file = reader(disk, &path, 0);
         let mut pos = 0u64;
         while pos + HEADER_BYTES as u64 <= file_len {
-            file.seek(SeekFrom::Start(pos))?;
             buf.resize(HEADER_BYTES, 0);
             file.read_exact(&mut buf)?;
             let h = match batch::parse_header(&buf) {
@@ -260,6 +298,8 @@ pub fn rebuild_aborted(dir: &Path, bases: &[i64]) -> io::Result<Vec<AbortedTxn>>
                 file.read_exact(&mut buf[HEADER_BYTES..])?;
                 crate::protocol::control::commits(&buf)
             } else {
+                // Past the records to the next header, keeping what is buffered.
+                file.seek_relative((h.size_bytes - HEADER_BYTES) as i64)?;
                 None
             };
             rebuilder.note(&h, commits);
@@ -269,30 +309,49 @@ pub fn rebuild_aborted(dir: &Path, bases: &[i64]) -> io::Result<Vec<AbortedTxn>>
     Ok(rebuilder.finish().0)
 }
 
-pub fn remove_segment(dir: &Path, base: i64) -> io::Result<()> {
+/// The aborted-transaction index as recovery left the log of segments `bases` (the entries of
+/// markers it kept, in `span`: log start to log end); a damaged file is rebuilt from the
+/// segments' batches and rewritten.
+pub fn load_aborted(
+    disk: &dyn Disk,
+    dir: &Path,
+    bases: &[i64],
+    (log_start, log_end): (i64, i64),
+) -> io::Result<Vec<AbortedTxn>> {
+    let (entries, intact) = txn_index::load(disk, dir, log_start, log_end);
+    if intact {
+        return Ok(entries);
+    }
+    let rebuilt = rebuild_aborted(disk, dir, bases)?;
+    log::warn!(
+        "{}: the aborted-transaction index was damaged ({} entries readable); rebuilt from the log: {} entries",
+        dir.display(),
+        entries.len(),
+        rebuilt.len()
+    );
+    txn_index::rewrite(disk, dir, &rebuilt)?;
+    Ok(rebuilt)
+}
+
+pub fn remove_segment(disk: &dyn Disk, dir: &Path, base: i64) -> io::Result<()> {
     // Indexes first: a crash midway leaves a segment that recovery re-indexes (and retention
     // deletes again), never an index file that no segment lists.
-    remove_indexes(dir, base)?;
-    remove_if_present(&SegmentMeta::log_path(dir, base))
+    remove_indexes(disk, dir, base)?;
+    disk.remove(&SegmentMeta::log_path(dir, base))
 }
 
 /// Removes a segment's index files, if there are any: recovery rebuilds them from the segment.
-pub fn remove_indexes(dir: &Path, base: i64) -> io::Result<()> {
-    remove_if_present(&SegmentMeta::index_path(dir, base))?;
-    remove_if_present(&SegmentMeta::time_index_path(dir, base))
-}
-
-fn remove_if_present(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+pub fn remove_indexes(disk: &dyn Disk, dir: &Path, base: i64) -> io::Result<()> {
+    disk.remove(&SegmentMeta::index_path(dir, base))?;
+    disk.remove(&SegmentMeta::time_index_path(dir, base))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::batch::synthetic;
+    use crate::storage::disk::OsDisk;
+    use std::fs;
 
     fn write_segment(dir: &Path, base: i64, batches: &[Vec<u8>]) -> Vec<u8> {
         let mut all = Vec::new();
@@ -321,7 +380,7 @@ mod tests {
             .open(SegmentMeta::log_path(dir.path(), 0))
             .unwrap();
         f.set_len(whole - 50).unwrap();
-        let r = recover(dir.path(), 256, 0).unwrap();
+        let r = recover(&OsDisk::default(), dir.path(), 256, 0).unwrap();
         let seg = &r.segments[0];
         assert_eq!(seg.next_offset, 27, "nine whole batches of three records");
         assert_eq!(seg.size_bytes + batches[9].len() as u64 - 50, whole - 50);
@@ -343,7 +402,7 @@ mod tests {
         let n = all.len();
         all[n - 3] ^= 0xff;
         fs::write(SegmentMeta::log_path(dir.path(), 0), &all).unwrap();
-        let r = recover(dir.path(), 4096, 0).unwrap();
+        let r = recover(&OsDisk::default(), dir.path(), 4096, 0).unwrap();
         assert_eq!(r.segments[0].next_offset, 6);
     }
 
@@ -355,7 +414,7 @@ mod tests {
         let mut tail = fs::read(SegmentMeta::log_path(dir.path(), 5)).unwrap();
         tail.extend([0xffu8; 30]);
         fs::write(SegmentMeta::log_path(dir.path(), 5), &tail).unwrap();
-        let r = recover(dir.path(), 4096, 0).unwrap();
+        let r = recover(&OsDisk::default(), dir.path(), 4096, 0).unwrap();
         assert_eq!(r.segments.len(), 2);
         assert_eq!(r.segments[1].next_offset, 10);
         assert_eq!(r.truncated_bytes, 30);
@@ -372,7 +431,7 @@ mod tests {
         bad.push(3, 7);
         fs::write(SegmentMeta::index_path(dir.path(), 0), bad.to_bytes()).unwrap();
         fs::write(SegmentMeta::time_index_path(dir.path(), 0), []).unwrap();
-        let r = recover(dir.path(), 4096, 0).unwrap();
+        let r = recover(&OsDisk::default(), dir.path(), 4096, 0).unwrap();
         assert_eq!(r.truncated_bytes, 0, "no data is cut for a bad index");
         assert_eq!(r.segments.len(), 2);
         assert_eq!(r.segments[0].next_offset, 8);
@@ -392,7 +451,7 @@ mod tests {
         ];
         write_segment(dir.path(), 0, &batches);
         write_segment(dir.path(), 6, &[synthetic(0, 1, 10, 30)]);
-        let first = recover(dir.path(), 1, 0).unwrap();
+        let first = recover(&OsDisk::default(), dir.path(), 1, 0).unwrap();
         assert_eq!(first.segments[0].max_timestamp, 9000);
         let seg = &first.segments[0];
         fs::write(
@@ -402,7 +461,7 @@ mod tests {
         .unwrap();
         let times = seg.time_index.to_bytes();
         fs::write(SegmentMeta::time_index_path(dir.path(), 0), times).unwrap();
-        let again = recover(dir.path(), 1, 0).unwrap();
+        let again = recover(&OsDisk::default(), dir.path(), 1, 0).unwrap();
         assert_eq!(again.segments[0].max_timestamp, 9000);
         assert_eq!(again.segments[0].next_offset, 6);
     }
@@ -417,7 +476,7 @@ mod tests {
         let mut all = write_segment(dir.path(), 0, &[synthetic(0, 2, 10, 1)]);
         all.extend(&far);
         fs::write(SegmentMeta::log_path(dir.path(), 0), &all).unwrap();
-        let r = recover(dir.path(), 1, 0).unwrap();
+        let r = recover(&OsDisk::default(), dir.path(), 1, 0).unwrap();
         assert_eq!(r.segments[0].next_offset, 2);
         assert_eq!(r.truncated_bytes, far.len() as u64);
     }

@@ -35,6 +35,7 @@
 //! `auto.offset.reset`), ListOffsets earliest returns it, and DeleteRecords deletes the segments
 //! wholly below it at once.
 
+use super::disk::OsDisk;
 use super::log::{sync_dir, write_file, PartitionLog};
 use super::{recovery, segment};
 use std::cell::RefCell;
@@ -177,7 +178,7 @@ pub async fn delete_oldest(
         (l.dir.clone(), doomed)
     };
     for &(base, _) in &doomed {
-        recovery::remove_segment(&dir, base)?;
+        recovery::remove_segment(&OsDisk::default(), &dir, base)?;
     }
     sync_dir(&dir).await?;
     let freed = doomed.iter().map(|&(_, size)| size).sum();

@@ -11,7 +11,7 @@
 //! past the recovered log end and is dropped on load (`load`). A damaged file is rebuilt from
 //! the log's batches (`Rebuilder`, via `storage::recovery::rebuild_aborted`).
 
-use super::disk::sync_dir;
+use super::disk::Disk;
 use super::producer_state::ProducerTable;
 use crate::protocol::batch::BatchHeader;
 use std::collections::BTreeMap;
@@ -190,10 +190,10 @@ pub const FILE: &str = "aborted-transactions";
 
 /// The entries of `dir`'s index whose markers lie in `log_start..log_end` (what recovery kept),
 /// and whether the file was intact (a damaged one must be rebuilt: `Rebuilder`).
-pub fn load(dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool) {
-    let raw = match std::fs::read(dir.join(FILE)) {
-        Ok(raw) => raw,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), true),
+pub fn load(disk: &dyn Disk, dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool) {
+    let raw = match disk.read(&dir.join(FILE)) {
+        Ok(Some(raw)) => raw,
+        Ok(None) => return (Vec::new(), true),
         Err(e) => {
             log::warn!("{}: cannot read {FILE}: {e}; rebuilding it", dir.display());
             return (Vec::new(), false);
@@ -206,30 +206,21 @@ pub fn load(dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool)
 
 /// Appends one entry to `dir`'s index and syncs it (blocking: the caller runs it off the
 /// shard's thread). Aborts are rare next to appends, so one sync each is cheap.
-pub fn append_synced(dir: &Path, entry: &AbortedTxn) -> std::io::Result<()> {
-    use std::io::Write;
-    // The first entry makes the file: its name must last too.
-    let mut f = super::disk::open_append_durably(&dir.join(FILE))?;
-    f.write_all(&entry.encode())?;
-    f.sync_data()
+pub fn append_synced(disk: &dyn Disk, dir: &Path, entry: &AbortedTxn) -> std::io::Result<()> {
+    // The first entry makes the file: `Disk::append` makes its name last too.
+    let path = dir.join(FILE);
+    disk.append(&path, &entry.encode())?;
+    disk.sync(&path)
 }
 
-/// Replaces `dir`'s index with `entries` (after a truncation or a rebuild): written aside,
-/// synced, renamed over the old file.
-pub fn rewrite(dir: &Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{FILE}.tmp"));
-    write_synced(&tmp, entries)?;
-    std::fs::rename(&tmp, dir.join(FILE))?;
-    sync_dir(dir)
+/// Replaces `dir`'s index with `entries` (after a truncation or a rebuild), atomically and
+/// durably (`Disk::replace`).
+pub fn rewrite(disk: &dyn Disk, dir: &Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
+    disk.replace(&dir.join(FILE), &encode_all(entries))
 }
 
-fn write_synced(path: &Path, entries: &[AbortedTxn]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path)?;
-    for e in entries {
-        f.write_all(&e.encode())?;
-    }
-    f.sync_data()
+fn encode_all(entries: &[AbortedTxn]) -> Vec<u8> {
+    entries.iter().flat_map(|e| e.encode()).collect()
 }
 
 /// The index a compaction's swap of segment `base` leaves (without the entries of the abort
@@ -243,24 +234,30 @@ const NEXT_SUFFIX: &str = "next";
 /// Before a segment swap that removes abort markers: the index without their entries, written
 /// aside and durable. The swap itself (the compacted segment renamed over the old one) decides
 /// which index holds: `adopt_next` after it, `settle_swaps` after a crash.
-pub fn write_next(dir: &Path, base: i64, entries: &[AbortedTxn]) -> std::io::Result<()> {
-    write_synced(&next_path(dir, base), entries)?;
-    sync_dir(dir)
+pub fn write_next(
+    disk: &dyn Disk,
+    dir: &Path,
+    base: i64,
+    entries: &[AbortedTxn],
+) -> std::io::Result<()> {
+    disk.replace(&next_path(dir, base), &encode_all(entries))
 }
 
 /// After the swap of segment `base`: its index replaces the old one.
-pub fn adopt_next(dir: &Path, base: i64) -> std::io::Result<()> {
-    std::fs::rename(next_path(dir, base), dir.join(FILE))?;
-    sync_dir(dir)
+pub fn adopt_next(disk: &dyn Disk, dir: &Path, base: i64) -> std::io::Result<()> {
+    disk.rename(&next_path(dir, base), &dir.join(FILE))
 }
 
 /// Recovery, before unfinished compactions are removed: an index left aside for a swap is
 /// adopted if the swap happened (its compacted copy `unswapped(base)` is gone: renamed over the
 /// segment), and removed if not (the old segment, markers and all, still stands).
-pub fn settle_swaps(dir: &Path, unswapped: impl Fn(i64) -> bool) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(base) = name.to_str().and_then(|n| {
+pub fn settle_swaps(
+    disk: &dyn Disk,
+    dir: &Path,
+    unswapped: impl Fn(i64) -> bool,
+) -> std::io::Result<()> {
+    for name in disk.list(dir)? {
+        let Some(base) = Some(name.as_str()).and_then(|n| {
             let middle = n.strip_prefix(FILE)?.strip_prefix('.')?;
             middle
                 .strip_suffix(NEXT_SUFFIX)?
@@ -275,15 +272,15 @@ pub fn settle_swaps(dir: &Path, unswapped: impl Fn(i64) -> bool) -> std::io::Res
                 "{}: removing the index of an unfinished compaction",
                 dir.display()
             );
-            std::fs::remove_file(next_path(dir, base))?;
+            disk.remove(&next_path(dir, base))?;
+            disk.sync_dir(dir)?;
         } else {
             log::warn!(
                 "{}: adopting the index of a finished compaction",
                 dir.display()
             );
-            std::fs::rename(next_path(dir, base), dir.join(FILE))?;
+            disk.rename(&next_path(dir, base), &dir.join(FILE))?;
         }
-        sync_dir(dir)?;
     }
     Ok(())
 }

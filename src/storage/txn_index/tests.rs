@@ -122,20 +122,52 @@ fn an_index_left_aside_by_a_swap_is_adopted_only_if_the_swap_ran() {
     };
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    rewrite(dir, &[entry(10), entry(20), entry(30)]).unwrap();
+    rewrite(
+        &crate::storage::disk::OsDisk::default(),
+        dir,
+        &[entry(10), entry(20), entry(30)],
+    )
+    .unwrap();
     // A swap of segment 0 that removes marker 10, and one of segment 25 that removes 30; the
     // first ran (its copy is gone), the second did not.
-    write_next(dir, 0, &[entry(20), entry(30)]).unwrap();
-    write_next(dir, 25, &[entry(10), entry(20)]).unwrap();
-    settle_swaps(dir, |base| base == 25).unwrap();
-    assert_eq!(load(dir, 0, 100), (vec![entry(20), entry(30)], true));
+    write_next(
+        &crate::storage::disk::OsDisk::default(),
+        dir,
+        0,
+        &[entry(20), entry(30)],
+    )
+    .unwrap();
+    write_next(
+        &crate::storage::disk::OsDisk::default(),
+        dir,
+        25,
+        &[entry(10), entry(20)],
+    )
+    .unwrap();
+    settle_swaps(&crate::storage::disk::OsDisk::default(), dir, |base| {
+        base == 25
+    })
+    .unwrap();
+    assert_eq!(
+        load(&crate::storage::disk::OsDisk::default(), dir, 0, 100),
+        (vec![entry(20), entry(30)], true)
+    );
     let left: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert_eq!(left, vec![FILE.to_string()], "nothing left aside");
     // After a swap: adopted at once.
-    write_next(dir, 40, &[entry(30)]).unwrap();
-    adopt_next(dir, 40).unwrap();
-    assert_eq!(load(dir, 0, 100), (vec![entry(30)], true));
+    write_next(
+        &crate::storage::disk::OsDisk::default(),
+        dir,
+        40,
+        &[entry(30)],
+    )
+    .unwrap();
+    adopt_next(&crate::storage::disk::OsDisk::default(), dir, 40).unwrap();
+    assert_eq!(
+        load(&crate::storage::disk::OsDisk::default(), dir, 0, 100),
+        (vec![entry(30)], true)
+    );
 }
