@@ -62,10 +62,14 @@ pub enum Bug {
     /// CRCs (`storage::recovery::scan`): a crash's torn tail whose lost sectors read as zeros
     /// inside a batch is kept as if whole.
     RecoverySkipsCrc,
+    /// A truncation keeps the segment's offset-index entries at or past the cut
+    /// (`SegmentMeta::cut_at`): the index points past the log end, so the segment's
+    /// bookkeeping ends there too, and reads and the next append go astray.
+    TruncationKeepsIndexPastEnd,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 17] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -82,6 +86,7 @@ impl Bug {
         Bug::LeaderSkipsEpochStart,
         Bug::FlusherAcksBeforeFsync,
         Bug::RecoverySkipsCrc,
+        Bug::TruncationKeepsIndexPastEnd,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +107,7 @@ impl Bug {
             Bug::LeaderSkipsEpochStart => "leader-skips-epoch-start",
             Bug::FlusherAcksBeforeFsync => "flusher-acks-before-fsync",
             Bug::RecoverySkipsCrc => "recovery-skips-crc",
+            Bug::TruncationKeepsIndexPastEnd => "truncation-keeps-index-past-end",
         }
     }
 
@@ -154,6 +160,9 @@ impl Bug {
             }
             Bug::RecoverySkipsCrc => {
                 "recovery takes the last segment's batches without checking their CRCs, keeping a torn tail's zeroed sectors"
+            }
+            Bug::TruncationKeepsIndexPastEnd => {
+                "a truncation keeps offset-index entries past the cut, so the index points past the log end"
             }
         }
     }

@@ -214,10 +214,12 @@ impl Partition {
             .map_or(crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH, |a| {
                 a.leader_epoch
             });
-        let mut log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
+        let log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
+        let log = RefCell::new(log);
         let replicated = topic.assignment(index).is_some();
         if replicated {
-            log.restart_high_watermark(crate::storage::hw_checkpoint::read(&dir));
+            let checkpoint = crate::storage::hw_checkpoint::read(&dir).map(|p| p.offset);
+            PartitionLog::restart_high_watermark(&log, checkpoint).await?;
         }
         if fresh {
             crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;
@@ -229,7 +231,7 @@ impl Partition {
                 topic_id: topic.record.id,
                 partition: index,
             },
-            log: RefCell::new(log),
+            log,
             append_lock: FifoLock::default(),
             watchers: Watchers::default(),
             stable_position: Cell::new(None),

@@ -1,10 +1,13 @@
 //! A replica's log on a simulated disk: its batches' bytes in a segment file (one per log:
-//! the simulated logs never roll), and what `PartitionLog` keeps beside them. The bytes are
-//! the truth: a crash keeps what the disk kept (`SimDisk::crash_drawing`: the synced bytes
+//! the simulated logs never roll), and what `PartitionLog` keeps beside them, the segment's
+//! bookkeeping among it (the production `SegmentMeta`: size, next offset, offset and time
+//! indexes, noted batch by batch and cut by `SegmentMeta::cut_at` on a truncation). The bytes
+//! are the truth: a crash keeps what the disk kept (`SimDisk::crash_drawing`: the synced bytes
 //! and a random prefix of the rest, none after a power cut), then the production recovery
-//! (`storage::recovery::recover`: the batch scan, its CRC checks, the cut of a torn tail)
-//! decides where the log ends, and the log is read back from the file. A leader serves its
-//! followers from the file too (`read_from`).
+//! (`storage::recovery::recover`: the batch scan, its CRC checks, the cut of a torn tail, the
+//! rebuilt index) decides where the log ends, and the log is read back from the file. Reads
+//! find their place through the offset index, as `PartitionLog::plan_read` does, and a leader
+//! serves its followers from the file (`read_from`).
 //!
 //! The leader epoch cache and the aborted-transaction index are files on the same disk, saved
 //! and loaded by the production code (`LeaderEpochs::save`/`load`, `txn_index::append_synced`
@@ -15,7 +18,7 @@
 use super::batch::Batch;
 use super::disk::{DiskFaults, SimDisk};
 use crate::partition::replica_state::ReplicaLog;
-use crate::protocol::batch;
+use crate::protocol::batch::{self, BatchHeader};
 use crate::storage::disk::Disk;
 use crate::storage::epochs::LeaderEpochs;
 use crate::storage::positions::{LogPosition, LogPositions};
@@ -26,15 +29,22 @@ use crate::storage::txn_index::{self, AbortedTxn};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 /// The log's directory on its disk.
 const DIR: &str = "partition";
-/// `index.interval.bytes` for recovery's rebuilt indexes (Kafka's default).
-const INDEX_INTERVAL_BYTES: u32 = 4096;
+/// `index.interval.bytes`: small (Kafka's default is 4096), so that the offset index holds an
+/// entry every few of the simulator's batches and truncations cut through it.
+const INDEX_INTERVAL_BYTES: u32 = 512;
 
-/// The one segment file.
-fn segment() -> PathBuf {
-    SegmentMeta::log_path(Path::new(DIR), 0)
+/// The most bytes a follower's fetch reads (a fetch's `partition_max_bytes`): a batch cut
+/// at this bound is left for the next fetch, as a Kafka client leaves a partial last batch.
+const FETCH_MAX_BYTES: u64 = 16 << 10;
+
+/// The one segment file (named once: looking it up is most of what a read does).
+fn segment() -> &'static Path {
+    static PATH: LazyLock<PathBuf> = LazyLock::new(|| SegmentMeta::log_path(Path::new(DIR), 0));
+    &PATH
 }
 
 /// A replica's log on its own simulated disk, and what `PartitionLog` keeps beside its
@@ -44,8 +54,8 @@ fn segment() -> PathBuf {
 pub struct SimLog {
     /// The batches the file holds, decoded (the checks read them).
     pub batches: Vec<Batch>,
-    /// Where each of `batches` begins in the file.
-    starts: Vec<u64>,
+    /// The segment's bookkeeping, as `PartitionLog` keeps it for each of its segments.
+    meta: SegmentMeta,
     /// The disk the segment file is on: no faults but what a crash does.
     disk: SimDisk,
     /// Production's bookkeeping of what is written, synced and committed.
@@ -73,7 +83,7 @@ impl Default for SimLog {
         let disk = SimDisk::new(ChaCha8Rng::seed_from_u64(0), faults);
         SimLog {
             batches: Vec::new(),
-            starts: Vec::new(),
+            meta: SegmentMeta::new(0, 0),
             disk,
             positions: LogPositions::at(LogPosition {
                 offset: 0,
@@ -123,20 +133,52 @@ impl ReplicaLog for SimLog {
 }
 
 impl SimLog {
-    fn file_len(&self) -> u64 {
-        let len = self.disk.len(&segment()).expect("the simulated disk reads");
-        len.unwrap_or(0)
+    /// The batch header at byte `at` of the file.
+    fn header_at(&self, at: u64) -> BatchHeader {
+        let head = self.disk.read_at(segment(), at, batch::HEADER_BYTES);
+        let head = head.expect("the simulated disk reads");
+        batch::parse_header(&head).unwrap_or_else(|e| panic!("no batch header at {at}: {e:?}"))
+    }
+
+    /// Where the first batch holding an offset at or past `offset` begins (the segment's size
+    /// when none does): from the offset index's entry at or before it, header by header, as
+    /// `PartitionLog::plan_read` and `truncate_to` find it.
+    fn batch_start(&self, offset: i64) -> u64 {
+        let relative = (offset - self.meta.base_offset).clamp(0, u32::MAX as i64) as u32;
+        let (_, indexed) = self.meta.offset_index.lookup(relative);
+        let mut at = indexed as u64;
+        while at < self.meta.size_bytes {
+            let h = self.header_at(at);
+            if h.last_offset() >= offset {
+                break;
+            }
+            at += h.size_bytes as u64;
+        }
+        at
+    }
+
+    /// The place of a high watermark at most `offset`, as `PartitionLog::committed_position`
+    /// finds it: the start of the batch holding `offset`, with that batch's base as the offset.
+    fn committed_position(&self, offset: i64) -> LogPosition {
+        let file_position = self.batch_start(offset);
+        let base = match file_position < self.meta.size_bytes {
+            true => self.header_at(file_position).base_offset.min(offset),
+            false => offset,
+        };
+        LogPosition {
+            offset: base,
+            segment_base: 0,
+            file_position,
+        }
     }
 
     /// The place of `offset`, a batch boundary, in the file.
     fn position(&self, offset: i64) -> LogPosition {
-        let file_position = match self.batches.binary_search_by_key(&offset, |b| b.base) {
-            Ok(i) => self.starts[i],
-            Err(_) => {
-                assert_eq!(offset, self.log_end(), "a position at a batch boundary");
-                self.file_len()
-            }
-        };
+        let file_position = self.batch_start(offset);
+        if file_position < self.meta.size_bytes {
+            let found = self.header_at(file_position).base_offset;
+            assert_eq!(found, offset, "a position at a batch boundary");
+        }
         LogPosition {
             offset,
             segment_base: 0,
@@ -148,51 +190,50 @@ impl SimLog {
     /// end, and read back from the file (see the module doc). Returns the bytes recovery cut.
     pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
         self.disk.crash_drawing(rng, power_cut);
-        let recovered = recovery::recover(&self.disk, Path::new(DIR), INDEX_INTERVAL_BYTES, 0)
-            .expect("the simulated disk recovers");
-        let (batches, starts) = self.read_back(&recovered.segments);
-        (self.batches, self.starts) = (batches, starts);
-        let end = self.log_end();
         let dir = Path::new(DIR);
+        let recovered = recovery::recover(&self.disk, dir, INDEX_INTERVAL_BYTES, 0)
+            .expect("the simulated disk recovers");
+        assert!(
+            recovered.segments.len() <= 1,
+            "the simulated logs never roll"
+        );
+        let meta = recovered.segments.first().cloned();
+        self.meta = meta.unwrap_or(SegmentMeta::new(0, 0));
+        self.batches = self.read_back();
+        let end = self.log_end();
         self.epochs = LeaderEpochs::load(&self.disk, dir, end);
         self.producers = self.rebuilt_producers(); // as `PartitionLog::open` (no snapshot here)
         self.aborted = recovery::load_aborted(&self.disk, dir, &[0], (0, end))
             .expect("the simulated disk reads");
         // As `PartitionLog::open`: what recovery kept is synced, then the high watermark goes
         // back to its checkpoint.
-        self.disk.sync(&segment()).expect("no faults");
+        self.disk.sync(segment()).expect("no faults");
         self.syncing = None;
         self.positions = LogPositions::at(self.position(end));
-        self.hw_checkpoint = self.hw_checkpoint.min(end);
-        self.positions
-            .restart_high_watermark(self.position(self.hw_checkpoint));
+        let checkpoint = self.hw_checkpoint;
+        let restarted = match checkpoint <= end {
+            true => self.committed_position(checkpoint),
+            false => self.position(0), // as production: the log start
+        };
+        self.positions.restart_high_watermark(restarted);
+        self.hw_checkpoint = restarted.offset;
         recovered.truncated_bytes
     }
 
-    /// The batches of the recovered file, each where it begins. Recovery must have left
-    /// whole, valid batches, ending where its segment says.
-    fn read_back(&self, segments: &[SegmentMeta]) -> (Vec<Batch>, Vec<u64>) {
-        let Some(meta) = segments.first() else {
-            return (Vec::new(), Vec::new()); // never written
-        };
-        assert_eq!(segments.len(), 1, "the simulated logs never roll");
-        let bytes = self
-            .disk
-            .read(&segment())
-            .expect("reads")
-            .unwrap_or_default();
+    /// The batches of the recovered file. Recovery must have left whole, valid batches,
+    /// ending where its segment says.
+    fn read_back(&self) -> Vec<Batch> {
+        let bytes = self.disk.read(segment()).expect("reads");
+        let bytes = bytes.unwrap_or_default();
+        let cut_right = bytes.len() as u64 == self.meta.size_bytes;
+        assert!(cut_right, "recovery cut the file where the log ends");
+        let batches = decode(&bytes, usize::MAX);
+        let end = batches.last().map_or(0, Batch::end);
         assert_eq!(
-            bytes.len() as u64,
-            meta.size_bytes,
-            "recovery cut the file where the log ends"
-        );
-        let (batches, starts) = decode_all(&bytes, 0);
-        assert_eq!(
-            batches.last().map_or(0, Batch::end),
-            meta.next_offset,
+            end, self.meta.next_offset,
             "recovery's log end is its last batch's"
         );
-        (batches, starts)
+        batches
     }
 
     /// Producer state as `PartitionLog` rebuilds it from its batches (no snapshot here), after a
@@ -202,51 +243,56 @@ impl SimLog {
         producer_state::rebuild(None, self.log_end(), &scanned, 0)
     }
 
-    /// Appends a batch at the log end and notes it as `PartitionLog::plan_batches` does: its
-    /// producer's sequence or transaction, and an abort marker's index entry.
+    /// Appends a batch at the log end and notes it as `PartitionLog::plan_batches` does: in
+    /// the segment's bookkeeping, its producer's sequence or transaction, and an abort
+    /// marker's index entry (synced before the marker, as `PartitionLog::write` does).
     pub fn push(&mut self, b: Batch) {
         assert_eq!(b.base, self.log_end(), "batches are dense");
         let entry = txn_index::record(&mut self.producers, &b.header(), b.marker(), 0);
-        // As `PartitionLog::write`: an abort marker's entry is synced before the marker.
         if let Some(entry) = &entry {
             txn_index::append_synced(&self.disk, Path::new(DIR), entry).expect("no faults");
         }
         self.aborted.extend(entry);
-        let start = self.file_len();
         let bytes = b.encode();
         assert_eq!(
             Batch::decode(&bytes),
             Ok(b),
             "a batch reads back as written"
         );
-        self.disk.append(&segment(), &bytes).expect("no faults");
+        let header = batch::parse_header(&bytes).expect("a whole batch");
+        // `PartitionLog` writes at its segment's size: that must be where the file ends.
+        let file_end = self.disk.len(segment()).expect("reads").unwrap_or(0);
+        assert_eq!(
+            file_end, self.meta.size_bytes,
+            "the segment's bookkeeping ends with its file"
+        );
+        self.meta
+            .note_batch(&header, self.meta.size_bytes, INDEX_INTERVAL_BYTES);
+        self.disk.append(segment(), &bytes).expect("no faults");
         self.batches.push(b);
-        self.starts.push(start);
         let end = LogPosition {
             offset: b.end(),
             segment_base: 0,
-            file_position: start + bytes.len() as u64,
+            file_position: self.meta.size_bytes,
         };
         self.positions.note_batch_end(end);
         self.positions.wrote(b.base, end);
     }
 
-    /// Up to `most` batches from the first at or past `offset`, read from the file.
+    /// Up to `most` batches from the first holding an offset at or past `offset`, read from
+    /// the file.
     pub fn read_from(&self, offset: i64, most: usize) -> Vec<Batch> {
-        let first = self.batches.partition_point(|b| b.base < offset);
-        let Some(&from) = self.starts.get(first) else {
-            return Vec::new();
-        };
-        let to = self
-            .starts
-            .get(first + most)
-            .copied()
-            .unwrap_or(self.file_len());
-        let bytes = self
-            .disk
-            .read_at(&segment(), from, (to - from) as usize)
-            .expect("reads");
-        decode_all(&bytes, from).0
+        let from = self.batch_start(offset);
+        let rest = self.meta.size_bytes - from;
+        if rest == 0 {
+            return Vec::new(); // nothing there (and perhaps no file yet)
+        }
+        // The first batch whole, however large (KIP-74), and whole batches after it up to
+        // the bound.
+        let first = self.header_at(from).size_bytes as u64;
+        let len = rest.min(FETCH_MAX_BYTES.max(first)) as usize;
+        let bytes = self.disk.read_at(segment(), from, len);
+        decode(&bytes.expect("the simulated disk reads"), most)
     }
 
     /// The flusher plans an fdatasync of everything written (`PartitionLog::take_sync_work`);
@@ -267,24 +313,27 @@ impl SimLog {
         let Some(target) = self.syncing.take() else {
             return false;
         };
-        self.disk.sync_prefix(&segment(), target.file_position);
+        self.disk.sync_prefix(segment(), target.file_position);
         self.positions.complete_sync(target);
         true
     }
 
     /// `PartitionLog::truncate_to`: the batches from `offset` go (a cut inside a batch keeps
-    /// none of it: the log cuts at batch bounds), producer state is rebuilt as of the cut,
-    /// index entries of cut markers are dropped, positions past the end come back to it.
+    /// none of it: the log cuts at batch bounds), the file and the segment's bookkeeping are
+    /// cut with them, producer state is rebuilt as of the cut, index entries of cut markers
+    /// are dropped, positions past the end come back to it.
     pub fn truncate_to(&mut self, offset: i64) {
         // Production truncates under the journal's lock, which the flusher holds for its whole
         // pass: a sync in flight completes first.
         self.finish_sync();
         let kept = self.batches.partition_point(|b| b.end() <= offset);
-        let cut = self.starts.get(kept).copied().unwrap_or(self.file_len());
+        let Some(first_cut) = self.batches.get(kept).map(|b| b.base) else {
+            return; // nothing at or past `offset`
+        };
+        let cut = self.batch_start(first_cut);
         self.batches.truncate(kept);
-        self.starts.truncate(kept);
-        // The kept file is truncated and fdatasynced.
-        self.disk.truncate(&segment(), cut).expect("no faults");
+        self.disk.truncate(segment(), cut).expect("no faults");
+        self.cut_meta(cut);
         let end = self.log_end();
         if producer_state::truncation_rebuilds() {
             self.producers = self.rebuilt_producers();
@@ -299,19 +348,34 @@ impl SimLog {
         }
         self.positions.truncated(self.position(end));
     }
+
+    /// The segment's bookkeeping once the file is cut at byte `cut`, as
+    /// `PartitionLog::meta_up_to` has it: the indexes before the cut (`SegmentMeta::cut_at`),
+    /// and the batches after their last entry noted again.
+    fn cut_meta(&mut self, cut: u64) {
+        self.meta = self.meta.cut_at(cut);
+        while self.meta.size_bytes < cut {
+            let at = self.meta.size_bytes;
+            let h = self.header_at(at);
+            self.meta.note_batch(&h, at, INDEX_INTERVAL_BYTES);
+        }
+    }
 }
 
-/// The whole batches `bytes` hold, which begin at byte `at` of the file, each with where it
-/// begins. Every one must decode: the file holds only what the log wrote.
-fn decode_all(bytes: &[u8], at: u64) -> (Vec<Batch>, Vec<u64>) {
-    let (mut batches, mut starts, mut pos) = (Vec::new(), Vec::new(), 0);
-    while pos < bytes.len() {
-        let size = batch::peek_size(&bytes[pos..]).expect("a whole batch header");
-        let one = bytes.get(pos..pos + size).expect("a whole batch");
+/// The first `most` of the whole batches `bytes` hold (a partial one at the end is left out).
+/// Every one must decode: the file holds only what the log wrote.
+fn decode(bytes: &[u8], most: usize) -> Vec<Batch> {
+    let (mut batches, mut pos) = (Vec::new(), 0);
+    while pos < bytes.len() && batches.len() < most {
+        let Some(size) = batch::peek_size(&bytes[pos..]) else {
+            break; // a partial header
+        };
+        let Some(one) = bytes.get(pos..pos + size) else {
+            break; // a partial batch
+        };
         let b = Batch::decode(one).unwrap_or_else(|e| panic!("the log holds a bad batch: {e}"));
         batches.push(b);
-        starts.push(at + pos as u64);
         pos += size;
     }
-    (batches, starts)
+    batches
 }

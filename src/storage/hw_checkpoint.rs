@@ -5,7 +5,9 @@
 //!
 //! Written every few seconds and at clean close, by rename without fsync: a stale or lost
 //! checkpoint only makes the restarted high watermark lower (the log start at worst), which
-//! the followers' next fetches move up again.
+//! the followers' next fetches move up again. A restart takes only its offset and places it
+//! in the log as it is then (`PartitionLog::restart_high_watermark`): the byte position kept
+//! beside it may name bytes a truncation and a rewrite of the tail have since replaced.
 
 use super::positions::LogPosition;
 use std::path::Path;

@@ -337,27 +337,65 @@ impl PartitionLog {
     }
 
     /// After a restart of a replicated log: the high watermark goes back from the recovered
-    /// log end to `checkpoint` when that lies within this log, else to the log start when
-    /// that begins a segment (see `hw_checkpoint.rs`). Called before the log serves anything.
-    pub fn restart_high_watermark(&mut self, checkpoint: Option<LogPosition>) {
-        let within = |p: &LogPosition| {
-            p.offset >= self.log_start_offset
-                && p.offset <= self.high_watermark()
-                && self.segments.iter().any(|s| {
-                    s.meta.base_offset == p.segment_base
-                        && p.file_position <= s.meta.size_bytes
-                        && p.offset <= s.meta.next_offset
-                })
+    /// log end to the checkpoint's offset when that lies within this log, else to the log
+    /// start when that begins a segment (see `hw_checkpoint.rs`). Only the checkpoint's
+    /// offset counts: its place is looked up again in the log as it is now
+    /// (`committed_position`), since a checkpoint taken before a truncation and a rewrite of
+    /// the tail (an unclean election) names bytes that now hold other batches. Called before
+    /// the log serves anything.
+    pub async fn restart_high_watermark(
+        log: &std::cell::RefCell<PartitionLog>,
+        checkpoint: Option<i64>,
+    ) -> std::io::Result<()> {
+        let within = {
+            let l = log.borrow();
+            checkpoint.filter(|&o| o >= l.log_start_offset && o <= l.high_watermark())
         };
-        let first = &self.segments[0].meta;
-        let start = (self.log_start_offset == first.base_offset).then_some(LogPosition {
+        let found = match within {
+            Some(offset) => Some(Self::committed_position(log, offset).await?),
+            None => None,
+        };
+        let mut l = log.borrow_mut();
+        let first = &l.segments[0].meta;
+        let start = (l.log_start_offset == first.base_offset).then_some(LogPosition {
             offset: first.base_offset,
             segment_base: first.base_offset,
             file_position: 0,
         });
-        if let Some(hw) = checkpoint.filter(within).or(start) {
-            self.positions.restart_high_watermark(hw);
+        if let Some(hw) = found.or(start) {
+            l.positions.restart_high_watermark(hw);
         }
+        Ok(())
+    }
+
+    /// The place of a high watermark at most `offset` (within the log): the start of the
+    /// batch holding `offset`, with that batch's base as the offset when `offset` lies inside
+    /// it (a high watermark sits between batches), found through the offset index.
+    async fn committed_position(
+        log: &std::cell::RefCell<PartitionLog>,
+        offset: i64,
+    ) -> std::io::Result<LogPosition> {
+        let (file, from, size, segment_base) = {
+            let l = log.borrow();
+            if offset == l.log_end_offset() {
+                return Ok(l.positions.written());
+            }
+            let i = l.segments.partition_point(|s| s.meta.base_offset <= offset) - 1;
+            let meta = &l.segments[i].meta;
+            let (_, indexed) = meta.offset_index.lookup((offset - meta.base_offset) as u32);
+            let file = l.segments[i].file.clone();
+            (file, indexed as u64, meta.size_bytes, meta.base_offset)
+        };
+        let at = first_batch_reaching(&file, from, size, offset).await?;
+        let base = match at < size {
+            true => read_header(&file, at).await?.base_offset.min(offset),
+            false => offset,
+        };
+        Ok(LogPosition {
+            offset: base,
+            segment_base,
+            file_position: at,
+        })
     }
 
     /// The high watermark with its place in the log: the bound of consumers' reads.
@@ -997,16 +1035,13 @@ impl PartitionLog {
         file: &BufferedFile,
         cut: u64,
     ) -> std::io::Result<SegmentMeta> {
-        let mut meta = {
-            let l = log.borrow();
-            let old = &l.segments.last().expect("segment").meta;
-            let mut offset_index = old.offset_index.clone();
-            offset_index.truncate_to_position(cut as u32);
-            let (prefix_end, _) = offset_index.lookup(u32::MAX);
-            let mut time_index = old.time_index.clone();
-            time_index.truncate_to_offset(prefix_end);
-            SegmentMeta::with_indexes(old.base_offset, old.created_ms, offset_index, time_index)
-        };
+        let mut meta = log
+            .borrow()
+            .segments
+            .last()
+            .expect("segment")
+            .meta
+            .cut_at(cut);
         let interval = log.borrow().settings.index_interval_bytes;
         let mut at = meta.size_bytes;
         while at < cut {
@@ -1310,6 +1345,51 @@ mod tests {
                 read_offsets(&reopened, 31).await,
                 (31..90).collect::<Vec<_>>()
             );
+        });
+    }
+
+    #[test]
+    fn a_checkpointed_high_watermark_is_placed_in_the_log_as_it_is_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            // A checkpoint at offset 2 over batches of one record each...
+            let log = open_log(path.clone()).await;
+            for _ in 0..2 {
+                append(&log, 1).await;
+            }
+            sync(&log).await;
+            let checkpoint = log.borrow().hw_position();
+            assert_eq!(checkpoint.offset, 2);
+            // ...then the tail rewritten (an unclean election): offset 2 now lies inside a
+            // batch of four records, and the checkpoint's byte position inside that batch.
+            PartitionLog::truncate_to(&log, 0, 0).await.unwrap();
+            append(&log, 4).await;
+            append(&log, 1).await;
+            sync(&log).await;
+            PartitionLog::close(&log).await.unwrap();
+            let log = open_log(path.clone()).await;
+            PartitionLog::restart_high_watermark(&log, Some(2))
+                .await
+                .unwrap();
+            let at_start = LogPosition {
+                offset: 0,
+                segment_base: 0,
+                file_position: 0,
+            };
+            assert_eq!(
+                log.borrow().hw_position(),
+                at_start,
+                "back to the batch's start"
+            );
+            assert!(read_offsets(&log, 0).await.is_empty());
+            // A checkpoint between batches keeps its offset, at that batch boundary.
+            let log = open_log(path).await;
+            PartitionLog::restart_high_watermark(&log, Some(4))
+                .await
+                .unwrap();
+            assert_eq!(log.borrow().high_watermark(), 4);
+            assert_eq!(read_offsets(&log, 0).await, vec![0, 1, 2, 3]);
         });
     }
 

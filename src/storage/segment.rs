@@ -76,6 +76,20 @@ impl SegmentMeta {
         self.size_bytes == 0
     }
 
+    /// The bookkeeping of this segment once its file is cut at byte `cut` (a batch start): its
+    /// indexes up to their last entry before the cut, known up to that entry
+    /// (`with_indexes`). The batches from `size_bytes` to the cut are still to be noted.
+    pub fn cut_at(&self, cut: u64) -> SegmentMeta {
+        let mut offset_index = self.offset_index.clone();
+        if !crate::inject::active(crate::inject::Bug::TruncationKeepsIndexPastEnd) {
+            offset_index.truncate_to_position(cut.min(u32::MAX as u64) as u32);
+        }
+        let (prefix_end, _) = offset_index.lookup(u32::MAX);
+        let mut time_index = self.time_index.clone();
+        time_index.truncate_to_offset(prefix_end);
+        SegmentMeta::with_indexes(self.base_offset, self.created_ms, offset_index, time_index)
+    }
+
     /// Records a batch appended at `position`, adding index entries each `interval` bytes.
     pub fn note_batch(&mut self, header: &BatchHeader, position: u64, interval: u32) {
         assert_eq!(position, self.size_bytes, "batches are noted in file order");
