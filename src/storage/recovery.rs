@@ -311,14 +311,26 @@ pub fn rebuild_aborted(disk: &dyn Disk, dir: &Path, bases: &[i64]) -> io::Result
 
 /// The aborted-transaction index as recovery left the log of segments `bases` (the entries of
 /// markers it kept, in `span`: log start to log end); a damaged file is rebuilt from the
-/// segments' batches and rewritten.
+/// segments' batches and rewritten, and one that names markers past the log end (lost in a
+/// crash) is rewritten without them.
 pub fn load_aborted(
     disk: &dyn Disk,
     dir: &Path,
     bases: &[i64],
     (log_start, log_end): (i64, i64),
 ) -> io::Result<Vec<AbortedTxn>> {
-    let (entries, intact) = txn_index::load(disk, dir, log_start, log_end);
+    let txn_index::Loaded {
+        entries,
+        intact,
+        stale,
+    } = txn_index::load(disk, dir, log_start, log_end);
+    if intact && stale {
+        log::warn!(
+            "{}: dropping aborted-transaction entries of markers lost in a crash",
+            dir.display()
+        );
+        txn_index::rewrite(disk, dir, &entries)?;
+    }
     if intact {
         return Ok(entries);
     }
@@ -479,5 +491,31 @@ mod tests {
         let r = recover(&OsDisk::default(), dir.path(), 1, 0).unwrap();
         assert_eq!(r.segments[0].next_offset, 2);
         assert_eq!(r.truncated_bytes, far.len() as u64);
+    }
+
+    /// Found by the simulator: an abort marker's entry is synced before the marker; a crash
+    /// that loses the marker must take the entry out of the file too, or once the log grows
+    /// past its offset again a later restart takes it for a marker of the new batches.
+    #[test]
+    fn index_entries_of_markers_lost_in_a_crash_leave_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |last_offset| AbortedTxn {
+            producer_id: 7,
+            first_offset: 0,
+            last_offset,
+            last_stable_offset: last_offset + 1,
+        };
+        let disk = OsDisk::default();
+        txn_index::rewrite(&disk, dir.path(), &[entry(3), entry(5)]).unwrap();
+        // Recovery kept offsets 0..5: the marker at 5 was lost.
+        let kept = load_aborted(&disk, dir.path(), &[0], (0, 5)).unwrap();
+        assert_eq!(kept, vec![entry(3)]);
+        // The log grew past 5 again, with no marker there.
+        let later = load_aborted(&disk, dir.path(), &[0], (0, 9)).unwrap();
+        assert_eq!(
+            later,
+            vec![entry(3)],
+            "the lost marker's entry does not come back"
+        );
     }
 }

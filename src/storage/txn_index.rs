@@ -188,20 +188,41 @@ impl Rebuilder {
 /// The partition directory's index file.
 pub const FILE: &str = "aborted-transactions";
 
-/// The entries of `dir`'s index whose markers lie in `log_start..log_end` (what recovery kept),
-/// and whether the file was intact (a damaged one must be rebuilt: `Rebuilder`).
-pub fn load(disk: &dyn Disk, dir: &Path, log_start: i64, log_end: i64) -> (Vec<AbortedTxn>, bool) {
+/// What `load` found in a partition's index file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Loaded {
+    /// The entries whose markers lie in `log_start..log_end` (what recovery kept).
+    pub entries: Vec<AbortedTxn>,
+    /// Whether the file was whole (a damaged one must be rebuilt: `Rebuilder`).
+    pub intact: bool,
+    /// Whether it named markers at or past `log_end`: entries synced before markers that a
+    /// crash then lost. The file must lose them before the log grows past their offsets
+    /// again, or a later restart would take them for markers of the new batches there.
+    pub stale: bool,
+}
+
+/// The entries of `dir`'s index whose markers lie in `log_start..log_end`: see `Loaded`.
+pub fn load(disk: &dyn Disk, dir: &Path, log_start: i64, log_end: i64) -> Loaded {
     let raw = match disk.read(&dir.join(FILE)) {
-        Ok(Some(raw)) => raw,
-        Ok(None) => return (Vec::new(), true),
+        Ok(raw) => raw.unwrap_or_default(),
         Err(e) => {
             log::warn!("{}: cannot read {FILE}: {e}; rebuilding it", dir.display());
-            return (Vec::new(), false);
+            let (entries, intact, stale) = (Vec::new(), false, false);
+            return Loaded {
+                entries,
+                intact,
+                stale,
+            };
         }
     };
     let (mut entries, intact) = decode(&raw);
+    let stale = entries.iter().any(|e| e.last_offset >= log_end);
     entries.retain(|e| e.last_offset < log_end && e.last_offset >= log_start);
-    (entries, intact)
+    Loaded {
+        entries,
+        intact,
+        stale,
+    }
 }
 
 /// Appends one entry to `dir`'s index and syncs it (blocking: the caller runs it off the
