@@ -201,7 +201,7 @@ impl SimLog {
         self.meta = meta.unwrap_or(SegmentMeta::new(0, 0));
         self.batches = self.read_back();
         let end = self.log_end();
-        self.epochs = LeaderEpochs::load(&self.disk, dir, end);
+        self.epochs = LeaderEpochs::load(&self.disk, dir, end).expect("no faults");
         self.producers = self.rebuilt_producers(); // as `PartitionLog::open` (no snapshot here)
         self.aborted = recovery::load_aborted(&self.disk, dir, &[0], (0, end))
             .expect("the simulated disk reads");

@@ -27,8 +27,11 @@ pub struct LeaderEpochs {
 
 impl LeaderEpochs {
     /// The cache of the log in `dir`, less entries that begin past `log_end` (written before a
-    /// crash that lost their records). A missing or unreadable file is an empty cache.
-    pub fn load(disk: &dyn Disk, dir: &Path, log_end: i64) -> LeaderEpochs {
+    /// crash that lost their records). A missing or unreadable file is an empty cache. The
+    /// cut is saved at once, as Kafka's cache does: an entry left in the file would come back
+    /// at a later restart once the log grew past its start again, naming an epoch that
+    /// never wrote there.
+    pub fn load(disk: &dyn Disk, dir: &Path, log_end: i64) -> std::io::Result<LeaderEpochs> {
         let raw = disk
             .read(&dir.join(FILE))
             .ok()
@@ -44,8 +47,10 @@ impl LeaderEpochs {
                 }
             }
         }
-        cache.truncate_from(log_end + 1);
-        cache
+        if cache.truncate_from(log_end + 1) {
+            cache.save(disk, dir)?;
+        }
+        Ok(cache)
     }
 
     /// Writes the cache next to the log, atomically and durably (`Disk::replace`).
@@ -277,13 +282,13 @@ mod tests {
         c.assign(2, 100);
         c.assign(3, 200);
         c.save(&OsDisk::default(), dir.path()).unwrap();
-        assert_eq!(LeaderEpochs::load(&OsDisk::default(), dir.path(), 500), c);
-        let cut = LeaderEpochs::load(&OsDisk::default(), dir.path(), 150);
+        let load = |log_end| LeaderEpochs::load(&OsDisk::default(), dir.path(), log_end).unwrap();
+        assert_eq!(load(500), c);
+        let cut = load(150);
         assert_eq!(cut.entries, vec![(0, 0), (2, 100)]);
+        // The cut is in the file too: once the log grows past 200 again, epoch 3 stays gone.
+        assert_eq!(load(500).entries, vec![(0, 0), (2, 100)]);
         std::fs::write(dir.path().join(FILE), "garbage\n1 x\n").unwrap();
-        assert_eq!(
-            LeaderEpochs::load(&OsDisk::default(), dir.path(), 10),
-            LeaderEpochs::default()
-        );
+        assert_eq!(load(10), LeaderEpochs::default());
     }
 }

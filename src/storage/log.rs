@@ -308,7 +308,7 @@ impl PartitionLog {
             .clamp(segments[0].meta.base_offset, high_watermark.offset);
         let sources = producer_sources(&dir, &segments, high_watermark.offset);
         let producers = rebuild_producers(sources, high_watermark.offset, now_ms).await?;
-        let epochs = LeaderEpochs::load(&OsDisk::default(), &dir, high_watermark.offset);
+        let epochs = LeaderEpochs::load(&OsDisk::default(), &dir, high_watermark.offset)?;
         let bases: Vec<i64> = segments.iter().map(|s| s.meta.base_offset).collect();
         let span = (log_start_offset, high_watermark.offset);
         let aborted = recovery::load_aborted(&OsDisk::default(), &dir, &bases, span)?;
