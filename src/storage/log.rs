@@ -282,11 +282,16 @@ impl PartitionLog {
         if metas.is_empty() {
             metas.push(SegmentMeta::new(0, now_ms));
         }
+        let recovered_end = metas.last().expect("at least one segment").next_offset;
         let mut segments = Vec::with_capacity(metas.len());
         for meta in metas {
             let file = open_segment_file(&SegmentMeta::log_path(&dir, meta.base_offset)).await?;
             segments.push(Segment::new(meta, file)?);
         }
+        // A roll's producer snapshot is durable before the closed segment's tail: past the
+        // recovered end, it describes records a crash lost, and must be gone (durably: the
+        // directory sync below) before the log grows past its offset again.
+        producer_snapshots::remove_above(&dir, recovered_end)?;
         sync_dir(&dir).await?;
         let last = &segments.last().expect("at least one segment").meta;
         // After recovery everything on disk is whole; make it durable before calling it so.
@@ -1390,6 +1395,26 @@ mod tests {
                 .unwrap();
             assert_eq!(log.borrow().high_watermark(), 4);
             assert_eq!(read_offsets(&log, 0).await, vec![0, 1, 2, 3]);
+        });
+    }
+
+    #[test]
+    fn producer_snapshots_past_the_recovered_end_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = open_log(path.clone()).await;
+            append(&log, 3).await;
+            sync(&log).await;
+            drop(log);
+            // As if a roll at 100 had written its snapshot and a crash then lost the records.
+            let lost = Snapshot {
+                offset: 100,
+                producers: Vec::new(),
+            };
+            producer_snapshots::write(&path, &lost).await.unwrap();
+            let _reopened = open_log(path.clone()).await;
+            assert!(!producer_snapshots::path(&path, 100).exists());
         });
     }
 
