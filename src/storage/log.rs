@@ -265,43 +265,8 @@ impl PartitionLog {
         now_ms: u64,
     ) -> std::io::Result<PartitionLog> {
         super::disk::create_dir_durably(&dir)?;
-        let mut recovered = recovery::recover(
-            &OsDisk::default(),
-            &dir,
-            settings.index_interval_bytes,
-            now_ms,
-        )?;
-        if recovered.truncated_bytes > 0 {
-            log::warn!(
-                "partition {}: recovery truncated {} bytes",
-                dir.display(),
-                recovered.truncated_bytes
-            );
-        }
-        let mut metas = std::mem::take(&mut recovered.segments);
-        if metas.is_empty() {
-            metas.push(SegmentMeta::new(0, now_ms));
-        }
-        let recovered_end = metas.last().expect("at least one segment").next_offset;
-        let mut segments = Vec::with_capacity(metas.len());
-        for meta in metas {
-            let file = open_segment_file(&SegmentMeta::log_path(&dir, meta.base_offset)).await?;
-            segments.push(Segment::new(meta, file)?);
-        }
-        // A roll's producer snapshot is durable before the closed segment's tail: past the
-        // recovered end, it describes records a crash lost, and must be gone (durably: the
-        // directory sync below) before the log grows past its offset again.
-        producer_snapshots::remove_above(&dir, recovered_end)?;
-        sync_dir(&dir).await?;
+        let segments = Self::recover_segments(&dir, &settings, now_ms).await?;
         let last = &segments.last().expect("at least one segment").meta;
-        // After recovery everything on disk is whole; make it durable before calling it so.
-        segments
-            .last()
-            .expect("segment")
-            .file
-            .fdatasync()
-            .await
-            .map_err(std::io::Error::from)?;
         let high_watermark = LogPosition {
             offset: last.next_offset,
             segment_base: last.base_offset,
@@ -331,6 +296,43 @@ impl PartitionLog {
             epochs,
             aborted,
         })
+    }
+
+    /// The segments recovery leaves in `dir` (one empty segment for a new log), open, with
+    /// what lies past the recovered end gone and the whole made durable.
+    async fn recover_segments(
+        dir: &Path,
+        settings: &LogSettings,
+        now_ms: u64,
+    ) -> std::io::Result<Vec<Segment>> {
+        let interval = settings.index_interval_bytes;
+        let recovered = recovery::recover(&OsDisk::default(), dir, interval, now_ms)?;
+        if recovered.truncated_bytes > 0 {
+            let cut = recovered.truncated_bytes;
+            log::warn!(
+                "partition {}: recovery truncated {cut} bytes",
+                dir.display()
+            );
+        }
+        let mut metas = recovered.segments;
+        if metas.is_empty() {
+            metas.push(SegmentMeta::new(0, now_ms));
+        }
+        let recovered_end = metas.last().expect("at least one segment").next_offset;
+        let mut segments = Vec::with_capacity(metas.len());
+        for meta in metas {
+            let file = open_segment_file(&SegmentMeta::log_path(dir, meta.base_offset)).await?;
+            segments.push(Segment::new(meta, file)?);
+        }
+        // A roll's producer snapshot is durable before the closed segment's tail: past the
+        // recovered end, it describes records a crash lost, and must be gone (durably: the
+        // directory sync below) before the log grows past its offset again.
+        producer_snapshots::remove_above(dir, recovered_end)?;
+        sync_dir(dir).await?;
+        // After recovery everything on disk is whole; make it durable before calling it so.
+        let last = &segments.last().expect("at least one segment").file;
+        last.fdatasync().await.map_err(std::io::Error::from)?;
+        Ok(segments)
     }
 
     pub fn log_end_offset(&self) -> i64 {
