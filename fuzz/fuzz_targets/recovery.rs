@@ -10,6 +10,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::group::records;
 use sluice::storage::catalog::Catalog;
+use sluice::storage::disk::OsDisk;
 use sluice::storage::segment::SegmentMeta;
 use sluice::storage::{producer_snapshots, producer_state, recovery};
 use std::path::Path;
@@ -55,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         std::fs::write(p.join(recovery::CLEAN_MARKER), b"").unwrap();
     }
     let interval = 1 + (flags as u32 >> 2) * 64;
-    if let Ok(r) = recovery::recover(p, interval, 0) {
+    if let Ok(r) = recovery::recover(&OsDisk::default(), p, interval, 0) {
         for meta in &r.segments {
             let len = std::fs::metadata(SegmentMeta::log_path(p, meta.base_offset))
                 .map(|m| m.len())

@@ -13,7 +13,8 @@
 //! and loaded by the production code (`LeaderEpochs::save`/`load`, `txn_index::append_synced`
 //! and `rewrite`, and `recovery::load_aborted`, which rebuilds a damaged index from the log).
 //! What survives a crash besides: the high-watermark checkpoint (taken every
-//! `HW_CHECKPOINT_MS`).
+//! `HW_CHECKPOINT_MS`), whose offset a restart places in the log as it is then
+//! (`committed_position`, as `PartitionLog::restart_high_watermark` does).
 
 use super::batch::Batch;
 use super::disk::{DiskFaults, SimDisk};
@@ -48,8 +49,8 @@ fn segment() -> &'static Path {
 }
 
 /// A replica's log on its own simulated disk, and what `PartitionLog` keeps beside its
-/// batches: its positions, the high-watermark checkpoint, the epoch cache as held and as
-/// saved, producer state and the aborted-transaction index.
+/// batches: the segment's bookkeeping, its positions, the high-watermark checkpoint, the epoch
+/// cache, producer state and the aborted-transaction index.
 #[derive(Debug)]
 pub struct SimLog {
     /// The batches the file holds, decoded (the checks read them).
