@@ -9,6 +9,7 @@
 //! again once the marker is gone). Only a snapshot past the cut is useless, so those are
 //! removed with the tail (`remove_above`).
 
+use super::disk::{Disk, OsDisk};
 use super::producer_state::{decode_snapshot, encode_snapshot, Scanned, Snapshot};
 use crate::protocol::batch::{self, HEADER_BYTES};
 use glommio::io::{BufferedFile, ReadResult};
@@ -147,11 +148,9 @@ fn corrupt(e: impl std::fmt::Debug) -> std::io::Error {
     )
 }
 
+/// Removes `p` if it exists (`Disk::remove`).
 fn remove(p: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+    OsDisk::default().remove(p)
 }
 
 #[cfg(test)]

@@ -207,11 +207,10 @@ pub fn load(disk: &dyn Disk, dir: &Path, log_start: i64, log_end: i64) -> Loaded
         Ok(raw) => raw.unwrap_or_default(),
         Err(e) => {
             log::warn!("{}: cannot read {FILE}: {e}; rebuilding it", dir.display());
-            let (entries, intact, stale) = (Vec::new(), false, false);
             return Loaded {
-                entries,
-                intact,
-                stale,
+                entries: Vec::new(),
+                intact: false,
+                stale: false,
             };
         }
     };
