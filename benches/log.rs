@@ -6,6 +6,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use sluice::protocol::batch;
 use sluice::storage::log::{LogSettings, PartitionLog};
 use sluice::storage::read::{locate_batches, read_batches, Limit};
+use sluice::storage::segment_file::Volume;
 use std::cell::RefCell;
 
 /// 16 records of 1 KiB: a typical librdkafka batch for 1 KiB messages.
@@ -54,7 +55,7 @@ fn append_and_read(c: &mut Criterion) {
             |dir| {
                 executor.run(async {
                     let log = RefCell::new(
-                        PartitionLog::open(dir.path().into(), settings(), 0, 0)
+                        PartitionLog::open((Volume::Os, dir.path().into()), settings(), 0, 0)
                             .await
                             .unwrap(),
                     );
@@ -69,7 +70,7 @@ fn append_and_read(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let log = executor.run(async {
         let log = RefCell::new(
-            PartitionLog::open(dir.path().into(), settings(), 0, 0)
+            PartitionLog::open((Volume::Os, dir.path().into()), settings(), 0, 0)
                 .await
                 .unwrap(),
         );

@@ -70,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Some(raw) = s.get(4) {
         let _ = producer_state::decode_snapshot(raw);
-        let _ = producer_snapshots::newest_at_or_below(p, i64::MAX);
+        let _ = producer_snapshots::newest_at_or_below(&OsDisk::default(), p, i64::MAX);
     }
     if let Some(raw) = s.get(5) {
         let meta = p.join("__meta");

@@ -58,8 +58,8 @@ use crate::storage::compaction::{self, Aborted, Cleaning, Compacted, KeyMap, Txn
 use crate::storage::log::{create_file, PartitionLog};
 use crate::storage::recovery;
 use crate::storage::segment::{self, SegmentMeta};
+use crate::storage::segment_file::SegmentFile;
 use crate::storage::txn_index::AbortedTxn;
-use glommio::io::BufferedFile;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -88,7 +88,7 @@ struct Closed {
     created_ms: u64,
     /// Its newest record's timestamp (-1: none), for `delete.retention.ms`.
     max_timestamp: i64,
-    file: Rc<BufferedFile>,
+    file: Rc<SegmentFile>,
 }
 
 impl Closed {
@@ -331,9 +331,9 @@ async fn write_compacted(
 }
 
 /// Whole batches of a segment from byte `at` (at most a chunk, at least one batch).
-async fn read_chunk(file: &BufferedFile, at: u64, size_bytes: u64) -> std::io::Result<Vec<u8>> {
+async fn read_chunk(file: &SegmentFile, at: u64, size_bytes: u64) -> std::io::Result<Vec<u8>> {
     let want = CHUNK_BYTES.min(size_bytes - at) as usize;
-    let data = file.read_at(at, want).await.map_err(std::io::Error::from)?;
+    let data = file.read_at(at, want).await?;
     let whole = compaction::whole_batches_len(&data);
     if whole > 0 {
         return Ok(data[..whole].to_vec());
@@ -342,6 +342,6 @@ async fn read_chunk(file: &BufferedFile, at: u64, size_bytes: u64) -> std::io::R
     let size = batch::peek_size(&data)
         .filter(|&s| at + s as u64 <= size_bytes)
         .ok_or_else(|| std::io::Error::other(format!("no whole batch at byte {at}")))?;
-    let data = file.read_at(at, size).await.map_err(std::io::Error::from)?;
+    let data = file.read_at(at, size).await?;
     Ok(data.to_vec())
 }

@@ -20,6 +20,7 @@ use crate::storage::catalog::TopicId;
 use crate::storage::journal::{self as format, Stamp, Target, CHUNKS};
 use crate::storage::log::{sync_files, SyncWork};
 use crate::storage::positions::LogPosition;
+use crate::storage::segment_file::SegmentFile;
 use glommio::io::{BufferedFile, OpenOptions};
 use glommio::Task;
 use std::cell::RefCell;
@@ -41,7 +42,7 @@ pub struct Journal {
     state: RefCell<State>,
 }
 
-type Files = Vec<Rc<BufferedFile>>;
+type Files = Vec<Rc<SegmentFile>>;
 
 struct State {
     /// None: no journal (`log.journal_bytes` 0, or not opened yet).
@@ -71,7 +72,7 @@ pub struct Batch {
 struct Entry {
     dir: String,
     topic_id: TopicId,
-    file: Rc<BufferedFile>,
+    file: Rc<SegmentFile>,
     from: LogPosition,
     len: usize,
 }
@@ -201,7 +202,7 @@ impl Journal {
             };
             let from = e.from.file_position;
             format::encode(&mut records, stamp, &target, e.len, |b| {
-                read_at(&e.file, b, from)
+                e.file.read_exact_at(b, from)
             })?;
         }
         assert_eq!(records.len() as u64, batch.bytes, "admitted sizes");
@@ -326,11 +327,6 @@ fn std_file(file: &BufferedFile) -> ManuallyDrop<std::fs::File> {
     crate::storage::disk::borrow_file(file.as_raw_fd())
 }
 
-/// Fills `buf` from `file` at `at`: bytes just written, read back from the page cache.
-fn read_at(file: &BufferedFile, buf: &mut [u8], at: u64) -> io::Result<()> {
-    std_file(file).read_exact_at(buf, at)
-}
-
 /// Writes `bytes` to `file` at `at`, on this thread: a copy into page-cache pages of a
 /// preallocated, written file (no block allocation), cheaper than a round trip through the
 /// ring and its wake-up (the segment appends' reasoning, `storage/log.rs`).
@@ -341,6 +337,7 @@ fn write_at(file: &BufferedFile, bytes: &[u8], at: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::segment_file::Volume;
 
     /// A stop flag never set.
     static NEVER: AtomicBool = AtomicBool::new(false);
@@ -354,9 +351,9 @@ mod tests {
     }
 
     /// Writes `len` bytes (each its position's low byte) at `from` and returns the work for them.
-    async fn appended(file: &Rc<BufferedFile>, from: u64, len: u64) -> SyncWork {
+    async fn appended(file: &Rc<SegmentFile>, from: u64, len: u64) -> SyncWork {
         let bytes: Vec<u8> = (from..from + len).map(|i| i as u8).collect();
-        write_at(file, &bytes, from).unwrap();
+        file.write_at(from, &[&bytes]).unwrap();
         SyncWork {
             files: vec![file.clone()],
             from: at(from),
@@ -372,15 +369,7 @@ mod tests {
         let executor = glommio::LocalExecutorBuilder::default().spawn(move || async move {
             let journal = Journal::disabled();
             journal.open(&path, 1024 * 1024, 7, &NEVER).await.unwrap();
-            let segment = Rc::new(
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .buffered_open(&segment_path)
-                    .await
-                    .unwrap(),
-            );
+            let segment = Rc::new(Volume::Os.open_segment(&segment_path).await.unwrap());
             let chunk = format::MAX_PAYLOAD_BYTES as u64;
             let records = || format::journal_records(&std::fs::read(&path).unwrap()).len();
             let mut syncs = 0;

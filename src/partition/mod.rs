@@ -46,6 +46,7 @@ use crate::storage::log::{
 use crate::storage::positions::LogPosition;
 use crate::storage::producer_state::Verdict;
 use crate::storage::read;
+use crate::storage::segment_file::Volume;
 use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
 use env::Environment;
@@ -214,7 +215,8 @@ impl Partition {
             .map_or(crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH, |a| {
                 a.leader_epoch
             });
-        let log = PartitionLog::open(dir.clone(), settings, epoch, env.clock.wall_ms()).await?;
+        let at = (Volume::Os, dir.clone());
+        let log = PartitionLog::open(at, settings, epoch, env.clock.wall_ms()).await?;
         let log = RefCell::new(log);
         let replicated = topic.assignment(index).is_some();
         if replicated {
@@ -679,14 +681,17 @@ impl Partition {
             let bytes = read::read_batches(plan, req.offset, limit, boundary).await?;
             return Ok((!bytes.is_empty()).then_some(Chunk::Bytes(bytes)));
         }
-        match read::locate_batches(plan, req.offset, limit, boundary).await? {
-            None => Ok(None),
-            Some(span) if read::in_page_cache(plan, span) => Ok(Some(Chunk::File(FileSlice {
-                fd: plan.send_fd.clone(),
-                position: span.position,
-                len: span.len as usize,
-            }))),
-            Some(span) => {
+        let located = read::locate_batches(plan, req.offset, limit, boundary).await?;
+        match (located, plan.file.send_fd()) {
+            (None, _) => Ok(None),
+            (Some(span), Some(fd)) if read::in_page_cache(fd, span) => {
+                Ok(Some(Chunk::File(FileSlice {
+                    fd: fd.clone(),
+                    position: span.position,
+                    len: span.len as usize,
+                })))
+            }
+            (Some(span), _) => {
                 crate::metrics::bump(&self.env.metrics.cold_fetches);
                 Ok(Some(Chunk::Bytes(read::read_span(plan, span).await?)))
             }

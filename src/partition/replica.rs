@@ -415,8 +415,7 @@ impl ReplicaLog for PartitionLog {
         change: impl FnOnce(&mut LeaderEpochs) -> bool,
     ) -> std::io::Result<()> {
         if change(&mut self.epochs) {
-            self.epochs
-                .save(&crate::storage::disk::OsDisk::default(), &self.dir)?;
+            self.epochs.save(&*self.volume().disk(), &self.dir)?;
         }
         Ok(())
     }

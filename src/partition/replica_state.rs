@@ -7,9 +7,10 @@
 //! written against `ReplicaLog` (the log's ends, its high watermark and its epoch cache) and
 //! doing no I/O beyond the epoch cache's save: taking an assignment, moving the high watermark,
 //! a leader noting a follower's fetch, a follower taking its leader's batches and high
-//! watermark, cutting a divergent tail. `Partition` runs them over its `PartitionLog` and the
-//! simulator over its model of a disk (`sim/replica.rs`), so the simulator's seeds test these
-//! very functions, not a copy.
+//! watermark, cutting a divergent tail. `Partition` runs them over its `PartitionLog`, and so
+//! does the simulator (`sim/replica.rs`, over a simulated disk), so the simulator's seeds test
+//! these very functions, not a copy; the trait lets this module's unit tests run them over a
+//! list of batch ends.
 //!
 //! Invariant: the leader generation only grows, and moves exactly when this node starts a new
 //! leadership; `epoch_start` is the log end at that moment.

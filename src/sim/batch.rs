@@ -7,7 +7,6 @@
 
 use crate::protocol::batch::{self, BatchHeader};
 use crate::protocol::control;
-use crate::storage::producer_state::Scanned;
 use crate::storage::txn_index::Marker;
 
 /// Each record's value: the payload again and again, so that a batch is mostly records, as a
@@ -105,12 +104,6 @@ impl Batch {
     pub fn txn_records_of(&self) -> Option<i64> {
         let s = self.stamp?;
         (s.txn == Some(TxnPart::Records)).then_some(s.producer_id)
-    }
-
-    /// The batch as `producer_state::rebuild` replays it.
-    pub fn scanned(&self) -> Scanned {
-        let epoch = self.marker().map_or(-1, |m| m.coordinator_epoch);
-        (self.header(), epoch)
     }
 
     /// The batch's bytes, as its leader wrote them into its log.

@@ -124,15 +124,6 @@ impl SimDisk {
         }
         lost
     }
-
-    /// An fdatasync that covers the file's first `len` bytes: what was written when it was
-    /// issued (later writes may or may not be covered by a real one; here they are not).
-    pub fn sync_prefix(&self, path: &Path, len: u64) {
-        if let Some(f) = self.files.borrow_mut().get_mut(path) {
-            let len = (len as usize).min(f.current.len());
-            f.durable_len = f.durable_len.max(len);
-        }
-    }
 }
 
 impl Disk for SimDisk {

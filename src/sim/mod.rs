@@ -9,16 +9,14 @@
 //! (`liveness`), placement, elections and AlterPartition (`replication_op`), and each replica's
 //! replication rules (`partition::replica_state`: assignment, the commit rule, follower fetches,
 //! a follower's appends and truncation) and its fetcher's decisions (`replication::follower_rules`),
-//! run over `SimLog` (`replica_log.rs`) as `Partition` runs them over `PartitionLog`, with the
-//! log's positions (`storage::positions`: written, planned, synced, committed, the batch ends a
-//! commit stops at) planned and completed by the simulated flusher as `shard::flusher` does, the
-//! fdatasync in between. `SimLog` writes real record batches (`batch.rs`) into a segment file
-//! on a simulated disk; after a crash the production recovery (`storage::recovery`) cuts the
-//! torn tail and the production loaders read the leader epoch cache and the
-//! aborted-transaction index back (rebuilding a damaged index from the log). What the
-//! simulator stands in for: the glommio tasks that drive them (`node.rs`, `replication.rs` for
-//! the fetcher and the flusher), RPC (`network.rs`), the disk (`disk.rs`), and
-//! `PartitionLog`'s own bookkeeping of appends, syncs and truncations (`SimLog`).
+//! run over the production `PartitionLog` on a simulated disk (`replica_log.rs`: its appends with
+//! their indexes, producer state and aborted-transaction index, the flusher's sync work between
+//! `take_sync_work` and `complete_sync`, the follower-fetch read path, truncation, and the
+//! restart after a crash: recovery's cut of a torn tail, the epoch cache, the transaction index,
+//! the high watermark back to its checkpoint). Its batches are real record batches (`batch.rs`).
+//! What the simulator stands in for: `Partition` around the log (`replica.rs`), the glommio
+//! tasks that drive them (`node.rs`, `replication.rs` for the fetcher and the flusher), RPC
+//! (`network.rs`), and the disk (`disk.rs`).
 //!
 //! ## What runs, what is checked
 //!
@@ -79,8 +77,8 @@
 //! Transaction states' times are the world's (NTP-synced wall clocks), not the nodes' jumping
 //! monotonic clocks. Planted bugs (`src/inject.rs`, simulation builds only) prove the checks
 //! bite: `--check-injections` must catch each within 200 seeds. What it does not run:
-//! `PartitionLog`'s own appends, syncs and truncation (`replica_log.rs` does them over the same
-//! file format), segment rolls and indexes, groups of several members (rebalances
+//! `Partition` itself (`replica.rs` calls its parts as it does), segment rolls, groups of
+//! several members (rebalances
 //! between them), KIP-890's verification (the sim's producer only writes to partitions its
 //! coordinator added). The transactional client speaks transaction version 1 or 2 as the seed
 //! draws (version 2's requests travel as any message, late or twice: its epoch bump per

@@ -1,17 +1,15 @@
 //! One partition replica on one simulated node. Its decisions are the production code's: the
 //! replication rules of `partition::replica_state` (assignment, the commit rule, a leader noting
 //! follower fetches, a follower taking its leader's batches and high watermark, the KIP-279 cut
-//! point and what follows a cut), run over `SimLog` (`replica_log.rs`: the batches' bytes on a
-//! simulated disk, recovered by the production recovery after a crash) as `Partition` runs
-//! them over `PartitionLog`; idempotent and transactional producer state (`producer_state`)
-//! and the aborted-transaction index (`txn_index`) too, and the log's positions
-//! (`storage::positions`: written, planned, synced, committed, the batch ends a commit may stop
-//! at), whose syncs the simulated flusher plans and completes as `shard::flusher` does.
+//! point and what follows a cut) over the production `PartitionLog` on a simulated disk
+//! (`replica_log.rs`), called in the order `Partition` calls them; idempotent and transactional
+//! producer state (`producer_state`) and the aborted-transaction index (`txn_index`) are the
+//! log's own, and the simulated flusher plans and completes its syncs as `shard::flusher` does.
 
 use super::batch::{Batch, Stamp};
 use super::replica_log::SimLog;
 use crate::partition::commit::IsrRequest;
-use crate::partition::replica_state::{Assigned, ReplicaLog, ReplicaState};
+use crate::partition::replica_state::{Assigned, ReplicaState};
 use crate::protocol::batch::BatchHeader;
 use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
@@ -97,11 +95,11 @@ impl SimReplica {
     }
 
     pub fn high_watermark(&self) -> i64 {
-        self.log.high_watermark()
+        self.log.view().high_watermark()
     }
 
     pub fn synced_end(&self) -> i64 {
-        self.log.synced_end()
+        self.log.view().synced().offset
     }
 
     pub fn is_leader(&self) -> bool {
@@ -115,8 +113,9 @@ impl SimReplica {
 
     /// `Partition::last_stable_offset`: below it every transaction has ended.
     pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.log.high_watermark();
+        let hw = self.high_watermark();
         self.log
+            .view()
             .producers
             .first_unstable_offset()
             .map_or(hw, |first| first.min(hw))
@@ -148,15 +147,22 @@ impl SimReplica {
     ) -> bool {
         let assigned = self
             .state
-            .assign(local, assignment, brokers, now_ms, &mut self.log)
+            .assign(
+                local,
+                assignment,
+                brokers,
+                now_ms,
+                &mut *self.log.view_mut(),
+            )
             .expect("the simulated disk saves the epoch cache");
         if assigned == Assigned::Stale {
             return false;
         }
+        self.log.view_mut().leader_epoch = assignment.0.leader_epoch;
         if assigned == Assigned::Follows {
             self.fetch_sent_ms = None;
         }
-        self.state.advance_commit(&mut self.log);
+        self.state.advance_commit(&mut *self.log.view_mut());
         assigned != Assigned::Kept
     }
 
@@ -187,19 +193,21 @@ impl SimReplica {
             payload,
             stamp,
         };
-        let producers = &self.log.producers;
-        let verdict = match batch.marker() {
-            Some(m) => producers
-                .check_marker(batch.header().producer_id, m.coordinator_epoch)
-                .map(|()| Verdict::Append),
-            None => producers.check(&batch.header()),
+        let verdict = {
+            let producers = &self.log.view().producers;
+            match batch.marker() {
+                Some(m) => producers
+                    .check_marker(batch.header().producer_id, m.coordinator_epoch)
+                    .map(|()| Verdict::Append),
+                None => producers.check(&batch.header()),
+            }
         };
         match verdict {
             Ok(Verdict::Duplicate { base_offset }) => return Ok(Appended::Duplicate(base_offset)),
             Ok(Verdict::Append) => {}
             Err(e) => return Err(format!("{e:?}")),
         }
-        self.log.push(batch);
+        self.log.append(batch);
         Ok(Appended::New(batch.base))
     }
 
@@ -216,10 +224,11 @@ impl SimReplica {
             return false;
         }
         let synced = self.synced_end();
+        let log = &mut *self.log.view_mut();
         if let Some((_, hw)) = self.leader_hw_after_sync.take_if(|(end, _)| *end <= synced) {
-            self.state.learn_leader_high_watermark(&mut self.log, hw);
+            self.state.learn_leader_high_watermark(log, hw);
         }
-        self.state.advance_commit(&mut self.log);
+        self.state.advance_commit(log);
         true
     }
 
@@ -229,12 +238,12 @@ impl SimReplica {
         if let Err(refused) = self.check_fetch_epoch(epoch) {
             return refused;
         }
-        let noted = self
-            .state
-            .note_replica_fetch(&mut self.log, (node, offset), now_ms);
+        let noted =
+            self.state
+                .note_replica_fetch(&mut *self.log.view_mut(), (node, offset), now_ms);
         match noted {
             Err(e @ ResponseError::OffsetOutOfRange) => FetchAnswer {
-                high_watermark: self.log.high_watermark(),
+                high_watermark: self.high_watermark(),
                 log_start_offset: 0,
                 ..FetchAnswer::refused(e)
             },
@@ -264,7 +273,7 @@ impl SimReplica {
         FetchAnswer {
             error: None,
             batches: self.log.read_from(offset, 8),
-            high_watermark: self.log.high_watermark(),
+            high_watermark: self.high_watermark(),
             log_start_offset: 0,
         }
     }
@@ -273,13 +282,13 @@ impl SimReplica {
     /// its start (the simulated logs keep every record).
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
         let span = (0, self.log_end());
-        self.log.epochs.answer_for(epoch, self.epoch(), span)
+        self.log.view().epochs.answer_for(epoch, self.epoch(), span)
     }
 
     /// Where this follower cuts its log for its leader's epoch answer, and whether that
     /// settles it (`Partition::cut_point`).
     pub fn cut_point(&self, answer: (i32, i64)) -> (i64, bool) {
-        self.state.cut_point(&self.log, answer)
+        self.state.cut_point(&*self.log.view(), answer)
     }
 
     /// `Partition::truncate_diverged`: the log cut at `offset`; unless `complete`, the
@@ -290,7 +299,7 @@ impl SimReplica {
             self.checked_to = self.checked_to.min(self.log_end());
         }
         self.state
-            .truncated(&mut self.log, complete)
+            .truncated(&mut *self.log.view_mut(), complete)
             .expect("the simulated disk saves the epoch cache");
     }
 
@@ -302,14 +311,12 @@ impl SimReplica {
         if headers.is_empty()
             || self
                 .state
-                .take_replica_batches(&mut self.log, &headers)
+                .take_replica_batches(&mut *self.log.view_mut(), &headers)
                 .is_err()
         {
             return false;
         }
-        for b in batches {
-            self.log.push(*b);
-        }
+        self.log.append_replica(batches);
         self.leader_hw_after_sync = Some((self.log_end(), leader_hw));
         true
     }
@@ -317,12 +324,12 @@ impl SimReplica {
     /// The leader's high watermark, from a fetch response.
     pub fn learn_leader_high_watermark(&mut self, leader_hw: i64) {
         self.state
-            .learn_leader_high_watermark(&mut self.log, leader_hw);
+            .learn_leader_high_watermark(&mut *self.log.view_mut(), leader_hw);
     }
 
     /// The controller refused `request` for good (`Partition::isr_refused`).
     pub fn isr_refused(&mut self, request: &IsrRequest) {
-        self.state.isr_refused(&mut self.log, request);
+        self.state.isr_refused(&mut *self.log.view_mut(), request);
     }
 
     /// The in-sync set change this leader should ask for now (`Partition::isr_request_due`).
@@ -333,8 +340,11 @@ impl SimReplica {
         last_sent_ms: Option<u64>,
     ) -> Option<IsrRequest> {
         let retry_ms = crate::replication::isr::RETRY_MS;
-        self.state
-            .isr_request_due(&self.log, (now_ms, lag_max_ms), (last_sent_ms, retry_ms))
+        self.state.isr_request_due(
+            &*self.log.view(),
+            (now_ms, lag_max_ms),
+            (last_sent_ms, retry_ms),
+        )
     }
 
     /// The batch at `base`, if this log holds one there.

@@ -167,7 +167,7 @@ impl World {
             }
             self.ledger
                 .history
-                .check_stamped(i, tp, b, &r.log.aborted)?;
+                .check_stamped(i, tp, b, &r.log.view().aborted)?;
         }
         r.checked_to = r.checked_to.max(hw);
         Ok(())

@@ -193,7 +193,7 @@ impl World {
         let mut out = Vec::new();
         for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
             // What production's fetcher reads of the partition (`Partition::follower_view`).
-            let Some(view) = r.state.follower_view(&r.log) else {
+            let Some(view) = r.state.follower_view(&*r.log.view()) else {
                 continue;
             };
             let idle = r
@@ -388,7 +388,7 @@ impl World {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        let Some(view) = r.state.follower_view(&r.log) else {
+        let Some(view) = r.state.follower_view(&*r.log.view()) else {
             return Ok(());
         };
         if view.epoch != epoch || matches!(next_ask(&view), Ask::EpochEnd { .. }) {

@@ -141,7 +141,7 @@ impl World {
     /// ongoing.
     fn no_transaction_left_open(&self) -> Result<(), Violation> {
         for (tp, r, l) in self.leaders() {
-            if let Some(first) = r.log.producers.first_unstable_offset() {
+            if let Some(first) = r.log.view().producers.first_unstable_offset() {
                 violation(
                     NEVER_ENDS,
                     format!(
@@ -198,7 +198,9 @@ impl World {
                 if i == l || r.log.batches != leader.log.batches {
                     continue;
                 }
-                if entries(r) != entries(leader) || r.log.aborted != leader.log.aborted {
+                if entries(r) != entries(leader)
+                    || r.log.view().aborted != leader.log.view().aborted
+                {
                     violation(
                         "replicas that hold the same log hold the same producer state and aborted-transaction index",
                         format!(
@@ -206,8 +208,8 @@ impl World {
                             tp_name(tp),
                             entries(r),
                             entries(leader),
-                            r.log.aborted,
-                            leader.log.aborted
+                            r.log.view().aborted,
+                            leader.log.view().aborted
                         ),
                     )?;
                 }
@@ -219,7 +221,7 @@ impl World {
 
 /// A replica's producer state, less the times of last updates (which differ between them).
 fn entries(r: &SimReplica) -> Vec<ProducerEntry> {
-    let mut out = r.log.producers.to_entries();
+    let mut out = r.log.view().producers.to_entries();
     out.iter_mut().for_each(|e| e.last_update_ms = 0);
     out.sort_by_key(|e| e.producer_id);
     out

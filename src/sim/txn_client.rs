@@ -390,7 +390,8 @@ impl World {
             .copied()
             .collect();
         let upper = batches.last().map_or(offset, Batch::end);
-        let aborted = crate::storage::txn_index::aborted_between(&r.log.aborted, offset, upper);
+        let aborted =
+            crate::storage::txn_index::aborted_between(&r.log.view().aborted, offset, upper);
         let answer = ClientEvent::CommittedRecords {
             tp,
             batches,

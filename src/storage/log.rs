@@ -12,23 +12,20 @@
 //! Methods are synchronous planners around the async file I/O done by the caller, so that no
 //! `RefCell` borrow is held across an await.
 
-use super::disk::OsDisk;
+use super::disk::Disk;
 use super::epochs::LeaderEpochs;
 use super::positions::{LogPosition, LogPositions};
 use super::producer_snapshots;
 use super::producer_state::{self, ProducerTable, Snapshot};
 use super::recovery::{self, CLEAN_MARKER};
 use super::segment::{SegmentMeta, MAX_RELATIVE_OFFSET};
+use super::segment_file::{SegmentFile, Volume};
 use super::txn_index::{self, AbortedTxn};
-use crate::metrics::SEGMENT_DESCRIPTORS;
 use crate::protocol::batch::{self, BatchHeader};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// The file in a partition's directory that names its topic's id.
 pub const TOPIC_ID_FILE: &str = ".topic_id";
@@ -44,40 +41,20 @@ pub struct LogSettings {
 
 pub struct Segment {
     pub meta: SegmentMeta,
-    pub file: Rc<BufferedFile>,
-    /// A duplicate of the file's descriptor that any shard may send from (sendfile), kept open
-    /// by in-flight responses even if the segment is deleted meanwhile.
-    pub send_fd: Arc<OwnedFd>,
-}
-
-/// Descriptors a segment holds: its file, and the duplicate fetches send from.
-const DESCRIPTORS_PER_SEGMENT: u64 = 2;
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // In-flight fetches may keep the duplicate open a moment longer; the gauge counts what
-        // the log holds.
-        SEGMENT_DESCRIPTORS.fetch_sub(DESCRIPTORS_PER_SEGMENT, Ordering::Relaxed);
-    }
+    pub file: Rc<SegmentFile>,
 }
 
 impl Segment {
-    fn new(meta: SegmentMeta, file: BufferedFile) -> std::io::Result<Segment> {
-        // SAFETY: `file` is open for the whole call; the duplicate is an independent descriptor.
-        let send_fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
-        let send_fd = Arc::new(send_fd);
-        SEGMENT_DESCRIPTORS.fetch_add(DESCRIPTORS_PER_SEGMENT, Ordering::Relaxed);
-        Ok(Segment {
+    fn new(meta: SegmentMeta, file: SegmentFile) -> Segment {
+        Segment {
             meta,
             file: Rc::new(file),
-            send_fd,
-        })
+        }
     }
 
     fn plan(&self, position: u64, readable: u64) -> ReadPlan {
         ReadPlan {
             file: self.file.clone(),
-            send_fd: self.send_fd.clone(),
             segment_base: self.meta.base_offset,
             position,
             readable,
@@ -86,6 +63,8 @@ impl Segment {
 }
 
 pub struct PartitionLog {
+    /// Where the files are: the operating system's, or the simulator's disk.
+    volume: Volume,
     pub dir: PathBuf,
     pub settings: LogSettings,
     pub segments: Vec<Segment>,
@@ -93,8 +72,6 @@ pub struct PartitionLog {
     pub leader_epoch: i32,
     /// The written, synced and committed ends (`positions.rs`).
     positions: LogPositions,
-    /// Segments closed by a roll whose data still awaits an fdatasync.
-    unsynced_closed: Vec<Rc<BufferedFile>>,
     /// Set after a failed sync, or a failed write that could not be undone: the partition refuses
     /// work until a restart recovers it. After a failed fdatasync the kernel may have dropped the
     /// dirty pages, so no later sync could prove them durable.
@@ -113,7 +90,7 @@ pub struct PartitionLog {
 
 /// An append planned by `prepare_append`: the caller writes `data` at `position` of `file`.
 pub struct AppendPlan {
-    pub file: Rc<BufferedFile>,
+    pub file: Rc<SegmentFile>,
     pub position: u64,
     /// The batches as the producer sent them, still in the request's buffer.
     records: Bytes,
@@ -137,7 +114,7 @@ struct Cut {
     /// The later segments, out of the list, whose files go.
     doomed: Vec<i64>,
     /// The kept segment's file, and the bytes of it to look in for the first batch to cut.
-    file: Rc<BufferedFile>,
+    file: Rc<SegmentFile>,
     from: u64,
     size: u64,
 }
@@ -152,7 +129,7 @@ struct Stamp {
 /// Work for the flusher: sync these files, then call `complete_sync(target)`. The bytes
 /// between `from` (where the previous work ended) and `target` are new since then.
 pub struct SyncWork {
-    pub files: Vec<Rc<BufferedFile>>,
+    pub files: Vec<Rc<SegmentFile>>,
     pub from: LogPosition,
     pub target: LogPosition,
 }
@@ -160,8 +137,7 @@ pub struct SyncWork {
 /// What a read covers: bytes `[position, position+len)` of `file`, of which whole batches from
 /// `start_offset` on are returned.
 pub struct ReadPlan {
-    pub file: Rc<BufferedFile>,
-    pub send_fd: Arc<OwnedFd>,
+    pub file: Rc<SegmentFile>,
     /// The segment the range lies in.
     pub segment_base: i64,
     pub position: u64,
@@ -174,98 +150,34 @@ pub enum ReadError {
     OffsetOutOfRange,
 }
 
-/// Most pieces one pwritev(2) takes (Linux's IOV_MAX).
-const MAX_IOVECS: usize = 1024;
-
 /// Writes a plan's batches, each as its rewritten header then the rest of it from the request's
-/// buffer, with pwritev(2): no copy of record bytes in user space.
-///
-/// Synchronous on the shard's thread: a buffered write is a copy into the page cache, which
-/// io_uring would also do on this core (or punt to a worker); glommio's buffered write takes
-/// only an owned Vec, which would force a copy of every batch. Dirty pages stay few because the
-/// flusher syncs continuously, so the call does not wait on writeback in practice.
-///
-/// A short write means the disk filled up mid-write; the retry of the rest returns the real
-/// error (ENOSPC).
+/// buffer: no copy of record bytes in user space (`SegmentFile::write_at`).
 fn write_batches(plan: &AppendPlan) -> std::io::Result<()> {
     let mut pieces: Vec<&[u8]> = Vec::with_capacity(plan.heads.len() * 2);
     let mut at = 0;
     for head in &plan.heads {
         let size = batch::peek_size(head).expect("a validated header");
         pieces.push(head);
-        // Only non-empty pieces, so that every piece written moves `first` below.
+        // Only non-empty pieces (a writer skips a piece once wholly written).
         if size > batch::HEADER_BYTES {
             pieces.push(&plan.records[at + batch::HEADER_BYTES..at + size]);
         }
         at += size;
     }
-    let fd = plan.file.as_raw_fd();
-    let mut position = plan.position;
-    // The first piece not wholly written, and the bytes of it already written.
-    let (mut first, mut skip) = (0, 0);
-    // Every pass writes at least one byte or returns.
-    while first < pieces.len() {
-        let iov: Vec<libc::iovec> = pieces[first..]
-            .iter()
-            .take(MAX_IOVECS)
-            .enumerate()
-            .map(|(i, p)| {
-                let p = if i == 0 { &p[skip..] } else { p };
-                libc::iovec {
-                    iov_base: p.as_ptr() as *mut libc::c_void,
-                    iov_len: p.len(),
-                }
-            })
-            .collect();
-        // SAFETY: every iovec points into `pieces`, alive and unchanged for the call.
-        let n = unsafe {
-            libc::pwritev(
-                fd,
-                iov.as_ptr(),
-                iov.len() as libc::c_int,
-                position as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        position += n as u64;
-        skip += n as usize;
-        while first < pieces.len() && skip >= pieces[first].len() {
-            skip -= pieces[first].len();
-            first += 1;
-        }
-    }
-    Ok(())
-}
-
-async fn open_segment_file(path: &Path) -> std::io::Result<BufferedFile> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .buffered_open(path)
-        .await
-        .map_err(std::io::Error::from)
+    plan.file.write_at(plan.position, &pieces)
 }
 
 impl PartitionLog {
     /// Opens (recovering if needed) or creates the log in `dir`.
     pub async fn open(
-        dir: PathBuf,
+        (volume, dir): (Volume, PathBuf),
         settings: LogSettings,
         leader_epoch: i32,
         now_ms: u64,
     ) -> std::io::Result<PartitionLog> {
-        super::disk::create_dir_durably(&dir)?;
-        let segments = Self::recover_segments(&dir, &settings, now_ms).await?;
+        let disk = volume.disk();
+        disk.create_dir_all(&dir)?;
+        let segments = Self::recover_segments(&volume, &dir, &settings, now_ms).await?;
         let last = &segments.last().expect("at least one segment").meta;
         let high_watermark = LogPosition {
             offset: last.next_offset,
@@ -273,23 +185,23 @@ impl PartitionLog {
             file_position: last.size_bytes,
         };
         // DeleteRecords may have moved the start inside the first segment (see retention.rs).
-        let log_start_offset = super::retention::read_log_start(&dir)
+        let log_start_offset = super::retention::read_log_start(&*disk, &dir)
             .unwrap_or(i64::MIN)
             .clamp(segments[0].meta.base_offset, high_watermark.offset);
-        let sources = producer_sources(&dir, &segments, high_watermark.offset);
+        let sources = producer_sources(&*disk, &dir, &segments, high_watermark.offset);
         let producers = rebuild_producers(sources, high_watermark.offset, now_ms).await?;
-        let epochs = LeaderEpochs::load(&OsDisk::default(), &dir, high_watermark.offset)?;
+        let epochs = LeaderEpochs::load(&*disk, &dir, high_watermark.offset)?;
         let bases: Vec<i64> = segments.iter().map(|s| s.meta.base_offset).collect();
         let span = (log_start_offset, high_watermark.offset);
-        let aborted = recovery::load_aborted(&OsDisk::default(), &dir, &bases, span)?;
+        let aborted = recovery::load_aborted(&*disk, &dir, &bases, span)?;
         Ok(PartitionLog {
+            volume,
             dir,
             settings,
             segments,
             log_start_offset,
             leader_epoch,
             positions: LogPositions::at(high_watermark),
-            unsynced_closed: Vec::new(),
             failed: false,
             producers,
             cleaned_to: log_start_offset,
@@ -301,12 +213,14 @@ impl PartitionLog {
     /// The segments recovery leaves in `dir` (one empty segment for a new log), open, with
     /// what lies past the recovered end gone and the whole made durable.
     async fn recover_segments(
+        volume: &Volume,
         dir: &Path,
         settings: &LogSettings,
         now_ms: u64,
     ) -> std::io::Result<Vec<Segment>> {
         let interval = settings.index_interval_bytes;
-        let recovered = recovery::recover(&OsDisk::default(), dir, interval, now_ms)?;
+        let disk = volume.disk();
+        let recovered = recovery::recover(&*disk, dir, interval, now_ms)?;
         if recovered.truncated_bytes > 0 {
             let cut = recovered.truncated_bytes;
             log::warn!(
@@ -321,17 +235,17 @@ impl PartitionLog {
         let recovered_end = metas.last().expect("at least one segment").next_offset;
         let mut segments = Vec::with_capacity(metas.len());
         for meta in metas {
-            let file = open_segment_file(&SegmentMeta::log_path(dir, meta.base_offset)).await?;
-            segments.push(Segment::new(meta, file)?);
+            let path = SegmentMeta::log_path(dir, meta.base_offset);
+            segments.push(Segment::new(meta, volume.open_segment(&path).await?));
         }
         // A roll's producer snapshot is durable before the closed segment's tail: past the
         // recovered end, it describes records a crash lost, and must be gone (durably: the
         // directory sync below) before the log grows past its offset again.
-        producer_snapshots::remove_above(dir, recovered_end)?;
-        sync_dir(dir).await?;
+        producer_snapshots::remove_above(&*disk, dir, recovered_end)?;
+        volume.sync_dir(dir).await?;
         // After recovery everything on disk is whole; make it durable before calling it so.
         let last = &segments.last().expect("at least one segment").file;
-        last.fdatasync().await.map_err(std::io::Error::from)?;
+        last.fdatasync().await?;
         Ok(segments)
     }
 
@@ -449,6 +363,16 @@ impl PartitionLog {
         self.positions.commit_up_to(offset)
     }
 
+    /// Where the log's files are.
+    pub fn volume(&self) -> &Volume {
+        &self.volume
+    }
+
+    /// The small files' disk and the log's directory, taken before an await.
+    fn disk_and_dir(&self) -> (Rc<dyn Disk>, PathBuf) {
+        (self.volume.disk(), self.dir.clone())
+    }
+
     fn active(&self) -> &Segment {
         self.segments
             .last()
@@ -469,10 +393,11 @@ impl PartitionLog {
     /// Rolls to a new segment starting at the LEO. Async: creates the file, and writes the
     /// closing segment's indexes (their data is synced with the closed segment by the flusher).
     pub async fn roll(log: &std::cell::RefCell<PartitionLog>, now_ms: u64) -> std::io::Result<()> {
-        let (dir, base, closing_base, offset_index, time_index) = {
+        let (volume, dir, base, closing_base, offset_index, time_index) = {
             let l = log.borrow();
             let m = &l.active().meta;
             (
+                l.volume.clone(),
                 l.dir.clone(),
                 l.log_end_offset(),
                 m.base_offset,
@@ -484,20 +409,20 @@ impl PartitionLog {
             offset: base,
             producers: log.borrow().producers.to_entries(),
         };
-        producer_snapshots::write(&dir, &snapshot).await?;
-        write_indexes(&dir, closing_base, offset_index, time_index).await?;
-        let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
-        sync_dir(&dir).await?;
+        producer_snapshots::write(&volume, &dir, &snapshot).await?;
+        write_indexes(&volume, &dir, closing_base, offset_index, time_index).await?;
+        let file = volume
+            .open_segment(&SegmentMeta::log_path(&dir, base))
+            .await?;
+        volume.sync_dir(&dir).await?;
         let mut l = log.borrow_mut();
         assert_eq!(
             l.log_end_offset(),
             base,
             "appends are serialized around a roll"
         );
-        let closed = l.active().file.clone();
-        l.unsynced_closed.push(closed);
         l.segments
-            .push(Segment::new(SegmentMeta::new(base, now_ms), file)?);
+            .push(Segment::new(SegmentMeta::new(base, now_ms), file));
         log::info!("partition {}: rolled to segment {base}", dir.display());
         Ok(())
     }
@@ -615,11 +540,11 @@ impl PartitionLog {
         log: &std::cell::RefCell<PartitionLog>,
         plan: AppendPlan,
     ) -> std::io::Result<()> {
-        let dir = log.borrow().dir.clone();
+        let (disk, dir) = log.borrow().disk_and_dir();
         let indexed = plan
             .aborted
             .iter()
-            .try_for_each(|e| txn_index::append_synced(&OsDisk::default(), &dir, e));
+            .try_for_each(|e| txn_index::append_synced(&*disk, &dir, e));
         let error = match indexed.and_then(|()| write_batches(&plan)) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
@@ -632,7 +557,7 @@ impl PartitionLog {
         if !plan.aborted.is_empty() {
             // Entries synced for markers that were not written must not outlive them.
             let kept = log.borrow().aborted.clone();
-            if let Err(e) = txn_index::rewrite(&OsDisk::default(), &dir, &kept) {
+            if let Err(e) = txn_index::rewrite(&*disk, &dir, &kept) {
                 log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
             }
         }
@@ -652,8 +577,14 @@ impl PartitionLog {
             return None;
         }
         let (from, target) = self.positions.take_sync()?;
-        let mut files = std::mem::take(&mut self.unsynced_closed);
-        files.push(self.active().file.clone());
+        // The bytes before `from` are earlier work's: this work's are in the segment `from`
+        // lies in and every later one (a roll closes a segment without syncing it).
+        let files = self
+            .segments
+            .iter()
+            .filter(|s| s.meta.base_offset >= from.segment_base)
+            .map(|s| s.file.clone())
+            .collect();
         Some(SyncWork {
             files,
             from,
@@ -789,16 +720,18 @@ impl PartitionLog {
         aborts_removed: &[i64],
     ) -> std::io::Result<bool> {
         let base = meta.base_offset;
-        let (dir, found) = {
+        let (volume, dir, found) = {
             let l = log.borrow();
             let found = l
                 .segments
                 .iter()
                 .position(|s| s.meta.base_offset == base && s.meta.size_bytes == old_size_bytes);
-            (l.dir.clone(), found.filter(|&i| i + 1 < l.segments.len()))
+            let found = found.filter(|&i| i + 1 < l.segments.len());
+            (l.volume.clone(), l.dir.clone(), found)
         };
+        let disk = volume.disk();
         let Some(i) = found else {
-            std::fs::remove_file(cleaned)?;
+            disk.remove(cleaned)?;
             return Ok(false);
         };
         // The abort markers removed take their index entries with them: the index without
@@ -813,23 +746,25 @@ impl PartitionLog {
             kept.copied().collect::<Vec<_>>()
         });
         if let Some(entries) = &entries {
-            txn_index::write_next(&OsDisk::default(), &dir, base, entries)?;
+            txn_index::write_next(&*disk, &dir, base, entries)?;
         }
-        recovery::remove_indexes(&OsDisk::default(), &dir, base)?;
-        std::fs::rename(cleaned, SegmentMeta::log_path(&dir, base))?;
-        let file = open_segment_file(&SegmentMeta::log_path(&dir, base)).await?;
+        recovery::remove_indexes(&*disk, &dir, base)?;
+        disk.rename(cleaned, &SegmentMeta::log_path(&dir, base))?;
+        let file = volume
+            .open_segment(&SegmentMeta::log_path(&dir, base))
+            .await?;
         let (offset_index, time_index) = (meta.offset_index.to_bytes(), meta.time_index.to_bytes());
-        write_indexes(&dir, base, offset_index, time_index).await?;
-        sync_dir(&dir).await?;
+        write_indexes(&volume, &dir, base, offset_index, time_index).await?;
+        volume.sync_dir(&dir).await?;
         if entries.is_some() {
-            txn_index::adopt_next(&OsDisk::default(), &dir, base)?;
+            txn_index::adopt_next(&*disk, &dir, base)?;
         }
         let mut l = log.borrow_mut();
         assert_eq!(
             l.segments[i].meta.base_offset, base,
             "swaps hold the append lock"
         );
-        l.segments[i] = Segment::new(meta, file)?;
+        l.segments[i] = Segment::new(meta, file);
         if let Some(entries) = entries {
             l.aborted = entries;
         }
@@ -839,11 +774,12 @@ impl PartitionLog {
     /// Writes the index files and the clean-shutdown marker, after a final sync. Called once no
     /// more appends can arrive.
     pub async fn close(log: &std::cell::RefCell<PartitionLog>) -> std::io::Result<()> {
-        let (dir, files, base, offset_index, time_index, failed) = {
+        let (volume, dir, files, base, offset_index, time_index, failed) = {
             let l = log.borrow();
             let m = &l.active().meta;
             let files: Vec<_> = l.segments.iter().map(|s| s.file.clone()).collect();
             (
+                l.volume.clone(),
                 l.dir.clone(),
                 files,
                 m.base_offset,
@@ -853,12 +789,12 @@ impl PartitionLog {
             )
         };
         for f in &files {
-            f.fdatasync().await.map_err(std::io::Error::from)?;
+            f.fdatasync().await?;
         }
         if failed {
             return Ok(()); // no marker: the next start recovers fully
         }
-        write_indexes(&dir, base, offset_index, time_index).await?;
+        write_indexes(&volume, &dir, base, offset_index, time_index).await?;
         let snapshot = {
             let l = log.borrow();
             Snapshot {
@@ -866,9 +802,11 @@ impl PartitionLog {
                 producers: l.producers.to_entries(),
             }
         };
-        producer_snapshots::write(&dir, &snapshot).await?;
-        write_file(&dir.join(CLEAN_MARKER), Vec::new()).await?;
-        sync_dir(&dir).await
+        producer_snapshots::write(&volume, &dir, &snapshot).await?;
+        volume
+            .write_file(&dir.join(CLEAN_MARKER), Vec::new())
+            .await?;
+        volume.sync_dir(&dir).await
     }
 
     /// Removes every record at or after `offset` (rounded down to the batch holding it), for
@@ -889,16 +827,13 @@ impl PartitionLog {
         else {
             return Ok(());
         };
-        let dir = log.borrow().dir.clone();
+        let (disk, dir) = log.borrow().disk_and_dir();
         for base in doomed {
-            recovery::remove_segment(&OsDisk::default(), &dir, base)?;
+            recovery::remove_segment(&*disk, &dir, base)?;
         }
         let cut = first_batch_reaching(&keep_file, from, size, offset).await?;
-        keep_file
-            .truncate(cut)
-            .await
-            .map_err(std::io::Error::from)?;
-        keep_file.fdatasync().await.map_err(std::io::Error::from)?;
+        keep_file.truncate(cut).await?;
+        keep_file.fdatasync().await?;
         let meta = Self::meta_up_to(log, &keep_file, cut).await?;
         let end = LogPosition {
             offset: meta.next_offset,
@@ -913,10 +848,10 @@ impl PartitionLog {
         let kept = l.aborted.partition_point(|e| e.last_offset < end.offset);
         if kept < l.aborted.len() {
             l.aborted.truncate(kept);
-            txn_index::rewrite(&OsDisk::default(), &dir, &l.aborted)?;
+            txn_index::rewrite(&*disk, &dir, &l.aborted)?;
         }
         if l.epochs.truncate_from(end.offset) {
-            l.epochs.save(&OsDisk::default(), &dir)?;
+            l.epochs.save(&*disk, &dir)?;
         }
         Ok(())
     }
@@ -933,7 +868,7 @@ impl PartitionLog {
         offset: i64,
         now_ms: u64,
     ) -> std::io::Result<()> {
-        let (dir, bases) = {
+        let (volume, dir, bases) = {
             let l = log.borrow();
             let empty = l.log_start_offset == l.log_end_offset();
             assert!(
@@ -941,18 +876,21 @@ impl PartitionLog {
                 "only an empty log, or one wholly below {offset}, restarts there"
             );
             let bases: Vec<i64> = l.segments.iter().map(|s| s.meta.base_offset).collect();
-            (l.dir.clone(), bases)
+            (l.volume.clone(), l.dir.clone(), bases)
         };
-        super::retention::write_log_start(&dir, offset).await?;
+        let disk = volume.disk();
+        super::retention::write_log_start(&volume, &dir, offset).await?;
         for base in bases {
-            recovery::remove_segment(&OsDisk::default(), &dir, base)?;
+            recovery::remove_segment(&*disk, &dir, base)?;
         }
-        producer_snapshots::remove_above(&dir, i64::MIN)?;
-        txn_index::rewrite(&OsDisk::default(), &dir, &[])?;
-        LeaderEpochs::default().save(&OsDisk::default(), &dir)?;
-        let file = open_segment_file(&SegmentMeta::log_path(&dir, offset)).await?;
-        sync_dir(&dir).await?;
-        let segment = Segment::new(SegmentMeta::new(offset, now_ms), file)?;
+        producer_snapshots::remove_above(&*disk, &dir, i64::MIN)?;
+        txn_index::rewrite(&*disk, &dir, &[])?;
+        LeaderEpochs::default().save(&*disk, &dir)?;
+        let file = volume
+            .open_segment(&SegmentMeta::log_path(&dir, offset))
+            .await?;
+        volume.sync_dir(&dir).await?;
+        let segment = Segment::new(SegmentMeta::new(offset, now_ms), file);
         log.borrow_mut().reset_to(segment, offset);
         Ok(())
     }
@@ -969,7 +907,6 @@ impl PartitionLog {
         self.segments = vec![segment];
         self.log_start_offset = offset;
         self.positions = LogPositions::at(start);
-        self.unsynced_closed.clear();
         self.producers = ProducerTable::default();
         self.cleaned_to = offset;
         self.epochs = LeaderEpochs::default();
@@ -1021,13 +958,13 @@ impl PartitionLog {
         end: i64,
         now_ms: u64,
     ) -> std::io::Result<()> {
-        let dir = log.borrow().dir.clone();
-        producer_snapshots::remove_above(&dir, end)?;
+        let (disk, dir) = log.borrow().disk_and_dir();
+        producer_snapshots::remove_above(&*disk, &dir, end)?;
         if !producer_state::truncation_rebuilds() {
             log.borrow_mut().producers.truncate(end);
             return Ok(());
         }
-        let sources = producer_sources(&dir, &log.borrow().segments, end);
+        let sources = producer_sources(&*disk, &dir, &log.borrow().segments, end);
         let producers = rebuild_producers(sources, end, now_ms).await?;
         let mut l = log.borrow_mut();
         assert_eq!(l.log_end_offset(), end, "no append during a truncation");
@@ -1039,7 +976,7 @@ impl PartitionLog {
     /// entry before the cut, then the batches after that entry noted again.
     async fn meta_up_to(
         log: &std::cell::RefCell<PartitionLog>,
-        file: &BufferedFile,
+        file: &SegmentFile,
         cut: u64,
     ) -> std::io::Result<SegmentMeta> {
         let mut meta = log
@@ -1061,18 +998,15 @@ impl PartitionLog {
 }
 
 /// The batch header at byte `at` of `file`.
-async fn read_header(file: &BufferedFile, at: u64) -> std::io::Result<BatchHeader> {
-    let head = file
-        .read_at(at, batch::HEADER_BYTES)
-        .await
-        .map_err(std::io::Error::from)?;
+async fn read_header(file: &SegmentFile, at: u64) -> std::io::Result<BatchHeader> {
+    let head = file.read_at(at, batch::HEADER_BYTES).await?;
     batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))
 }
 
 /// Where the first batch holding an offset at or after `offset` starts, scanning headers from
 /// byte `from` (a batch start) up to `size`; `size` if none does.
 async fn first_batch_reaching(
-    file: &BufferedFile,
+    file: &SegmentFile,
     from: u64,
     size: u64,
     offset: i64,
@@ -1099,11 +1033,12 @@ fn next_end(segment: &Segment, hw: &LogPosition) -> u64 {
 /// What producer state as of `end` is rebuilt from: the newest snapshot at or below it, and
 /// the segments' bytes from the snapshot's offset (the index entry before it) on.
 fn producer_sources(
+    disk: &dyn Disk,
     dir: &Path,
     segments: &[Segment],
     end: i64,
 ) -> (Option<Snapshot>, Vec<producer_snapshots::Span>) {
-    let snapshot = producer_snapshots::newest_at_or_below(dir, end);
+    let snapshot = producer_snapshots::newest_at_or_below(disk, dir, end);
     let from = snapshot.as_ref().map_or(i64::MIN, |s| s.offset);
     let spans = segments
         .iter()
@@ -1141,13 +1076,16 @@ async fn rebuild_producers(
 /// Writes the two index files of the segment at `base`, from bytes taken while the log was
 /// borrowed (no borrow is held across the writes).
 async fn write_indexes(
+    volume: &Volume,
     dir: &Path,
     base: i64,
     offset_index: Vec<u8>,
     time_index: Vec<u8>,
 ) -> std::io::Result<()> {
-    write_file(&SegmentMeta::index_path(dir, base), offset_index).await?;
-    write_file(&SegmentMeta::time_index_path(dir, base), time_index).await
+    let offsets = SegmentMeta::index_path(dir, base);
+    volume.write_file(&offsets, offset_index).await?;
+    let times = SegmentMeta::time_index_path(dir, base);
+    volume.write_file(&times, time_index).await
 }
 
 /// Creates (or empties) a file to write from the start.
@@ -1172,10 +1110,10 @@ pub async fn write_file(path: &Path, data: Vec<u8>) -> std::io::Result<()> {
 }
 
 /// fdatasyncs `files` concurrently; returns how many.
-pub async fn sync_files(files: &[Rc<BufferedFile>]) -> std::io::Result<u64> {
+pub async fn sync_files(files: &[Rc<SegmentFile>]) -> std::io::Result<u64> {
     let syncs = files.iter().map(|f| f.fdatasync());
     for result in futures::future::join_all(syncs).await {
-        result.map_err(std::io::Error::from)?;
+        result?;
     }
     Ok(files.len() as u64)
 }
@@ -1291,7 +1229,7 @@ mod tests {
     /// An empty log of 1 MiB segments.
     async fn open_log(path: std::path::PathBuf) -> RefCell<PartitionLog> {
         RefCell::new(
-            PartitionLog::open(path, settings(1 << 20), 0, 0)
+            PartitionLog::open((Volume::Os, path), settings(1 << 20), 0, 0)
                 .await
                 .unwrap(),
         )
@@ -1301,7 +1239,7 @@ mod tests {
     /// The log at `path` with 2 KiB segments (several per `filled_log`), opened or reopened.
     async fn open_small_segments(path: std::path::PathBuf) -> RefCell<PartitionLog> {
         RefCell::new(
-            PartitionLog::open(path, settings(2048), 0, 0)
+            PartitionLog::open((Volume::Os, path), settings(2048), 0, 0)
                 .await
                 .unwrap(),
         )
@@ -1414,7 +1352,9 @@ mod tests {
                 offset: 100,
                 producers: Vec::new(),
             };
-            producer_snapshots::write(&path, &lost).await.unwrap();
+            producer_snapshots::write(&Volume::Os, &path, &lost)
+                .await
+                .unwrap();
             let _reopened = open_log(path.clone()).await;
             assert!(!producer_snapshots::path(&path, 100).exists());
         });
@@ -1429,7 +1369,11 @@ mod tests {
                 segment_ms: 10,
                 ..settings(1 << 20)
             };
-            let log = RefCell::new(PartitionLog::open(path, s, 0, 0).await.unwrap());
+            let log = RefCell::new(
+                PartitionLog::open((Volume::Os, path), s, 0, 0)
+                    .await
+                    .unwrap(),
+            );
             append(&log, 1).await;
             assert!(!log.borrow().needs_roll(100, 1, 9));
             assert!(
@@ -1644,7 +1588,9 @@ mod tests {
                 let open = |name: &str| {
                     let p = path.join(name);
                     async move {
-                        let log = PartitionLog::open(p, settings(segment_bytes), 0, 0).await;
+                        let log =
+                            PartitionLog::open((Volume::Os, p), settings(segment_bytes), 0, 0)
+                                .await;
                         RefCell::new(log.unwrap())
                     }
                 };

@@ -75,5 +75,6 @@ pub mod recovery;
 pub mod retention;
 pub mod security;
 pub mod segment;
+pub mod segment_file;
 pub mod topic_config;
 pub mod txn_index;

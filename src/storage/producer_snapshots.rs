@@ -9,10 +9,10 @@
 //! again once the marker is gone). Only a snapshot past the cut is useless, so those are
 //! removed with the tail (`remove_above`).
 
-use super::disk::{Disk, OsDisk};
+use super::disk::Disk;
 use super::producer_state::{decode_snapshot, encode_snapshot, Scanned, Snapshot};
+use super::segment_file::{Read, SegmentFile, Volume};
 use crate::protocol::batch::{self, HEADER_BYTES};
-use glommio::io::{BufferedFile, ReadResult};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -28,12 +28,12 @@ pub fn path(dir: &Path, offset: i64) -> PathBuf {
 }
 
 /// The offsets of `dir`'s snapshot files, ascending.
-fn offsets(dir: &Path) -> Vec<i64> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+fn offsets(disk: &dyn Disk, dir: &Path) -> Vec<i64> {
+    let Ok(names) = disk.list(dir) else {
         return Vec::new();
     };
-    let mut out: Vec<i64> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+    let mut out: Vec<i64> = names
+        .iter()
         .filter_map(|name| name.strip_suffix(SUFFIX)?.parse().ok())
         .collect();
     out.sort_unstable();
@@ -43,9 +43,9 @@ fn offsets(dir: &Path) -> Vec<i64> {
 /// The newest readable snapshot as of an offset at or below `offset`; an unreadable file is
 /// passed over (an older one, or the log itself, tells the same). A legacy file counts as of
 /// the offset it holds.
-pub fn newest_at_or_below(dir: &Path, offset: i64) -> Option<Snapshot> {
-    let read = |p: PathBuf| decode_snapshot(&std::fs::read(p).ok()?);
-    let newest = offsets(dir)
+pub fn newest_at_or_below(disk: &dyn Disk, dir: &Path, offset: i64) -> Option<Snapshot> {
+    let read = |p: PathBuf| decode_snapshot(&disk.read(&p).ok()??);
+    let newest = offsets(disk, dir)
         .into_iter()
         .rev()
         .filter(|&o| o <= offset)
@@ -55,38 +55,41 @@ pub fn newest_at_or_below(dir: &Path, offset: i64) -> Option<Snapshot> {
 
 /// Writes `snapshot` durably (through a temporary file and a rename), then removes all but the
 /// newest `KEPT` and any legacy file.
-pub async fn write(dir: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
+pub async fn write(volume: &Volume, dir: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
     let target = path(dir, snapshot.offset);
     let tmp = target.with_extension("snapshot.tmp");
-    super::log::write_file(&tmp, encode_snapshot(snapshot)).await?;
-    std::fs::rename(&tmp, &target)?;
-    let all = offsets(dir);
+    volume.write_file(&tmp, encode_snapshot(snapshot)).await?;
+    let disk = volume.disk();
+    disk.rename(&tmp, &target)?;
+    let all = offsets(&*disk, dir);
     for &o in &all[..all.len().saturating_sub(KEPT)] {
-        remove(&path(dir, o))?;
+        disk.remove(&path(dir, o))?;
     }
-    remove(&dir.join(LEGACY_FILE))
+    disk.remove(&dir.join(LEGACY_FILE))
 }
 
 /// Removes the snapshots as of offsets past `offset`: the log was truncated there, so they
 /// describe records that are gone (and may be written again differently).
-pub fn remove_above(dir: &Path, offset: i64) -> std::io::Result<()> {
-    for o in offsets(dir).into_iter().filter(|&o| o > offset) {
-        remove(&path(dir, o))?;
+pub fn remove_above(disk: &dyn Disk, dir: &Path, offset: i64) -> std::io::Result<()> {
+    for o in offsets(disk, dir).into_iter().filter(|&o| o > offset) {
+        disk.remove(&path(dir, o))?;
     }
     let legacy = dir.join(LEGACY_FILE);
-    let stale = std::fs::read(&legacy)
+    let stale = disk
+        .read(&legacy)
         .ok()
+        .flatten()
         .and_then(|raw| decode_snapshot(&raw))
         .is_some_and(|s| s.offset > offset);
     if stale {
-        remove(&legacy)?;
+        disk.remove(&legacy)?;
     }
     Ok(())
 }
 
 /// A segment's bytes to read producer state back from: whole batches, in log order.
 pub struct Span {
-    pub file: Rc<BufferedFile>,
+    pub file: Rc<SegmentFile>,
     pub from_position: u64,
     pub to_position: u64,
 }
@@ -126,14 +129,13 @@ pub async fn scan(spans: &[Span], from: i64) -> std::io::Result<Vec<Scanned>> {
     Ok(out)
 }
 
-async fn read(file: &BufferedFile, position: u64, len: u64) -> std::io::Result<ReadResult> {
-    let bytes = file.read_at(position, len as usize).await;
-    bytes.map_err(std::io::Error::from)
+async fn read(file: &SegmentFile, position: u64, len: u64) -> std::io::Result<Read> {
+    file.read_at(position, len as usize).await
 }
 
 /// The coordinator epoch the marker at `position` carries (-1 when it names none).
 async fn coordinator_epoch(
-    file: &BufferedFile,
+    file: &SegmentFile,
     position: u64,
     h: &batch::BatchHeader,
 ) -> std::io::Result<i32> {
@@ -148,14 +150,10 @@ fn corrupt(e: impl std::fmt::Debug) -> std::io::Error {
     )
 }
 
-/// Removes `p` if it exists (`Disk::remove`).
-fn remove(p: &Path) -> std::io::Result<()> {
-    OsDisk::default().remove(p)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::OsDisk;
 
     fn snapshot(offset: i64) -> Snapshot {
         Snapshot {
@@ -174,15 +172,16 @@ mod tests {
         // A file whose content names another offset, and garbage, are passed over.
         std::fs::write(path(d, 25), encode_snapshot(&snapshot(7))).unwrap();
         std::fs::write(path(d, 27), b"garbage").unwrap();
-        let at = |o| newest_at_or_below(d, o).map(|s| s.offset);
+        let disk = OsDisk::default();
+        let at = |o| newest_at_or_below(&disk, d, o).map(|s| s.offset);
         assert_eq!(at(29), Some(20));
         assert_eq!(at(30), Some(30));
         assert_eq!(at(9), None);
-        remove_above(d, 20).unwrap();
-        assert_eq!(offsets(d), vec![10, 20]);
+        remove_above(&disk, d, 20).unwrap();
+        assert_eq!(offsets(&disk, d), vec![10, 20]);
         // A legacy file serves until newer files exist, and goes with a cut below it.
         std::fs::write(d.join(LEGACY_FILE), encode_snapshot(&snapshot(15))).unwrap();
-        remove_above(d, 10).unwrap();
+        remove_above(&disk, d, 10).unwrap();
         assert_eq!(at(100), Some(10));
         assert!(!d.join(LEGACY_FILE).exists());
         std::fs::write(d.join(LEGACY_FILE), encode_snapshot(&snapshot(5))).unwrap();

@@ -3,7 +3,7 @@
 use super::log::ReadPlan;
 use crate::protocol::batch::{self, HEADER_BYTES};
 use bytes::Bytes;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Where the batches a fetch returns lie in a segment file: `len` bytes from `position`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,8 +124,8 @@ pub async fn read_batches(
 ///
 /// Asked with cachestat(2) (Linux 6.5+): one call over the whole range, touching no page. On
 /// older kernels, only the span's first and last bytes are probed, with non-waiting reads.
-pub fn in_page_cache(plan: &ReadPlan, span: Span) -> bool {
-    let fd = plan.send_fd.as_raw_fd();
+pub fn in_page_cache(send_fd: &OwnedFd, span: Span) -> bool {
+    let fd = send_fd.as_raw_fd();
     match cached_pages(fd, span) {
         Some((cached, pages)) => cached >= pages,
         None => ends_in_page_cache(fd, span),
@@ -213,11 +213,7 @@ fn ends_in_page_cache(fd: std::os::fd::RawFd, span: Span) -> bool {
 
 /// Reads a located span into memory, asynchronously through io_uring.
 pub async fn read_span(plan: &ReadPlan, span: Span) -> std::io::Result<Bytes> {
-    let data = plan
-        .file
-        .read_at(span.position, span.len as usize)
-        .await
-        .map_err(std::io::Error::from)?;
+    let data = plan.file.read_at(span.position, span.len as usize).await?;
     // glommio's read buffer cannot leave this thread; a fetch answered by another shard needs
     // bytes it can own.
     Ok(Bytes::copy_from_slice(&data))
@@ -229,11 +225,7 @@ async fn read_header(
     position: u64,
     end: u64,
 ) -> std::io::Result<batch::BatchHeader> {
-    let head = plan
-        .file
-        .read_at(position, HEADER_BYTES)
-        .await
-        .map_err(std::io::Error::from)?;
+    let head = plan.file.read_at(position, HEADER_BYTES).await?;
     let header = batch::parse_header(&head)
         .map_err(|e| std::io::Error::other(format!("corrupt batch at {position}: {e:?}")))?;
     if position + header.size_bytes as u64 > end {
@@ -254,11 +246,7 @@ pub async fn find_offset_for_timestamp(
     let end = plan.position + plan.readable;
     let mut position = plan.position;
     while position < end {
-        let head = plan
-            .file
-            .read_at(position, HEADER_BYTES)
-            .await
-            .map_err(std::io::Error::from)?;
+        let head = plan.file.read_at(position, HEADER_BYTES).await?;
         let header =
             batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         if header.max_timestamp >= timestamp {
@@ -274,11 +262,7 @@ pub async fn find_offset_for_timestamp(
             if header.compression() != 0 || log_append_time || header.base_timestamp >= timestamp {
                 return Ok(Some((header.base_offset, first)));
             }
-            let body = plan
-                .file
-                .read_at(position, header.size_bytes)
-                .await
-                .map_err(std::io::Error::from)?;
+            let body = plan.file.read_at(position, header.size_bytes).await?;
             return Ok(Some(
                 first_record_at_or_after(&body, &header, timestamp)
                     .unwrap_or((header.base_offset, first)),

@@ -35,8 +35,9 @@
 //! `auto.offset.reset`), ListOffsets earliest returns it, and DeleteRecords deletes the segments
 //! wholly below it at once.
 
-use super::disk::OsDisk;
-use super::log::{sync_dir, write_file, PartitionLog};
+use super::disk::Disk;
+use super::log::PartitionLog;
+use super::segment_file::Volume;
 use super::{recovery, segment};
 use std::cell::RefCell;
 use std::path::Path;
@@ -165,7 +166,7 @@ pub async fn delete_oldest(
     if count >= log.borrow().segments.len() {
         PartitionLog::roll(log, now_ms).await?;
     }
-    let (dir, doomed) = {
+    let (volume, dir, doomed) = {
         let mut l = log.borrow_mut();
         assert!(count < l.segments.len(), "the active segment is kept");
         let doomed: Vec<(i64, u64)> = l
@@ -175,12 +176,12 @@ pub async fn delete_oldest(
             .collect();
         let first = l.segments[0].meta.base_offset;
         l.log_start_offset = l.log_start_offset.max(first);
-        (l.dir.clone(), doomed)
+        (l.volume().clone(), l.dir.clone(), doomed)
     };
     for &(base, _) in &doomed {
-        recovery::remove_segment(&OsDisk::default(), &dir, base)?;
+        recovery::remove_segment(&*volume.disk(), &dir, base)?;
     }
-    sync_dir(&dir).await?;
+    volume.sync_dir(&dir).await?;
     let freed = doomed.iter().map(|&(_, size)| size).sum();
     log::info!(
         "partition {}: retention deleted {} segments ({freed} bytes); log starts at {}",
@@ -199,7 +200,7 @@ pub async fn advance_log_start(
     log: &RefCell<PartitionLog>,
     offset: i64,
 ) -> std::io::Result<Result<i64, AdvanceError>> {
-    let (dir, target) = {
+    let (volume, dir, target) = {
         let l = log.borrow();
         let hw = l.high_watermark();
         let target = if offset == -1 { hw } else { offset };
@@ -209,24 +210,30 @@ pub async fn advance_log_start(
         if target <= l.log_start_offset {
             return Ok(Ok(l.log_start_offset));
         }
-        (l.dir.clone(), target)
+        (l.volume().clone(), l.dir.clone(), target)
     };
-    write_log_start(&dir, target).await?;
+    write_log_start(&volume, &dir, target).await?;
     log.borrow_mut().log_start_offset = target;
     Ok(Ok(target))
 }
 
 /// Replaces the log start file atomically: a crash leaves the old value or the new one.
-pub(super) async fn write_log_start(dir: &Path, offset: i64) -> std::io::Result<()> {
+pub(super) async fn write_log_start(
+    volume: &Volume,
+    dir: &Path,
+    offset: i64,
+) -> std::io::Result<()> {
     let tmp = dir.join(format!("{LOG_START_FILE}.tmp"));
-    write_file(&tmp, offset.to_le_bytes().to_vec()).await?;
-    std::fs::rename(&tmp, dir.join(LOG_START_FILE))?;
-    sync_dir(dir).await
+    volume
+        .write_file(&tmp, offset.to_le_bytes().to_vec())
+        .await?;
+    volume.disk().rename(&tmp, &dir.join(LOG_START_FILE))?;
+    volume.sync_dir(dir).await
 }
 
 /// The log start offset a DeleteRecords left in `dir`, if any.
-pub fn read_log_start(dir: &Path) -> Option<i64> {
-    let raw = std::fs::read(dir.join(LOG_START_FILE)).ok()?;
+pub fn read_log_start(disk: &dyn Disk, dir: &Path) -> Option<i64> {
+    let raw = disk.read(&dir.join(LOG_START_FILE)).ok()??;
     Some(i64::from_le_bytes(raw.as_slice().try_into().ok()?))
 }
 
