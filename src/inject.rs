@@ -66,10 +66,14 @@ pub enum Bug {
     /// (`SegmentMeta::cut_at`): the index points past the log end, so the segment's
     /// bookkeeping ends there too, and reads and the next append go astray.
     TruncationKeepsIndexPastEnd,
+    /// A roll makes the next segment's name durable without syncing the closing segment first
+    /// (`PartitionLog::roll`, the bug the simulator found once its logs rolled): a power cut
+    /// that loses the closing segment's tail leaves a later segment after a gap.
+    RollSkipsClosingSync,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 18] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -87,6 +91,7 @@ impl Bug {
         Bug::FlusherAcksBeforeFsync,
         Bug::RecoverySkipsCrc,
         Bug::TruncationKeepsIndexPastEnd,
+        Bug::RollSkipsClosingSync,
     ];
 
     pub fn name(self) -> &'static str {
@@ -108,6 +113,7 @@ impl Bug {
             Bug::FlusherAcksBeforeFsync => "flusher-acks-before-fsync",
             Bug::RecoverySkipsCrc => "recovery-skips-crc",
             Bug::TruncationKeepsIndexPastEnd => "truncation-keeps-index-past-end",
+            Bug::RollSkipsClosingSync => "roll-skips-closing-sync",
         }
     }
 
@@ -163,6 +169,9 @@ impl Bug {
             }
             Bug::TruncationKeepsIndexPastEnd => {
                 "a truncation keeps offset-index entries past the cut, so the index points past the log end"
+            }
+            Bug::RollSkipsClosingSync => {
+                "a roll creates the next segment durably before the closing one is synced, so a power cut leaves a gap"
             }
         }
     }

@@ -123,8 +123,8 @@ fn run_seeds(seeds: &[u64], bug: Option<Bug>, summary: bool, trace_lines: usize)
 
 fn counts(s: &super::world::Stats) -> String {
     format!(
-        "{} events, {} crashes, {} power cuts, {} pauses, {} cut links, {} clock jumps, {} disk faults, {} elections, {} entries committed, {} idempotent batches acknowledged, {} batches consumed, {} offset commits acknowledged, {} offset fetches checked, {} group generations joined, {} transactions ended, {} batches read committed, {} torn log tails cut by recovery",
-        s.events, s.crashes, s.power_cuts, s.pauses, s.cuts, s.clock_jumps, s.disk_faults, s.elections, s.committed, s.idempotent_acked, s.consumed, s.offsets_committed, s.offsets_fetched, s.generations_joined, s.txns_ended, s.read_committed, s.tails_cut
+        "{} events, {} crashes, {} power cuts, {} pauses, {} cut links, {} clock jumps, {} disk faults, {} elections, {} entries committed, {} idempotent batches acknowledged, {} batches consumed, {} offset commits acknowledged, {} offset fetches checked, {} group generations joined, {} transactions ended, {} batches read committed, {} torn log tails cut by recovery, {} segments rolled",
+        s.events, s.crashes, s.power_cuts, s.pauses, s.cuts, s.clock_jumps, s.disk_faults, s.elections, s.committed, s.idempotent_acked, s.consumed, s.offsets_committed, s.offsets_fetched, s.generations_joined, s.txns_ended, s.read_committed, s.tails_cut, s.rolls
     )
 }
 
@@ -146,6 +146,7 @@ fn add(total: &mut super::world::Stats, s: &super::world::Stats) {
     total.txns_ended += s.txns_ended;
     total.read_committed += s.read_committed;
     total.tails_cut += s.tails_cut;
+    total.rolls += s.rolls;
 }
 
 /// Each planted bug must break an invariant within `limit` seeds.

@@ -77,7 +77,7 @@
 //! Transaction states' times are the world's (NTP-synced wall clocks), not the nodes' jumping
 //! monotonic clocks. Planted bugs (`src/inject.rs`, simulation builds only) prove the checks
 //! bite: `--check-injections` must catch each within 200 seeds. What it does not run:
-//! `Partition` itself (`replica.rs` calls its parts as it does), segment rolls, groups of
+//! `Partition` itself (`replica.rs` calls its parts as it does), groups of
 //! several members (rebalances
 //! between them), KIP-890's verification (the sim's producer only writes to partitions its
 //! coordinator added). The transactional client speaks transaction version 1 or 2 as the seed

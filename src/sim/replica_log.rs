@@ -5,7 +5,8 @@
 //! synced before its marker), `take_sync_work`/`sync_files`/`complete_sync`, `plan_read_below`
 //! and `read::read_batches` (a follower's fetch, KIP-74), `truncate_to`, and `open` (the
 //! recovery scan with its CRC checks and the cut of a torn tail, the epoch cache, producer
-//! state, the transaction index) with `restart_high_watermark`. The simulated logs never roll.
+//! state, the transaction index) with `restart_high_watermark`; rolls (`needs_roll`, `roll`:
+//! the closed segment's indexes and a producer-state snapshot) as `Partition` rolls.
 //!
 //! The bytes are the truth: a crash keeps what the disk kept (`SimDisk::crash_drawing`: the
 //! synced bytes and a random prefix of the rest, none after a power cut), then the log opens
@@ -20,7 +21,6 @@ use crate::protocol::batch::{self, BatchHeader};
 use crate::storage::disk::Disk;
 use crate::storage::log::{sync_files, AppendPlan, LogSettings, PartitionLog, SyncWork};
 use crate::storage::read::{self, Limit};
-use crate::storage::segment::SegmentMeta;
 use crate::storage::segment_file::Volume;
 use bytes::Bytes;
 use futures::executor::block_on;
@@ -38,22 +38,29 @@ const INDEX_INTERVAL_BYTES: u32 = 512;
 /// The most bytes a follower's fetch reads (a fetch's `partition_max_bytes`): a batch cut
 /// at this bound is left for the next fetch, as a Kafka client leaves a partial last batch.
 const FETCH_MAX_BYTES: usize = 16 << 10;
-/// The simulator's clock plays no part in a log: its segments never roll, and producer state's
-/// update times are not compared.
+/// `segment.bytes`: small (Kafka's default is 1 GiB), so that a log rolls every dozen or so of
+/// the simulator's batches: truncations and recoveries span several segments, and restarts
+/// read producer state back from the snapshots rolls write.
+const SEGMENT_BYTES: u64 = 4 << 10;
+/// The simulator's clock plays no part in a log: its segments roll by size only, and producer
+/// state's update times are not compared.
 const NOW_MS: u64 = 0;
 
 fn settings() -> LogSettings {
     LogSettings {
-        segment_bytes: u64::MAX,
+        segment_bytes: SEGMENT_BYTES,
         segment_ms: u64::MAX,
         index_interval_bytes: INDEX_INTERVAL_BYTES,
         log_append_time: false,
     }
 }
 
-/// The one segment file.
-fn segment() -> PathBuf {
-    SegmentMeta::log_path(Path::new(DIR), 0)
+/// The segment files in the log's directory, by name (the order of their base offsets).
+fn segment_files(disk: &SimDisk) -> Vec<PathBuf> {
+    let mut names = disk.list(Path::new(DIR)).expect("lists");
+    names.retain(|n| n.ends_with(".log"));
+    names.sort();
+    names.iter().map(|n| Path::new(DIR).join(n)).collect()
 }
 
 /// A replica's log on its own simulated disk (see the module doc).
@@ -66,6 +73,8 @@ pub struct SimLog {
     /// The flusher's sync in flight (`start_sync`), if any.
     syncing: Option<SyncWork>,
     pub hw_checkpoint: i64,
+    /// Segments rolled, over the log's whole life (the summary's count).
+    pub rolls: u64,
 }
 
 impl std::fmt::Debug for SimLog {
@@ -93,6 +102,7 @@ impl Default for SimLog {
             batches: Vec::new(),
             syncing: None,
             hw_checkpoint: 0,
+            rolls: 0,
         }
     }
 }
@@ -135,15 +145,25 @@ impl SimLog {
         kept - self.file_len()
     }
 
+    /// The bytes of the log's segment files.
     fn file_len(&self) -> u64 {
-        self.disk.len(&segment()).expect("reads").unwrap_or(0)
+        let files = segment_files(&self.disk);
+        let len = |p: &PathBuf| self.disk.len(p).expect("reads").unwrap_or(0);
+        files.iter().map(len).sum()
     }
 
-    /// The batches of the recovered file. Recovery must have left whole, valid batches,
-    /// ending where the log says.
+    /// The batches of the recovered files. Recovery must have left whole, valid batches in
+    /// each segment, continuing one another and ending where the log says.
     fn read_back(&self) -> Vec<Batch> {
-        let bytes = self.disk.read(&segment()).expect("reads");
-        let batches = decode(&bytes.unwrap_or_default());
+        let mut batches: Vec<Batch> = Vec::new();
+        for path in segment_files(&self.disk) {
+            let bytes = self.disk.read(&path).expect("reads").unwrap_or_default();
+            let segment = decode(&bytes);
+            if let (Some(last), Some(next)) = (batches.last(), segment.first()) {
+                assert_eq!(last.end(), next.base, "segments continue one another");
+            }
+            batches.extend(segment);
+        }
         let end = batches.last().map_or(0, Batch::end);
         assert_eq!(
             end,
@@ -153,20 +173,36 @@ impl SimLog {
         batches
     }
 
+    /// Rolls to a new segment first when appending `bytes` holding `offsets` offsets must
+    /// (`Partition::roll_if_needed`).
+    fn roll_if_needed(&mut self, bytes: &Bytes, offsets: i64) {
+        let len = bytes.len() as u64;
+        if self.log.borrow().needs_roll(len, offsets, NOW_MS) {
+            block_on(PartitionLog::roll(&self.log, NOW_MS)).expect("the simulated disk rolls");
+            self.rolls += 1;
+        }
+    }
+
     /// A leader's append of `b`, a producer's batch at the log end in the leader's epoch
     /// (`Partition::append`'s write: offsets and epoch stamped by the log).
     pub fn append(&mut self, b: Batch) {
-        let mut l = self.log.borrow_mut();
-        assert_eq!(b.epoch, l.leader_epoch, "stamped with the leader's epoch");
+        let epoch = self.log.borrow().leader_epoch;
+        assert_eq!(b.epoch, epoch, "stamped with the leader's epoch");
         let (bytes, headers) = encode(&[b]);
-        let plan = l.prepare_append(&bytes, &headers, NOW_MS);
-        drop(l);
+        self.roll_if_needed(&bytes, b.count);
+        let plan = self
+            .log
+            .borrow_mut()
+            .prepare_append(&bytes, &headers, NOW_MS);
         self.write(plan, &[b]);
     }
 
     /// A follower's append of its leader's batches (`Partition::append_replica`'s write).
     pub fn append_replica(&mut self, batches: &[Batch]) {
         let (bytes, headers) = encode(batches);
+        let first = batches.first().expect("batches to append");
+        let last = batches.last().expect("batches to append");
+        self.roll_if_needed(&bytes, last.end() - first.base);
         let plan = self
             .log
             .borrow_mut()

@@ -119,6 +119,8 @@ pub struct Stats {
     pub read_committed: u64,
     /// Replica logs whose torn tail the production recovery cut after a crash.
     pub tails_cut: u64,
+    /// Segments the replica logs rolled.
+    pub rolls: u64,
 }
 
 pub struct World {
@@ -289,6 +291,11 @@ impl World {
         }
         self.ledger.stats.committed = self.ledger.checker.committed_entries() as u64;
         self.ledger.stats.txns_ended = self.txn_client.ended;
+        let replicas = self
+            .slots
+            .iter()
+            .flat_map(|s| s.partitions.replicas.values());
+        self.ledger.stats.rolls = replicas.map(|r| r.log.rolls).sum();
         super::converged(self)
     }
 

@@ -390,8 +390,9 @@ impl PartitionLog {
                 || meta.next_offset + offsets - meta.base_offset > MAX_RELATIVE_OFFSET)
     }
 
-    /// Rolls to a new segment starting at the LEO. Async: creates the file, and writes the
-    /// closing segment's indexes (their data is synced with the closed segment by the flusher).
+    /// Rolls to a new segment starting at the LEO. Async: syncs the closing segment, writes a
+    /// producer-state snapshot as of the new base and the closing segment's indexes, then
+    /// creates the new segment's file.
     pub async fn roll(log: &std::cell::RefCell<PartitionLog>, now_ms: u64) -> std::io::Result<()> {
         let (volume, dir, base, closing_base, offset_index, time_index) = {
             let l = log.borrow();
@@ -405,6 +406,13 @@ impl PartitionLog {
                 m.time_index.to_bytes(),
             )
         };
+        // The closing segment's bytes are durable before anything that follows them is: a crash
+        // must not keep the next segment (or a snapshot as of its base) after losing this
+        // one's tail, a gap in the log that recovery could not tell from compaction's.
+        if !crate::inject::active(crate::inject::Bug::RollSkipsClosingSync) {
+            let closing = log.borrow().active().file.clone();
+            closing.fdatasync().await?;
+        }
         let snapshot = Snapshot {
             offset: base,
             producers: log.borrow().producers.to_entries(),
@@ -578,7 +586,8 @@ impl PartitionLog {
         }
         let (from, target) = self.positions.take_sync()?;
         // The bytes before `from` are earlier work's: this work's are in the segment `from`
-        // lies in and every later one (a roll closes a segment without syncing it).
+        // lies in and every later one. (A roll synced the closed ones already; naming them
+        // keeps the work's files covering its bytes, which the shard journal relies on.)
         let files = self
             .segments
             .iter()

@@ -34,6 +34,10 @@
 //!   `sync_parent`): the data dir, partition directories, `__meta`, `__raft`, `__journal`, each
 //!   segment, index and marker file (`sync_dir` after them), the Raft log and the
 //!   aborted-transaction index when first created, and every rename.
+//! - A roll syncs the closing segment before it writes anything that follows it (the
+//!   producer snapshot as of the new base, the closing indexes, the new segment's name): no
+//!   later segment outlives a crash that lost an earlier one's tail, a gap recovery could not
+//!   tell from one compaction leaves (found by the simulator once its logs rolled).
 //! - Clean close (SIGTERM): sync every file, write the active segment's indexes and a
 //!   `.clean_shutdown` marker per partition.
 //! - Start-up (`storage/recovery.rs`): with the marker, indexes are trusted and only the bytes
