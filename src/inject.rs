@@ -70,10 +70,14 @@ pub enum Bug {
     /// (`PartitionLog::roll`, the bug the simulator found once its logs rolled): a power cut
     /// that loses the closing segment's tail leaves a later segment after a gap.
     RollSkipsClosingSync,
+    /// The undo of a failed append cuts the epoch cache too (`PartitionLog::write`, the bug
+    /// the simulator found once replica logs could fill up): a new leader whose first append
+    /// fails loses its own epoch's start, and a follower keeps a divergent tail.
+    UndoDropsEpochStart,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 18] = [
+    pub const ALL: [Bug; 19] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -92,6 +96,7 @@ impl Bug {
         Bug::RecoverySkipsCrc,
         Bug::TruncationKeepsIndexPastEnd,
         Bug::RollSkipsClosingSync,
+        Bug::UndoDropsEpochStart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -114,6 +119,7 @@ impl Bug {
             Bug::RecoverySkipsCrc => "recovery-skips-crc",
             Bug::TruncationKeepsIndexPastEnd => "truncation-keeps-index-past-end",
             Bug::RollSkipsClosingSync => "roll-skips-closing-sync",
+            Bug::UndoDropsEpochStart => "undo-drops-epoch-start",
         }
     }
 
@@ -172,6 +178,9 @@ impl Bug {
             }
             Bug::RollSkipsClosingSync => {
                 "a roll creates the next segment durably before the closing one is synced, so a power cut leaves a gap"
+            }
+            Bug::UndoDropsEpochStart => {
+                "undoing a failed append cuts the leader's own epoch start from the epoch cache"
             }
         }
     }

@@ -85,6 +85,14 @@ impl SimDisk {
         }
     }
 
+    /// How often an append fails with ENOSPC now (none once healed).
+    pub fn no_space_ppm(&self) -> u32 {
+        match self.healed.get() {
+            true => 0,
+            false => self.faults.no_space_ppm,
+        }
+    }
+
     pub fn heal(&self) {
         self.healed.set(true);
     }
@@ -132,7 +140,8 @@ impl Disk for SimDisk {
     }
 
     fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        if self.draw(self.faults.no_space_ppm) {
+        // Creating a file needs no block: only a write that allocates one finds the disk full.
+        if !bytes.is_empty() && self.draw(self.faults.no_space_ppm) {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         let mut files = self.files.borrow_mut();

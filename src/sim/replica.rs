@@ -78,7 +78,7 @@ pub struct SimReplica {
 }
 
 impl SimReplica {
-    /// A replica with no role until its node's catalog assigns one.
+    /// A replica with no role until its node's catalog assigns one, over `log`.
     pub fn new(log: SimLog) -> SimReplica {
         SimReplica {
             log,
@@ -130,9 +130,13 @@ impl SimReplica {
     /// A crash and restart: what the disk kept, and no role until the node's catalog assigns
     /// one. Returns the bytes recovery cut from the log's tail.
     pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
-        let mut log = std::mem::take(&mut self.log);
-        let cut = log.crash(rng, power_cut);
-        *self = SimReplica::new(log);
+        let cut = self.log.crash(rng, power_cut);
+        // What the process held in memory is gone.
+        self.state = ReplicaState::unassigned(1);
+        self.fetch_sent_ms = None;
+        self.epoch_query = None;
+        self.leader_hw_after_sync = None;
+        self.checked_to = 0;
         cut
     }
 
@@ -207,7 +211,10 @@ impl SimReplica {
             Ok(Verdict::Append) => {}
             Err(e) => return Err(format!("{e:?}")),
         }
-        self.log.append(batch);
+        // As `Partition::append` answers a failed roll or write.
+        self.log
+            .append(batch)
+            .map_err(|_| "KAFKA_STORAGE_ERROR".to_string())?;
         Ok(Appended::New(batch.base))
     }
 
@@ -316,7 +323,9 @@ impl SimReplica {
         {
             return false;
         }
-        self.log.append_replica(batches);
+        if self.log.append_replica(batches).is_err() {
+            return false; // KAFKA_STORAGE_ERROR: the fetcher asks again
+        }
         self.leader_hw_after_sync = Some((self.log_end(), leader_hw));
         true
     }

@@ -6,7 +6,9 @@
 //! and `read::read_batches` (a follower's fetch, KIP-74), `truncate_to`, and `open` (the
 //! recovery scan with its CRC checks and the cut of a torn tail, the epoch cache, producer
 //! state, the transaction index) with `restart_high_watermark`; rolls (`needs_roll`, `roll`:
-//! the closed segment's indexes and a producer-state snapshot) as `Partition` rolls.
+//! the closed segment's indexes and a producer-state snapshot) as `Partition` rolls. On seeds
+//! whose disks fill up, appends fail with ENOSPC now and then: `PartitionLog::write` undoes
+//! them, and the replica answers KAFKA_STORAGE_ERROR as `Partition` does.
 //!
 //! The bytes are the truth: a crash keeps what the disk kept (`SimDisk::crash_drawing`: the
 //! synced bytes and a random prefix of the rest, none after a power cut), then the log opens
@@ -27,6 +29,7 @@ use futures::executor::block_on;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Ref, RefCell, RefMut};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -88,14 +91,15 @@ impl std::fmt::Debug for SimLog {
     }
 }
 
-impl Default for SimLog {
-    fn default() -> SimLog {
+impl SimLog {
+    /// A new, empty log on its own disk, whose appends fail with ENOSPC `no_space_ppm` times
+    /// in a million (drawn from `seed`); it never fails an fsync.
+    pub fn new(seed: u64, no_space_ppm: u32) -> SimLog {
         let faults = DiskFaults {
             fsync_error_ppm: 0,
-            no_space_ppm: 0,
+            no_space_ppm,
         };
-        // The disk draws nothing of its own: a crash draws from the world's generator.
-        let disk = Rc::new(SimDisk::new(ChaCha8Rng::seed_from_u64(0), faults));
+        let disk = Rc::new(SimDisk::new(ChaCha8Rng::seed_from_u64(seed), faults));
         SimLog {
             log: RefCell::new(open(&disk)),
             disk,
@@ -104,6 +108,16 @@ impl Default for SimLog {
             hw_checkpoint: 0,
             rolls: 0,
         }
+    }
+
+    /// Faults end: the disk has room again.
+    pub fn heal(&self) {
+        self.disk.heal();
+    }
+
+    /// Appends that found the disk full, over the log's whole life.
+    pub fn faults(&self) -> u64 {
+        self.disk.faults_hit.get()
     }
 }
 
@@ -175,49 +189,77 @@ impl SimLog {
 
     /// Rolls to a new segment first when appending `bytes` holding `offsets` offsets must
     /// (`Partition::roll_if_needed`).
-    fn roll_if_needed(&mut self, bytes: &Bytes, offsets: i64) {
+    fn roll_if_needed(&mut self, bytes: &Bytes, offsets: i64) -> io::Result<()> {
         let len = bytes.len() as u64;
         if self.log.borrow().needs_roll(len, offsets, NOW_MS) {
-            block_on(PartitionLog::roll(&self.log, NOW_MS)).expect("the simulated disk rolls");
+            block_on(PartitionLog::roll(&self.log, NOW_MS))?;
             self.rolls += 1;
         }
+        Ok(())
     }
 
     /// A leader's append of `b`, a producer's batch at the log end in the leader's epoch
-    /// (`Partition::append`'s write: offsets and epoch stamped by the log).
-    pub fn append(&mut self, b: Batch) {
+    /// (`Partition::append`'s roll and write: offsets and epoch stamped by the log). An error
+    /// (the disk is full) changes nothing the log serves.
+    pub fn append(&mut self, b: Batch) -> io::Result<()> {
         let epoch = self.log.borrow().leader_epoch;
         assert_eq!(b.epoch, epoch, "stamped with the leader's epoch");
         let (bytes, headers) = encode(&[b]);
-        self.roll_if_needed(&bytes, b.count);
-        let plan = self
-            .log
-            .borrow_mut()
-            .prepare_append(&bytes, &headers, NOW_MS);
-        self.write(plan, &[b]);
+        self.unchanged_on_error(|log| {
+            log.roll_if_needed(&bytes, b.count)?;
+            let plan = log
+                .log
+                .borrow_mut()
+                .prepare_append(&bytes, &headers, NOW_MS);
+            log.write(plan, &[b])
+        })
     }
 
-    /// A follower's append of its leader's batches (`Partition::append_replica`'s write).
-    pub fn append_replica(&mut self, batches: &[Batch]) {
+    /// A follower's append of its leader's batches (`Partition::append_replica`'s roll and
+    /// write). An error (the disk is full) changes nothing the log serves.
+    pub fn append_replica(&mut self, batches: &[Batch]) -> io::Result<()> {
         let (bytes, headers) = encode(batches);
         let first = batches.first().expect("batches to append");
         let last = batches.last().expect("batches to append");
-        self.roll_if_needed(&bytes, last.end() - first.base);
-        let plan = self
-            .log
-            .borrow_mut()
-            .prepare_replica_append(&bytes, &headers, NOW_MS);
-        self.write(plan, batches);
+        self.unchanged_on_error(|log| {
+            log.roll_if_needed(&bytes, last.end() - first.base)?;
+            let plan = log
+                .log
+                .borrow_mut()
+                .prepare_replica_append(&bytes, &headers, NOW_MS);
+            log.write(plan, batches)
+        })
     }
 
-    fn write(&mut self, plan: AppendPlan, batches: &[Batch]) {
+    /// Runs `append`; when it fails, checks what production promises (`PartitionLog::write`):
+    /// the log's end and high watermark are as they were, and it still serves.
+    fn unchanged_on_error(
+        &mut self,
+        append: impl FnOnce(&mut SimLog) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let before = (self.log_end(), self.log.borrow().high_watermark());
+        let result = append(self);
+        if result.is_err() {
+            let l = self.log.borrow();
+            let after = (l.log_end_offset(), l.high_watermark());
+            assert_eq!(
+                after, before,
+                "a failed append changes nothing the log serves"
+            );
+            assert!(!l.failed, "a failed append is undone");
+        }
+        result
+    }
+
+    fn write(&mut self, plan: AppendPlan, batches: &[Batch]) -> io::Result<()> {
         assert_eq!(
             batches.first().map(|b| b.base),
             Some(plan.base_offset),
             "batches are dense"
         );
-        block_on(PartitionLog::write(&self.log, plan)).expect("the simulated disk writes");
+        block_on(PartitionLog::write(&self.log, plan))?;
         self.batches.extend_from_slice(batches);
+        Ok(())
     }
 
     /// Up to `most` batches from the first holding an offset at or past `offset`, read as the

@@ -11,6 +11,7 @@
 
 use super::node::Wire;
 use super::replica::{FetchAnswer, SimReplica};
+use super::replica_log::SimLog;
 use super::world::{Event, World};
 use crate::controller::{records, ControllerOp, IsrChange};
 use crate::replication::follower_rules::{next_ask, react, Ask, Reaction};
@@ -25,6 +26,10 @@ pub type Tp = ([u8; 16], i32);
 
 /// How often each node runs its replication pass.
 pub const REPLICATE_MS: u64 = 20;
+/// How often a replica log's append finds its disk full (per million appends to any of its
+/// files), on the nodes whose disks fill up: often enough that every such seed undoes a few
+/// appends, rolls and transaction-index entries (`PartitionLog::write`).
+const LOG_NO_SPACE_PPM: u32 = 5_000;
 /// A fetch without an answer for this long is given up (lost on the way) and sent again.
 const FETCH_RETRY_MS: u64 = 2_000;
 /// The high-watermark checkpoint's period (`Shard::checkpoint_high_watermarks`).
@@ -131,6 +136,22 @@ impl World {
         Ok(())
     }
 
+    /// Node `i`'s replica of `tp`, made (empty, on a disk of its own that finds itself full
+    /// now and then while the node's disk does) if the node had none.
+    fn replica_or_new(&mut self, i: usize, tp: Tp) -> &mut SimReplica {
+        if !self.slots[i].partitions.replicas.contains_key(&tp) {
+            let no_space_ppm = match self.slots[i].disk.no_space_ppm() {
+                0 => 0,
+                _ => LOG_NO_SPACE_PPM,
+            };
+            let log = SimLog::new(self.rng.gen(), no_space_ppm);
+            let replicas = &mut self.slots[i].partitions.replicas;
+            replicas.insert(tp, SimReplica::new(log));
+        }
+        let replicas = &mut self.slots[i].partitions.replicas;
+        replicas.get_mut(&tp).expect("made above")
+    }
+
     /// Installs node `i`'s catalog on its replicas when it changed (`Partition::assign`).
     fn assign_replicas(&mut self, i: usize) -> Result<(), super::checks::Violation> {
         let Some(node) = &self.slots[i].node else {
@@ -164,11 +185,7 @@ impl World {
                 .or_insert(a.leader_epoch);
             *newest = (*newest).max(a.leader_epoch);
             let now_ms = self.clock_ms(i);
-            let r = self.slots[i]
-                .partitions
-                .replicas
-                .entry(tp)
-                .or_insert_with(|| SimReplica::new(Default::default()));
+            let r = self.replica_or_new(i, tp);
             if r.assign(i as i32, (&a, partition_epoch), &brokers, now_ms) && r.is_leader() {
                 self.trace.note(
                     self.now_ms,

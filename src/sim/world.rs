@@ -295,7 +295,10 @@ impl World {
             .slots
             .iter()
             .flat_map(|s| s.partitions.replicas.values());
-        self.ledger.stats.rolls = replicas.map(|r| r.log.rolls).sum();
+        for r in replicas {
+            self.ledger.stats.rolls += r.log.rolls;
+            self.ledger.stats.disk_faults += r.log.faults();
+        }
         super::converged(self)
     }
 
@@ -749,6 +752,9 @@ impl World {
         // waits in its sockets is then taken in the order it came, before anything sent later.
         for i in 0..self.slots.len() {
             self.slots[i].disk.heal();
+            for r in self.slots[i].partitions.replicas.values() {
+                r.log.heal();
+            }
             if self.slots[i].node.is_none() {
                 self.schedule(0, Event::Restart(i));
             }

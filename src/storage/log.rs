@@ -569,7 +569,17 @@ impl PartitionLog {
                 log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
             }
         }
-        if let Err(undo) = PartitionLog::truncate_to(log, plan.base_offset, plan.now_ms).await {
+        // The epoch cache stays as it is: the append did not change it, and a leader's entry
+        // for its own epoch may begin right here (the bug the simulator found: an undone
+        // first append of a new leader took that entry away, and a follower then kept a
+        // divergent tail).
+        let undone = match crate::inject::active(crate::inject::Bug::UndoDropsEpochStart) {
+            true => PartitionLog::truncate_to(log, plan.base_offset, plan.now_ms).await,
+            false => PartitionLog::cut_tail(log, plan.base_offset, plan.now_ms)
+                .await
+                .map(drop),
+        };
+        if let Err(undo) = undone {
             log::error!(
                 "partition {}: cannot undo a failed append ({undo}); offline until restart",
                 log.borrow().dir.display()
@@ -819,14 +829,33 @@ impl PartitionLog {
     }
 
     /// Removes every record at or after `offset` (rounded down to the batch holding it), for
-    /// replication's divergence handling and for undoing a failed write. Later segments are
-    /// deleted; producer state is rebuilt as of the cut (`producer_snapshots`), at `now_ms`.
-    /// The caller holds the partition's append lock, so no append interleaves.
+    /// replication's divergence handling, and the leader epochs that begin there. Later
+    /// segments are deleted; producer state is rebuilt as of the cut (`producer_snapshots`),
+    /// at `now_ms`. The caller holds the partition's append lock, so no append interleaves.
     pub async fn truncate_to(
         log: &std::cell::RefCell<PartitionLog>,
         offset: i64,
         now_ms: u64,
     ) -> std::io::Result<()> {
+        let Some(end) = Self::cut_tail(log, offset, now_ms).await? else {
+            return Ok(());
+        };
+        let (disk, dir) = log.borrow().disk_and_dir();
+        let mut l = log.borrow_mut();
+        if l.epochs.truncate_from(end) {
+            l.epochs.save(&*disk, &dir)?;
+        }
+        Ok(())
+    }
+
+    /// `truncate_to` without the epoch cache: the records from `offset` go, with their
+    /// segments, indexes, producer state and aborted-transaction entries. Returns the new log
+    /// end, None when nothing lay at or past `offset`.
+    async fn cut_tail(
+        log: &std::cell::RefCell<PartitionLog>,
+        offset: i64,
+        now_ms: u64,
+    ) -> std::io::Result<Option<i64>> {
         let Some(Cut {
             doomed,
             file: keep_file,
@@ -834,7 +863,7 @@ impl PartitionLog {
             size,
         }) = log.borrow_mut().cut_plan(offset)
         else {
-            return Ok(());
+            return Ok(None);
         };
         let (disk, dir) = log.borrow().disk_and_dir();
         for base in doomed {
@@ -859,10 +888,7 @@ impl PartitionLog {
             l.aborted.truncate(kept);
             txn_index::rewrite(&*disk, &dir, &l.aborted)?;
         }
-        if l.epochs.truncate_from(end.offset) {
-            l.epochs.save(&*disk, &dir)?;
-        }
-        Ok(())
+        Ok(Some(end.offset))
     }
 
     /// Replaces the whole log with an empty one starting at `offset`: a follower's, when its
@@ -1576,6 +1602,40 @@ mod tests {
         entries.iter_mut().for_each(|e| e.last_update_ms = 0);
         entries.sort_by_key(|e| e.producer_id);
         entries
+    }
+
+    /// The bug the simulator found once replica logs could fill up: a leader whose first
+    /// append in its epoch fails (here the abort marker's index entry cannot be written) undoes
+    /// it, and keeps the epoch cache's entry for its own epoch, which begins exactly where the
+    /// undo cuts. Without it, OffsetsForLeaderEpoch answered the previous epoch's end with
+    /// this log's end, and a follower kept a divergent tail.
+    #[test]
+    fn an_undone_append_keeps_the_leaders_epoch_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let log = PartitionLog::open((Volume::Os, path.clone()), settings(1 << 20), 0, 0);
+            let log = RefCell::new(log.await.unwrap());
+            log.borrow_mut().epochs.assign(1, 0);
+            append_replica(&log, txn_batch(0, 1, 0, None)).await;
+            // This node leads epoch 2 from offset 3, as `ReplicaState::assign` notes it.
+            log.borrow_mut().epochs.assign(2, 3);
+            log.borrow_mut().leader_epoch = 2;
+            std::fs::create_dir(path.join(txn_index::FILE)).unwrap(); // no index can be written
+            let marker = txn_batch(0, 0, 0, Some(false));
+            let headers = batch::validate_all(&marker).unwrap();
+            let plan = log.borrow_mut().prepare_append(&marker, &headers, 0);
+            assert!(PartitionLog::write(&log, plan).await.is_err());
+            let l = log.borrow();
+            assert_eq!(l.log_end_offset(), 3, "the append is undone");
+            assert!(!l.failed);
+            assert_eq!(
+                l.epochs.end_offset_for(1, 3),
+                (1, 3),
+                "epoch 1 ends where 2 begins"
+            );
+            assert_eq!(l.epochs.latest(), Some(2));
+        });
     }
 
     /// Issue 36's first bug. A replica that led in epoch 0, wrote a transaction (offsets 0..9

@@ -57,8 +57,8 @@
 //! - Start-up and recovery use blocking std::fs before the shard serves anything; all I/O after
 //!   that goes through glommio (io_uring), except deleting a topic's directory, appends (pwritev,
 //!   ARCHITECTURE.md, "Copies on the data path") and fetch sends (sendfile).
-//! - A write that fails (ENOSPC, EIO) is undone in memory and on disk, and answered
-//!   KAFKA_STORAGE_ERROR; the partition serves again as soon as the disk has room. A failed
+//! - A write that fails (ENOSPC, EIO) is undone in memory and on disk (the leader epoch cache,
+//!   which the append did not change, stays as it was), and answered KAFKA_STORAGE_ERROR; the partition serves again as soon as the disk has room. A failed
 //!   fdatasync instead takes the partition offline until restart: the kernel may have dropped the
 //!   dirty pages, so no later sync could prove them durable.
 pub mod broker_config;
