@@ -548,11 +548,14 @@ impl PartitionLog {
         log: &std::cell::RefCell<PartitionLog>,
         plan: AppendPlan,
     ) -> std::io::Result<()> {
-        let (disk, dir) = log.borrow().disk_and_dir();
-        let indexed = plan
-            .aborted
-            .iter()
-            .try_for_each(|e| txn_index::append_synced(&*disk, &dir, e));
+        let indexed = match plan.aborted.is_empty() {
+            true => Ok(()), // most appends: nothing to index, and no disk handle taken
+            false => {
+                let (disk, dir) = log.borrow().disk_and_dir();
+                let mut entries = plan.aborted.iter();
+                entries.try_for_each(|e| txn_index::append_synced(&*disk, &dir, e))
+            }
+        };
         let error = match indexed.and_then(|()| write_batches(&plan)) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
@@ -564,6 +567,7 @@ impl PartitionLog {
         };
         if !plan.aborted.is_empty() {
             // Entries synced for markers that were not written must not outlive them.
+            let (disk, dir) = log.borrow().disk_and_dir();
             let kept = log.borrow().aborted.clone();
             if let Err(e) = txn_index::rewrite(&*disk, &dir, &kept) {
                 log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
@@ -598,10 +602,16 @@ impl PartitionLog {
         // The bytes before `from` are earlier work's: this work's are in the segment `from`
         // lies in and every later one. (A roll synced the closed ones already; naming them
         // keeps the work's files covering its bytes, which the shard journal relies on.)
-        let files = self
+        let first = self
             .segments
+            .partition_point(|s| s.meta.base_offset < from.segment_base);
+        assert!(
+            first < self.segments.len(),
+            "sync work from segment {} covers the active segment",
+            from.segment_base
+        );
+        let files = self.segments[first..]
             .iter()
-            .filter(|s| s.meta.base_offset >= from.segment_base)
             .map(|s| s.file.clone())
             .collect();
         Some(SyncWork {
