@@ -69,7 +69,8 @@ fn segment_files(disk: &SimDisk) -> Vec<PathBuf> {
 /// A replica's log on its own simulated disk (see the module doc).
 pub struct SimLog {
     log: RefCell<PartitionLog>,
-    /// The disk the log's files are on: no faults but what a crash does.
+    /// The disk the log's files are on: a crash's losses, and ENOSPC on seeds whose disks
+    /// fill up (`SimLog::new`).
     disk: Rc<SimDisk>,
     /// The batches the file holds, decoded (the checks read them).
     pub batches: Vec<Batch>,

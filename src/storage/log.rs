@@ -850,9 +850,9 @@ impl PartitionLog {
         let Some(end) = Self::cut_tail(log, offset, now_ms).await? else {
             return Ok(());
         };
-        let (disk, dir) = log.borrow().disk_and_dir();
         let mut l = log.borrow_mut();
         if l.epochs.truncate_from(end) {
+            let (disk, dir) = l.disk_and_dir();
             l.epochs.save(&*disk, &dir)?;
         }
         Ok(())

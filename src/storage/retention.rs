@@ -227,8 +227,8 @@ pub(super) async fn write_log_start(
     volume
         .write_file(&tmp, offset.to_le_bytes().to_vec())
         .await?;
-    volume.disk().rename(&tmp, &dir.join(LOG_START_FILE))?;
-    volume.sync_dir(dir).await
+    // `Disk::rename` is durable (it syncs the directory).
+    volume.disk().rename(&tmp, &dir.join(LOG_START_FILE))
 }
 
 /// The log start offset a DeleteRecords left in `dir`, if any.
