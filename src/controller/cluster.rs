@@ -182,6 +182,24 @@ impl Cluster {
         Ok(())
     }
 
+    /// Waits (bounded by the write timeout, on `clock`) until this node's proposals have
+    /// settled (`Quorum::settled`). A change whose commit timed out may still apply; one
+    /// decided before it does would not see it (the simulator, seed 61843: a leader's ask
+    /// refused for good while an earlier sending of it could still apply).
+    pub async fn await_settled(&self, clock: &dyn Clock) -> Result<(), Outcome> {
+        let deadline_ms = clock.monotonic_ms() + self.config.cluster.metadata_write_timeout_ms;
+        while !self.quorum.as_ref().is_none_or(|q| q.settled()) {
+            if clock.monotonic_ms() >= deadline_ms {
+                return Err((
+                    ResponseError::RequestTimedOut.code(),
+                    Some("an earlier change has not committed (is a quorum of voters up?)".into()),
+                ));
+            }
+            glommio::timer::sleep(Duration::from_millis(CONTROLLER_POLL_MS)).await;
+        }
+        Ok(())
+    }
+
     /// Waits (bounded by the write timeout, on `clock`) for an active controller: Ok(true)
     /// when it is this node, Ok(false) when it is another one (its id in `controller_id()`).
     pub async fn await_controller(&self, clock: &dyn Clock) -> Result<bool, Outcome> {

@@ -262,17 +262,6 @@ impl IsrChange {
             joining: r.joining,
         }
     }
-
-    /// The leader's request this change carries, computed at `partition_epoch`.
-    pub fn request(&self, partition_epoch: Option<i32>) -> IsrRequest {
-        IsrRequest {
-            epoch: self.leader_epoch,
-            partition_epoch,
-            from: self.from_isr.clone(),
-            isr: self.isr.clone(),
-            joining: self.joining.clone(),
-        }
-    }
 }
 
 /// A change to one topic's config overrides.
@@ -490,15 +479,31 @@ pub async fn execute(controllers: &Rc<Controllers>, op: ControllerOp) -> Vec<Out
         .unwrap_or_else(|e| vec![e; items])
 }
 
+/// The catalog a change is decided on, under the controller's lock: in a cluster the applied
+/// one, once every change this node proposed before has settled (`Cluster::await_settled`).
+async fn decided_on(
+    controller: &Controller,
+    shard: &Shard,
+    current: &Catalog,
+) -> Result<CatalogRecord, Outcome> {
+    match &controller.cluster {
+        Some(c) => {
+            c.await_settled(shard.clock()).await?;
+            Ok(c.applied.image())
+        }
+        None => Ok(current.to_record()),
+    }
+}
+
 /// Executes a topic change on this node's controller.
 async fn execute_here(controllers: &Rc<Controllers>, op: ControllerOp) -> Vec<Outcome> {
     let shard = &controllers.shard;
     let controller = here(controllers);
     let _permit = controller.lock().await;
     let current = shard.catalog();
-    let mut record = match &controller.cluster {
-        Some(c) => c.applied.image(),
-        None => current.to_record(),
+    let mut record = match decided_on(controller, shard, &current).await {
+        Ok(record) => record,
+        Err(e) => return vec![e; op.items()],
     };
     let mut out = Vec::new();
     let results = match op {

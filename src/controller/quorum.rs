@@ -101,6 +101,13 @@ impl Quorum {
         self.node.status()
     }
 
+    /// Whether every change this node proposed has applied here or can no longer apply
+    /// (leadership lost): a change decided on the applied catalog then sees every change
+    /// that may come before it in the log.
+    pub fn settled(&self) -> bool {
+        self.pending.borrow().is_empty()
+    }
+
     /// Each voter's (node id, index of the last entry known replicated to it): the leader's
     /// view; empty on a follower.
     pub fn voter_progress(&self) -> Vec<(i32, u64)> {

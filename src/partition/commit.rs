@@ -70,6 +70,9 @@ pub struct IsrRequest {
     pub from: Vec<i32>,
     pub isr: Vec<i32>,
     pub joining: Vec<(i32, u64)>,
+    /// Which sending of the ask this is (1: the first). Only the answer to its newest
+    /// sending settles it: an older sending's refusal may arrive after a newer one was taken.
+    pub sent: u32,
 }
 
 /// Whether two in-sync sets hold the same members (their order is the controller's).
@@ -210,7 +213,11 @@ impl Replicas {
     }
 
     /// The controller refused the ask `request` for good (an invalid set, or a joiner it
-    /// finds ineligible): it stops counting.
+    /// finds ineligible): it stops counting, if that was the ask's newest sending. (An older
+    /// sending's refusal says nothing of a newer one, which the controller may have taken
+    /// since: a joiner fenced then unfenced under the same registration. The controller
+    /// decides a sending only once every change it proposed before has applied, so no older
+    /// sending can apply after the newest one's refusal.)
     pub fn isr_refused(&mut self, request: &IsrRequest) {
         if self.pending_isr.as_ref() == Some(request) {
             self.pending_isr = None;
@@ -406,9 +413,12 @@ impl Replicas {
         (high_watermark, epoch_start): (i64, i64),
         (last_sent_ms, retry_ms): (Option<u64>, u64),
     ) -> Option<IsrRequest> {
-        if let Some(p) = &self.pending_isr {
+        if let Some(p) = &mut self.pending_isr {
             let due = last_sent_ms.is_none_or(|at| now_ms >= at + retry_ms);
-            return due.then(|| p.clone());
+            return due.then(|| {
+                p.sent += 1;
+                p.clone()
+            });
         }
         let isr = self.wanted_isr(now_ms, lag_max_ms, high_watermark, epoch_start)?;
         let request = IsrRequest {
@@ -417,6 +427,7 @@ impl Replicas {
             from: self.isr.clone(),
             joining: self.joining(&isr),
             isr,
+            sent: 1,
         };
         assert!(
             request.isr.contains(&self.local),
@@ -555,14 +566,25 @@ mod tests {
             r.isr_request_due(1200, 1000, (96, 0), (Some(1100), 2000)),
             None
         );
+        let again = r
+            .isr_request_due(3100, 1000, (96, 0), (Some(1100), 2000))
+            .expect("sent again");
         assert_eq!(
-            r.isr_request_due(3100, 1000, (96, 0), (Some(1100), 2000)),
-            Some(ask.clone())
+            again,
+            IsrRequest {
+                sent: 2,
+                ..ask.clone()
+            }
         );
         // Found by the simulator: 3 stopped qualifying, and the leader forgot the join it had
         // asked for while the controller took it. It counts until it installs another set.
         assert_eq!(r.committed(102), 96);
+        // Found by the simulator (seed 61843): the first sending was refused (3 fenced), 3 was
+        // unfenced under the same registration and the controller took the second sending;
+        // the first refusal arrived after. It does not end the ask; the second's does.
         r.isr_refused(&ask);
+        assert_eq!(r.committed(102), 96, "an older sending's refusal");
+        r.isr_refused(&again);
         assert_eq!(r.committed(102), 102, "refused for good");
     }
 

@@ -176,16 +176,23 @@ impl World {
         let Some((tp, leader)) = self.pick_led(i, false) else {
             return;
         };
-        let payload = self.clients.payload();
         let acks_all = self.rng.gen_bool(0.8);
-        let wire = Wire::Produce {
-            tp,
-            payload,
-            acks_all,
-            stamp: None,
-            producer: None,
+        // Now and then several requests in flight at once (librdkafka's default allows 5).
+        let burst = if self.rng.gen_bool(0.2) {
+            self.rng.gen_range(2..=5)
+        } else {
+            1
         };
-        self.send(i, leader as usize, wire);
+        for _ in 0..burst {
+            let wire = Wire::Produce {
+                tp,
+                payload: self.clients.payload(),
+                acks_all,
+                stamp: None,
+                producer: None,
+            };
+            self.send(i, leader as usize, wire);
+        }
     }
 
     /// An idempotent producer, with node `i`'s metadata, sends its next batch of a partition
@@ -250,10 +257,11 @@ impl World {
                 producer,
                 sequence: s.sequence,
             },
-            (None, Some(s)) if s.txn.is_some() => Answer::TxnRecords {
-                tp,
-                sequence: s.sequence,
-            },
+            (None, Some(s)) if s.txn.is_some() => {
+                // Written once its coordinator says the transaction holds the partition.
+                self.verify_txn_write(i, tp, (payload, s));
+                return Ok(());
+            }
             _ => Answer::Nobody,
         };
         self.append(i, tp, (payload, stamp), acks_all, answer, None);
@@ -281,9 +289,14 @@ impl World {
             return false;
         };
         let count = if marker { 1 } else { records_in(payload) };
+        let (rolls, unsynced) = (r.log.rolls, r.synced_end() < r.log_end());
         let Ok(appended) = r.append(payload, count, stamp, acks_all, min_insync) else {
             return false;
         };
+        if r.log.rolls > rolls && unsynced {
+            self.now_and_then_power_cut(i);
+        }
+        let r = &self.slots[i].partitions.replicas[&tp];
         let (generation, _) = r.leadership().expect("appended as leader");
         let (base, what) = match appended {
             Appended::New(base) => (base, "append"),

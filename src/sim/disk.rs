@@ -20,6 +20,12 @@ use std::path::{Path, PathBuf};
 pub struct DiskFaults {
     pub fsync_error_ppm: u32,
     pub no_space_ppm: u32,
+    /// The share of crashes (power cuts aside) after which a file kept some of its unsynced
+    /// bytes, writeback having reached them (per mille).
+    pub writeback_permille: u32,
+    /// The share of those in which a few sectors of the kept bytes read back spoiled
+    /// (`SimFile::punch_hole`, per mille).
+    pub hole_permille: u32,
 }
 
 #[derive(Default, Clone)]
@@ -85,6 +91,11 @@ impl SimDisk {
         }
     }
 
+    /// The faults this disk draws (as made: healing does not change them).
+    pub fn faults(&self) -> DiskFaults {
+        self.faults
+    }
+
     /// How often an append fails with ENOSPC now (none once healed).
     pub fn no_space_ppm(&self) -> u32 {
         match self.healed.get() {
@@ -118,14 +129,15 @@ impl SimDisk {
         let mut lost = 0;
         for f in self.files.borrow_mut().values_mut() {
             let unsynced = f.current.len() - f.durable_len;
-            let kept = if unsynced == 0 || power_cut || rng.gen_bool(0.5) {
+            let reached = !power_cut && rng.gen_ratio(self.faults.writeback_permille, 1_000);
+            let kept = if unsynced == 0 || !reached {
                 0
             } else {
                 rng.gen_range(0..=unsynced)
             };
             lost += (unsynced - kept) as u64;
             f.current.truncate(f.durable_len + kept);
-            if kept > 0 && rng.gen_bool(0.5) {
+            if kept > 0 && rng.gen_ratio(self.faults.hole_permille, 1_000) {
                 f.punch_hole(rng);
             }
             f.durable_len = f.current.len();

@@ -79,8 +79,10 @@
 //! bite: `--check-injections` must catch each within 200 seeds. What it does not run:
 //! `Partition` itself (`replica.rs` calls its parts as it does), groups of
 //! several members (rebalances
-//! between them), KIP-890's verification (the sim's producer only writes to partitions its
-//! coordinator added). The transactional client speaks transaction version 1 or 2 as the seed
+//! between them). A leader writes a transactional batch only once the coordinator its catalog
+//! names says the transaction holds the partition (KIP-890 part 1, the production
+//! `Coordinator::in_transaction`). Each seed draws its own mix of faults (`faults.rs`
+//! `FaultMix`). The transactional client speaks transaction version 1 or 2 as the seed
 //! draws (version 2's requests travel as any message, late or twice: its epoch bump per
 //! transaction fences them).
 

@@ -14,11 +14,12 @@ use crate::controller::liveness::{Decision, Sessions};
 use crate::controller::raft_node::{Handled, RaftNode};
 use crate::controller::raft_store::RaftStore;
 use crate::controller::records::{self, MetadataRecord};
-use crate::controller::{quorum, ControllerOp, IsrChange};
+use crate::controller::{quorum, ControllerOp};
+use crate::partition::commit::IsrRequest;
 use crate::storage::catalog::{BrokerRecord, CatalogRecord, EndpointRecord};
 use crate::storage::disk::Disk;
 use raft::prelude::Message;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -35,10 +36,11 @@ pub enum Wire {
     /// The controller's answer: the heartbeat was taken (the broker then counts as
     /// registered once its registration applies).
     HeartbeatTaken,
-    /// A partition leader's in-sync set change, to the active controller.
-    AlterPartition(IsrChange, Option<i32>),
-    /// The controller's refusal of it for good, to the leader.
-    IsrRefused(IsrChange, Option<i32>),
+    /// A partition leader's in-sync set change (one sending of its ask), to the active
+    /// controller.
+    AlterPartition(Tp, IsrRequest),
+    /// The controller's refusal of that sending for good, to the leader.
+    IsrRefused(Tp, IsrRequest),
     /// A producer's batch of `payload` (1 to 3 records) to the partition's leader; an
     /// idempotent producer's carries its stamp and the producer to answer.
     Produce {
@@ -97,6 +99,22 @@ pub enum Wire {
         request: u64,
         op: super::txns::TxnOp,
     },
+    /// A partition leader's check, with the coordinator in its metadata, that the producer's
+    /// transaction holds `partition` before it writes the producer's batch (KIP-890 part 1,
+    /// `kafka::produce::verify_transactional`).
+    VerifyTxn {
+        tp: Tp,
+        partition: crate::txn::state::TxnPartition,
+        payload: u64,
+        stamp: Stamp,
+    },
+    /// The coordinator's answer: the batch may be written, or why not.
+    TxnVerified {
+        tp: Tp,
+        payload: u64,
+        stamp: Stamp,
+        result: Result<(), String>,
+    },
     /// A transaction coordinator's marker, to the partition's leader (WriteTxnMarkers).
     WriteMarker(super::txns::MarkerRequest),
     /// The leader's answer: the marker is committed, or why not.
@@ -127,7 +145,13 @@ pub struct SimNode {
     next_proposal: u64,
     /// This node's proposals not yet applied or dropped: id → what they carry (for the trace).
     pub pending: BTreeMap<u64, String>,
+    /// Leaders' asks (asker, partition, sending) waiting for the controller's turn: production's
+    /// `execute_here` decides one change at a time, each once the earlier ones settled.
+    pub waiting_asks: VecDeque<(usize, Tp, IsrRequest)>,
 }
+
+/// Bound on `SimNode::waiting_asks`; an ask past it is dropped (its leader sends it again).
+pub const WAITING_ASKS_MAX: usize = 1024;
 
 impl SimNode {
     /// Starts the node on what its disk holds (a restart recovers like the broker's `recover`).
@@ -161,6 +185,7 @@ impl SimNode {
             led_term: 0,
             next_proposal: 1,
             pending: BTreeMap::new(),
+            waiting_asks: VecDeque::new(),
         })
     }
 
@@ -315,10 +340,16 @@ impl SimNode {
         }
     }
 
+    /// Whether this node may decide a change now: it is the active controller and every
+    /// change it proposed before has applied or will not (`Cluster::await_settled`).
+    pub fn settled(&self) -> bool {
+        self.raft.status().ready && self.pending.is_empty()
+    }
+
     /// Executes a replication operation as the active controller, from its applied catalog
-    /// (`controller::execute_here`).
+    /// (`controller::execute_here`); it decides nothing until `settled`.
     pub fn execute(&mut self, op: ControllerOp) -> Vec<crate::controller::Outcome> {
-        if !self.raft.status().ready {
+        if !self.settled() {
             return Vec::new();
         }
         let what = describe_op(&op);

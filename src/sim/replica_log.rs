@@ -93,12 +93,12 @@ impl std::fmt::Debug for SimLog {
 }
 
 impl SimLog {
-    /// A new, empty log on its own disk, whose appends fail with ENOSPC `no_space_ppm` times
-    /// in a million (drawn from `seed`); it never fails an fsync.
-    pub fn new(seed: u64, no_space_ppm: u32) -> SimLog {
+    /// A new, empty log on its own disk, which draws `faults` (from `seed`) but never fails
+    /// an fsync.
+    pub fn new(seed: u64, faults: DiskFaults) -> SimLog {
         let faults = DiskFaults {
             fsync_error_ppm: 0,
-            no_space_ppm,
+            ..faults
         };
         let disk = Rc::new(SimDisk::new(ChaCha8Rng::seed_from_u64(seed), faults));
         SimLog {

@@ -9,11 +9,13 @@
 //! every replica's committed records to one history, and every new leader to every
 //! acknowledged record.
 
+use super::disk::DiskFaults;
 use super::node::Wire;
 use super::replica::{FetchAnswer, SimReplica};
 use super::replica_log::SimLog;
 use super::world::{Event, World};
 use crate::controller::{records, ControllerOp, IsrChange};
+use crate::partition::commit::IsrRequest;
 use crate::replication::follower_rules::{next_ask, react, Ask, Reaction};
 use crate::storage::catalog::{self, BrokerRecord, PartitionAssignment};
 use kafka_protocol::ResponseError;
@@ -26,10 +28,6 @@ pub type Tp = ([u8; 16], i32);
 
 /// How often each node runs its replication pass.
 pub const REPLICATE_MS: u64 = 20;
-/// How often a replica log's append finds its disk full (per million appends to any of its
-/// files), on the nodes whose disks fill up: often enough that every such seed undoes a few
-/// appends, rolls and transaction-index entries (`PartitionLog::write`).
-const LOG_NO_SPACE_PPM: u32 = 5_000;
 /// A fetch without an answer for this long is given up (lost on the way) and sent again.
 const FETCH_RETRY_MS: u64 = 2_000;
 /// The high-watermark checkpoint's period (`Shard::checkpoint_high_watermarks`).
@@ -140,11 +138,16 @@ impl World {
     /// now and then while the node's disk does) if the node had none.
     fn replica_or_new(&mut self, i: usize, tp: Tp) -> &mut SimReplica {
         if !self.slots[i].partitions.replicas.contains_key(&tp) {
-            let no_space_ppm = match self.slots[i].disk.no_space_ppm() {
+            let disk = &self.slots[i].disk;
+            let no_space_ppm = match disk.no_space_ppm() {
                 0 => 0,
-                _ => LOG_NO_SPACE_PPM,
+                _ => self.workload.faults.log_no_space_ppm,
             };
-            let log = SimLog::new(self.rng.gen(), no_space_ppm);
+            let faults = DiskFaults {
+                no_space_ppm,
+                ..disk.faults()
+            };
+            let log = SimLog::new(self.rng.gen(), faults);
             let replicas = &mut self.slots[i].partitions.replicas;
             replicas.insert(tp, SimReplica::new(log));
         }
@@ -252,23 +255,23 @@ impl World {
             }
             let last = parts.isr_asked_ms.get(tp).copied();
             if let Some(request) = r.ask_isr(now_ms, lag_max_ms, last) {
-                let epoch = request.partition_epoch;
-                asks.push((*tp, IsrChange::new(tp.0, tp.1, i as i32, request), epoch));
+                asks.push((*tp, request));
             }
         }
-        for (tp, change, partition_epoch) in asks {
+        for (tp, request) in asks {
             let note = format!(
-                "node {i} asks for {} in sync {:?} → {:?} (epoch {})",
+                "node {i} asks for {} in sync {:?} → {:?} (epoch {}, sending {})",
                 tp_name(tp),
-                change.from_isr,
-                change.isr,
-                change.leader_epoch
+                request.from,
+                request.isr,
+                request.epoch,
+                request.sent
             );
             self.trace.note(self.now_ms, note);
             self.slots[i].partitions.isr_asked_ms.insert(tp, now_ms);
             // An RPC to the controller: one connection, in order.
             let c = controller as usize;
-            let ask = Wire::AlterPartition(change, partition_epoch);
+            let ask = Wire::AlterPartition(tp, request);
             self.send_ordered((i, c), i, c, ask);
         }
     }
@@ -292,7 +295,12 @@ impl World {
         if !std::mem::replace(&mut self.slots[i].partitions.flush_scheduled, true) {
             // It starts at once (production's `log.flush_interval_ms` is 0); now and then it
             // is late (a stalled task, a busy core).
-            let after_ms = if self.rng.gen_bool(0.05) { 50 } else { 0 };
+            let late = self.workload.faults.flush_late_permille;
+            let after_ms = if self.rng.gen_ratio(late, 1_000) {
+                self.rng.gen_range(20..=200)
+            } else {
+                0
+            };
             self.schedule(after_ms, Event::Flush(i));
         }
     }
@@ -450,11 +458,19 @@ impl World {
         &mut self,
         from: usize,
         to: usize,
-        change: IsrChange,
-        partition_epoch: Option<i32>,
+        tp: Tp,
+        request: IsrRequest,
     ) -> Result<(), super::checks::Violation> {
         let node = self.slots[to].node.as_mut().expect("checked");
-        let tp = (change.topic_id, change.partition);
+        if node.raft.status().ready && !node.settled() {
+            // It waits for the controller's turn (dropped when too many wait).
+            if node.waiting_asks.len() < super::node::WAITING_ASKS_MAX {
+                node.waiting_asks.push_back((from, tp, request));
+            }
+            return Ok(());
+        }
+        let partition_epoch = request.partition_epoch;
+        let change = IsrChange::new(tp.0, tp.1, from as i32, request.clone());
         let led = node.applied.read(|c| {
             let (_, a) = assignments(c).find(|(t, _)| *t == tp)?;
             Some((a.leader, a.leader_epoch))
@@ -476,23 +492,52 @@ impl World {
             return Err(super::checks::Violation { invariant, detail });
         }
         if code.is_some_and(crate::replication::isr::refused_for_good) {
-            let refused = Wire::IsrRefused(change, partition_epoch);
+            let note = format!(
+                "node {to} refuses {} in sync {:?} → {:?} for good (sending {})",
+                tp_name(tp),
+                request.from,
+                request.isr,
+                request.sent
+            );
+            self.trace.note(self.now_ms, note);
+            let refused = Wire::IsrRefused(tp, request);
             self.send_ordered((from, to), to, from, refused);
         }
         Ok(())
+    }
+
+    /// Decides the asks waiting on controller node `i` while it is settled (each one it takes
+    /// proposes a change, which unsettles it until the change applies).
+    pub(super) fn decide_waiting_asks(&mut self, i: usize) -> Result<(), super::checks::Violation> {
+        loop {
+            let Some(node) = self.slots[i].node.as_mut() else {
+                return Ok(());
+            };
+            if !node.raft.status().ready {
+                node.waiting_asks.clear();
+                return Ok(());
+            }
+            if !node.settled() {
+                return Ok(());
+            }
+            let Some((from, tp, request)) = node.waiting_asks.pop_front() else {
+                return Ok(());
+            };
+            self.on_alter_partition(from, i, tp, request)?;
+        }
     }
 
     /// The controller refused leader `i`'s ask for good: its joiners stop counting.
     pub(super) fn on_isr_refused(
         &mut self,
         i: usize,
-        (change, partition_epoch): (IsrChange, Option<i32>),
+        tp: Tp,
+        request: &IsrRequest,
     ) -> Result<(), super::checks::Violation> {
-        let tp = (change.topic_id, change.partition);
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        r.isr_refused(&change.request(partition_epoch));
+        r.isr_refused(request);
         self.replica_changed(i, tp)
     }
 

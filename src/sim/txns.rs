@@ -666,6 +666,77 @@ impl World {
         }
     }
 
+    /// Leader `i` asks the coordinator its metadata names whether the transaction of the
+    /// producer's batch holds `tp` (`kafka::produce::verify_transactional`); without a
+    /// coordinator the batch gets no answer, and the producer sends it again.
+    pub(super) fn verify_txn_write(&mut self, i: usize, tp: Tp, (payload, stamp): (u64, Stamp)) {
+        let Some((_, coordinator)) = self.txn_state_partition(i) else {
+            return;
+        };
+        let name = self.slots[i].node.as_ref().and_then(|n| {
+            n.applied
+                .read(|c| Some(c.topics.iter().find(|t| t.id == tp.0)?.name.clone()))
+        });
+        let (Ok(c), Some(name)) = (usize::try_from(coordinator), name) else {
+            return;
+        };
+        let wire = Wire::VerifyTxn {
+            tp,
+            partition: (name, tp.1),
+            payload,
+            stamp,
+        };
+        self.send(i, c, wire);
+    }
+
+    /// A leader's check on node `i`: the coordinator's answer from its state
+    /// (`Coordinator::in_transaction`), NOT_COORDINATOR when it serves none.
+    pub(super) fn on_verify_txn(
+        &mut self,
+        i: usize,
+        leader: usize,
+        (tp, partition): (Tp, TxnPartition),
+        (payload, stamp): (u64, Stamp),
+    ) {
+        let result = match self.txn_serving(i) {
+            None => Err(format!("{:?}", ResponseError::NotCoordinator)),
+            Some(c) => c
+                .coordinator
+                .in_transaction(TXN_ID, stamp.producer_id, stamp.epoch, &partition)
+                .map_err(|e| format!("{e:?}")),
+        };
+        let wire = Wire::TxnVerified {
+            tp,
+            payload,
+            stamp,
+            result,
+        };
+        self.send(i, leader, wire);
+    }
+
+    /// The coordinator's answer on leader `i`: the batch is written, or refused (the producer
+    /// sends it again until its transaction times out).
+    pub(super) fn on_txn_verified(
+        &mut self,
+        i: usize,
+        tp: Tp,
+        (payload, stamp): (u64, Stamp),
+        result: Result<(), String>,
+    ) {
+        if let Err(why) = result {
+            let note = format!(
+                "node {i}: {} refuses payload {payload}: not verified ({why})",
+                tp_name(tp)
+            );
+            return self.trace.note(self.now_ms, note);
+        }
+        let answer = Answer::TxnRecords {
+            tp,
+            sequence: stamp.sequence,
+        };
+        self.append(i, tp, (payload, Some(stamp)), true, answer, None);
+    }
+
     fn txn_answer(&mut self, i: usize, request: u64, result: Result<(i64, i16), String>) {
         let answer = super::clients::ClientEvent::TxnAnswer { request, result };
         self.answer_client(i, answer);

@@ -57,6 +57,8 @@ pub enum Event {
     Heartbeat(usize),
     Operation,
     Fault,
+    /// Every node loses power (a fault drawn after a roll: `now_and_then_power_cut`).
+    PowerCut,
     Restart(usize),
     Replicate(usize),
     Flush(usize),
@@ -164,6 +166,7 @@ impl Agenda {
 /// faulty phase is on, and when operations stop.
 pub struct Workload {
     pub faulting: bool,
+    pub faults: super::faults::FaultMix,
     cluster_id: String,
     topics_created: u32,
     /// Operations stop then, so that the end of the quiet phase sees no change in flight.
@@ -194,6 +197,8 @@ impl World {
         let faults = DiskFaults {
             fsync_error_ppm: if rng.gen_bool(0.3) { 2_000 } else { 0 },
             no_space_ppm: if rng.gen_bool(0.3) { 1_000 } else { 0 },
+            writeback_permille: if rng.gen_bool(0.5) { 900 } else { 500 },
+            hole_permille: if rng.gen_bool(0.5) { 900 } else { 500 },
         };
         let voters: Vec<Voter> = (0..nodes as i32)
             .map(|id| Voter {
@@ -217,8 +222,8 @@ impl World {
                     disk: Rc::new(SimDisk::new(disk_rng, faults)),
                     node: None,
                     config: Arc::new(config),
-                    // One node in three has a slow disk.
-                    flush_max_ms: if rng.gen_bool(0.3) { 60 } else { 5 },
+                    // Half the nodes have a slow disk, one in five a very slow one.
+                    flush_max_ms: [5, 5, 5, 5, 5, 60, 60, 60, 250, 250][rng.gen_range(0..10)],
                     paused_until_ms: 0,
                     held: Vec::new(),
                     skew_permille: rng.gen_range(-50..=50),
@@ -230,6 +235,7 @@ impl World {
                 }
             })
             .collect();
+        let fault_mix = super::faults::FaultMix::draw(&mut rng);
         let cluster_id = format!("sim{:016x}", rng.gen::<u64>());
         let txn_client = TxnClient::new(rng.gen_bool(0.5));
         World {
@@ -241,6 +247,7 @@ impl World {
             trace: Trace::default(),
             workload: Workload {
                 faulting: true,
+                faults: fault_mix,
                 cluster_id,
                 topics_created: 0,
                 operations_until_ms: 0,
@@ -366,6 +373,12 @@ impl World {
             Event::Flush(i) => self.on_flush(i),
             Event::Synced(i) => self.on_synced(i),
             Event::Fault => self.on_fault(),
+            Event::PowerCut => {
+                if self.workload.faulting {
+                    self.power_cut();
+                }
+                Ok(())
+            }
             Event::Restart(i) if self.slots[i].node.is_none() => self.start(i),
             Event::Restart(_) => Ok(()),
             Event::Heal(links) => {
@@ -503,9 +516,7 @@ impl World {
                     .expect("checked")
                     .on_heartbeat_taken();
             }
-            Wire::AlterPartition(change, partition_epoch) => {
-                self.on_alter_partition(from, to, change, partition_epoch)?
-            }
+            Wire::AlterPartition(tp, request) => self.on_alter_partition(from, to, tp, request)?,
             wire => return self.on_replication_wire(from, to, wire),
         }
         self.after_raft_input(to)
@@ -552,7 +563,7 @@ impl World {
             self.ledger.first_applied = after.applied;
             self.check_isr_holds_acked(i, after.applied)?;
         }
-        Ok(())
+        self.decide_waiting_asks(i)
     }
 
     fn on_replication_wire(&mut self, from: usize, to: usize, wire: Wire) -> Result<(), Violation> {
@@ -588,9 +599,27 @@ impl World {
                 latest,
                 answer,
             } => self.on_epoch_answer(to, tp, epoch, latest, answer),
-            Wire::IsrRefused(change, epoch) => self.on_isr_refused(to, (change, epoch)),
+            Wire::IsrRefused(tp, request) => self.on_isr_refused(to, tp, &request),
             Wire::Txn { request, op } => {
                 self.on_txn_request(to, request, op);
+                Ok(())
+            }
+            Wire::VerifyTxn {
+                tp,
+                partition,
+                payload,
+                stamp,
+            } => {
+                self.on_verify_txn(to, from, (tp, partition), (payload, stamp));
+                Ok(())
+            }
+            Wire::TxnVerified {
+                tp,
+                payload,
+                stamp,
+                result,
+            } => {
+                self.on_txn_verified(to, tp, (payload, stamp), result);
                 Ok(())
             }
             Wire::WriteMarker(marker) => {
@@ -774,6 +803,7 @@ fn event_node(event: &Event) -> Option<usize> {
         Event::Deliver { to, .. } | Event::DeliverOn { to, .. } => Some(*to),
         Event::Operation
         | Event::Fault
+        | Event::PowerCut
         | Event::Restart(_)
         | Event::Heal(_)
         | Event::EndFaults
