@@ -34,7 +34,11 @@ impl Request for DeleteOnOwner {
                     continue;
                 };
                 out.push(
-                    match p.delete_records(offset, topic.config.deletes()).await {
+                    match p
+                        .retention()
+                        .delete_records(offset, topic.config.deletes())
+                        .await
+                    {
                         Ok(low_watermark) => (0, low_watermark),
                         Err(e) => (e.code(), -1),
                     },

@@ -52,7 +52,9 @@
 //! Tombstones stay while they are the latest record of their key, until their segment's newest
 //! record is older than `delete.retention.ms` (1 day): then the key goes entirely.
 
-use super::Partition;
+use super::env::Environment;
+use super::fifo_lock::FifoLock;
+use super::txn::StableBound;
 use crate::protocol::batch;
 use crate::storage::compaction::{self, Aborted, Cleaning, Compacted, KeyMap, TxnsKept};
 use crate::storage::log::{create_file, PartitionLog};
@@ -60,6 +62,7 @@ use crate::storage::recovery;
 use crate::storage::segment::{self, SegmentMeta};
 use crate::storage::segment_file::SegmentFile;
 use crate::storage::txn_index::AbortedTxn;
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -108,12 +111,36 @@ struct Survey {
     index_interval_bytes: u32,
 }
 
-impl Partition {
+/// The parts of a partition that cleaning works on (`Partition::compaction`).
+pub struct Compaction<'a> {
+    name: &'a str,
+    log: &'a RefCell<PartitionLog>,
+    append_lock: &'a FifoLock,
+    stable: &'a StableBound,
+    env: &'a Environment,
+}
+
+impl<'a> Compaction<'a> {
+    pub fn new(
+        name: &'a str,
+        (log, append_lock): (&'a RefCell<PartitionLog>, &'a FifoLock),
+        stable: &'a StableBound,
+        env: &'a Environment,
+    ) -> Compaction<'a> {
+        Compaction {
+            name,
+            log,
+            append_lock,
+            stable,
+            env,
+        }
+    }
+
     /// One cleaning pass, if the closed segments are dirty enough. Storage errors are logged
     /// (rate limited) and counted; the next pass tries again.
     pub async fn compact(&self, policy: CleanPolicy) {
         if let Err(e) = self.try_compact(policy).await {
-            self.env.storage_error(&self.name, "compaction", &e);
+            self.env.storage_error(self.name, "compaction", &e);
         }
     }
 
@@ -171,7 +198,7 @@ impl Partition {
         if log.failed {
             return None;
         }
-        let lso = self.last_stable_offset();
+        let lso = super::txn::last_stable_offset(&log);
         let closed = log
             .segments
             .windows(2)
@@ -226,11 +253,11 @@ impl Partition {
             let _journal = self.env.fence_journal().await?;
             let removed = &cleaning.aborts_removed;
             let replaced =
-                PartitionLog::replace_segment(&self.log, c.size_bytes, &cleaned, meta, removed)
+                PartitionLog::replace_segment(self.log, c.size_bytes, &cleaned, meta, removed)
                     .await?;
             // The LSO's cached place lies above the cleaned segments; forgotten anyway, as a
             // swapped segment's byte positions are not its old ones.
-            self.stable_position.set(None);
+            self.stable.forget();
             if replaced {
                 done += segment_done;
             }

@@ -168,7 +168,7 @@ pub struct Partition {
     /// Who waits for which of the partition's positions.
     watchers: Watchers,
     /// The last stable offset's place in the log, once looked up (`txn.rs`).
-    stable_position: Cell<Option<LogPosition>>,
+    stable: txn::StableBound,
     /// The replicas, this node's role and leadership (`replica_state.rs`).
     replica: ReplicaState,
     /// The topic's record rules, codec and batch bound (see `ingest.rs`).
@@ -236,7 +236,7 @@ impl Partition {
             log,
             append_lock: FifoLock::default(),
             watchers: Watchers::default(),
-            stable_position: Cell::new(None),
+            stable: txn::StableBound::default(),
             replica: ReplicaState::new(topic.config.min_insync_replicas, replicated),
             rules: Cell::new(ingest::Rules::of(&topic.config)),
             queued_for_sync: Cell::new(false),
@@ -281,6 +281,61 @@ impl Partition {
     /// Offline after a failed sync (or a failed write that could not be undone), or deleted.
     pub fn is_failed(&self) -> bool {
         self.log.borrow().failed
+    }
+
+    /// Below this offset every transaction has ended: what read_committed readers may see.
+    pub fn last_stable_offset(&self) -> i64 {
+        txn::last_stable_offset(&self.log.borrow())
+    }
+
+    /// Wakes read_committed waiters up to the current LSO (after the high watermark moved or
+    /// a marker ended a transaction).
+    fn advance_stable(&self) {
+        self.watchers
+            .advance(Watch::Stable, self.last_stable_offset());
+    }
+
+    /// A read's answer (`txn::read_result`).
+    fn read_result(
+        &self,
+        req: &ReadRequest,
+        offsets: (i64, i64, i64),
+        records: Option<Chunk>,
+    ) -> ReadResult {
+        txn::read_result(&self.log.borrow(), req, offsets, records)
+    }
+
+    /// Writes the marker that ends (`producer_id`, `epoch`)'s transaction here: commit or
+    /// abort, written by the coordinator of leader epoch `coordinator_epoch`. The caller waits
+    /// for the commit it needs.
+    pub async fn append_marker(
+        self: &Rc<Self>,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<Appended, ResponseError> {
+        let now_ms = self.env.clock.wall_ms() as i64;
+        let marker = txn::marker(producer_id, epoch, commit, coordinator_epoch, now_ms);
+        self.append_from(marker, Source::Coordinator)
+            .await
+            .map_err(|r| r.error)
+    }
+
+    /// The producer's epoch as this partition knows it (None: unknown here).
+    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.log.borrow().producers.epoch_of(producer_id)
+    }
+
+    /// Cleaning a compacted topic's closed segments (`compaction.rs`).
+    pub fn compaction(&self) -> compaction::Compaction<'_> {
+        let locked = (&self.log, &self.append_lock);
+        compaction::Compaction::new(&self.name, locked, &self.stable, &self.env)
+    }
+
+    /// Dropping old records: the retention pass and DeleteRecords (`retention.rs`).
+    pub fn retention(&self) -> retention::Retention<'_> {
+        retention::Retention::new(&self.name, &self.log, &self.append_lock, &self.env)
     }
 
     /// Applies the topic's current configuration (AlterConfigs): effective from the next
@@ -346,7 +401,7 @@ impl Partition {
                 return Ok(duplicate);
             }
         } else {
-            self.check_markers(&records, &headers)?;
+            txn::check_markers(&self.log.borrow(), &records, &headers)?;
         }
         let now_ms = self.env.clock.wall_ms();
         // Under the turn: one conversion per partition at a time bounds the memory it takes.
@@ -572,7 +627,7 @@ impl Partition {
             // follower that has yet to learn its leader's) there is nothing yet, and no error
             // either, as in Kafka.
             if req.replica < 0 && req.offset > bound.offset && req.offset <= log.log_end_offset() {
-                return self.read_result(&req, hw, stable.offset, lso, None);
+                return self.read_result(&req, (hw, stable.offset, lso), None);
             }
             match log.plan_read_below(req.offset, bound) {
                 Err(ReadError::OffsetOutOfRange) => {
@@ -582,9 +637,9 @@ impl Partition {
             }
         };
         match plan.map(|plan| self.read_planned(plan, req)) {
-            None => self.read_result(&req, hw, stable.offset, lso, None),
+            None => self.read_result(&req, (hw, stable.offset, lso), None),
             Some(read) => match read.await {
-                Ok(records) => self.read_result(&req, hw, stable.offset, lso, records),
+                Ok(records) => self.read_result(&req, (hw, stable.offset, lso), records),
                 Err(e) => self.read_failed(&req, e),
             },
         }
@@ -603,7 +658,7 @@ impl Partition {
         };
         ReadResult {
             preferred_read_replica: replica,
-            ..self.read_result(&req, hw, stable.offset, lso, None)
+            ..self.read_result(&req, (hw, stable.offset, lso), None)
         }
     }
 
@@ -619,7 +674,8 @@ impl Partition {
                 log.log_start_offset,
             ));
         }
-        self.stable_bound()
+        self.stable
+            .find(&self.log)
             .await
             .map_err(|e| self.read_failed(req, e))
     }

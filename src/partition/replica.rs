@@ -219,7 +219,7 @@ impl Partition {
         if target <= self.log_start_offset() || self.is_leader() {
             return;
         }
-        if let Err(e) = self.delete_records(target, true).await {
+        if let Err(e) = self.retention().delete_records(target, true).await {
             log::warn!(
                 "replica of {}: log start {target} not taken: {e:?}",
                 self.name

@@ -3,21 +3,50 @@
 //! append, roll or truncation interleaves with a segment deletion. The rules themselves are
 //! pure, in `storage/retention.rs`.
 
-use super::Partition;
+use super::env::Environment;
+use super::fifo_lock::FifoLock;
 use crate::metrics::add;
+use crate::storage::log::PartitionLog;
 use crate::storage::retention::{self, AdvanceError, Policy};
 use kafka_protocol::ResponseError;
+use std::cell::RefCell;
 
-impl Partition {
+/// The parts of a partition that dropping old records works on (`Partition::retention`).
+pub struct Retention<'a> {
+    name: &'a str,
+    log: &'a RefCell<PartitionLog>,
+    append_lock: &'a FifoLock,
+    env: &'a Environment,
+}
+
+impl<'a> Retention<'a> {
+    pub fn new(
+        name: &'a str,
+        log: &'a RefCell<PartitionLog>,
+        append_lock: &'a FifoLock,
+        env: &'a Environment,
+    ) -> Retention<'a> {
+        Retention {
+            name,
+            log,
+            append_lock,
+            env,
+        }
+    }
+
+    fn is_failed(&self) -> bool {
+        self.log.borrow().failed
+    }
+
     /// Deletes the oldest segments that `policy` lets go. A storage error is logged (rate
     /// limited) and counted; the next pass tries again.
-    pub async fn enforce_retention(&self, policy: Policy) {
+    pub async fn enforce(&self, policy: Policy) {
         let _turn = self.append_lock.lock().await;
         if self.is_failed() {
             return;
         }
         if let Err(e) = self.delete_segments(policy).await {
-            self.env.storage_error(&self.name, "retention", &e);
+            self.env.storage_error(self.name, "retention", &e);
         }
     }
 
@@ -25,7 +54,7 @@ impl Partition {
     async fn delete_segments(&self, policy: Policy) -> std::io::Result<()> {
         let now_ms = self.env.clock.wall_ms();
         let count = retention::count(&self.log.borrow(), now_ms, policy);
-        let freed = retention::delete_oldest(&self.log, count, now_ms).await?;
+        let freed = retention::delete_oldest(self.log, count, now_ms).await?;
         add(&self.env.metrics.retention_deleted_segments, count as u64);
         add(&self.env.metrics.retention_deleted_bytes, freed);
         Ok(())
@@ -43,7 +72,7 @@ impl Partition {
         if self.is_failed() {
             return Err(ResponseError::KafkaStorageError);
         }
-        let advanced = match retention::advance_log_start(&self.log, offset).await {
+        let advanced = match retention::advance_log_start(self.log, offset).await {
             Ok(Ok(low_watermark)) => self
                 .delete_segments(Policy::LOG_START_ONLY)
                 .await
@@ -54,7 +83,7 @@ impl Partition {
             Ok(Ok(low_watermark)) => Ok(low_watermark),
             Ok(Err(AdvanceError::OffsetOutOfRange)) => Err(ResponseError::OffsetOutOfRange),
             Err(e) => {
-                self.env.storage_error(&self.name, "delete records", &e);
+                self.env.storage_error(self.name, "delete records", &e);
                 Err(ResponseError::KafkaStorageError)
             }
         }

@@ -8,15 +8,16 @@
 //! marker, and it writes them again after a crash, so exposing the records then agrees with
 //! what every later read sees.
 
-use super::{Partition, ReadRequest, ReadResult, Watch};
+use super::{ReadRequest, ReadResult};
 use crate::protocol::batch::BatchHeader;
 use crate::protocol::control;
+use crate::storage::log::PartitionLog;
 use crate::storage::positions::LogPosition;
 use crate::storage::read;
 use crate::storage::txn_index;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use std::rc::Rc;
+use std::cell::{Cell, RefCell};
 
 /// Who sends a partition batches, and so what it may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,31 +53,32 @@ pub fn check_source(
     Err(refused)
 }
 
-impl Partition {
-    /// Below this offset every transaction has ended: what read_committed readers may see.
-    pub fn last_stable_offset(&self) -> i64 {
-        let log = self.log.borrow();
-        let hw = log.high_watermark();
-        log.producers
-            .first_unstable_offset()
-            .map_or(hw, |first| first.min(hw))
-    }
+/// Below this offset every transaction has ended: what read_committed readers may see.
+pub fn last_stable_offset(log: &PartitionLog) -> i64 {
+    let hw = log.high_watermark();
+    log.producers
+        .first_unstable_offset()
+        .map_or(hw, |first| first.min(hw))
+}
 
-    /// Wakes read_committed waiters up to the current LSO (after the high watermark moved or
-    /// a marker ended a transaction).
-    pub(super) fn advance_stable(&self) {
-        self.watchers
-            .advance(Watch::Stable, self.last_stable_offset());
-    }
+/// The last stable offset's place in the log, once looked up: the high watermark's, or the
+/// start of the batch that begins the oldest ongoing transaction.
+#[derive(Default)]
+pub struct StableBound {
+    cached: Cell<Option<LogPosition>>,
+}
 
-    /// The LSO and its place in the log: the high watermark's, or the start of the batch that
-    /// begins the oldest ongoing transaction (looked up once per LSO, in at most one index
-    /// interval of headers).
-    pub(super) async fn stable_bound(&self) -> std::io::Result<LogPosition> {
-        let lso = self.last_stable_offset();
-        let (hw, cached) = {
-            let log = self.log.borrow();
-            (log.hw_position(), self.stable_position.get())
+impl StableBound {
+    /// The LSO and its place (looked up once per LSO, in at most one index interval of
+    /// headers).
+    pub async fn find(&self, log: &RefCell<PartitionLog>) -> std::io::Result<LogPosition> {
+        let (lso, hw, cached) = {
+            let log = log.borrow();
+            (
+                last_stable_offset(&log),
+                log.hw_position(),
+                self.cached.get(),
+            )
         };
         if lso >= hw.offset {
             return Ok(hw);
@@ -84,7 +86,7 @@ impl Partition {
         if let Some(p) = cached.filter(|p| p.offset == lso) {
             return Ok(p);
         }
-        let plan = self.log.borrow().plan_read_below(lso, hw);
+        let plan = log.borrow().plan_read_below(lso, hw);
         let Ok(Some(plan)) = plan else {
             return Ok(hw); // the transaction's batches were removed (DeleteRecords): none
         };
@@ -94,75 +96,72 @@ impl Partition {
             segment_base: plan.segment_base,
             file_position,
         };
-        self.stable_position.set(Some(found));
+        self.cached.set(Some(found));
         Ok(found)
     }
 
-    /// A read's answer: its records, the offsets, and for read_committed the aborted
-    /// transactions of the range it covers (from the read offset to the LSO).
-    pub(super) fn read_result(
-        &self,
-        req: &ReadRequest,
-        hw: i64,
-        lso: i64,
-        log_start_offset: i64,
-        records: Option<crate::protocol::chunk::Chunk>,
-    ) -> ReadResult {
-        let aborted = req.read_committed.then(|| {
-            let log = self.log.borrow();
-            txn_index::aborted_between(&log.aborted, req.offset, lso)
-        });
-        ReadResult {
-            error_code: 0,
-            high_watermark: hw,
-            last_stable_offset: lso,
-            log_start_offset,
-            aborted,
-            records,
-            preferred_read_replica: -1,
+    /// Forgets the place found: a segment swapped by compaction has other byte positions.
+    pub fn forget(&self) {
+        self.cached.set(None);
+    }
+}
+
+/// A read's answer: its records, the offsets (`hw`, `lso`, the log start), and for
+/// read_committed the aborted transactions of the range it covers (from the read offset to
+/// the LSO).
+pub fn read_result(
+    log: &PartitionLog,
+    req: &ReadRequest,
+    (hw, lso, log_start_offset): (i64, i64, i64),
+    records: Option<crate::protocol::chunk::Chunk>,
+) -> ReadResult {
+    let aborted = req
+        .read_committed
+        .then(|| txn_index::aborted_between(&log.aborted, req.offset, lso));
+    ReadResult {
+        error_code: 0,
+        high_watermark: hw,
+        last_stable_offset: lso,
+        log_start_offset,
+        aborted,
+        records,
+        preferred_read_replica: -1,
+    }
+}
+
+/// The marker that ends (`producer_id`, `epoch`)'s transaction: commit or abort.
+/// `coordinator_epoch` is the coordinator's leader epoch, as Kafka records it.
+pub fn marker(
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    now_ms: i64,
+) -> Bytes {
+    Bytes::from(control::marker(
+        producer_id,
+        epoch,
+        commit,
+        coordinator_epoch,
+        now_ms,
+    ))
+}
+
+/// A coordinator's markers among `headers` (whole batches of `records`) are refused where a
+/// newer coordinator already wrote one for the producer here: a zombie coordinator is fenced
+/// (TRANSACTION_COORDINATOR_FENCED). Checked under the append turn.
+pub fn check_markers(
+    log: &PartitionLog,
+    records: &[u8],
+    headers: &[BatchHeader],
+) -> Result<(), ResponseError> {
+    let mut at = 0;
+    for h in headers {
+        let bytes = &records[at..at + h.size_bytes];
+        at += h.size_bytes;
+        if let (true, Some(epoch)) = (h.is_control(), control::coordinator_epoch(bytes)) {
+            log.producers.check_marker(h.producer_id, epoch)?;
         }
     }
-
-    /// Writes the marker that ends (`producer_id`, `epoch`)'s transaction here: commit or
-    /// abort. `coordinator_epoch` is the coordinator's leader epoch, as Kafka records it. The
-    /// caller waits for the commit it needs.
-    pub async fn append_marker(
-        self: &Rc<Self>,
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
-        coordinator_epoch: i32,
-    ) -> Result<super::Appended, ResponseError> {
-        let now_ms = self.env.clock.wall_ms() as i64;
-        let marker =
-            crate::protocol::control::marker(producer_id, epoch, commit, coordinator_epoch, now_ms);
-        self.append_from(Bytes::from(marker), Source::Coordinator)
-            .await
-            .map_err(|r| r.error)
-    }
-
-    /// A coordinator's markers among `headers` (whole batches of `records`) are refused where
-    /// a newer coordinator already wrote one for the producer here: a zombie coordinator is
-    /// fenced (TRANSACTION_COORDINATOR_FENCED). Checked under the append turn.
-    pub(super) fn check_markers(
-        &self,
-        records: &[u8],
-        headers: &[BatchHeader],
-    ) -> Result<(), ResponseError> {
-        let log = self.log.borrow();
-        let mut at = 0;
-        for h in headers {
-            let bytes = &records[at..at + h.size_bytes];
-            at += h.size_bytes;
-            if let (true, Some(epoch)) = (h.is_control(), control::coordinator_epoch(bytes)) {
-                log.producers.check_marker(h.producer_id, epoch)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The producer's epoch as this partition knows it (None: unknown here).
-    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
-        self.log.borrow().producers.epoch_of(producer_id)
-    }
+    Ok(())
 }

@@ -33,7 +33,7 @@ pub async fn enforce_retention(shard: Rc<Shard>) {
                 retention_bytes: t.config.retention_bytes,
             });
             if let Some(policy) = policy {
-                p.enforce_retention(policy).await;
+                p.retention().enforce(policy).await;
             }
         }
         add(&shard.metrics().retention_passes, 1);
@@ -60,7 +60,7 @@ pub async fn compact_logs(shard: Rc<Shard>) {
                 })
             });
             if let Some(policy) = policy {
-                p.compact(policy).await;
+                p.compaction().compact(policy).await;
             }
         }
         add(&shard.metrics().cleaner_passes, 1);
