@@ -19,13 +19,14 @@
 //!
 //! One ask is outstanding at a time (as Kafka has one AlterPartition in flight), computed from
 //! the committed set it names (`IsrRequest::from`); the controller takes it only while that is
-//! still the set (a compare-and-set), so it stays possible until this leader installs another
-//! set, or hears that it was refused for good. Only then does it stop counting. (The set's
-//! members stand in for a version: see ARCHITECTURE.md's known gaps for the one order of
-//! events where that is not enough.) (The
-//! simulator found the leader dropping a join it had asked for once it no longer wanted it,
-//! while the controller had committed it: the joiner, elected later, lacked what was then
-//! committed without it.)
+//! still the set (a compare-and-set; from feature level 2 also only at the partition epoch it
+//! names, `note_partition_epoch`), so it stays possible until this leader installs another
+//! set, or hears that its newest sending was refused for good. Only then does it stop
+//! counting. (The simulator found the leader dropping a join it had asked for once it no
+//! longer wanted it, and, seed 61843, on the late refusal of an older sending, while the
+//! controller had committed it: the joiner lacked what was then committed without it.)
+//! Below level 2 the set's members stand in for a version: a set that changed and came back
+//! lets an old ask be taken.
 
 use crate::storage::catalog::PartitionAssignment;
 use std::collections::BTreeMap;
