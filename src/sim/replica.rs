@@ -10,7 +10,8 @@ use super::batch::{Batch, Stamp};
 use super::replica_log::SimLog;
 use crate::partition::commit::IsrRequest;
 use crate::partition::replica_state::{Assigned, ReplicaState};
-use crate::protocol::batch::BatchHeader;
+use crate::partition::txn;
+use crate::protocol::batch::{parse_header, BatchHeader};
 use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
 use crate::storage::producer_state::Verdict;
@@ -111,14 +112,9 @@ impl SimReplica {
         self.state.replicas().epoch
     }
 
-    /// `Partition::last_stable_offset`: below it every transaction has ended.
+    /// Below it every transaction has ended (the production rule, `txn::last_stable_offset`).
     pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.high_watermark();
-        self.log
-            .view()
-            .producers
-            .first_unstable_offset()
-            .map_or(hw, |first| first.min(hw))
+        txn::last_stable_offset(&self.log.view())
     }
 
     /// `Partition::leadership`: while this replica leads, the generation of its leadership
@@ -173,7 +169,7 @@ impl SimReplica {
     /// A producer's batch on the leader (acks=all needs `min_insync` in sync), checked against
     /// its producer's sequences when it is idempotent (`Partition::check_sequence`); a
     /// coordinator's marker against the coordinator epochs of earlier markers
-    /// (`Partition::check_markers`).
+    /// (`txn::check_markers`).
     pub fn append(
         &mut self,
         payload: u64,
@@ -198,12 +194,14 @@ impl SimReplica {
             stamp,
         };
         let verdict = {
-            let producers = &self.log.view().producers;
+            let log = self.log.view();
             match batch.marker() {
-                Some(m) => producers
-                    .check_marker(batch.header().producer_id, m.coordinator_epoch)
-                    .map(|()| Verdict::Append),
-                None => producers.check(&batch.header()),
+                Some(_) => {
+                    let bytes = batch.encode();
+                    let header = parse_header(&bytes).expect("a simulated batch parses");
+                    txn::check_markers(&log, &bytes, &[header]).map(|()| Verdict::Append)
+                }
+                None => log.producers.check(&batch.header()),
             }
         };
         match verdict {
