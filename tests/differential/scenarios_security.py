@@ -22,11 +22,27 @@ def _alice(s: Side):
 
 
 def _grant(s: Side, resource_type, name, operation, permission=ALLOW, pattern=LITERAL, principal="User:alice"):
-    r = s.send("CreateAcls", 3, {"Creations": [
-        {"ResourceType": resource_type, "ResourceName": name, "ResourcePatternType": pattern,
-         "Principal": principal, "Host": "*", "Operation": operation, "PermissionType": permission}]})
+    binding = {"ResourceType": resource_type, "ResourceName": name, "ResourcePatternType": pattern,
+               "Principal": principal, "Host": "*", "Operation": operation, "PermissionType": permission}
+    r = s.send("CreateAcls", 3, {"Creations": [binding]})
     assert r["Results"][0]["ErrorCode"] == 0, f"{s.name}: CreateAcls {r}"
+    _until_listed(s, binding)
     return r
+
+
+def _until_listed(s: Side, binding: dict):
+    """Until every node's DescribeAcls lists `binding`: Kafka's broker takes a new ACL into its
+    authorizer (which DescribeAcls reads too) a moment after CreateAcls answers; Sluice answers
+    once every shard has it. A request right after the grant may differ by timing alone."""
+    acl_filter = {"ResourceTypeFilter": binding["ResourceType"], "ResourceNameFilter": binding["ResourceName"],
+                  "PatternTypeFilter": binding["ResourcePatternType"], "PrincipalFilter": binding["Principal"],
+                  "HostFilter": binding["Host"], "Operation": binding["Operation"],
+                  "PermissionType": binding["PermissionType"]}
+    for n in s.nodes:
+        node = s.at(n)
+        listed = s.eventually(lambda: node.send("DescribeAcls", 3, acl_filter),
+                              lambda d: d["ErrorCode"] == 0 and len(d["Resources"]) > 0)
+        assert listed["Resources"], f"{s.name}: node {n} does not list {binding}: {listed}"
 
 
 @scenario(secure=True)
