@@ -123,7 +123,8 @@ pub struct Compaction<'a> {
 impl<'a> Compaction<'a> {
     pub fn new(
         name: &'a str,
-        (log, append_lock): (&'a RefCell<PartitionLog>, &'a FifoLock),
+        log: &'a RefCell<PartitionLog>,
+        append_lock: &'a FifoLock,
         stable: &'a StableBound,
         env: &'a Environment,
     ) -> Compaction<'a> {

@@ -316,8 +316,9 @@ impl Partition {
         coordinator_epoch: i32,
     ) -> Result<Appended, ResponseError> {
         let now_ms = self.env.clock.wall_ms() as i64;
-        let marker = txn::marker(producer_id, epoch, commit, coordinator_epoch, now_ms);
-        self.append_from(marker, Source::Coordinator)
+        let marker =
+            crate::protocol::control::marker(producer_id, epoch, commit, coordinator_epoch, now_ms);
+        self.append_from(Bytes::from(marker), Source::Coordinator)
             .await
             .map_err(|r| r.error)
     }
@@ -329,8 +330,8 @@ impl Partition {
 
     /// Cleaning a compacted topic's closed segments (`compaction.rs`).
     pub fn compaction(&self) -> compaction::Compaction<'_> {
-        let locked = (&self.log, &self.append_lock);
-        compaction::Compaction::new(&self.name, locked, &self.stable, &self.env)
+        let (log, lock) = (&self.log, &self.append_lock);
+        compaction::Compaction::new(&self.name, log, lock, &self.stable, &self.env)
     }
 
     /// Dropping old records: the retention pass and DeleteRecords (`retention.rs`).

@@ -15,7 +15,6 @@ use crate::storage::log::PartitionLog;
 use crate::storage::positions::LogPosition;
 use crate::storage::read;
 use crate::storage::txn_index;
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use std::cell::{Cell, RefCell};
 
@@ -127,24 +126,6 @@ pub fn read_result(
         records,
         preferred_read_replica: -1,
     }
-}
-
-/// The marker that ends (`producer_id`, `epoch`)'s transaction: commit or abort.
-/// `coordinator_epoch` is the coordinator's leader epoch, as Kafka records it.
-pub fn marker(
-    producer_id: i64,
-    epoch: i16,
-    commit: bool,
-    coordinator_epoch: i32,
-    now_ms: i64,
-) -> Bytes {
-    Bytes::from(control::marker(
-        producer_id,
-        epoch,
-        commit,
-        coordinator_epoch,
-        now_ms,
-    ))
 }
 
 /// A coordinator's markers among `headers` (whole batches of `records`) are refused where a

@@ -548,14 +548,12 @@ impl PartitionLog {
         log: &std::cell::RefCell<PartitionLog>,
         plan: AppendPlan,
     ) -> std::io::Result<()> {
-        let indexed = match plan.aborted.is_empty() {
-            true => Ok(()), // most appends: nothing to index, and no disk handle taken
-            false => {
-                let (disk, dir) = log.borrow().disk_and_dir();
-                let mut entries = plan.aborted.iter();
-                entries.try_for_each(|e| txn_index::append_synced(&*disk, &dir, e))
-            }
-        };
+        // Most appends end no transaction: nothing to index, and no disk handle taken.
+        let index = (!plan.aborted.is_empty()).then(|| log.borrow().disk_and_dir());
+        let indexed = index.as_ref().map_or(Ok(()), |(disk, dir)| {
+            let mut entries = plan.aborted.iter();
+            entries.try_for_each(|e| txn_index::append_synced(&**disk, dir, e))
+        });
         let error = match indexed.and_then(|()| write_batches(&plan)) {
             Ok(()) => {
                 let mut l = log.borrow_mut();
@@ -565,9 +563,8 @@ impl PartitionLog {
             }
             Err(e) => e,
         };
-        if !plan.aborted.is_empty() {
+        if let Some((disk, dir)) = index {
             // Entries synced for markers that were not written must not outlive them.
-            let (disk, dir) = log.borrow().disk_and_dir();
             let kept = log.borrow().aborted.clone();
             if let Err(e) = txn_index::rewrite(&*disk, &dir, &kept) {
                 log::error!("{}: cannot rewrite {}: {e}", dir.display(), txn_index::FILE);
