@@ -36,6 +36,10 @@ pub async fn handle(
         }
     }
     let catalog = shard.catalog();
+    let include_fenced = version >= 2 && req.include_fenced_brokers;
+    let is_fenced = |id| catalog.brokers.iter().any(|b| b.node_id == id && b.fenced);
+    // As Metadata lists them (a broker fenced a moment ago among them: `listed_brokers`),
+    // marked when fenced if the client asks.
     let mut brokers: Vec<DescribeClusterBroker> =
         super::metadata::brokers(shard, &catalog, &caller.listener)
             .into_iter()
@@ -45,10 +49,15 @@ pub async fn handle(
                     .with_host(str_bytes(&host))
                     .with_port(port)
                     .with_rack(rack.as_deref().map(str_bytes))
+                    .with_is_fenced(include_fenced && is_fenced(id))
             })
             .collect();
-    if version >= 2 && req.include_fenced_brokers {
-        let fenced = catalog.brokers.iter().filter(|b| b.fenced);
+    if include_fenced {
+        let listed: Vec<i32> = brokers.iter().map(|b| b.broker_id.0).collect();
+        let fenced = catalog
+            .brokers
+            .iter()
+            .filter(|b| b.fenced && !listed.contains(&b.node_id));
         brokers.extend(fenced.filter_map(|b| {
             let e = b.endpoint(&caller.listener.name)?;
             Some(

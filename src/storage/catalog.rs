@@ -107,6 +107,11 @@ pub fn registrations(brokers: &[BrokerRecord], nodes: &[i32]) -> BTreeMap<i32, u
         .collect()
 }
 
+/// How long clients are still told of a broker after this node saw it fenced
+/// (`Catalog::listed_brokers`): Kafka's broker heartbeat interval, the time Kafka's controlled
+/// shutdown leaves between moving a broker's leaderships and fencing it.
+pub const LISTED_AFTER_FENCE_MS: u64 = 2_000;
+
 /// A broker of the cluster, as it registered with the controller.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct BrokerRecord {
@@ -490,6 +495,9 @@ pub struct Catalog {
     pub topic_defaults: TopicConfig,
     /// The cluster's brokers as registered (empty on a single node).
     pub brokers: Vec<BrokerRecord>,
+    /// When this node first saw each fenced broker fenced (node id → monotonic ms; this
+    /// node's own knowledge, not the metadata log's): see `listed_brokers`.
+    pub fenced_since_ms: BTreeMap<i32, u64>,
     /// Credentials and ACLs as stored and as served.
     pub security: SecurityView,
     /// The cluster's `metadata.version` (`features::level`).
@@ -527,6 +535,7 @@ impl Catalog {
             broker: dynamic.settings,
             topic_defaults: dynamic.topic_defaults,
             brokers: record.brokers.clone(),
+            fenced_since_ms: BTreeMap::new(),
             security: SecurityView::new(&record.scram_credentials, &record.acls, config)?,
             metadata_version: features::level(record.metadata_version),
             here: NodePlace {
@@ -577,10 +586,30 @@ impl Catalog {
             .is_none_or(|a| a.replicas.contains(&self.here.node_id))
     }
 
-    /// The brokers clients are told about: registered and not fenced. None while this node
-    /// runs alone (it is the only broker).
+    /// The brokers that serve: registered and not fenced. None while this node runs alone
+    /// (it is the only broker).
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRecord> {
         self.brokers.iter().filter(|b| !b.fenced)
+    }
+
+    /// The brokers clients are told about at `now_ms` (monotonic): the live ones, and those
+    /// fenced less than `LISTED_AFTER_FENCE_MS` ago. Kafka's controlled shutdown moves a
+    /// broker's leaderships first and fences it a heartbeat later (and a crashed broker stays
+    /// listed until its session times out), so clients move their partitions to the new
+    /// leaders while the old one is still listed. Sluice fences and moves in one record; a
+    /// client told both at once can lose a partition: librdkafka 2.16 retires its handle of
+    /// the vanished broker while moving the partition, undoes the move and then never
+    /// fetches the partition again (seen in the rolling-restart test: a consumer stalled for
+    /// good).
+    pub fn listed_brokers(&self, now_ms: u64) -> impl Iterator<Item = &BrokerRecord> {
+        let recent = move |node: &i32| {
+            self.fenced_since_ms
+                .get(node)
+                .is_some_and(|since| now_ms.saturating_sub(*since) < LISTED_AFTER_FENCE_MS)
+        };
+        self.brokers
+            .iter()
+            .filter(move |b| !b.fenced || recent(&b.node_id))
     }
 
     /// Whether this node runs in a cluster (its catalog comes from the metadata log).

@@ -4,6 +4,8 @@ in-sync replica when a leader dies.
 
 Real `sluice serve` processes (`cluster.py`), an idempotent librdkafka producer whose every send
 and acknowledgement is recorded, and a checker over what a consumer reads back afterwards."""
+import collections
+import logging
 import shutil
 import signal
 import socket
@@ -139,14 +141,35 @@ def test_min_insync_replicas_refuses_when_too_few_are_in_sync(make_cluster):
     assert produce_raw(cluster.nodes[leader].port, "strict", 3) == 0
 
 
+LOG_LINES_MAX = 300
+
+
+class KeepLines(logging.Handler):
+    """Keeps a logger's lines in a bounded deque."""
+
+    def __init__(self, lines: collections.deque):
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record):
+        self.lines.append(f"{record.created:.3f} {record.getMessage()}")
+
+
 class GroupReader:
     """A consumer in group `group` reading `topic` in a thread: every record it gets, and every
     error the client reports to the application."""
 
     def __init__(self, bootstrap: str, topic: str, group: str):
+        # The client's own account of its fetching, the last lines only, for a reader that stalls.
+        self.log = collections.deque(maxlen=LOG_LINES_MAX)
+        logger = logging.getLogger(f"reader-{group}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(KeepLines(self.log))
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                   "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                                  "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 500})
+                                  "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 500,
+                                  "debug": "fetch,topic,consumer", "logger": logger})
         # What the group assigned, as the poll thread's callbacks saw it (the consumer's own
         # methods block while another thread polls it).
         self.assigned = []
@@ -176,9 +199,16 @@ class GroupReader:
             group = (group.state, [(m.member_id, m.assignment.topic_partitions) for m in group.members])
         except Exception as e:  # noqa: BLE001 (a post-mortem reports whatever it can)
             group = repr(e)
+        ends = []
+        for n in (1, 2, 3):
+            try:
+                ends.append(read_committed_end(cluster, n, self.topic))
+            except Exception as e:  # noqa: BLE001 (as above)
+                ends.append(repr(e))
         return (f"end {end}, read up to {self.got[-1][0] if self.got else None}, assignments "
                 f"{self.assigned[-4:]}, group {group}, errors "
-                f"{self.errors[:3]}, {[partition_state(cluster, n, self.topic, 0) for n in (1, 2, 3)]}")
+                f"{self.errors[:3]}, {[partition_state(cluster, n, self.topic, 0) for n in (1, 2, 3)]}, "
+                f"read_committed ends by node {ends}, the client's last lines:\n" + "\n".join(self.log))
 
     def close(self):
         self.stop.set()
@@ -186,6 +216,15 @@ class GroupReader:
         self.consumer.unsubscribe()
         self.consumer.poll(0)
         self.consumer.close()
+
+
+def read_committed_end(cluster: Cluster, node: int, topic: str) -> tuple[int, int]:
+    """(error, offset) of node `node`'s ListOffsets answer for partition 0's last stable offset."""
+    body = {"ReplicaId": -1, "IsolationLevel": 1,
+            "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "Timestamp": -1}]}]}
+    with protocol.Connection("127.0.0.1", cluster.nodes[node].port) as conn:
+        p = conn.send("ListOffsets", 2, body)["Topics"][0]["Partitions"][0]
+    return p["ErrorCode"], p["Offset"]
 
 
 def all_in_sync(cluster: Cluster, topic: str, partitions: int) -> bool:
