@@ -40,6 +40,7 @@ pub mod watchers;
 use crate::protocol::batch::{self, BatchError, BatchHeader};
 use crate::protocol::chunk::{Chunk, FileSlice};
 use crate::storage::catalog::{TopicId, TopicMeta};
+use crate::storage::hw_checkpoint;
 use crate::storage::log::{
     LogSettings, PartitionLog, ReadError, ReadPlan, SyncWork, TOPIC_ID_FILE,
 };
@@ -189,11 +190,11 @@ fn log_settings(c: &TopicConfig) -> LogSettings {
 }
 
 impl Partition {
-    /// Opens (recovering if needed) or creates partition `index` of `topic` under `data_dir`.
-    /// A directory left by a deleted topic of the same name is removed first, so its records
-    /// never leak into the new topic.
+    /// Opens (recovering if needed) or creates partition `index` of `topic` under `data_dir`
+    /// on `volume`. A directory left by a deleted topic of the same name is removed first, so
+    /// its records never leak into the new topic.
     pub async fn open(
-        data_dir: &Path,
+        (volume, data_dir): (Volume, &Path),
         topic: &TopicMeta,
         index: i32,
         env: Rc<Environment>,
@@ -201,31 +202,32 @@ impl Partition {
         let name = format!("{}-{index}", topic.record.name);
         let dir = data_dir.join(&name);
         let id_file = dir.join(TOPIC_ID_FILE);
-        match std::fs::read(&id_file) {
-            Ok(id) if id != topic.record.id => {
-                log::warn!("removing {}: it belongs to a deleted topic", dir.display());
-                std::fs::remove_dir_all(&dir)?;
-            }
-            _ => {}
+        let disk = volume.disk();
+        let id = disk.read(&id_file)?;
+        if id.as_ref().is_some_and(|id| id != &topic.record.id) {
+            log::warn!("removing {}: it belongs to a deleted topic", dir.display());
+            disk.remove_dir_all(&dir)?;
         }
-        let fresh = !id_file.exists();
+        let fresh = disk.len(&id_file)?.is_none();
         let settings = log_settings(&topic.config);
         let epoch = topic
             .assignment(index)
             .map_or(crate::storage::catalog::SINGLE_NODE_LEADER_EPOCH, |a| {
                 a.leader_epoch
             });
-        let at = (Volume::Os, dir.clone());
+        let at = (volume.clone(), dir.clone());
         let log = PartitionLog::open(at, settings, epoch, env.clock.wall_ms()).await?;
         let log = RefCell::new(log);
         let replicated = topic.assignment(index).is_some();
         if replicated {
-            let checkpoint = crate::storage::hw_checkpoint::read(&dir).map(|p| p.offset);
+            let checkpoint = hw_checkpoint::read(&*disk, &dir).map(|p| p.offset);
             PartitionLog::restart_high_watermark(&log, checkpoint).await?;
         }
         if fresh {
-            crate::storage::log::write_file(&id_file, topic.record.id.to_vec()).await?;
-            crate::storage::log::sync_dir(&dir).await?;
+            volume
+                .write_file(&id_file, topic.record.id.to_vec())
+                .await?;
+            volume.sync_dir(&dir).await?;
         }
         Ok(Partition {
             name,
@@ -838,14 +840,14 @@ impl Partition {
     /// Writes a replicated partition's high watermark next to its log if it moved since the
     /// last time (see `hw_checkpoint.rs`).
     pub fn checkpoint_high_watermark(&self) {
-        let (dir, hw) = {
+        let (disk, dir, hw) = {
             let log = self.log.borrow();
-            (log.dir.clone(), log.hw_position())
+            (log.volume().disk(), log.dir.clone(), log.hw_position())
         };
         if !self.replica.checkpoint_due(hw.offset) || self.is_failed() {
             return;
         }
-        match crate::storage::hw_checkpoint::write(&dir, hw) {
+        match hw_checkpoint::write(&*disk, &dir, hw) {
             Ok(()) => self.replica.checkpointed(hw.offset),
             Err(e) => self
                 .env

@@ -14,6 +14,7 @@ use super::mesh::{Peer, Request};
 use super::Shard;
 use crate::partition::{Partition, TopicPartition};
 use crate::storage::catalog::{Catalog, TopicMeta};
+use crate::storage::segment_file::Volume;
 use futures::future::LocalBoxFuture;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -129,7 +130,7 @@ async fn open_owned(shard: &Shard, catalog: &Catalog, topic: &TopicMeta) {
             continue;
         }
         let env = shard.env.clone();
-        match Partition::open(&shard.config.data_dir, topic, p, env).await {
+        match Partition::open((Volume::Os, &shard.config.data_dir), topic, p, env).await {
             Ok(partition) => {
                 log::info!(
                     "shard {}: opened partition {} at offset {}",

@@ -185,12 +185,7 @@ impl Disk for SimDisk {
             // The temporary file's sync failed: the old file stands.
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        let f = SimFile {
-            current: bytes.to_vec(),
-            durable_len: bytes.len(),
-        };
-        self.files.borrow_mut().insert(path.to_path_buf(), f);
-        Ok(())
+        self.replace_unsynced(path, bytes)
     }
 
     fn create_dir_all(&self, _path: &Path) -> io::Result<()> {
@@ -235,6 +230,22 @@ impl Disk for SimDisk {
     }
 
     fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Durable at once here, as every change but an append (a stronger disk than the
+    /// operating system's: a crash never takes the checkpoint back).
+    fn replace_unsynced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let f = SimFile {
+            current: bytes.to_vec(),
+            durable_len: bytes.len(),
+        };
+        self.files.borrow_mut().insert(path.to_path_buf(), f);
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.files.borrow_mut().retain(|p, _| !p.starts_with(dir));
         Ok(())
     }
 }

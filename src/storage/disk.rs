@@ -45,6 +45,12 @@ pub trait Disk {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the names in `dir` durable (removals included).
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Replaces the whole file with `bytes` atomically (a temporary file renamed over it) but
+    /// with no sync: for a file whose loss in a crash only costs time (the high-watermark
+    /// checkpoint). A reader sees the old file or the new one, never a mix.
+    fn replace_unsynced(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Removes `dir` and everything in it, if it exists (a deleted topic's leftovers).
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
 }
 
 /// Creates `path` and any missing parents, each new directory's entry made durable by syncing
@@ -228,6 +234,24 @@ impl Disk for OsDisk {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         sync_dir(dir)
+    }
+
+    fn replace_unsynced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, bytes)?;
+        self.appending.borrow_mut().remove(path);
+        std::fs::rename(tmp, path)
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.appending
+            .borrow_mut()
+            .retain(|p, _| !p.starts_with(dir));
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -9,14 +9,16 @@
 //! in the log as it is then (`PartitionLog::restart_high_watermark`): the byte position kept
 //! beside it may name bytes a truncation and a rewrite of the tail have since replaced.
 
+use super::disk::Disk;
 use super::positions::LogPosition;
 use std::path::Path;
 
 const FILE: &str = "high-watermark-checkpoint";
 
 /// The checkpoint in `dir`, if there is a readable one.
-pub fn read(dir: &Path) -> Option<LogPosition> {
-    let text = std::fs::read_to_string(dir.join(FILE)).ok()?;
+pub fn read(disk: &dyn Disk, dir: &Path) -> Option<LogPosition> {
+    let raw = disk.read(&dir.join(FILE)).ok()??;
+    let text = String::from_utf8(raw).ok()?;
     let mut parts = text.split_whitespace().map(str::parse::<i64>);
     let (Some(Ok(offset)), Some(Ok(segment_base)), Some(Ok(position))) =
         (parts.next(), parts.next(), parts.next())
@@ -31,29 +33,29 @@ pub fn read(dir: &Path) -> Option<LogPosition> {
 }
 
 /// Replaces the checkpoint (write, rename; see the module doc for why no fsync).
-pub fn write(dir: &Path, hw: LogPosition) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{FILE}.tmp"));
+pub fn write(disk: &dyn Disk, dir: &Path, hw: LogPosition) -> std::io::Result<()> {
     let text = format!("{} {} {}\n", hw.offset, hw.segment_base, hw.file_position);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(tmp, dir.join(FILE))
+    disk.replace_unsynced(&dir.join(FILE), text.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::OsDisk;
 
     #[test]
     fn checkpoints_round_trip_and_garbage_reads_as_none() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read(dir.path()), None);
+        let disk = OsDisk::default();
+        assert_eq!(read(&disk, dir.path()), None);
         let hw = LogPosition {
             offset: 120,
             segment_base: 100,
             file_position: 4096,
         };
-        write(dir.path(), hw).unwrap();
-        assert_eq!(read(dir.path()), Some(hw));
+        write(&disk, dir.path(), hw).unwrap();
+        assert_eq!(read(&disk, dir.path()), Some(hw));
         std::fs::write(dir.path().join(FILE), "12 x").unwrap();
-        assert_eq!(read(dir.path()), None);
+        assert_eq!(read(&disk, dir.path()), None);
     }
 }
