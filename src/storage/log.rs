@@ -309,7 +309,7 @@ impl PartitionLog {
         };
         let at = first_batch_reaching(&file, from, size, offset).await?;
         let base = match at < size {
-            true => read_header(&file, at).await?.base_offset.min(offset),
+            true => file.read_header(at).await?.base_offset.min(offset),
             false => offset,
         };
         Ok(LogPosition {
@@ -1031,7 +1031,7 @@ impl PartitionLog {
         let interval = log.borrow().settings.index_interval_bytes;
         let mut at = meta.size_bytes;
         while at < cut {
-            let h = read_header(file, at).await?;
+            let h = file.read_header(at).await?;
             meta.note_batch(&h, at, interval);
             at += h.size_bytes as u64;
         }
@@ -1040,11 +1040,6 @@ impl PartitionLog {
 }
 
 /// The batch header at byte `at` of `file`.
-async fn read_header(file: &SegmentFile, at: u64) -> std::io::Result<BatchHeader> {
-    let head = file.read_at(at, batch::HEADER_BYTES).await?;
-    batch::parse_header(&head).map_err(|e| std::io::Error::other(format!("{e:?}")))
-}
-
 /// Where the first batch holding an offset at or after `offset` starts, scanning headers from
 /// byte `from` (a batch start) up to `size`; `size` if none does.
 async fn first_batch_reaching(
@@ -1055,7 +1050,7 @@ async fn first_batch_reaching(
 ) -> std::io::Result<u64> {
     let mut position = from;
     while position < size {
-        let h = read_header(file, position).await?;
+        let h = file.read_header(position).await?;
         if h.last_offset() >= offset {
             break;
         }

@@ -225,9 +225,7 @@ async fn read_header(
     position: u64,
     end: u64,
 ) -> std::io::Result<batch::BatchHeader> {
-    let head = plan.file.read_at(position, HEADER_BYTES).await?;
-    let header = batch::parse_header(&head)
-        .map_err(|e| std::io::Error::other(format!("corrupt batch at {position}: {e:?}")))?;
+    let header = plan.file.read_header(position).await?;
     if position + header.size_bytes as u64 > end {
         return Err(std::io::Error::other(format!(
             "batch at {position} extends past the readable range"

@@ -9,6 +9,7 @@
 
 use super::disk::{Disk, OsDisk};
 use crate::metrics::SEGMENT_DESCRIPTORS;
+use crate::protocol::batch::{self, BatchHeader};
 use glommio::io::{BufferedFile, OpenOptions, ReadResult};
 use std::io;
 use std::ops::Deref;
@@ -166,6 +167,13 @@ impl SegmentFile {
                 Ok(Read::Simulated(disk.read_at(path, at, len)?))
             }
         }
+    }
+
+    /// The header of the batch that starts at `at`.
+    pub async fn read_header(&self, at: u64) -> io::Result<BatchHeader> {
+        let head = self.read_at(at, batch::HEADER_BYTES).await?;
+        batch::parse_header(&head)
+            .map_err(|e| io::Error::other(format!("corrupt batch at {at}: {e:?}")))
     }
 
     /// Fills `buf` from `at`, synchronously on this thread (the shard journal copies a
