@@ -29,11 +29,8 @@ pub struct Applied {
     /// This process's incarnation (`cluster.rs`), 0 until it is drawn.
     incarnation: Cell<u64>,
     /// When this node first built a catalog with each fenced registration fenced ((node,
-    /// incarnation) → monotonic ms, None when already fenced in its first catalog):
-    /// `Catalog::fenced_since_ms`.
-    fenced_since_ms: RefCell<BTreeMap<(i32, u64), Option<u64>>>,
-    /// No catalog built yet.
-    first_catalog: Cell<bool>,
+    /// incarnation) → monotonic ms): `Catalog::fenced_since_ms`.
+    fenced_since_ms: RefCell<BTreeMap<(i32, u64), u64>>,
     changed: Event,
     installed: Event,
 }
@@ -49,7 +46,6 @@ impl Applied {
             version: Cell::new(0),
             incarnation: Cell::new(0),
             fenced_since_ms: RefCell::new(BTreeMap::new()),
-            first_catalog: Cell::new(true),
             changed: Event::new(),
             installed: Event::new(),
         }
@@ -126,12 +122,12 @@ impl Applied {
         Ok(c)
     }
 
-    /// Notes the registrations `image` has fenced that were not fenced before (at `now_ms`;
-    /// those fenced already in the first catalog this process builds, at no known time),
-    /// forgets those no longer fenced; returns when each broker was seen fenced, where known.
+    /// Notes the registrations `image` has fenced that were not fenced before (at `now_ms`),
+    /// forgets those no longer fenced; returns when each broker was first seen fenced. A
+    /// restarted node's first catalog counts every fenced registration as fenced now: which of
+    /// them were fenced a moment before the restart is not known.
     fn note_fenced(&self, image: &CatalogRecord, now_ms: u64) -> BTreeMap<i32, u64> {
         let mut since = self.fenced_since_ms.borrow_mut();
-        let first = self.first_catalog.replace(false);
         let fenced: Vec<(i32, u64)> = image
             .brokers
             .iter()
@@ -140,16 +136,13 @@ impl Applied {
             .collect();
         since.retain(|key, _| fenced.contains(key));
         for key in fenced {
-            since.entry(key).or_insert((!first).then_some(now_ms));
+            since.entry(key).or_insert(now_ms);
         }
         assert!(
             since.len() <= image.brokers.len(),
             "one entry per registration"
         );
-        since
-            .iter()
-            .filter_map(|(&(node, _), &ms)| Some((node, ms?)))
-            .collect()
+        since.iter().map(|(&(node, _), &ms)| (node, ms)).collect()
     }
 
     /// Waits until `generation` is installed on every shard, at most until `deadline`.
@@ -210,7 +203,7 @@ mod tests {
     }
 
     #[test]
-    fn a_broker_fenced_now_is_listed_a_moment_longer_and_one_fenced_before_the_start_is_not() {
+    fn a_fenced_broker_is_listed_for_a_moment_from_when_this_node_saw_it_fenced() {
         let applied = Applied::new(Arc::new(Config::default()), CatalogRecord::default());
         let fence = |node_id, incarnation| MetadataRecord::FenceBroker {
             node_id,
@@ -219,8 +212,13 @@ mod tests {
         applied
             .apply(&[registration(1, 10), registration(2, 20), fence(1, 10)])
             .unwrap();
-        // Node 1 was fenced before this process built its first catalog: when is unknown.
-        assert_eq!(listed(&applied, 1_000, 1_000), vec![2]);
+        // Fenced before this process started (a restarted node's own old registration among
+        // such): seen fenced at its first catalog.
+        assert_eq!(listed(&applied, 1_000, 1_000), vec![1, 2]);
+        assert_eq!(
+            listed(&applied, 1_000, 1_000 + LISTED_AFTER_FENCE_MS),
+            vec![2]
+        );
         applied.apply(&[fence(2, 20)]).unwrap();
         assert_eq!(listed(&applied, 5_000, 5_000), vec![2]);
         // The time it was first seen fenced stands in later catalogs.
@@ -232,5 +230,12 @@ mod tests {
         assert_eq!(listed(&applied, 9_000, 20_000), vec![2]);
         applied.apply(&[fence(2, 21)]).unwrap();
         assert_eq!(listed(&applied, 20_000, 20_000), vec![2]);
+        // A node names itself whatever its registration says: it serves.
+        let config = Config {
+            node_id: 2,
+            ..Config::default()
+        };
+        let here = Applied::new(Arc::new(config), applied.image());
+        assert_eq!(listed(&here, 0, 10 * LISTED_AFTER_FENCE_MS), vec![2]);
     }
 }

@@ -592,8 +592,8 @@ impl Catalog {
         self.brokers.iter().filter(|b| !b.fenced)
     }
 
-    /// The brokers clients are told about at `now_ms` (monotonic): the live ones, and those
-    /// fenced less than `LISTED_AFTER_FENCE_MS` ago. Kafka's controlled shutdown moves a
+    /// The brokers clients are told about at `now_ms` (monotonic): the live ones, this node,
+    /// and those fenced less than `LISTED_AFTER_FENCE_MS` ago. Kafka's controlled shutdown moves a
     /// broker's leaderships first and fences it a heartbeat later (and a crashed broker stays
     /// listed until its session times out), so clients move their partitions to the new
     /// leaders while the old one is still listed. Sluice fences and moves in one record; a
@@ -607,9 +607,11 @@ impl Catalog {
                 .get(node)
                 .is_some_and(|since| now_ms.saturating_sub(*since) < LISTED_AFTER_FENCE_MS)
         };
+        // This node serves, so it names itself even before its restart is registered.
+        let here = self.here.node_id;
         self.brokers
             .iter()
-            .filter(move |b| !b.fenced || recent(&b.node_id))
+            .filter(move |b| !b.fenced || b.node_id == here || recent(&b.node_id))
     }
 
     /// Whether this node runs in a cluster (its catalog comes from the metadata log).
