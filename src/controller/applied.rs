@@ -13,7 +13,6 @@ use crate::shard::Shard;
 use crate::storage::catalog::{registers, Catalog, CatalogRecord};
 use event_listener::Event;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -28,9 +27,6 @@ pub struct Applied {
     version: Cell<u64>,
     /// This process's incarnation (`cluster.rs`), 0 until it is drawn.
     incarnation: Cell<u64>,
-    /// When this node first built a catalog with each fenced registration fenced ((node,
-    /// incarnation) → monotonic ms): `Catalog::fenced_since_ms`.
-    fenced_since_ms: RefCell<BTreeMap<(i32, u64), u64>>,
     changed: Event,
     installed: Event,
 }
@@ -45,7 +41,6 @@ impl Applied {
             controller_id: Cell::new(-1),
             version: Cell::new(0),
             incarnation: Cell::new(0),
-            fenced_since_ms: RefCell::new(BTreeMap::new()),
             changed: Event::new(),
             installed: Event::new(),
         }
@@ -112,37 +107,13 @@ impl Applied {
         self.controller_id.get()
     }
 
-    /// The catalog of the current state at `now_ms` (monotonic), as shards serve it.
-    pub fn catalog(&self, now_ms: u64) -> Result<Catalog, String> {
+    /// The catalog of the current state, as shards serve it.
+    pub fn catalog(&self) -> Result<Catalog, String> {
         let image = self.image.borrow();
         let mut c = Catalog::from_record(&image, &self.config)?;
         c.here.controller_id = self.controller_id.get();
         c.here.registered = registers(&image, self.config.node_id, self.incarnation.get());
-        c.fenced_since_ms = self.note_fenced(&image, now_ms);
         Ok(c)
-    }
-
-    /// Notes the registrations `image` has fenced that were not fenced before (at `now_ms`),
-    /// forgets those no longer fenced; returns when each broker was first seen fenced. A
-    /// restarted node's first catalog counts every fenced registration as fenced now: which of
-    /// them were fenced a moment before the restart is not known.
-    fn note_fenced(&self, image: &CatalogRecord, now_ms: u64) -> BTreeMap<i32, u64> {
-        let mut since = self.fenced_since_ms.borrow_mut();
-        let fenced: Vec<(i32, u64)> = image
-            .brokers
-            .iter()
-            .filter(|b| b.fenced)
-            .map(|b| (b.node_id, b.incarnation))
-            .collect();
-        since.retain(|key, _| fenced.contains(key));
-        for key in fenced {
-            since.entry(key).or_insert(now_ms);
-        }
-        assert!(
-            since.len() <= image.brokers.len(),
-            "one entry per registration"
-        );
-        since.iter().map(|(&(node, _), &ms)| (node, ms)).collect()
     }
 
     /// Waits until `generation` is installed on every shard, at most until `deadline`.
@@ -169,7 +140,7 @@ pub async fn install_changes(shard: Rc<Shard>, applied: Rc<Applied>) {
             listener.await;
             continue;
         }
-        match applied.catalog(shard.clock().monotonic_ms()) {
+        match applied.catalog() {
             Ok(catalog) => {
                 install_on_every_shard(&shard, Arc::new(catalog)).await;
             }
@@ -179,63 +150,5 @@ pub async fn install_changes(shard: Rc<Shard>, applied: Rc<Applied>) {
         }
         applied.installed_generation.set(generation);
         applied.installed.notify(usize::MAX);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::catalog::{BrokerRecord, LISTED_AFTER_FENCE_MS};
-
-    fn registration(node_id: i32, incarnation: u64) -> MetadataRecord {
-        MetadataRecord::RegisterBroker(Box::new(BrokerRecord {
-            node_id,
-            incarnation,
-            listeners: Vec::new(),
-            rack: None,
-            fenced: false,
-        }))
-    }
-
-    fn listed(applied: &Applied, built_ms: u64, at_ms: u64) -> Vec<i32> {
-        let catalog = applied.catalog(built_ms).unwrap();
-        catalog.listed_brokers(at_ms).map(|b| b.node_id).collect()
-    }
-
-    #[test]
-    fn a_fenced_broker_is_listed_for_a_moment_from_when_this_node_saw_it_fenced() {
-        let applied = Applied::new(Arc::new(Config::default()), CatalogRecord::default());
-        let fence = |node_id, incarnation| MetadataRecord::FenceBroker {
-            node_id,
-            incarnation,
-        };
-        applied
-            .apply(&[registration(1, 10), registration(2, 20), fence(1, 10)])
-            .unwrap();
-        // Fenced before this process started (a restarted node's own old registration among
-        // such): seen fenced at its first catalog.
-        assert_eq!(listed(&applied, 1_000, 1_000), vec![1, 2]);
-        assert_eq!(
-            listed(&applied, 1_000, 1_000 + LISTED_AFTER_FENCE_MS),
-            vec![2]
-        );
-        applied.apply(&[fence(2, 20)]).unwrap();
-        assert_eq!(listed(&applied, 5_000, 5_000), vec![2]);
-        // The time it was first seen fenced stands in later catalogs.
-        let last_listed_ms = 5_000 + LISTED_AFTER_FENCE_MS - 1;
-        assert_eq!(listed(&applied, 6_000, last_listed_ms), vec![2]);
-        assert!(listed(&applied, 6_000, last_listed_ms + 1).is_empty());
-        // A new registration is live; fenced again, it is a new fence.
-        applied.apply(&[registration(2, 21)]).unwrap();
-        assert_eq!(listed(&applied, 9_000, 20_000), vec![2]);
-        applied.apply(&[fence(2, 21)]).unwrap();
-        assert_eq!(listed(&applied, 20_000, 20_000), vec![2]);
-        // A node names itself whatever its registration says: it serves.
-        let config = Config {
-            node_id: 2,
-            ..Config::default()
-        };
-        let here = Applied::new(Arc::new(config), applied.image());
-        assert_eq!(listed(&here, 0, 10 * LISTED_AFTER_FENCE_MS), vec![2]);
     }
 }

@@ -38,7 +38,7 @@ pub async fn handle(
     let catalog = shard.catalog();
     let include_fenced = version >= 2 && req.include_fenced_brokers;
     let is_fenced = |id| catalog.brokers.iter().any(|b| b.node_id == id && b.fenced);
-    // As Metadata lists them (a broker fenced a moment ago among them: `listed_brokers`),
+    // As Metadata lists them (this node among them even while fenced: `listed_brokers`),
     // marked when fenced if the client asks.
     let mut brokers: Vec<DescribeClusterBroker> =
         super::metadata::brokers(shard, &catalog, &caller.listener)

@@ -165,7 +165,7 @@ pub fn brokers(
         return vec![(shard.config.node_id, host, port, shard.config.rack.clone())];
     }
     catalog
-        .listed_brokers(shard.clock().monotonic_ms())
+        .listed_brokers()
         .filter_map(|b| {
             let e = b.endpoint(&listener.name)?;
             Some((b.node_id, e.host.clone(), e.port, b.rack.clone()))

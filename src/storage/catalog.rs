@@ -107,11 +107,6 @@ pub fn registrations(brokers: &[BrokerRecord], nodes: &[i32]) -> BTreeMap<i32, u
         .collect()
 }
 
-/// How long clients are still told of a broker after this node saw it fenced
-/// (`Catalog::listed_brokers`): Kafka's broker heartbeat interval, the time Kafka's controlled
-/// shutdown leaves between moving a broker's leaderships and fencing it.
-pub const LISTED_AFTER_FENCE_MS: u64 = 2_000;
-
 /// A broker of the cluster, as it registered with the controller.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct BrokerRecord {
@@ -495,9 +490,6 @@ pub struct Catalog {
     pub topic_defaults: TopicConfig,
     /// The cluster's brokers as registered (empty on a single node).
     pub brokers: Vec<BrokerRecord>,
-    /// When this node first saw each fenced broker fenced (node id → monotonic ms; this
-    /// node's own knowledge, not the metadata log's): see `listed_brokers`.
-    pub fenced_since_ms: BTreeMap<i32, u64>,
     /// Credentials and ACLs as stored and as served.
     pub security: SecurityView,
     /// The cluster's `metadata.version` (`features::level`).
@@ -535,7 +527,6 @@ impl Catalog {
             broker: dynamic.settings,
             topic_defaults: dynamic.topic_defaults,
             brokers: record.brokers.clone(),
-            fenced_since_ms: BTreeMap::new(),
             security: SecurityView::new(&record.scram_credentials, &record.acls, config)?,
             metadata_version: features::level(record.metadata_version),
             here: NodePlace {
@@ -592,26 +583,20 @@ impl Catalog {
         self.brokers.iter().filter(|b| !b.fenced)
     }
 
-    /// The brokers clients are told about at `now_ms` (monotonic): the live ones, this node,
-    /// and those fenced less than `LISTED_AFTER_FENCE_MS` ago. Kafka's controlled shutdown moves a
-    /// broker's leaderships first and fences it a heartbeat later (and a crashed broker stays
-    /// listed until its session times out), so clients move their partitions to the new
-    /// leaders while the old one is still listed. Sluice fences and moves in one record; a
-    /// client told both at once can lose a partition: librdkafka 2.16 retires its handle of
-    /// the vanished broker while moving the partition, undoes the move and then never
-    /// fetches the partition again (seen in the rolling-restart test: a consumer stalled for
-    /// good).
-    pub fn listed_brokers(&self, now_ms: u64) -> impl Iterator<Item = &BrokerRecord> {
-        let recent = move |node: &i32| {
-            self.fenced_since_ms
-                .get(node)
-                .is_some_and(|since| now_ms.saturating_sub(*since) < LISTED_AFTER_FENCE_MS)
-        };
-        // This node serves, so it names itself even before its restart is registered.
+    /// The brokers clients are told about: the live ones, and this node whatever its
+    /// registration says. A node in controlled shutdown is fenced (its leaderships move) a
+    /// moment before it stops answering, and a restarted node's catalog holds its own fenced
+    /// registration until it registers again; told by the node it talks to that this very
+    /// node is gone, while its partitions move, librdkafka 2.16 can lose a partition: it
+    /// retires its handle of that broker while moving the partition to the new leader, undoes
+    /// the move, and never fetches the partition again (the rolling-restart test's consumer
+    /// stalled for good). Kafka's broker never answers without itself: it is fenced a
+    /// heartbeat after its leaderships moved.
+    pub fn listed_brokers(&self) -> impl Iterator<Item = &BrokerRecord> {
         let here = self.here.node_id;
         self.brokers
             .iter()
-            .filter(move |b| !b.fenced || b.node_id == here || recent(&b.node_id))
+            .filter(move |b| !b.fenced || b.node_id == here)
     }
 
     /// Whether this node runs in a cluster (its catalog comes from the metadata log).
@@ -895,6 +880,28 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_names_itself_to_clients_even_while_fenced_and_no_other_fenced_broker() {
+        let broker = |node_id, fenced| BrokerRecord {
+            node_id,
+            incarnation: 1,
+            listeners: Vec::new(),
+            rack: None,
+            fenced,
+        };
+        let record = CatalogRecord {
+            brokers: vec![broker(1, false), broker(2, true), broker(3, true)],
+            ..CatalogRecord::default()
+        };
+        let config = Config {
+            node_id: 3,
+            ..Config::default()
+        };
+        let catalog = Catalog::from_record(&record, &config).unwrap();
+        let listed: Vec<i32> = catalog.listed_brokers().map(|b| b.node_id).collect();
+        assert_eq!(listed, vec![1, 3]);
+    }
 
     #[test]
     fn record_round_trips_through_rkyv() {
