@@ -203,12 +203,16 @@ impl Partition {
         let dir = data_dir.join(&name);
         let id_file = dir.join(TOPIC_ID_FILE);
         let disk = volume.disk();
-        let id = disk.read(&id_file)?;
-        if id.as_ref().is_some_and(|id| id != &topic.record.id) {
-            log::warn!("removing {}: it belongs to a deleted topic", dir.display());
-            disk.remove_dir_all(&dir)?;
-        }
-        let fresh = disk.len(&id_file)?.is_none();
+        // Fresh: no id file, or a deleted topic's, whose directory goes.
+        let fresh = match disk.read(&id_file)? {
+            Some(id) if id == topic.record.id => false,
+            Some(_) => {
+                log::warn!("removing {}: it belongs to a deleted topic", dir.display());
+                disk.remove_dir_all(&dir)?;
+                true
+            }
+            None => true,
+        };
         let settings = log_settings(&topic.config);
         let epoch = topic
             .assignment(index)

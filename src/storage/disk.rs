@@ -120,6 +120,13 @@ pub fn borrow_file(fd: RawFd) -> ManuallyDrop<File> {
     ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
 }
 
+/// Where a replacement of `path` is written before it is renamed over it.
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
 /// The operating system's files. Keeps each appended file open, so an append is one write(2).
 #[derive(Default)]
 pub struct OsDisk {
@@ -165,9 +172,7 @@ impl Disk for OsDisk {
     }
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
+        let tmp = tmp_path(path);
         {
             let mut f = File::create(&tmp)?;
             f.write_all(bytes)?;
@@ -237,8 +242,7 @@ impl Disk for OsDisk {
     }
 
     fn replace_unsynced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
+        let tmp = tmp_path(path);
         std::fs::write(&tmp, bytes)?;
         self.appending.borrow_mut().remove(path);
         std::fs::rename(tmp, path)

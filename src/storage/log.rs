@@ -1039,7 +1039,6 @@ impl PartitionLog {
     }
 }
 
-/// The batch header at byte `at` of `file`.
 /// Where the first batch holding an offset at or after `offset` starts, scanning headers from
 /// byte `from` (a batch start) up to `size`; `size` if none does.
 async fn first_batch_reaching(

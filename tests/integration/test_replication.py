@@ -218,12 +218,18 @@ class GroupReader:
         self.consumer.close()
 
 
-def read_committed_end(cluster: Cluster, node: int, topic: str) -> tuple[int, int]:
-    """(error, offset) of node `node`'s ListOffsets answer for partition 0's last stable offset."""
-    body = {"ReplicaId": -1, "IsolationLevel": 1,
-            "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "Timestamp": -1}]}]}
+def list_offset(cluster: Cluster, node: int, topic: str, timestamp: int, isolation: int = 0) -> dict:
+    """Node `node`'s ListOffsets (v2) answer for partition 0 at `timestamp` (-1 latest, -2
+    earliest), read_committed when `isolation` is 1."""
+    body = {"ReplicaId": -1, "IsolationLevel": isolation,
+            "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "Timestamp": timestamp}]}]}
     with protocol.Connection("127.0.0.1", cluster.nodes[node].port) as conn:
-        p = conn.send("ListOffsets", 2, body)["Topics"][0]["Partitions"][0]
+        return conn.send("ListOffsets", 2, body)["Topics"][0]["Partitions"][0]
+
+
+def read_committed_end(cluster: Cluster, node: int, topic: str) -> tuple[int, int]:
+    """(error, offset) of node `node`'s answer for partition 0's last stable offset."""
+    p = list_offset(cluster, node, topic, -1, isolation=1)
     return p["ErrorCode"], p["Offset"]
 
 
@@ -497,9 +503,7 @@ AGED = REPLICATED + "[log]\nretention_check_interval_ms = 200\n"
 
 def log_start(cluster: Cluster, node: int, topic: str) -> int:
     """Partition 0's log start offset as its leader, node `node`, answers ListOffsets (earliest)."""
-    body = {"ReplicaId": -1, "Topics": [{"Name": topic, "Partitions": [{"PartitionIndex": 0, "Timestamp": -2}]}]}
-    with protocol.Connection("127.0.0.1", cluster.nodes[node].port) as conn:
-        p = conn.send("ListOffsets", 1, body)["Topics"][0]["Partitions"][0]
+    p = list_offset(cluster, node, topic, -2)
     assert p["ErrorCode"] == 0, p
     return p["Offset"]
 
