@@ -74,10 +74,15 @@ pub enum Bug {
     /// the simulator found once replica logs could fill up): a new leader whose first append
     /// fails loses its own epoch's start, and a follower keeps a divergent tail.
     UndoDropsEpochStart,
+    /// A replicated partition opens leading itself in epoch 0, as a single node's does
+    /// (`ReplicaState::new`, the bug the simulator found once it ran `Partition`): a restarted
+    /// replica takes appends before the controller's assignment reaches it, and commits them
+    /// alone.
+    OpenedReplicaLeadsAlone,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::RaftSkipsFsync,
         Bug::ElectOutOfSyncReplica,
         Bug::StaleIsrChange,
@@ -97,6 +102,7 @@ impl Bug {
         Bug::TruncationKeepsIndexPastEnd,
         Bug::RollSkipsClosingSync,
         Bug::UndoDropsEpochStart,
+        Bug::OpenedReplicaLeadsAlone,
     ];
 
     pub fn name(self) -> &'static str {
@@ -120,6 +126,7 @@ impl Bug {
             Bug::TruncationKeepsIndexPastEnd => "truncation-keeps-index-past-end",
             Bug::RollSkipsClosingSync => "roll-skips-closing-sync",
             Bug::UndoDropsEpochStart => "undo-drops-epoch-start",
+            Bug::OpenedReplicaLeadsAlone => "opened-replica-leads-alone",
         }
     }
 
@@ -181,6 +188,9 @@ impl Bug {
             }
             Bug::UndoDropsEpochStart => {
                 "undoing a failed append cuts the leader's own epoch start from the epoch cache"
+            }
+            Bug::OpenedReplicaLeadsAlone => {
+                "a replicated partition opens leading itself, taking appends before the controller assigns it"
             }
         }
     }

@@ -125,7 +125,7 @@ fn append_one(
     let Some(records) = records else {
         return Box::pin(async { ProduceOutcome::failed(ResponseError::CorruptMessage) });
     };
-    let append = shard.append(&partition, records, source, acks);
+    let append = partition.append_acked(records, source, acks);
     use ResponseError::{CorruptMessage, KafkaStorageError, MessageTooLarge, NotEnoughReplicas};
     Box::pin(async move {
         match append.await {

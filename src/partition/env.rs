@@ -7,6 +7,7 @@ use super::journal::Journal;
 use super::Partition;
 use crate::clock::Clock;
 use crate::metrics::{bump, LogLimiter, ShardMetrics};
+use crate::storage::log::SyncWork;
 use event_listener::{Event, EventListener};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -70,9 +71,14 @@ impl SyncQueue {
         self.work.notify(1);
     }
 
-    /// Takes every queued partition, for one sync pass.
-    pub fn take(&self) -> Vec<Rc<Partition>> {
-        std::mem::take(&mut *self.queued.borrow_mut())
+    /// One sync pass's work: every queued partition with what to sync of it
+    /// (`Partition::take_sync_work`), each taken off the queue.
+    pub fn take_work(&self) -> Vec<(Rc<Partition>, SyncWork)> {
+        let queued = std::mem::take(&mut *self.queued.borrow_mut());
+        queued
+            .into_iter()
+            .filter_map(|partition| partition.take_sync_work().map(|job| (partition, job)))
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

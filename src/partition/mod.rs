@@ -378,6 +378,22 @@ impl Partition {
         self.append_from(records, Source::Client)
     }
 
+    /// The append of a produce of `acks` from `source`: an acks=all one first needs
+    /// `min.insync.replicas` in sync (`check_insync`). Its place in the partition's order is
+    /// taken now. The one append path of clients' produces, groups' commits and transactions'
+    /// records; the wait for the commit acks=all asks is `Shard::wait_committed`.
+    pub fn append_acked(
+        self: &Rc<Self>,
+        records: Bytes,
+        source: Source,
+        acks: i16,
+    ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
+        match self.check_insync(acks) {
+            Err(e) => futures::future::Either::Left(futures::future::ready(Err(e.into()))),
+            Ok(()) => futures::future::Either::Right(self.append_from(records, source)),
+        }
+    }
+
     /// `append`, for batches from `source` (see `txn::Source`: what each may write).
     pub fn append_from(
         self: &Rc<Self>,
@@ -857,5 +873,18 @@ impl Partition {
                 .env
                 .storage_error(&self.name, "checkpointing the high watermark", &e),
         }
+    }
+}
+
+/// What the simulator reads of a partition it drives (`sim/replica_log.rs`): its log and its
+/// replication state, to hold them to the history. Read only.
+#[cfg(feature = "simulation")]
+impl Partition {
+    pub fn log(&self) -> std::cell::Ref<'_, PartitionLog> {
+        self.log.borrow()
+    }
+
+    pub fn replica_state(&self) -> &ReplicaState {
+        &self.replica
     }
 }

@@ -20,14 +20,15 @@ impl Partition {
     /// is ignored. Becoming leader starts a new epoch in the epoch cache at the log end;
     /// becoming a follower marks the log for truncation and wakes every waiter, so that
     /// acks=all producers learn that this node no longer leads.
-    /// `brokers` are the catalog's registrations, whose reports the leader counts.
+    /// `brokers` are the catalog's registrations, whose reports the leader counts. Returns
+    /// what the assignment meant here.
     pub fn assign(
         &self,
         local: i32,
         assignment: (&PartitionAssignment, Option<i32>),
         brokers: &[BrokerRecord],
         now_ms: u64,
-    ) {
+    ) -> Assigned {
         let a = assignment.0;
         let assigned = self.replica.assign(
             local,
@@ -43,7 +44,7 @@ impl Partition {
             Assigned::Leads // the leadership began; the partition is offline now
         });
         if assigned == Assigned::Stale {
-            return;
+            return assigned;
         }
         self.log.borrow_mut().leader_epoch = a.leader_epoch;
         match assigned {
@@ -66,6 +67,7 @@ impl Partition {
             );
         }
         self.advance_commit();
+        assigned
     }
 
     pub fn is_leader(&self) -> bool {
@@ -103,8 +105,13 @@ impl Partition {
     }
 
     /// An acks=all append needs at least `min.insync.replicas` in sync (Kafka's rule; other
-    /// acks do not wait for replicas): NOT_ENOUGH_REPLICAS otherwise.
+    /// acks do not wait for replicas): NOT_ENOUGH_REPLICAS otherwise. Leadership is checked
+    /// first, as Kafka does: a follower answers NOT_LEADER_OR_FOLLOWER, whatever its view of
+    /// the in-sync set (NOT_ENOUGH_REPLICAS would keep the producer at the wrong node).
     pub fn check_insync(&self, acks: i16) -> Result<(), ResponseError> {
+        if !self.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
         self.replica.check_insync(acks)
     }
 

@@ -102,35 +102,35 @@ pub struct ReplicaState {
 }
 
 impl ReplicaState {
-    /// A partition alone on this node until the controller assigns it (`replicated`: its
-    /// topic has assignments, so its high watermark is checkpointed).
+    /// A partition's state as it opens: alone on a single node, which leads it; a replica of
+    /// a cluster (`replicated`: its topic has assignments, so its high watermark is
+    /// checkpointed) without a role until the controller assigns one.
     pub fn new(min_insync_replicas: i32, replicated: bool) -> ReplicaState {
-        ReplicaState {
+        let state = ReplicaState {
             replicas: RefCell::new(Replicas::alone()),
             needs_truncation: Cell::new(false),
             epoch_start: Cell::new(0),
             leader_generation: Cell::new(0),
             min_insync_replicas: Cell::new(min_insync_replicas),
             hw_checkpointed: Cell::new(if replicated { None } else { Some(i64::MAX) }),
+        };
+        if replicated && !crate::inject::active(crate::inject::Bug::OpenedReplicaLeadsAlone) {
+            // No role until the controller's assignment gives it one (`assign`): it takes no
+            // appends and fetches from no one, as a Kafka broker's partition before its first
+            // leadership change. Alone, it would lead itself in epoch 0 meanwhile (the
+            // simulator found a restarted replica taking appends there).
+            let mut replicas = state.replicas_mut();
+            replicas.epoch = -1;
+            replicas.role = Role::Follower {
+                leader: -1,
+                leader_hw: 0,
+            };
         }
+        state
     }
 
     pub fn replicas(&self) -> Ref<'_, Replicas> {
         self.replicas.borrow()
-    }
-
-    /// A replica that neither leads nor follows anyone until the controller assigns it (the
-    /// simulator's replicas start so; a broker's partition starts alone, as `new`).
-    pub fn unassigned(min_insync_replicas: i32) -> ReplicaState {
-        let state = ReplicaState::new(min_insync_replicas, true);
-        let mut replicas = state.replicas_mut();
-        replicas.epoch = -1;
-        replicas.role = Role::Follower {
-            leader: -1,
-            leader_hw: 0,
-        };
-        drop(replicas);
-        state
     }
 
     fn replicas_mut(&self) -> RefMut<'_, Replicas> {
@@ -457,6 +457,29 @@ mod tests {
             base_sequence: -1,
             record_count: count,
         }
+    }
+
+    #[test]
+    fn a_replica_of_a_cluster_has_no_role_until_assigned_and_a_lone_partition_leads() {
+        let (state, mut log) = (ReplicaState::new(2, true), Ends::default());
+        log.ends = vec![7];
+        assert!(!state.is_leader() && state.leadership().is_none());
+        let view = state.follower_view(&log).expect("not a leader");
+        assert_eq!(
+            (view.leader, view.epoch),
+            (-1, -1),
+            "it fetches from no one"
+        );
+        assert_eq!(
+            state
+                .assign(1, (&assignment(1, 0), None), &[], 0, &mut log)
+                .unwrap(),
+            Assigned::Leads,
+            "epoch 0 is a new leadership, not one it held"
+        );
+        assert_eq!(state.leadership(), Some((1, 7)));
+        let alone = ReplicaState::new(1, false);
+        assert!(alone.is_leader() && alone.leadership().is_some());
     }
 
     #[test]

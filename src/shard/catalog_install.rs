@@ -74,7 +74,8 @@ fn serve(shard: &Shard, catalog: Arc<Catalog>) {
         };
         p.configure(&topic.config);
         let partition_epoch = topic.partition_epoch(p.id().partition);
-        match topic.assignment(p.id().partition) {
+        // A role change is the partition's to log and act on.
+        let _meant = match topic.assignment(p.id().partition) {
             Some(a) if catalog.here.registered => p.assign(
                 catalog.here.node_id,
                 (a, partition_epoch),
@@ -85,8 +86,8 @@ fn serve(shard: &Shard, catalog: Arc<Catalog>) {
                 let held = (&a.held_back(), partition_epoch);
                 p.assign(catalog.here.node_id, held, &catalog.brokers, now_ms)
             }
-            None => {}
-        }
+            None => continue,
+        };
     }
     shard.set_catalog(catalog);
 }

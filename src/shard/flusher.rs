@@ -39,13 +39,7 @@ pub async fn run(shard: Rc<Shard>) {
 pub async fn sync_once(shard: &Shard) {
     let journal = &shard.env.journal;
     let _turn = journal.lock().await;
-    let work: Vec<_> = shard
-        .env
-        .sync_queue
-        .take()
-        .into_iter()
-        .filter_map(|partition| partition.take_sync_work().map(|job| (partition, job)))
-        .collect();
+    let work = shard.env.sync_queue.take_work();
     let mut batch = Batch::default();
     let journaled: Vec<bool> = work
         .iter()

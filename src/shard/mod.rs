@@ -20,21 +20,18 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::ShardMetrics;
 use crate::partition::env::Environment;
-use crate::partition::ingest::Rejected;
 use crate::partition::monitor::Waiter;
 use crate::partition::{Appended, Partition, Source, TopicPartition, Watch};
 use crate::security::node::NodeLogin;
 use crate::storage::catalog::{Catalog, TopicMeta};
 use crate::timer::Timers;
 use bytes::Bytes;
-use futures::future::Either;
 use glommio::sync::Semaphore;
 use kafka_protocol::ResponseError;
 use mesh::Mesh;
 use router::Router;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -230,25 +227,7 @@ impl Shard {
 
     // ---- produce and wait --------------------------------------------------------------
 
-    /// Starts an append of `records` from `source` to `partition` (owned by this shard) for a
-    /// produce of `acks`: its place in the partition's order is taken now, and an acks=all
-    /// append first needs `min.insync.replicas` in sync (NOT_ENOUGH_REPLICAS). The one append
-    /// path of clients' produces, groups' commits and transactions' records; the wait for the
-    /// commit acks=all asks is `wait_committed`.
-    pub fn append(
-        &self,
-        partition: &Rc<Partition>,
-        records: Bytes,
-        source: Source,
-        acks: i16,
-    ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
-        match partition.check_insync(acks) {
-            Err(e) => Either::Left(futures::future::ready(Err(e.into()))),
-            Ok(()) => Either::Right(partition.append_from(records, source)),
-        }
-    }
-
-    /// `append`, then the wait for the durability `acks` asks: none for 0 and 1, the commit for
+    /// `Partition::append_acked`, then the wait for the durability `acks` asks: none for 0 and 1, the commit for
     /// -1 (all), until `timeout_ms` (REQUEST_TIMED_OUT). A retried duplicate waits for its
     /// original records' commit.
     pub async fn produce(
@@ -259,8 +238,8 @@ impl Shard {
         acks: i16,
         timeout_ms: i32,
     ) -> Result<Appended, ResponseError> {
-        let appended = self
-            .append(partition, records, source, acks)
+        let appended = partition
+            .append_acked(records, source, acks)
             .await
             .map_err(|r| r.error)?;
         if acks == -1 {

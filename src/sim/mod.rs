@@ -7,15 +7,16 @@
 //! What runs as production code: raft-rs with the controller's `RaftNode` and `RaftStore`
 //! (over `SimDisk`), `Applied` and the metadata records, broker sessions and fencing
 //! (`liveness`), placement, elections and AlterPartition (`replication_op`), and each replica's
-//! replication rules (`partition::replica_state`: assignment, the commit rule, follower fetches,
-//! a follower's appends and truncation) and its fetcher's decisions (`replication::follower_rules`),
-//! run over the production `PartitionLog` on a simulated disk (`replica_log.rs`: its appends with
-//! their indexes, producer state and aborted-transaction index, the flusher's sync work between
-//! `take_sync_work` and `complete_sync`, the follower-fetch read path, truncation, and the
-//! restart after a crash: recovery's cut of a torn tail, the epoch cache, the transaction index,
-//! the high watermark back to its checkpoint). Its batches are real record batches (`batch.rs`).
-//! What the simulator stands in for: `Partition` around the log (`replica.rs`), the glommio
-//! tasks that drive them (`node.rs`, `replication.rs` for the fetcher and the flusher), RPC
+//! `Partition` (`replica_log.rs`) on a simulated disk: opened as a broker opens it (recovery's
+//! cut of a torn tail, the epoch cache, producer state, the transaction index, the high
+//! watermark back to its checkpoint), assigned its role from the node's catalog, appended to as
+//! the Produce handler appends (idempotent sequences, markers, rolls, the undo of a failed
+//! write), read as the leader's Fetch handler reads for a follower (which notes its position:
+//! the commit rule), a follower's appends and truncations, the flusher's sync work between
+//! `SyncQueue::take_work` and `complete_sync`; and the fetcher's decisions
+//! (`replication::follower_rules`). Its batches are real record batches (`batch.rs`).
+//! What the simulator stands in for: the glommio tasks that drive them (`node.rs`,
+//! `replication.rs` for the fetcher's and the flusher's loops), RPC
 //! (`network.rs`), and the disk (`disk.rs`).
 //!
 //! ## What runs, what is checked

@@ -1,22 +1,25 @@
-//! One partition replica on one simulated node. Its decisions are the production code's: the
-//! replication rules of `partition::replica_state` (assignment, the commit rule, a leader noting
-//! follower fetches, a follower taking its leader's batches and high watermark, the KIP-279 cut
-//! point and what follows a cut) over the production `PartitionLog` on a simulated disk
-//! (`replica_log.rs`), called in the order `Partition` calls them; idempotent and transactional
-//! producer state (`producer_state`) and the aborted-transaction index (`txn_index`) are the
-//! log's own, and the simulated flusher plans and completes its syncs as `shard::flusher` does.
+//! One partition replica on one simulated node: production's `Partition` (`replica_log.rs`),
+//! called as the broker calls it. Its role from the node's catalog (`assign`), a producer's
+//! append as the Produce handler makes it, a follower's fetch as the leader's Fetch handler
+//! reads it, a follower's appends, truncations and high watermark as its fetcher hands them
+//! on, the in-sync set changes it asks for. What this module adds is the part of the fetcher
+//! the simulator plays (a fetch in flight, the epoch query outstanding, the leader's high
+//! watermark taken once what was fetched is synced) and the simulator's bookkeeping.
 
-use super::batch::{Batch, Stamp};
-use super::replica_log::SimLog;
+use super::batch::{Batch, Stamp, TxnPart};
+use super::replica_log::{decode, done, SimLog};
 use crate::partition::commit::IsrRequest;
-use crate::partition::replica_state::{Assigned, ReplicaState};
-use crate::partition::txn;
-use crate::protocol::batch::{parse_header, BatchHeader};
+use crate::partition::replica_state::{Assigned, FollowerView};
+use crate::partition::{Partition, ReadRequest, Source};
+use crate::protocol::chunk::Chunk;
 use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
-use crate::storage::producer_state::Verdict;
 use kafka_protocol::ResponseError;
 use rand_chacha::ChaCha8Rng;
+
+/// The most bytes a follower's fetch reads (a fetch's `partition_max_bytes`): a batch cut
+/// at this bound is left for the next fetch, as a Kafka client leaves a partial last batch.
+const FETCH_MAX_BYTES: usize = 16 << 10;
 
 /// A leader's answer to a follower's fetch of one partition (its part of a Fetch response).
 #[derive(Clone, Debug)]
@@ -64,9 +67,8 @@ pub enum Appended {
 
 #[derive(Debug)]
 pub struct SimReplica {
+    /// The production partition on its simulated disk.
     pub log: SimLog,
-    /// The role, the commit rule and the leadership: production's `ReplicaState`.
-    pub state: ReplicaState,
     /// A fetch (or epoch query) to the leader is on its way, sent then.
     pub fetch_sent_ms: Option<u64>,
     /// The newest epoch the outstanding OffsetsForLeaderEpoch query asked about.
@@ -83,7 +85,6 @@ impl SimReplica {
     pub fn new(log: SimLog) -> SimReplica {
         SimReplica {
             log,
-            state: ReplicaState::unassigned(1),
             fetch_sent_ms: None,
             epoch_query: None,
             leader_hw_after_sync: None,
@@ -91,12 +92,16 @@ impl SimReplica {
         }
     }
 
+    fn partition(&self) -> &Partition {
+        self.log.partition()
+    }
+
     pub fn log_end(&self) -> i64 {
         self.log.log_end()
     }
 
     pub fn high_watermark(&self) -> i64 {
-        self.log.view().high_watermark()
+        self.partition().high_watermark()
     }
 
     pub fn synced_end(&self) -> i64 {
@@ -104,23 +109,33 @@ impl SimReplica {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.state.is_leader()
+        self.partition().is_leader()
     }
 
     /// The current leader epoch.
     pub fn epoch(&self) -> i32 {
-        self.state.replicas().epoch
+        self.partition().replica_state().replicas().epoch
     }
 
-    /// Below it every transaction has ended (the production rule, `txn::last_stable_offset`).
+    /// Below it every transaction has ended (`Partition::last_stable_offset`).
     pub fn last_stable_offset(&self) -> i64 {
-        txn::last_stable_offset(&self.log.view())
+        self.partition().last_stable_offset()
     }
 
     /// `Partition::leadership`: while this replica leads, the generation of its leadership
     /// and the offset its epoch began at.
     pub fn leadership(&self) -> Option<(u64, i64)> {
-        self.state.leadership()
+        self.partition().leadership()
+    }
+
+    /// What production's fetcher reads of the partition (`Partition::follower_view`).
+    pub fn follower_view(&self) -> Option<FollowerView> {
+        self.partition().follower_view()
+    }
+
+    /// Whether this follower must check its tail against its leader's before it fetches.
+    pub fn needs_truncation(&self) -> bool {
+        self.partition().replica_state().needs_truncation()
     }
 
     /// A crash and restart: what the disk kept, and no role until the node's catalog assigns
@@ -128,7 +143,6 @@ impl SimReplica {
     pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
         let cut = self.log.crash(rng, power_cut);
         // What the process held in memory is gone.
-        self.state = ReplicaState::unassigned(1);
         self.fetch_sent_ms = None;
         self.epoch_query = None;
         self.leader_hw_after_sync = None;
@@ -145,31 +159,17 @@ impl SimReplica {
         brokers: &[BrokerRecord],
         now_ms: u64,
     ) -> bool {
-        let assigned = self
-            .state
-            .assign(
-                local,
-                assignment,
-                brokers,
-                now_ms,
-                &mut *self.log.view_mut(),
-            )
-            .expect("the simulated disk saves the epoch cache");
-        if assigned == Assigned::Stale {
-            return false;
-        }
-        self.log.view_mut().leader_epoch = assignment.0.leader_epoch;
+        self.log.tick(now_ms);
+        let assigned = self.partition().assign(local, assignment, brokers, now_ms);
         if assigned == Assigned::Follows {
             self.fetch_sent_ms = None;
         }
-        self.state.advance_commit(&mut *self.log.view_mut());
-        assigned != Assigned::Kept
+        !matches!(assigned, Assigned::Stale | Assigned::Kept)
     }
 
-    /// A producer's batch on the leader (acks=all needs `min_insync` in sync), checked against
-    /// its producer's sequences when it is idempotent (`Partition::check_sequence`); a
-    /// coordinator's marker against the coordinator epochs of earlier markers
-    /// (`txn::check_markers`).
+    /// A producer's batch, as the Produce handler appends it (`Partition::append_acked`:
+    /// acks=all needs `min_insync` in sync): a coordinator's marker as the coordinator's, a
+    /// transaction's records as verified by their coordinator (KIP-890).
     pub fn append(
         &mut self,
         payload: u64,
@@ -178,14 +178,7 @@ impl SimReplica {
         acks_all: bool,
         min_insync: usize,
     ) -> Result<Appended, String> {
-        if !self.is_leader() {
-            return Err("NOT_LEADER_OR_FOLLOWER".into());
-        }
-        // The topic's setting, as `Partition::configure` hands it on.
-        self.state.set_min_insync_replicas(min_insync as i32);
-        self.state
-            .check_insync(if acks_all { -1 } else { 1 })
-            .map_err(|e| format!("{e:?}"))?;
+        self.log.set_min_insync(min_insync);
         let batch = Batch {
             base: self.log_end(),
             count,
@@ -193,27 +186,17 @@ impl SimReplica {
             payload,
             stamp,
         };
-        let verdict = {
-            let log = self.log.view();
-            match batch.marker() {
-                Some(_) => {
-                    let bytes = batch.encode();
-                    let header = parse_header(&bytes).expect("a simulated batch parses");
-                    txn::check_markers(&log, &bytes, &[header]).map(|()| Verdict::Append)
-                }
-                None => log.producers.check(&batch.header()),
-            }
+        let source = match stamp.and_then(|s| s.txn) {
+            Some(TxnPart::Marker { .. }) => Source::Coordinator,
+            Some(TxnPart::Records) => Source::VerifiedTransaction,
+            None => Source::Client,
         };
-        match verdict {
-            Ok(Verdict::Duplicate { base_offset }) => return Ok(Appended::Duplicate(base_offset)),
-            Ok(Verdict::Append) => {}
-            Err(e) => return Err(format!("{e:?}")),
+        let acks = if acks_all { -1 } else { 1 };
+        match self.log.append(batch, (source, acks)) {
+            Ok((base, true)) => Ok(Appended::Duplicate(base)),
+            Ok((base, false)) => Ok(Appended::New(base)),
+            Err(e) => Err(format!("{e:?}")),
         }
-        // As `Partition::append` answers a failed roll or write.
-        self.log
-            .append(batch)
-            .map_err(|_| "KAFKA_STORAGE_ERROR".to_string())?;
-        Ok(Appended::New(batch.base))
     }
 
     /// The flusher's pass plans a sync of this replica's writes: false when it has none.
@@ -221,108 +204,73 @@ impl SimReplica {
         self.log.start_sync()
     }
 
-    /// The sync planned by `start_sync` returns (`Partition::complete_sync`): the commit rule
-    /// may move, and a follower takes its leader's high watermark once what it fetched is
-    /// synced. False when none was in flight.
+    /// The sync planned by `start_sync` returns (`Partition::complete_sync`: the commit rule
+    /// may move), and a follower takes its leader's high watermark once what it fetched is
+    /// synced (the fetcher's wait). False when none was in flight.
     pub fn finish_sync(&mut self) -> bool {
         if !self.log.finish_sync() {
             return false;
         }
         let synced = self.synced_end();
-        let log = &mut *self.log.view_mut();
         if let Some((_, hw)) = self.leader_hw_after_sync.take_if(|(end, _)| *end <= synced) {
-            self.state.learn_leader_high_watermark(log, hw);
+            self.partition().learn_leader_high_watermark(hw);
         }
-        self.state.advance_commit(log);
         true
     }
 
-    /// A follower's fetch at `offset` on this leader: its batches from there and the high
-    /// watermark, or why not.
-    pub fn serve_fetch(&mut self, node: i32, epoch: i32, offset: i64, now_ms: u64) -> FetchAnswer {
-        if let Err(refused) = self.check_fetch_epoch(epoch) {
-            return refused;
-        }
-        let noted =
-            self.state
-                .note_replica_fetch(&mut *self.log.view_mut(), (node, offset), now_ms);
-        match noted {
-            Err(e @ ResponseError::OffsetOutOfRange) => FetchAnswer {
-                high_watermark: self.high_watermark(),
-                log_start_offset: 0,
-                ..FetchAnswer::refused(e)
-            },
-            Err(e) => FetchAnswer::refused(e),
-            Ok(_) => self.read_for_follower(epoch, offset),
-        }
-    }
-
-    /// Why a follower's fetch in leader epoch `epoch` is refused here, as the leader's Fetch
-    /// handler answers: not the leader, an older epoch (fenced), or one it has not seen yet.
-    fn check_fetch_epoch(&self, epoch: i32) -> Result<(), FetchAnswer> {
-        let error = match (self.is_leader(), epoch.cmp(&self.epoch())) {
-            (false, _) => ResponseError::NotLeaderOrFollower,
-            (true, std::cmp::Ordering::Less) => ResponseError::FencedLeaderEpoch,
-            (true, std::cmp::Ordering::Greater) => ResponseError::UnknownLeaderEpoch,
-            (true, std::cmp::Ordering::Equal) => return Ok(()),
+    /// A follower's fetch at `offset` in leader epoch `epoch` on this leader, read as the
+    /// leader's Fetch handler reads it (`Partition::read`, which notes the follower's
+    /// position first): its batches from there and the high watermark, or why not.
+    pub fn serve_fetch(&self, node: i32, epoch: i32, offset: i64, now_ms: u64) -> FetchAnswer {
+        self.log.tick(now_ms);
+        let request = ReadRequest {
+            offset,
+            max_bytes: FETCH_MAX_BYTES,
+            leader_epoch: epoch,
+            zero_copy: false,
+            whole_first_batch: true,
+            replica: node,
+            read_committed: false,
+            any_replica: false,
         };
-        Err(FetchAnswer::refused(error))
-    }
-
-    /// What a (parked) follower fetch in `epoch` from `offset` gets now: the batches from
-    /// there and the high watermark (the simulated logs start at 0).
-    pub fn read_for_follower(&self, epoch: i32, offset: i64) -> FetchAnswer {
-        if let Err(refused) = self.check_fetch_epoch(epoch) {
-            return refused;
-        }
+        let read = done(self.partition().read(request));
+        let batches = match read.records {
+            None => Vec::new(),
+            Some(Chunk::Bytes(bytes)) => decode(&bytes),
+            Some(Chunk::File(_)) => unreachable!("a read that is not zero-copy returns bytes"),
+        };
         FetchAnswer {
-            error: None,
-            batches: self.log.read_from(offset, 8),
-            high_watermark: self.high_watermark(),
-            log_start_offset: 0,
+            error: ResponseError::try_from_code(read.error_code),
+            batches,
+            high_watermark: read.high_watermark,
+            log_start_offset: read.log_start_offset,
         }
     }
 
-    /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch), from
-    /// its start (the simulated logs keep every record).
+    /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
-        let span = (0, self.log_end());
-        self.log.view().epochs.answer_for(epoch, self.epoch(), span)
+        self.partition().epoch_end(epoch)
     }
 
     /// Where this follower cuts its log for its leader's epoch answer, and whether that
     /// settles it (`Partition::cut_point`).
     pub fn cut_point(&self, answer: (i32, i64)) -> (i64, bool) {
-        self.state.cut_point(&*self.log.view(), answer)
+        self.partition().cut_point(answer)
     }
 
     /// `Partition::truncate_diverged`: the log cut at `offset`; unless `complete`, the
     /// follower asks its leader again.
     pub fn truncate_diverged(&mut self, offset: i64, complete: bool) {
-        if offset < self.log_end() {
-            self.log.truncate_to(offset);
-            self.checked_to = self.checked_to.min(self.log_end());
-        }
-        self.state
-            .truncated(&mut *self.log.view_mut(), complete)
-            .expect("the simulated disk saves the epoch cache");
+        self.log.truncate_diverged(offset, complete);
+        self.checked_to = self.checked_to.min(self.log_end());
     }
 
     /// `Partition::append_replica`: the leader's batches, which must continue this log, and
     /// the leader's high watermark, taken once they are synced. Returns whether they were
     /// taken.
     pub fn append_replica(&mut self, batches: &[Batch], leader_hw: i64) -> bool {
-        let headers: Vec<BatchHeader> = batches.iter().map(Batch::header).collect();
-        if headers.is_empty()
-            || self
-                .state
-                .take_replica_batches(&mut *self.log.view_mut(), &headers)
-                .is_err()
-        {
-            return false;
-        }
-        if self.log.append_replica(batches).is_err() {
-            return false; // KAFKA_STORAGE_ERROR: the fetcher asks again
+        if batches.is_empty() || self.log.append_replica(batches).is_err() {
+            return false; // refused, or KAFKA_STORAGE_ERROR: the fetcher asks again
         }
         self.leader_hw_after_sync = Some((self.log_end(), leader_hw));
         true
@@ -330,13 +278,12 @@ impl SimReplica {
 
     /// The leader's high watermark, from a fetch response.
     pub fn learn_leader_high_watermark(&mut self, leader_hw: i64) {
-        self.state
-            .learn_leader_high_watermark(&mut *self.log.view_mut(), leader_hw);
+        self.partition().learn_leader_high_watermark(leader_hw);
     }
 
     /// The controller refused `request` for good (`Partition::isr_refused`).
     pub fn isr_refused(&mut self, request: &IsrRequest) {
-        self.state.isr_refused(&mut *self.log.view_mut(), request);
+        self.partition().isr_refused(request);
     }
 
     /// The in-sync set change this leader should ask for now (`Partition::isr_request_due`).
@@ -346,12 +293,10 @@ impl SimReplica {
         lag_max_ms: u64,
         last_sent_ms: Option<u64>,
     ) -> Option<IsrRequest> {
+        self.log.tick(now_ms);
         let retry_ms = crate::replication::isr::RETRY_MS;
-        self.state.isr_request_due(
-            &*self.log.view(),
-            (now_ms, lag_max_ms),
-            (last_sent_ms, retry_ms),
-        )
+        self.partition()
+            .isr_request_due(lag_max_ms, last_sent_ms, retry_ms)
     }
 
     /// The batch at `base`, if this log holds one there.

@@ -1,112 +1,133 @@
-//! A replica's log: production's `PartitionLog` over its own simulated disk
-//! (`Volume::Simulated`). Appends, the flusher's sync work, reads, truncations and the restart
-//! after a crash are the broker's own code: `prepare_append`/`prepare_replica_append` and
-//! `write` (offsets, the segment's indexes, producer state, the aborted-transaction index
-//! synced before its marker), `take_sync_work`/`sync_files`/`complete_sync`, `plan_read_below`
-//! and `read::read_batches` (a follower's fetch, KIP-74), `truncate_to`, and `open` (the
-//! recovery scan with its CRC checks and the cut of a torn tail, the epoch cache, producer
-//! state, the transaction index) with `restart_high_watermark`; rolls (`needs_roll`, `roll`:
-//! the closed segment's indexes and a producer-state snapshot) as `Partition` rolls. On seeds
-//! whose disks fill up, appends fail with ENOSPC now and then: `PartitionLog::write` undoes
-//! them, and the replica answers KAFKA_STORAGE_ERROR as `Partition` does.
+//! A replica's partition: production's `Partition` over its own simulated disk
+//! (`Volume::Simulated`), driven to completion call by call (`block_on`: the simulated disk's
+//! futures never wait, and one call at a time never finds the append lock held). Opening
+//! (`Partition::open`: the topic-id file, the recovery scan with its CRC checks and the cut of
+//! a torn tail, the epoch cache, producer state, the transaction index, the high watermark
+//! back to its checkpoint), appends (`append_from`: validation, idempotent sequences, markers,
+//! rolls, the write and its undo), a follower's appends and truncations (`append_replica`,
+//! `truncate_diverged`), the flusher's work (`SyncQueue::take_work`, `sync_files`,
+//! `complete_sync`) and the high-watermark checkpoint are the broker's own code. On seeds
+//! whose disks fill up, appends fail with ENOSPC now and then: the partition undoes them and
+//! answers KAFKA_STORAGE_ERROR.
 //!
 //! The bytes are the truth: a crash keeps what the disk kept (`SimDisk::crash_drawing`: the
-//! synced bytes and a random prefix of the rest, none after a power cut), then the log opens
-//! again over it. What this module adds is the simulator's view: the batches the file holds,
-//! decoded (the checks compare them across replicas and with the history), checked against
-//! the file after every restart; and the high-watermark checkpoint, taken every
-//! `HW_CHECKPOINT_MS` (`replication.rs`), as the broker's checkpoint file would hold it.
+//! synced bytes and a random prefix of the rest, none after a power cut), then the partition
+//! opens again over it. What this module adds is the simulator's view: the batches the files
+//! hold, decoded (the checks compare them across replicas and with the history), checked
+//! against the files after every restart, and each appended batch against what the partition
+//! says it wrote.
 
 use super::batch::Batch;
 use super::disk::{DiskFaults, SimDisk};
-use crate::protocol::batch::{self, BatchHeader};
+use crate::clock::{Clock, ManualClock};
+use crate::config::{LogConfig, TopicDefaults};
+use crate::metrics::ShardMetrics;
+use crate::partition::env::Environment;
+use crate::partition::{Partition, Source};
+use crate::protocol::batch;
+use crate::storage::catalog::{PartitionAssignment, TopicMeta, TopicRecord};
 use crate::storage::disk::Disk;
-use crate::storage::log::{sync_files, AppendPlan, LogSettings, PartitionLog, SyncWork};
-use crate::storage::read::{self, Limit};
+use crate::storage::log::{sync_files, PartitionLog, SyncWork};
 use crate::storage::segment_file::Volume;
+use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
-use futures::executor::block_on;
+use futures::FutureExt;
+use kafka_protocol::ResponseError;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::cell::{Ref, RefCell, RefMut};
-use std::io;
+use std::cell::Ref;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
-/// The log's directory on its disk.
-const DIR: &str = "partition";
+/// The directory the partition's directory is in, on its disk.
+const DATA_DIR: &str = "data";
 /// `index.interval.bytes`: small (Kafka's default is 4096), so that the offset index holds an
 /// entry every few of the simulator's batches and truncations cut through it.
 const INDEX_INTERVAL_BYTES: u32 = 512;
-/// The most bytes a follower's fetch reads (a fetch's `partition_max_bytes`): a batch cut
-/// at this bound is left for the next fetch, as a Kafka client leaves a partial last batch.
-const FETCH_MAX_BYTES: usize = 16 << 10;
 /// `segment.bytes`: small (Kafka's default is 1 GiB), so that a log rolls every dozen or so of
 /// the simulator's batches: truncations and recoveries span several segments, and restarts
 /// read producer state back from the snapshots rolls write.
 const SEGMENT_BYTES: u64 = 4 << 10;
-/// The simulator's clock plays no part in a log: its segments roll by size only, and producer
-/// state's update times are not compared.
-const NOW_MS: u64 = 0;
+/// Opening a partition writes its topic-id file, which may find the disk full: a node tries
+/// again, as an operator restarts a broker, at most this often.
+const OPEN_TRIES: u32 = 100;
 
-fn settings() -> LogSettings {
-    LogSettings {
-        segment_bytes: SEGMENT_BYTES,
-        segment_ms: u64::MAX,
-        index_interval_bytes: INDEX_INTERVAL_BYTES,
-        log_append_time: false,
+/// What the broker's catalog says of the topic of partition `index`: replicated (so that a
+/// restart takes the high watermark back to its checkpoint), with small segments and index
+/// intervals (above), rolled by size only, and producer timestamps not checked (a simulated
+/// batch's timestamp carries its payload, `batch.rs`).
+pub fn topic_meta(topic_id: [u8; 16], index: i32, min_insync: usize) -> TopicMeta {
+    let name = format!("t{:02x}{:02x}", topic_id[0], topic_id[1]);
+    let mut config = TopicConfig::defaults(&TopicDefaults::default(), &LogConfig::default());
+    config.segment_bytes = SEGMENT_BYTES;
+    config.segment_ms = u64::MAX;
+    config.index_interval_bytes = INDEX_INTERVAL_BYTES;
+    config.timestamp_after_max_ms = i64::MAX;
+    config.min_insync_replicas = min_insync as i32;
+    let partitions = index as u32 + 1;
+    TopicMeta {
+        name: name.as_str().into(),
+        record: TopicRecord {
+            name,
+            id: topic_id,
+            partitions,
+            configs: Vec::new(),
+            assignment: vec![PartitionAssignment::default(); partitions as usize],
+        },
+        config,
+        partition_epochs: Vec::new(),
     }
 }
 
-/// The segment files in the log's directory, by name (the order of their base offsets).
-fn segment_files(disk: &SimDisk) -> Vec<PathBuf> {
-    let mut names = disk.list(Path::new(DIR)).expect("lists");
-    names.retain(|n| n.ends_with(".log"));
-    names.sort();
-    names.iter().map(|n| Path::new(DIR).join(n)).collect()
-}
-
-/// A replica's log on its own simulated disk (see the module doc).
+/// A replica's partition on its own simulated disk (see the module doc).
 pub struct SimLog {
-    log: RefCell<PartitionLog>,
-    /// The disk the log's files are on: a crash's losses, and ENOSPC on seeds whose disks
-    /// fill up (`SimLog::new`).
+    partition: Rc<Partition>,
+    /// What the partition shares with its shard: the flusher's queue, the node's clock.
+    env: Rc<Environment>,
+    /// The node's clock as this replica last read it (`tick`).
+    clock: Arc<ManualClock>,
+    topic: TopicMeta,
+    /// The disk the partition's files are on: a crash's losses, and ENOSPC on seeds whose
+    /// disks fill up (`SimLog::new`).
     disk: Rc<SimDisk>,
-    /// The batches the file holds, decoded (the checks read them).
+    /// The batches the files hold, decoded (the checks read them).
     pub batches: Vec<Batch>,
-    /// The flusher's sync in flight (`start_sync`), if any.
-    syncing: Option<SyncWork>,
-    pub hw_checkpoint: i64,
+    /// The flusher's sync in flight (`start_sync`): one pass at a time.
+    syncing: Vec<(Rc<Partition>, SyncWork)>,
     /// Segments rolled, over the log's whole life (the summary's count).
     pub rolls: u64,
 }
 
 impl std::fmt::Debug for SimLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let l = self.log.borrow();
         f.debug_struct("SimLog")
-            .field("log_end", &l.log_end_offset())
-            .field("high_watermark", &l.high_watermark())
+            .field("log_end", &self.partition.log_end_offset())
+            .field("high_watermark", &self.partition.high_watermark())
             .field("batches", &self.batches.len())
             .finish()
     }
 }
 
 impl SimLog {
-    /// A new, empty log on its own disk, which draws `faults` (from `seed`) but never fails
-    /// an fsync.
-    pub fn new(seed: u64, faults: DiskFaults) -> SimLog {
+    /// A new, empty partition of `topic` on its own disk, which draws `faults` (from `seed`)
+    /// but never fails an fsync.
+    pub fn new(seed: u64, faults: DiskFaults, topic: TopicMeta) -> SimLog {
         let faults = DiskFaults {
             fsync_error_ppm: 0,
             ..faults
         };
         let disk = Rc::new(SimDisk::new(ChaCha8Rng::seed_from_u64(seed), faults));
+        let clock = Arc::new(ManualClock::new(0, 0));
+        let env = environment(&clock);
         SimLog {
-            log: RefCell::new(open(&disk)),
+            partition: open(&disk, &topic, &env),
+            env,
+            clock,
+            topic,
             disk,
             batches: Vec::new(),
-            syncing: None,
-            hw_checkpoint: 0,
+            syncing: Vec::new(),
             rolls: 0,
         }
     }
@@ -122,56 +143,95 @@ impl SimLog {
     }
 }
 
-/// The log in `disk`'s files, opened as the broker opens a partition's.
-fn open(disk: &Rc<SimDisk>) -> PartitionLog {
-    let volume = Volume::Simulated(disk.clone());
-    let opened = PartitionLog::open((volume, DIR.into()), settings(), 0, NOW_MS);
-    block_on(opened).expect("the simulated disk opens")
+/// A node's shard environment, on the node's clock (no journal: `Journal::disabled`).
+fn environment(clock: &Arc<ManualClock>) -> Rc<Environment> {
+    let clock: Arc<dyn Clock> = clock.clone();
+    Environment::new(clock, Arc::new(ShardMetrics::default()))
+}
+
+/// The partition in `disk`'s files, opened as the broker opens it at start-up.
+fn open(disk: &Rc<SimDisk>, topic: &TopicMeta, env: &Rc<Environment>) -> Rc<Partition> {
+    let index = topic.record.partitions as i32 - 1;
+    for _ in 0..OPEN_TRIES {
+        let at = (Volume::Simulated(disk.clone()), Path::new(DATA_DIR));
+        match done(Partition::open(at, topic, index, env.clone())) {
+            Ok(p) => return Rc::new(p),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => continue,
+            Err(e) => panic!("the simulated disk opens: {e}"),
+        }
+    }
+    panic!("the disk was full at {OPEN_TRIES} starts in a row")
 }
 
 impl SimLog {
-    /// The production log, to read.
-    pub fn view(&self) -> Ref<'_, PartitionLog> {
-        self.log.borrow()
+    /// The production partition.
+    pub fn partition(&self) -> &Rc<Partition> {
+        &self.partition
     }
 
-    /// The production log, for the replication rules (`ReplicaState`) to change.
-    pub fn view_mut(&self) -> RefMut<'_, PartitionLog> {
-        self.log.borrow_mut()
+    /// The production log, to read.
+    pub fn view(&self) -> Ref<'_, PartitionLog> {
+        self.partition.log()
     }
 
     pub fn log_end(&self) -> i64 {
-        self.log.borrow().log_end_offset()
+        self.partition.log_end_offset()
+    }
+
+    /// The node's clock reads `now_ms` (monotonic and wall: the simulator has one time).
+    pub fn tick(&self, now_ms: u64) {
+        let behind = now_ms.saturating_sub(self.clock.monotonic_ms());
+        self.clock.advance(behind);
+    }
+
+    /// The topic's `min.insync.replicas`, as `Partition::configure` hands it on.
+    pub fn set_min_insync(&mut self, min_insync: usize) {
+        if self.topic.config.min_insync_replicas != min_insync as i32 {
+            self.topic.config.min_insync_replicas = min_insync as i32;
+            self.partition.configure(&self.topic.config);
+        }
     }
 
     /// A crash: what the disk kept, opened again as the broker does after one (recovery, then
     /// the high watermark back to the checkpoint), and read back. Returns the bytes recovery
     /// cut.
     pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
-        self.syncing = None;
+        // What the process held in memory is gone: the flusher's queue and pass with it.
+        self.syncing.clear();
+        drop(self.env.sync_queue.take_work());
         self.disk.crash_drawing(rng, power_cut);
         let kept = self.file_len();
-        self.log = RefCell::new(open(&self.disk));
-        let checkpoint = Some(self.hw_checkpoint);
-        block_on(PartitionLog::restart_high_watermark(&self.log, checkpoint))
-            .expect("the simulated disk reads");
-        self.hw_checkpoint = self.log.borrow().high_watermark();
+        self.env = environment(&self.clock);
+        self.partition = open(&self.disk, &self.topic, &self.env);
         self.batches = self.read_back();
         kept - self.file_len()
     }
 
+    /// The partition's high-watermark checkpoint (`Shard::checkpoint_high_watermarks`).
+    pub fn checkpoint(&self) {
+        self.partition.checkpoint_high_watermark();
+    }
+
+    /// The segment files in the log's directory, by name (the order of their base offsets).
+    fn segment_files(&self) -> Vec<PathBuf> {
+        let dir = self.view().dir.clone();
+        let mut names = self.disk.list(&dir).expect("lists");
+        names.retain(|n| n.ends_with(".log"));
+        names.sort();
+        names.iter().map(|n| dir.join(n)).collect()
+    }
+
     /// The bytes of the log's segment files.
     fn file_len(&self) -> u64 {
-        let files = segment_files(&self.disk);
         let len = |p: &PathBuf| self.disk.len(p).expect("reads").unwrap_or(0);
-        files.iter().map(len).sum()
+        self.segment_files().iter().map(len).sum()
     }
 
     /// The batches of the recovered files. Recovery must have left whole, valid batches in
     /// each segment, continuing one another and ending where the log says.
     fn read_back(&self) -> Vec<Batch> {
         let mut batches: Vec<Batch> = Vec::new();
-        for path in segment_files(&self.disk) {
+        for path in self.segment_files() {
             let bytes = self.disk.read(&path).expect("reads").unwrap_or_default();
             let segment = decode(&bytes);
             if let (Some(last), Some(next)) = (batches.last(), segment.first()) {
@@ -188,127 +248,105 @@ impl SimLog {
         batches
     }
 
-    /// Rolls to a new segment first when appending `bytes` holding `offsets` offsets must
-    /// (`Partition::roll_if_needed`).
-    fn roll_if_needed(&mut self, bytes: &Bytes, offsets: i64) -> io::Result<()> {
-        let len = bytes.len() as u64;
-        if self.log.borrow().needs_roll(len, offsets, NOW_MS) {
-            block_on(PartitionLog::roll(&self.log, NOW_MS))?;
-            self.rolls += 1;
-        }
-        Ok(())
-    }
-
-    /// A leader's append of `b`, a producer's batch at the log end in the leader's epoch
-    /// (`Partition::append`'s roll and write: offsets and epoch stamped by the log). An error
-    /// (the disk is full) changes nothing the log serves.
-    pub fn append(&mut self, b: Batch) -> io::Result<()> {
-        let epoch = self.log.borrow().leader_epoch;
-        assert_eq!(b.epoch, epoch, "stamped with the leader's epoch");
-        let (bytes, headers) = encode(&[b]);
-        self.unchanged_on_error(|log| {
-            log.roll_if_needed(&bytes, b.count)?;
-            let plan = log
-                .log
-                .borrow_mut()
-                .prepare_append(&bytes, &headers, NOW_MS);
-            log.write(plan, &[b])
-        })
-    }
-
-    /// A follower's append of its leader's batches (`Partition::append_replica`'s roll and
-    /// write). An error (the disk is full) changes nothing the log serves.
-    pub fn append_replica(&mut self, batches: &[Batch]) -> io::Result<()> {
-        let (bytes, headers) = encode(batches);
-        let first = batches.first().expect("batches to append");
-        let last = batches.last().expect("batches to append");
-        self.unchanged_on_error(|log| {
-            log.roll_if_needed(&bytes, last.end() - first.base)?;
-            let plan = log
-                .log
-                .borrow_mut()
-                .prepare_replica_append(&bytes, &headers, NOW_MS);
-            log.write(plan, batches)
-        })
-    }
-
-    /// Runs `append`; when it fails, checks what production promises (`PartitionLog::write`):
-    /// the log's end and high watermark are as they were, and it still serves.
-    fn unchanged_on_error(
+    /// A producer's (or coordinator's) batch `b` on the leader, sent as `source` with `acks`
+    /// (`Partition::append_acked`): Ok(the base offset it is at, and whether it was there
+    /// already: an idempotent retry). The partition stamps offsets and epoch: `b` must hold
+    /// the log end and the leader's epoch, as the batch the simulator records.
+    pub fn append(
         &mut self,
-        append: impl FnOnce(&mut SimLog) -> io::Result<()>,
-    ) -> io::Result<()> {
-        let before = (self.log_end(), self.log.borrow().high_watermark());
-        let result = append(self);
-        if result.is_err() {
-            let l = self.log.borrow();
-            let after = (l.log_end_offset(), l.high_watermark());
-            assert_eq!(
-                after, before,
-                "a failed append changes nothing the log serves"
-            );
-            assert!(!l.failed, "a failed append is undone");
+        b: Batch,
+        (source, acks): (Source, i16),
+    ) -> Result<(i64, bool), ResponseError> {
+        let bytes = encode(&[b]);
+        let end = self.log_end();
+        let appended = self.unchanged_on_error(|p| done(p.append_acked(bytes, source, acks)));
+        let appended = appended.map_err(|r| r.error)?;
+        if appended.base_offset < end {
+            return Ok((appended.base_offset, true));
         }
-        result
+        assert_eq!(
+            (appended.base_offset, appended.end_offset),
+            (b.base, b.end()),
+            "a batch is written at the log end"
+        );
+        assert_eq!(
+            b.epoch,
+            self.view().leader_epoch,
+            "stamped with the leader's epoch"
+        );
+        self.batches.push(b);
+        Ok((b.base, false))
     }
 
-    fn write(&mut self, plan: AppendPlan, batches: &[Batch]) -> io::Result<()> {
-        assert_eq!(
-            batches.first().map(|b| b.base),
-            Some(plan.base_offset),
-            "batches are dense"
-        );
-        block_on(PartitionLog::write(&self.log, plan))?;
+    /// A follower's append of its leader's batches (`Partition::append_replica`).
+    pub fn append_replica(&mut self, batches: &[Batch]) -> Result<(), ResponseError> {
+        let bytes = encode(batches);
+        let end = self.unchanged_on_error(|p| done(p.append_replica(bytes)))?;
+        let last = batches.last().expect("batches to append");
+        assert_eq!(end, last.end(), "the leader's batches end the log");
         self.batches.extend_from_slice(batches);
         Ok(())
     }
 
-    /// Up to `most` batches from the first holding an offset at or past `offset`, read as the
-    /// leader reads for a follower's fetch: from the written end's bytes, the first batch
-    /// whole however large (KIP-74), whole batches after it up to the fetch's bound.
-    pub fn read_from(&self, offset: i64, most: usize) -> Vec<Batch> {
-        let l = self.log.borrow();
-        let Ok(Some(plan)) = l.plan_read_below(offset, l.written()) else {
-            return Vec::new(); // nothing there yet
-        };
-        let boundary = |limit| l.batch_start_at_or_before(plan.segment_base, limit);
-        let limit = Limit::bytes(FETCH_MAX_BYTES);
-        let read = read::read_batches(&plan, offset, limit, boundary);
-        let bytes = block_on(read).expect("the simulated disk reads");
-        let mut batches = decode(&bytes);
-        batches.truncate(most);
-        batches
+    /// Runs `append`; counts the segments it rolled; when it fails, checks what production
+    /// promises (`PartitionLog::write`): the log's end and high watermark are as they were,
+    /// and it still serves.
+    fn unchanged_on_error<T, E>(
+        &mut self,
+        append: impl FnOnce(&Rc<Partition>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let p = &self.partition;
+        let before = (p.log_end_offset(), p.high_watermark(), self.segments());
+        let result = append(p);
+        let segments = self.segments();
+        self.rolls += segments.saturating_sub(before.2) as u64;
+        if result.is_err() {
+            let p = &self.partition;
+            let after = (p.log_end_offset(), p.high_watermark(), segments);
+            assert_eq!(
+                (after.0, after.1),
+                (before.0, before.1),
+                "a failed append changes nothing the log serves"
+            );
+            assert!(!p.is_failed(), "a failed append is undone");
+        }
+        result
     }
 
-    /// The flusher plans an fdatasync of everything written (`PartitionLog::take_sync_work`);
-    /// false when there is nothing to sync or one is in flight (a shard's flusher runs one
-    /// pass at a time).
+    fn segments(&self) -> usize {
+        self.view().segments.len()
+    }
+
+    /// The flusher's pass plans an fdatasync of everything written
+    /// (`SyncQueue::take_work`); false when there is nothing to sync or one is in flight (a
+    /// shard's flusher runs one pass at a time).
     pub fn start_sync(&mut self) -> bool {
-        if self.syncing.is_some() {
+        if !self.syncing.is_empty() {
             return false;
         }
-        self.syncing = self.log.borrow_mut().take_sync_work();
-        self.syncing.is_some()
+        self.syncing = self.env.sync_queue.take_work();
+        !self.syncing.is_empty()
     }
 
     /// The fdatasync in flight returns: the flusher's `sync_files`, then `complete_sync`.
     /// False when none was in flight.
     pub fn finish_sync(&mut self) -> bool {
-        let Some(work) = self.syncing.take() else {
-            return false;
-        };
-        block_on(sync_files(&work.files)).expect("no faults");
-        self.log.borrow_mut().complete_sync(work.target);
-        true
+        let syncing = std::mem::take(&mut self.syncing);
+        let synced = !syncing.is_empty();
+        for (partition, work) in syncing {
+            let result = done(sync_files(&work.files)).map(|_| ());
+            partition.complete_sync(work.target, result);
+        }
+        synced
     }
 
-    /// `PartitionLog::truncate_to`: the batches from `offset` go (a cut inside a batch keeps
-    /// none of it).
-    pub fn truncate_to(&mut self, offset: i64) {
+    /// `Partition::truncate_diverged`: the batches from `offset` go (a cut inside a batch
+    /// keeps none of it); unless `complete`, the follower asks its leader again.
+    pub fn truncate_diverged(&mut self, offset: i64, complete: bool) {
         // Production truncates under the journal's lock, which the flusher holds for its whole
         // pass: a sync in flight completes first.
         self.finish_sync();
-        block_on(PartitionLog::truncate_to(&self.log, offset, NOW_MS))
+        done(self.partition.truncate_diverged(offset, complete))
             .expect("the simulated disk truncates");
         let end = self.log_end();
         let kept = self.batches.partition_point(|b| b.end() <= end);
@@ -321,22 +359,30 @@ impl SimLog {
     }
 }
 
-/// The batches' bytes, each checked to read back as itself, and their headers as the broker's
-/// validation of a produce request or a fetched response finds them.
-fn encode(batches: &[Batch]) -> (Bytes, Vec<BatchHeader>) {
-    let (mut bytes, mut headers) = (Vec::new(), Vec::new());
+/// The batches' bytes, each checked to read back as itself and to pass the broker's
+/// validation of a produce request or a fetched response.
+fn encode(batches: &[Batch]) -> Bytes {
+    let mut bytes = Vec::new();
     for b in batches {
         let one = b.encode();
         assert_eq!(Batch::decode(&one), Ok(*b), "a batch reads back as written");
-        headers.push(batch::validate(&one).expect("a valid batch"));
+        batch::validate(&one).expect("a valid batch");
         bytes.extend_from_slice(&one);
     }
-    (Bytes::from(bytes), headers)
+    Bytes::from(bytes)
+}
+
+/// The output of `work`, which must be ready at once: the simulated disk's futures never
+/// wait, and the simulator makes one call at a time, so no lock is ever held by another (a
+/// call that waited would wait for good).
+pub fn done<F: std::future::Future>(work: F) -> F::Output {
+    work.now_or_never()
+        .expect("a partition's call on the simulated disk completes at once")
 }
 
 /// The whole batches `bytes` hold (a partial one at the end is left out). Every one must
 /// decode: the file holds only what the log wrote.
-fn decode(bytes: &[u8]) -> Vec<Batch> {
+pub fn decode(bytes: &[u8]) -> Vec<Batch> {
     let (mut batches, mut pos) = (Vec::new(), 0);
     while pos < bytes.len() {
         let Some(size) = batch::peek_size(&bytes[pos..]) else {

@@ -12,7 +12,7 @@
 use super::disk::DiskFaults;
 use super::node::Wire;
 use super::replica::{FetchAnswer, SimReplica};
-use super::replica_log::SimLog;
+use super::replica_log::{topic_meta, SimLog};
 use super::world::{Event, World};
 use crate::controller::{records, ControllerOp, IsrChange};
 use crate::partition::commit::IsrRequest;
@@ -127,8 +127,8 @@ impl World {
         let parts = &mut self.slots[i].partitions;
         if self.now_ms >= parts.checkpointed_ms + HW_CHECKPOINT_MS {
             parts.checkpointed_ms = self.now_ms;
-            for r in parts.replicas.values_mut() {
-                r.log.hw_checkpoint = r.high_watermark();
+            for r in parts.replicas.values() {
+                r.log.checkpoint();
             }
         }
         Ok(())
@@ -147,7 +147,8 @@ impl World {
                 no_space_ppm,
                 ..disk.faults()
             };
-            let log = SimLog::new(self.rng.gen(), faults);
+            let min_insync = self.min_insync(i, tp);
+            let log = SimLog::new(self.rng.gen(), faults, topic_meta(tp.0, tp.1, min_insync));
             let replicas = &mut self.slots[i].partitions.replicas;
             replicas.insert(tp, SimReplica::new(log));
         }
@@ -213,7 +214,7 @@ impl World {
         let mut out = Vec::new();
         for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
             // What production's fetcher reads of the partition (`Partition::follower_view`).
-            let Some(view) = r.state.follower_view(&*r.log.view()) else {
+            let Some(view) = r.follower_view() else {
                 continue;
             };
             let idle = r
@@ -387,7 +388,8 @@ impl World {
         let mut answers = Vec::new();
         parts.parked.retain(|f| {
             let answer = match parts.replicas.get(&f.tp) {
-                Some(r) => r.read_for_follower(f.epoch, f.offset),
+                // The handler reads again what it parked (noting the follower's position).
+                Some(r) => r.serve_fetch(f.follower as i32, f.epoch, f.offset, now_ms),
                 None => FetchAnswer::refused(ResponseError::NotLeaderOrFollower),
             };
             let due = now_ms >= f.until_ms || !answer.is_empty();
@@ -413,7 +415,7 @@ impl World {
         let Some(r) = self.slots[i].partitions.replicas.get_mut(&tp) else {
             return Ok(());
         };
-        let Some(view) = r.state.follower_view(&*r.log.view()) else {
+        let Some(view) = r.follower_view() else {
             return Ok(());
         };
         if view.epoch != epoch || matches!(next_ask(&view), Ask::EpochEnd { .. }) {
@@ -584,7 +586,7 @@ impl World {
         // answer for an older newest epoch, delivered late, cut a tail the leader had
         // committed).
         let outstanding = r.epoch_query == Some(latest);
-        if r.epoch() != epoch || r.is_leader() || !r.state.needs_truncation() || !outstanding {
+        if r.epoch() != epoch || r.is_leader() || !r.needs_truncation() || !outstanding {
             return Ok(());
         }
         r.epoch_query = None;

@@ -826,7 +826,7 @@ fn node_config(id: i32, voters: &[Voter]) -> Config {
         data_dir: "/data".into(),
         ..Config::default()
     };
-    config.cluster.snapshot_after_entries = 64;
+    config.cluster.snapshot_after_entries = 32;
     // Transactions past their timeout are aborted within a second, well inside a run.
     config.transactions.check_interval_ms = 1_000;
     config.voters = voters
