@@ -56,6 +56,9 @@ impl Environment {
     }
 }
 
+/// One flusher pass's work: each partition with what to sync of it.
+pub type SyncPass = Vec<(Rc<Partition>, SyncWork)>;
+
 /// Partitions with written but unsynced data, in the order they became dirty, for the shard's
 /// flusher (group commit). A partition is queued at most once (`Partition::queued_for_sync`).
 #[derive(Default)]
@@ -73,7 +76,7 @@ impl SyncQueue {
 
     /// One sync pass's work: every queued partition with what to sync of it
     /// (`Partition::take_sync_work`), each taken off the queue.
-    pub fn take_work(&self) -> Vec<(Rc<Partition>, SyncWork)> {
+    pub fn take_work(&self) -> SyncPass {
         let queued = std::mem::take(&mut *self.queued.borrow_mut());
         queued
             .into_iter()

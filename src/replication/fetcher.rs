@@ -15,6 +15,7 @@ use crate::partition::{Partition, Watch};
 use crate::protocol::topics::group_by_topic;
 use crate::rpc::kafka_client::KafkaClient;
 use crate::shard::Shard;
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -215,8 +216,7 @@ async fn fetch(
     for (f, end, leader_hw, leader_log_start) in appended {
         let deadline = shard.housekeeping_sleep_until(deadline_ms);
         f.partition.wait_for(Watch::Synced, end, deadline).await;
-        f.partition.learn_leader_high_watermark(leader_hw);
-        f.partition.learn_leader_log_start(leader_log_start).await;
+        take_leader_offsets(&f.partition, (leader_hw, leader_log_start)).await;
     }
     if stale {
         shard.housekeeping_sleep(BACKOFF_MS).await;
@@ -224,80 +224,103 @@ async fn fetch(
     Ok(())
 }
 
-/// One partition's fetch answer, as `follower_rules::react` decides: its log end after this
-/// round's append, or None where it was cut, restarted, or is stale (then `stale` is set).
+/// One partition's fetch answer (`take_fetched`): its log end after this round's append, or
+/// None where it was cut, restarted, or is stale (then `stale` is set).
 async fn take_answer(f: &Followed, p: &PartitionData, stale: &mut bool) -> Option<i64> {
     let records = p.records.clone().filter(|r| !r.is_empty());
-    let fetched = Fetched {
-        error: ResponseError::try_from_code(p.error_code),
-        first_base: records.as_ref().and_then(first_base),
-        high_watermark: p.high_watermark,
-        log_start_offset: p.log_start_offset,
-    };
-    match react(&f.view, f.partition.log_start_offset(), &fetched) {
-        Reaction::Nothing => Some(f.view.log_end_offset),
-        Reaction::Append { restart_at } => {
-            let records = records.expect("an append reacts to records that came");
-            match append_from_leader(f, restart_at, records).await {
-                Ok(end) => Some(end),
-                Err(e) => {
-                    log::warn!("replica of {}: append failed: {e:?}", f.partition.name());
-                    *stale = true;
-                    None
-                }
-            }
-        }
-        Reaction::RestartAt(start) => {
-            restart_at_leader_start(f, start).await;
-            None
-        }
-        Reaction::TruncateTo(offset) => {
-            truncate_past_leader_end(f, offset).await;
-            None
-        }
-        Reaction::Stale => {
-            *stale = true; // not the leader any more, or a newer epoch there
+    let offsets = (p.high_watermark, p.log_start_offset);
+    let fetched = Fetched::of(p.error_code, records.as_ref(), offsets);
+    match take_fetched(&f.partition, &f.view, &fetched, records).await {
+        Taken::WaitSynced(end) => Some(end),
+        Taken::Rewritten => None,
+        Taken::BackOff => {
+            *stale = true;
             None
         }
     }
 }
 
-/// The base offset of the first batch in a fetched record set.
-fn first_base(records: &bytes::Bytes) -> Option<i64> {
-    let head = records.get(..8)?;
-    Some(i64::from_be_bytes(head.try_into().expect("8 bytes")))
+/// What a follower's taking of one partition's fetch answer left to do (`take_fetched`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Wait until the log is synced up to this end (what came was appended, or nothing
+    /// came), then take the leader's high watermark and log start.
+    WaitSynced(i64),
+    /// The log was cut past the leader's end, or restarted at the leader's log start: the
+    /// next round fetches from its new end.
+    Rewritten,
+    /// Not the leader any more, a newer epoch there, or the append failed: pause, then ask
+    /// again.
+    BackOff,
+}
+
+/// Takes one partition's fetch answer (`fetched`, with the `records` that came) as
+/// `follower_rules::react` decides, the follower being in the state `view` says. The
+/// simulator takes its followers' answers through this too.
+pub async fn take_fetched(
+    partition: &Rc<Partition>,
+    view: &FollowerView,
+    fetched: &Fetched,
+    records: Option<Bytes>,
+) -> Taken {
+    match react(view, partition.log_start_offset(), fetched) {
+        Reaction::Nothing => Taken::WaitSynced(view.log_end_offset),
+        Reaction::Append { restart_at } => {
+            let records = records.expect("an append reacts to records that came");
+            match append_from_leader(partition, restart_at, records).await {
+                Ok(end) => Taken::WaitSynced(end),
+                Err(e) => {
+                    log::warn!("replica of {}: append failed: {e:?}", partition.name());
+                    Taken::BackOff
+                }
+            }
+        }
+        Reaction::RestartAt(start) => {
+            restart_at_leader_start(partition, start).await;
+            Taken::Rewritten
+        }
+        Reaction::TruncateTo(offset) => {
+            truncate_past_leader_end(partition, offset).await;
+            Taken::Rewritten
+        }
+        Reaction::Stale => Taken::BackOff,
+    }
+}
+
+/// What a follower takes of its leader's fetch answer once it synced what came
+/// (`Taken::WaitSynced`): the leader's high watermark, then its log start.
+pub async fn take_leader_offsets(partition: &Partition, (high_watermark, log_start): (i64, i64)) {
+    partition.learn_leader_high_watermark(high_watermark);
+    partition.learn_leader_log_start(log_start).await;
 }
 
 /// Appends what the leader sent, after moving an empty log back to `restart_at`
 /// (`Reaction::Append`).
 async fn append_from_leader(
-    f: &Followed,
+    partition: &Rc<Partition>,
     restart_at: Option<i64>,
-    records: bytes::Bytes,
+    records: Bytes,
 ) -> Result<i64, ResponseError> {
     if let Some(base) = restart_at {
-        f.partition.restart_log_at(base).await?;
+        partition.restart_log_at(base).await?;
     }
-    f.partition.append_replica(records).await
+    partition.append_replica(records).await
 }
 
 /// `Reaction::RestartAt`: an empty log at the leader's log start replaces this one.
-async fn restart_at_leader_start(f: &Followed, leader_log_start: i64) {
-    if let Err(e) = f.partition.restart_log_at(leader_log_start).await {
+async fn restart_at_leader_start(partition: &Partition, leader_log_start: i64) {
+    if let Err(e) = partition.restart_log_at(leader_log_start).await {
         log::error!(
             "replica of {}: restart at the leader's log start failed: {e:?}",
-            f.partition.name()
+            partition.name()
         );
     }
 }
 
 /// `Reaction::TruncateTo`: the tail past the leader's high watermark goes.
-async fn truncate_past_leader_end(f: &Followed, leader_hw: i64) {
-    if let Err(e) = f.partition.truncate_diverged(leader_hw, true).await {
-        log::error!(
-            "replica of {}: truncation failed: {e:?}",
-            f.partition.name()
-        );
+async fn truncate_past_leader_end(partition: &Partition, leader_hw: i64) {
+    if let Err(e) = partition.truncate_diverged(leader_hw, true).await {
+        log::error!("replica of {}: truncation failed: {e:?}", partition.name());
     }
 }
 

@@ -40,6 +40,26 @@ pub struct Fetched {
     pub log_start_offset: i64,
 }
 
+impl Fetched {
+    /// One partition of a Fetch response: its error code, the records that came (the first
+    /// batch's base offset is their first 8 bytes), the leader's high watermark and log start.
+    pub fn of(
+        error_code: i16,
+        records: Option<&bytes::Bytes>,
+        (high_watermark, log_start_offset): (i64, i64),
+    ) -> Fetched {
+        let first_base = records
+            .and_then(|r| r.get(..8))
+            .map(|head| i64::from_be_bytes(head.try_into().expect("8 bytes")));
+        Fetched {
+            error: ResponseError::try_from_code(error_code),
+            first_base,
+            high_watermark,
+            log_start_offset,
+        }
+    }
+}
+
 /// What a follower does with one partition's fetch answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reaction {

@@ -7,13 +7,15 @@
 //! watermark taken once what was fetched is synced) and the simulator's bookkeeping.
 
 use super::batch::{Batch, Stamp, TxnPart};
-use super::replica_log::{decode, done, SimLog};
+use super::replica_log::{done, SimLog};
 use crate::partition::commit::IsrRequest;
 use crate::partition::replica_state::{Assigned, FollowerView};
 use crate::partition::{Partition, ReadRequest, Source};
 use crate::protocol::chunk::Chunk;
+use crate::replication::fetcher::{take_leader_offsets, Taken};
 use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use rand_chacha::ChaCha8Rng;
 
@@ -24,8 +26,9 @@ const FETCH_MAX_BYTES: usize = 16 << 10;
 /// A leader's answer to a follower's fetch of one partition (its part of a Fetch response).
 #[derive(Clone, Debug)]
 pub struct FetchAnswer {
-    pub error: Option<ResponseError>,
-    pub batches: Vec<Batch>,
+    pub error_code: i16,
+    /// The batches read, as the leader sends them.
+    pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
 }
@@ -33,8 +36,8 @@ pub struct FetchAnswer {
 impl FetchAnswer {
     pub fn refused(error: ResponseError) -> FetchAnswer {
         FetchAnswer {
-            error: Some(error),
-            batches: Vec::new(),
+            error_code: error.code(),
+            records: Bytes::new(),
             high_watermark: -1,
             log_start_offset: -1,
         }
@@ -42,17 +45,14 @@ impl FetchAnswer {
 
     /// What a follower reads of it (`follower_rules::react`).
     pub fn fetched(&self) -> Fetched {
-        Fetched {
-            error: self.error,
-            first_base: self.batches.first().map(|b| b.base),
-            high_watermark: self.high_watermark,
-            log_start_offset: self.log_start_offset,
-        }
+        let records = (!self.records.is_empty()).then_some(&self.records);
+        let offsets = (self.high_watermark, self.log_start_offset);
+        Fetched::of(self.error_code, records, offsets)
     }
 
     /// A long poll's reason to wait: no error and nothing new.
     pub fn is_empty(&self) -> bool {
-        self.error.is_none() && self.batches.is_empty()
+        self.error_code == 0 && self.records.is_empty()
     }
 }
 
@@ -73,9 +73,9 @@ pub struct SimReplica {
     pub fetch_sent_ms: Option<u64>,
     /// The newest epoch the outstanding OffsetsForLeaderEpoch query asked about.
     pub epoch_query: Option<i32>,
-    /// A follower's last fetch: the end of what it appended and the leader's high watermark,
-    /// taken once that end is synced (`replication::fetcher`).
-    leader_hw_after_sync: Option<(i64, i64)>,
+    /// A follower's last fetch: the end of what it appended, and the leader's high watermark
+    /// and log start, taken once that end is synced (`replication::fetcher`).
+    leader_offsets_after_sync: Option<(i64, (i64, i64))>,
     /// Committed batches below this were checked against the history.
     pub checked_to: i64,
 }
@@ -87,7 +87,7 @@ impl SimReplica {
             log,
             fetch_sent_ms: None,
             epoch_query: None,
-            leader_hw_after_sync: None,
+            leader_offsets_after_sync: None,
             checked_to: 0,
         }
     }
@@ -145,7 +145,7 @@ impl SimReplica {
         // What the process held in memory is gone.
         self.fetch_sent_ms = None;
         self.epoch_query = None;
-        self.leader_hw_after_sync = None;
+        self.leader_offsets_after_sync = None;
         self.checked_to = 0;
         cut
     }
@@ -205,17 +205,25 @@ impl SimReplica {
     }
 
     /// The sync planned by `start_sync` returns (`Partition::complete_sync`: the commit rule
-    /// may move), and a follower takes its leader's high watermark once what it fetched is
-    /// synced (the fetcher's wait). False when none was in flight.
+    /// may move), and a follower takes its leader's offsets once what it fetched is synced
+    /// (the fetcher's wait). False when none was in flight.
     pub fn finish_sync(&mut self) -> bool {
         if !self.log.finish_sync() {
             return false;
         }
-        let synced = self.synced_end();
-        if let Some((_, hw)) = self.leader_hw_after_sync.take_if(|(end, _)| *end <= synced) {
-            self.partition().learn_leader_high_watermark(hw);
-        }
+        self.take_leader_offsets_if_synced();
         true
+    }
+
+    /// `fetcher::take_leader_offsets` once this follower synced what its last fetch appended.
+    fn take_leader_offsets_if_synced(&mut self) {
+        let synced = self.synced_end();
+        let due = self
+            .leader_offsets_after_sync
+            .take_if(|(end, _)| *end <= synced);
+        if let Some((_, offsets)) = due {
+            done(take_leader_offsets(self.partition(), offsets));
+        }
     }
 
     /// A follower's fetch at `offset` in leader epoch `epoch` on this leader, read as the
@@ -234,14 +242,14 @@ impl SimReplica {
             any_replica: false,
         };
         let read = done(self.partition().read(request));
-        let batches = match read.records {
-            None => Vec::new(),
-            Some(Chunk::Bytes(bytes)) => decode(&bytes),
+        let records = match read.records {
+            None => Bytes::new(),
+            Some(Chunk::Bytes(bytes)) => bytes,
             Some(Chunk::File(_)) => unreachable!("a read that is not zero-copy returns bytes"),
         };
         FetchAnswer {
-            error: ResponseError::try_from_code(read.error_code),
-            batches,
+            error_code: read.error_code,
+            records,
             high_watermark: read.high_watermark,
             log_start_offset: read.log_start_offset,
         }
@@ -265,20 +273,19 @@ impl SimReplica {
         self.checked_to = self.checked_to.min(self.log_end());
     }
 
-    /// `Partition::append_replica`: the leader's batches, which must continue this log, and
-    /// the leader's high watermark, taken once they are synced. Returns whether they were
-    /// taken.
-    pub fn append_replica(&mut self, batches: &[Batch], leader_hw: i64) -> bool {
-        if batches.is_empty() || self.log.append_replica(batches).is_err() {
-            return false; // refused, or KAFKA_STORAGE_ERROR: the fetcher asks again
+    /// The leader's answer to this follower's fetch, taken as the fetcher takes it
+    /// (`fetcher::take_fetched`, in the state `view` says); once what came is synced, the
+    /// leader's offsets.
+    pub fn take_fetched(&mut self, view: &FollowerView, answer: &FetchAnswer) -> Taken {
+        let records = (!answer.records.is_empty()).then(|| answer.records.clone());
+        let taken = self.log.take_fetched(view, &answer.fetched(), records);
+        self.checked_to = self.checked_to.min(self.log_end());
+        if let Taken::WaitSynced(end) = taken {
+            let offsets = (answer.high_watermark, answer.log_start_offset);
+            self.leader_offsets_after_sync = Some((end, offsets));
+            self.take_leader_offsets_if_synced();
         }
-        self.leader_hw_after_sync = Some((self.log_end(), leader_hw));
-        true
-    }
-
-    /// The leader's high watermark, from a fetch response.
-    pub fn learn_leader_high_watermark(&mut self, leader_hw: i64) {
-        self.partition().learn_leader_high_watermark(leader_hw);
+        taken
     }
 
     /// The controller refused `request` for good (`Partition::isr_refused`).

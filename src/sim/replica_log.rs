@@ -22,12 +22,16 @@ use super::disk::{DiskFaults, SimDisk};
 use crate::clock::{Clock, ManualClock};
 use crate::config::{LogConfig, TopicDefaults};
 use crate::metrics::ShardMetrics;
-use crate::partition::env::Environment;
+use crate::partition::env::{Environment, SyncPass};
+use crate::partition::fifo_lock::Guard;
+use crate::partition::replica_state::FollowerView;
 use crate::partition::{Partition, Source};
 use crate::protocol::batch;
+use crate::replication::fetcher::{take_fetched, Taken};
+use crate::replication::follower_rules::Fetched;
 use crate::storage::catalog::{PartitionAssignment, TopicMeta, TopicRecord};
 use crate::storage::disk::Disk;
-use crate::storage::log::{sync_files, PartitionLog, SyncWork};
+use crate::storage::log::{sync_files, PartitionLog};
 use crate::storage::segment_file::Volume;
 use crate::storage::topic_config::TopicConfig;
 use bytes::Bytes;
@@ -36,9 +40,11 @@ use kafka_protocol::ResponseError;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::Ref;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 /// The directory the partition's directory is in, on its disk.
 const DATA_DIR: &str = "data";
@@ -93,8 +99,9 @@ pub struct SimLog {
     disk: Rc<SimDisk>,
     /// The batches the files hold, decoded (the checks read them).
     pub batches: Vec<Batch>,
-    /// The flusher's sync in flight (`start_sync`): one pass at a time.
-    syncing: Vec<(Rc<Partition>, SyncWork)>,
+    /// The flusher's pass in flight (`start_sync`), holding the journal's lock as the
+    /// broker's does throughout (a rewrite of the log waits for it: `drive`).
+    syncing: Option<(Guard, SyncPass)>,
     /// Segments rolled, over the log's whole life (the summary's count).
     pub rolls: u64,
 }
@@ -127,7 +134,7 @@ impl SimLog {
             topic,
             disk,
             batches: Vec::new(),
-            syncing: Vec::new(),
+            syncing: None,
             rolls: 0,
         }
     }
@@ -197,7 +204,7 @@ impl SimLog {
     /// cut.
     pub fn crash(&mut self, rng: &mut ChaCha8Rng, power_cut: bool) -> u64 {
         // What the process held in memory is gone: the flusher's queue and pass with it.
-        self.syncing.clear();
+        self.syncing = None;
         drop(self.env.sync_queue.take_work());
         self.disk.crash_drawing(rng, power_cut);
         let kept = self.file_len();
@@ -278,14 +285,72 @@ impl SimLog {
         Ok((b.base, false))
     }
 
-    /// A follower's append of its leader's batches (`Partition::append_replica`).
-    pub fn append_replica(&mut self, batches: &[Batch]) -> Result<(), ResponseError> {
-        let bytes = encode(batches);
-        let end = self.unchanged_on_error(|p| done(p.append_replica(bytes)))?;
-        let last = batches.last().expect("batches to append");
-        assert_eq!(end, last.end(), "the leader's batches end the log");
-        self.batches.extend_from_slice(batches);
-        Ok(())
+    /// A follower's taking of its leader's fetch answer (`fetcher::take_fetched`): appended,
+    /// or the log cut or restarted, or nothing done (a stale answer, a failed append: then
+    /// the log is as it was, and still serves).
+    pub fn take_fetched(
+        &mut self,
+        view: &FollowerView,
+        fetched: &Fetched,
+        records: Option<Bytes>,
+    ) -> Taken {
+        let p = self.partition.clone();
+        let before = (p.log_end_offset(), p.high_watermark(), self.segments());
+        let taken = self.drive(take_fetched(&p, view, fetched, records.clone()));
+        self.rolls += self.segments().saturating_sub(before.2) as u64;
+        if taken == Taken::BackOff {
+            let after = (p.log_end_offset(), p.high_watermark());
+            assert_eq!(
+                after,
+                (before.0, before.1),
+                "a refused answer changes nothing"
+            );
+            assert!(!p.is_failed(), "a failed append is undone");
+        }
+        let grew = p.log_end_offset() > before.0;
+        let fetched_batches = records
+            .filter(|_| grew)
+            .map(|r| decode(&r))
+            .unwrap_or_default();
+        self.follow_log(fetched_batches);
+        taken
+    }
+
+    /// The batches after the log changed under a follower: cut where it was cut, then
+    /// `appended` (the leader's, which must continue it to its end).
+    fn follow_log(&mut self, appended: Vec<Batch>) {
+        let end = self.log_end();
+        let kept = self.batches.partition_point(|b| b.end() <= end);
+        self.batches.truncate(kept);
+        let at = self.batches.last().map_or(0, Batch::end);
+        if let Some(first) = appended.first() {
+            assert_eq!(first.base, at, "the leader's batches continue the log");
+        }
+        self.batches.extend(appended);
+        assert_eq!(
+            self.batches.last().map_or(0, Batch::end),
+            end,
+            "the log cuts at batch bounds and ends at its last batch"
+        );
+    }
+
+    /// Runs a partition's call to its end: at once, or, when it waits for the journal's lock
+    /// (a rewrite of the log, fenced against the flusher), once the flusher's pass in flight
+    /// completes, as in the broker. Any other wait would be for good: a simulator bug.
+    fn drive<F: Future>(&mut self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        if let Poll::Ready(out) = work.as_mut().poll(&mut cx) {
+            return out;
+        }
+        assert!(
+            self.finish_sync(),
+            "a partition's call waits only for the flusher's pass"
+        );
+        match work.as_mut().poll(&mut cx) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("a partition's call still waits after the flusher's pass"),
+        }
     }
 
     /// Runs `append`; counts the segments it rolled; when it fails, checks what production
@@ -317,45 +382,42 @@ impl SimLog {
         self.view().segments.len()
     }
 
-    /// The flusher's pass plans an fdatasync of everything written
-    /// (`SyncQueue::take_work`); false when there is nothing to sync or one is in flight (a
-    /// shard's flusher runs one pass at a time).
+    /// The flusher's pass takes the journal's lock and plans an fdatasync of everything
+    /// written (`shard::flusher::sync_once`, `SyncQueue::take_work`); false when there is
+    /// nothing to sync or a pass is in flight (a shard's flusher runs one at a time).
     pub fn start_sync(&mut self) -> bool {
-        if !self.syncing.is_empty() {
+        if self.syncing.is_some() {
             return false;
         }
-        self.syncing = self.env.sync_queue.take_work();
-        !self.syncing.is_empty()
+        let turn = done(self.env.journal.lock());
+        let work = self.env.sync_queue.take_work();
+        if !work.is_empty() {
+            self.syncing = Some((turn, work));
+        }
+        self.syncing.is_some()
     }
 
-    /// The fdatasync in flight returns: the flusher's `sync_files`, then `complete_sync`.
-    /// False when none was in flight.
+    /// The fdatasync in flight returns: the flusher's `sync_files`, then `complete_sync`,
+    /// then the journal's lock goes. False when none was in flight.
     pub fn finish_sync(&mut self) -> bool {
-        let syncing = std::mem::take(&mut self.syncing);
-        let synced = !syncing.is_empty();
-        for (partition, work) in syncing {
-            let result = done(sync_files(&work.files)).map(|_| ());
-            partition.complete_sync(work.target, result);
+        let Some((turn, work)) = self.syncing.take() else {
+            return false;
+        };
+        for (partition, job) in work {
+            let result = done(sync_files(&job.files)).map(|_| ());
+            partition.complete_sync(job.target, result);
         }
-        synced
+        drop(turn);
+        true
     }
 
     /// `Partition::truncate_diverged`: the batches from `offset` go (a cut inside a batch
     /// keeps none of it); unless `complete`, the follower asks its leader again.
     pub fn truncate_diverged(&mut self, offset: i64, complete: bool) {
-        // Production truncates under the journal's lock, which the flusher holds for its whole
-        // pass: a sync in flight completes first.
-        self.finish_sync();
-        done(self.partition.truncate_diverged(offset, complete))
+        let p = self.partition.clone();
+        self.drive(p.truncate_diverged(offset, complete))
             .expect("the simulated disk truncates");
-        let end = self.log_end();
-        let kept = self.batches.partition_point(|b| b.end() <= end);
-        self.batches.truncate(kept);
-        assert_eq!(
-            self.batches.last().map_or(0, Batch::end),
-            end,
-            "the log cuts at batch bounds"
-        );
+        self.follow_log(Vec::new());
     }
 }
 
@@ -382,7 +444,7 @@ pub fn done<F: std::future::Future>(work: F) -> F::Output {
 
 /// The whole batches `bytes` hold (a partial one at the end is left out). Every one must
 /// decode: the file holds only what the log wrote.
-pub fn decode(bytes: &[u8]) -> Vec<Batch> {
+fn decode(bytes: &[u8]) -> Vec<Batch> {
     let (mut batches, mut pos) = (Vec::new(), 0);
     while pos < bytes.len() {
         let Some(size) = batch::peek_size(&bytes[pos..]) else {

@@ -1,9 +1,12 @@
-//! Partition replication in the simulated world: each node's replicas (`SimReplica`) take
-//! their role from the node's applied catalog, followers pull from their leader as production's
-//! fetcher decides (`replication::follower_rules`: an epoch query first when they must truncate,
-//! then fetches from their synced end, and each answer's reaction), a flusher syncs each
-//! node's appends, leaders ask the controller for the in-sync set they want (production
-//! `wanted_isr`, sent as AlterPartition), and producers send batches with acks=all or acks=1.
+//! Partition replication in the simulated world: the glommio tasks around each node's
+//! partitions (`SimReplica`, production's `Partition`), played as events. Roles from the node's
+//! applied catalog; followers pull from their leader as production's fetcher decides
+//! (`replication::follower_rules`: an epoch query first when they must truncate, then fetches
+//! from their synced end) and take each answer with the fetcher's own code
+//! (`fetcher::take_fetched`); a leader parks a fetch that finds nothing new, as its Fetch
+//! handler does; a flusher syncs each node's appends; leaders ask the controller for the
+//! in-sync set they want (`Partition::isr_request_due`, sent as AlterPartition); producers send
+//! batches with acks=all or acks=1.
 //!
 //! What a leader acknowledges at acks=all is recorded; the checks (`replica_checks.rs`) hold
 //! every replica's committed records to one history, and every new leader to every
@@ -16,7 +19,8 @@ use super::replica_log::{topic_meta, SimLog};
 use super::world::{Event, World};
 use crate::controller::{records, ControllerOp, IsrChange};
 use crate::partition::commit::IsrRequest;
-use crate::replication::follower_rules::{next_ask, react, Ask, Reaction};
+use crate::replication::fetcher::Taken;
+use crate::replication::follower_rules::{next_ask, Ask};
 use crate::storage::catalog::{self, BrokerRecord, PartitionAssignment};
 use kafka_protocol::ResponseError;
 use rand::Rng;
@@ -403,8 +407,8 @@ impl World {
         }
     }
 
-    /// The leader's answer to a fetch, on follower `i`: what production's fetcher does with
-    /// it (`follower_rules::react`).
+    /// The leader's answer to a fetch, on follower `i`, taken by production's fetcher code
+    /// (`fetcher::take_fetched`).
     pub(super) fn on_fetch_reply(
         &mut self,
         i: usize,
@@ -423,29 +427,14 @@ impl World {
         }
         r.fetch_sent_ms = None;
         let (end, leader_hw) = (r.log_end(), answer.high_watermark);
-        let note = match react(&view, 0, &answer.fetched()) {
-            Reaction::Append { restart_at } => {
-                assert_eq!(restart_at, None, "the simulated logs start at 0");
-                if !r.append_replica(&answer.batches, leader_hw) {
-                    r.learn_leader_high_watermark(leader_hw);
-                    return self.replica_changed(i, tp);
-                }
-                let note = format!("fetched {end}..{} (leader hw {leader_hw})", r.log_end());
+        let note = match r.take_fetched(&view, &answer) {
+            Taken::WaitSynced(now) if now > end => {
                 self.schedule_flush(i);
-                note
+                format!("fetched {end}..{now} (leader hw {leader_hw})")
             }
-            Reaction::Nothing => {
-                r.learn_leader_high_watermark(leader_hw);
-                return self.replica_changed(i, tp);
-            }
-            Reaction::TruncateTo(offset) => {
-                r.truncate_diverged(offset, true);
-                format!("past the leader's end: cut {end} → {}", r.log_end())
-            }
-            Reaction::RestartAt(start) => {
-                unreachable!("the simulated logs start at 0, not {start}")
-            }
-            Reaction::Stale => return Ok(()),
+            Taken::WaitSynced(_) => return self.replica_changed(i, tp),
+            Taken::Rewritten => format!("past the leader's end: cut {end} → {}", r.log_end()),
+            Taken::BackOff => return self.replica_changed(i, tp),
         };
         self.trace
             .note(self.now_ms, format!("node {i}: {} {note}", tp_name(tp)));
