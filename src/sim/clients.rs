@@ -26,8 +26,6 @@ const IDEMPOTENT_PRODUCERS: usize = 2;
 /// An unacknowledged idempotent batch is sent again after this (librdkafka's retry after a
 /// request timeout or an error).
 const RETRY_MS: u64 = 1_500;
-/// Batches a consumer's fetch returns at most.
-const FETCH_BATCHES: usize = 8;
 
 /// What reaches a client.
 #[derive(Debug)]
@@ -325,8 +323,7 @@ impl World {
         true
     }
 
-    /// A consumer's fetch on node `i`: the batches from `offset` below the high watermark, if
-    /// it leads.
+    /// A consumer's fetch on node `i`, if it leads (`SimReplica::serve_consumer`).
     pub(super) fn on_consume(&mut self, i: usize, tp: Tp, offset: i64) -> Result<(), Violation> {
         let Some(r) = self.slots[i].partitions.replicas.get(&tp) else {
             return Ok(());
@@ -337,15 +334,7 @@ impl World {
         // The history learns what this replica committed since it last changed (a new role
         // may have moved its high watermark).
         self.replica_changed(i, tp)?;
-        let r = &self.slots[i].partitions.replicas[&tp];
-        let batches = r
-            .log
-            .batches
-            .iter()
-            .filter(|b| b.base >= offset && b.end() <= r.high_watermark())
-            .take(FETCH_BATCHES)
-            .copied()
-            .collect();
+        let (batches, _) = self.slots[i].partitions.replicas[&tp].serve_consumer(offset, false);
         self.answer_client(i, ClientEvent::Records { tp, batches });
         Ok(())
     }

@@ -7,10 +7,10 @@
 //! watermark taken once what was fetched is synced) and the simulator's bookkeeping.
 
 use super::batch::{Batch, Stamp, TxnPart};
-use super::replica_log::{done, SimLog};
+use super::replica_log::{decode, done, SimLog};
 use crate::partition::commit::IsrRequest;
 use crate::partition::replica_state::{Assigned, FollowerView};
-use crate::partition::{Partition, ReadRequest, Source};
+use crate::partition::{Partition, ReadRequest, ReadResult, Source};
 use crate::protocol::chunk::Chunk;
 use crate::replication::fetcher::{take_leader_offsets, Taken};
 use crate::replication::follower_rules::Fetched;
@@ -19,8 +19,8 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use rand_chacha::ChaCha8Rng;
 
-/// The most bytes a follower's fetch reads (a fetch's `partition_max_bytes`): a batch cut
-/// at this bound is left for the next fetch, as a Kafka client leaves a partial last batch.
+/// The most bytes a fetch reads of a partition (a fetch's `partition_max_bytes`): the first
+/// batch whole however large (KIP-74), whole batches after it up to the bound.
 const FETCH_MAX_BYTES: usize = 16 << 10;
 
 /// A leader's answer to a follower's fetch of one partition (its part of a Fetch response).
@@ -115,11 +115,6 @@ impl SimReplica {
     /// The current leader epoch.
     pub fn epoch(&self) -> i32 {
         self.partition().replica_state().replicas().epoch
-    }
-
-    /// Below it every transaction has ended (`Partition::last_stable_offset`).
-    pub fn last_stable_offset(&self) -> i64 {
-        self.partition().last_stable_offset()
     }
 
     /// `Partition::leadership`: while this replica leads, the generation of its leadership
@@ -231,28 +226,48 @@ impl SimReplica {
     /// position first): its batches from there and the high watermark, or why not.
     pub fn serve_fetch(&self, node: i32, epoch: i32, offset: i64, now_ms: u64) -> FetchAnswer {
         self.log.tick(now_ms);
-        let request = ReadRequest {
-            offset,
-            max_bytes: FETCH_MAX_BYTES,
-            leader_epoch: epoch,
-            zero_copy: false,
-            whole_first_batch: true,
-            replica: node,
-            read_committed: false,
-            any_replica: false,
-        };
-        let read = done(self.partition().read(request));
-        let records = match read.records {
-            None => Bytes::new(),
-            Some(Chunk::Bytes(bytes)) => bytes,
-            Some(Chunk::File(_)) => unreachable!("a read that is not zero-copy returns bytes"),
-        };
+        let (read, records) = self.read(offset, (node, epoch), false);
         FetchAnswer {
             error_code: read.error_code,
             records,
             high_watermark: read.high_watermark,
             log_start_offset: read.log_start_offset,
         }
+    }
+
+    /// A consumer's fetch at `offset` on this leader, as the Fetch handler reads it
+    /// (`Partition::read`): the batches below the high watermark, or, `read_committed`, below
+    /// the last stable offset with the aborted transactions of the range as (producer id,
+    /// first offset). Nothing when the read is refused.
+    pub fn serve_consumer(
+        &self,
+        offset: i64,
+        read_committed: bool,
+    ) -> (Vec<Batch>, Vec<(i64, i64)>) {
+        let (read, records) = self.read(offset, (-1, -1), read_committed);
+        (decode(&records), read.aborted.unwrap_or_default())
+    }
+
+    /// `Partition::read` from `offset` for `reader` (a follower's node id and leader epoch, or
+    /// -1s for a consumer), as bytes.
+    fn read(&self, offset: i64, reader: (i32, i32), read_committed: bool) -> (ReadResult, Bytes) {
+        let request = ReadRequest {
+            offset,
+            max_bytes: FETCH_MAX_BYTES,
+            leader_epoch: reader.1,
+            zero_copy: false,
+            whole_first_batch: true,
+            replica: reader.0,
+            read_committed,
+            any_replica: false,
+        };
+        let mut read = done(self.partition().read(request));
+        let records = match read.records.take() {
+            None => Bytes::new(),
+            Some(Chunk::Bytes(bytes)) => bytes,
+            Some(Chunk::File(_)) => unreachable!("a read that is not zero-copy returns bytes"),
+        };
+        (read, records)
     }
 
     /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).

@@ -444,7 +444,7 @@ pub fn done<F: std::future::Future>(work: F) -> F::Output {
 
 /// The whole batches `bytes` hold (a partial one at the end is left out). Every one must
 /// decode: the file holds only what the log wrote.
-fn decode(bytes: &[u8]) -> Vec<Batch> {
+pub fn decode(bytes: &[u8]) -> Vec<Batch> {
     let (mut batches, mut pos) = (Vec::new(), 0);
     while pos < bytes.len() {
         let Some(size) = batch::peek_size(&bytes[pos..]) else {

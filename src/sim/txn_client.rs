@@ -34,8 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const TIMEOUT_MS: i32 = 6_000;
 /// A request or batch without an answer is sent again after this.
 const RETRY_MS: u64 = 1_000;
-/// Batches a read_committed fetch returns at most.
-const FETCH_BATCHES: usize = 8;
 
 /// One transaction of the producer.
 struct OpenTxn {
@@ -362,8 +360,9 @@ impl World {
         self.send(i, leader as usize, Wire::ConsumeCommitted { tp, offset });
     }
 
-    /// A read_committed fetch on node `i` (`Partition::read_result`): the batches from `offset`
-    /// below the last stable offset, and the aborted transactions of that range.
+    /// A read_committed fetch on node `i`, if it leads (`SimReplica::serve_consumer`): the
+    /// batches from `offset` below the last stable offset, and the aborted transactions of
+    /// that range.
     pub(super) fn on_consume_committed(
         &mut self,
         i: usize,
@@ -380,18 +379,7 @@ impl World {
         }
         self.replica_changed(i, tp)?;
         let r = &self.slots[i].partitions.replicas[&tp];
-        let lso = r.last_stable_offset();
-        let batches: Vec<Batch> = r
-            .log
-            .batches
-            .iter()
-            .filter(|b| b.base >= offset && b.end() <= lso)
-            .take(FETCH_BATCHES)
-            .copied()
-            .collect();
-        let upper = batches.last().map_or(offset, Batch::end);
-        let aborted =
-            crate::storage::txn_index::aborted_between(&r.log.view().aborted, offset, upper);
+        let (batches, aborted) = r.serve_consumer(offset, true);
         let answer = ClientEvent::CommittedRecords {
             tp,
             batches,
