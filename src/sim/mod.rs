@@ -11,8 +11,9 @@
 //! cut of a torn tail, the epoch cache, producer state, the transaction index, the high
 //! watermark back to its checkpoint), assigned its role from the node's catalog, appended to as
 //! the Produce handler appends (idempotent sequences, markers, rolls, the undo of a failed
-//! write), read as the leader's Fetch handler reads for a follower (which notes its position:
-//! the commit rule), a follower's appends and truncations, the flusher's sync work between
+//! write), read as the Fetch handler reads for a follower (which notes its position: the
+//! commit rule) and for consumers (below the last stable offset with the aborted transactions
+//! for read_committed), a follower's appends and truncations, the flusher's sync work between
 //! `SyncQueue::take_work` and `complete_sync`; and the fetcher's decisions
 //! (`replication::follower_rules`). Its batches are real record batches (`batch.rs`).
 //! What the simulator stands in for: the glommio tasks that drive them (`node.rs`,
