@@ -150,7 +150,8 @@ impl SimLog {
     }
 }
 
-/// A node's shard environment, on the node's clock (no journal: `Journal::disabled`).
+/// The replica's shard environment (one per replica, as if each had a shard of its own), on
+/// its node's clock; no journal (`Journal::disabled`).
 fn environment(clock: &Arc<ManualClock>) -> Rc<Environment> {
     let clock: Arc<dyn Clock> = clock.clone();
     Environment::new(clock, Arc::new(ShardMetrics::default()))
