@@ -135,10 +135,17 @@ def test_min_insync_replicas_refuses_when_too_few_are_in_sync(make_cluster):
     wait_until(lambda: partition_state(cluster, leader, "strict", 0)[2] == sorted({1, 2, 3} - {follower}), 30,
                "the dead follower out of the in-sync set")
     assert produce_raw(cluster.nodes[leader].port, "strict", 2) == 19  # NOT_ENOUGH_REPLICAS
+    # The other follower knows the in-sync set is short too, but it does not lead: it sends the
+    # producer back to Metadata (NOT_LEADER_OR_FOLLOWER) rather than have it retry there, as
+    # Kafka checks leadership first.
+    other = next(n for n in (1, 2, 3) if n not in (leader, follower))
+    wait_until(lambda: partition_state(cluster, other, "strict", 0)[2] == sorted({1, 2, 3} - {follower}), 30,
+               "the other follower told of the shorter in-sync set")
+    assert produce_raw(cluster.nodes[other].port, "strict", 3) == 6  # NOT_LEADER_OR_FOLLOWER
     cluster.nodes[follower].start()
     wait_until(lambda: partition_state(cluster, leader, "strict", 0)[2] == [1, 2, 3], 60,
                "the follower back in sync")
-    assert produce_raw(cluster.nodes[leader].port, "strict", 3) == 0
+    assert produce_raw(cluster.nodes[leader].port, "strict", 4) == 0
 
 
 LOG_LINES_MAX = 300
