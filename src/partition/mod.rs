@@ -363,21 +363,6 @@ impl Partition {
 
     // ---- append ----------------------------------------------------------------------------
 
-    /// Appends a producer's batches. Validation errors and the topic's record rules
-    /// (`ingest.rs`) leave the log untouched; a retried duplicate of an idempotent batch is
-    /// answered with its original offsets and nothing is written. The caller waits for the
-    /// commit it needs (`wait_for`).
-    ///
-    /// The append's place in the partition's order is taken by this call, before the returned
-    /// future first runs: appends called one after another land in that order, whichever of
-    /// their futures the executor polls first.
-    pub fn append(
-        self: &Rc<Self>,
-        records: Bytes,
-    ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
-        self.append_from(records, Source::Client)
-    }
-
     /// The append of a produce of `acks` from `source`: an acks=all one first needs
     /// `min.insync.replicas` in sync (`check_insync`). Its place in the partition's order is
     /// taken now. The one append path of clients' produces, groups' commits and transactions'
@@ -394,7 +379,14 @@ impl Partition {
         }
     }
 
-    /// `append`, for batches from `source` (see `txn::Source`: what each may write).
+    /// Appends batches from `source` (see `txn::Source`: what each may write). Validation
+    /// errors and the topic's record rules (`ingest.rs`) leave the log untouched; a retried
+    /// duplicate of an idempotent batch is answered with its original offsets and nothing is
+    /// written. The caller waits for the commit it needs (`wait_for`).
+    ///
+    /// The append's place in the partition's order is taken by this call, before the returned
+    /// future first runs: appends called one after another land in that order, whichever of
+    /// their futures the executor polls first.
     pub fn append_from(
         self: &Rc<Self>,
         records: Bytes,

@@ -74,20 +74,24 @@ fn serve(shard: &Shard, catalog: Arc<Catalog>) {
         };
         p.configure(&topic.config);
         let partition_epoch = topic.partition_epoch(p.id().partition);
-        // A role change is the partition's to log and act on.
-        let _meant = match topic.assignment(p.id().partition) {
-            Some(a) if catalog.here.registered => p.assign(
-                catalog.here.node_id,
-                (a, partition_epoch),
-                &catalog.brokers,
-                now_ms,
-            ),
-            Some(a) => {
-                let held = (&a.held_back(), partition_epoch);
-                p.assign(catalog.here.node_id, held, &catalog.brokers, now_ms)
-            }
-            None => continue,
+        let Some(a) = topic.assignment(p.id().partition) else {
+            continue;
         };
+        let held;
+        let a = match catalog.here.registered {
+            true => a,
+            false => {
+                held = a.held_back();
+                &held
+            }
+        };
+        // A role change is the partition's to log and act on.
+        p.assign(
+            catalog.here.node_id,
+            (a, partition_epoch),
+            &catalog.brokers,
+            now_ms,
+        );
     }
     shard.set_catalog(catalog);
 }

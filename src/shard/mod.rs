@@ -227,9 +227,9 @@ impl Shard {
 
     // ---- produce and wait --------------------------------------------------------------
 
-    /// `Partition::append_acked`, then the wait for the durability `acks` asks: none for 0 and 1, the commit for
-    /// -1 (all), until `timeout_ms` (REQUEST_TIMED_OUT). A retried duplicate waits for its
-    /// original records' commit.
+    /// `Partition::append_acked`, then the wait for the durability `acks` asks: none for 0
+    /// and 1, the commit for -1 (all), until `timeout_ms` (REQUEST_TIMED_OUT). A retried
+    /// duplicate waits for its original records' commit.
     pub async fn produce(
         &self,
         partition: &Rc<Partition>,

@@ -267,7 +267,10 @@ impl SimLog {
     ) -> Result<(i64, bool), ResponseError> {
         let bytes = encode(&[b]);
         let end = self.log_end();
-        let appended = self.unchanged_on_error(|p| done(p.append_acked(bytes, source, acks)));
+        let appended = self.checked_call(
+            |log| done(log.partition.append_acked(bytes, source, acks)),
+            Result::is_err,
+        );
         let appended = appended.map_err(|r| r.error)?;
         if appended.base_offset < end {
             return Ok((appended.base_offset, true));
@@ -296,19 +299,12 @@ impl SimLog {
         records: Option<Bytes>,
     ) -> Taken {
         let p = self.partition.clone();
-        let before = (p.log_end_offset(), p.high_watermark(), self.segments());
-        let taken = self.drive(take_fetched(&p, view, fetched, records.clone()));
-        self.rolls += self.segments().saturating_sub(before.2) as u64;
-        if taken == Taken::BackOff {
-            let after = (p.log_end_offset(), p.high_watermark());
-            assert_eq!(
-                after,
-                (before.0, before.1),
-                "a refused answer changes nothing"
-            );
-            assert!(!p.is_failed(), "a failed append is undone");
-        }
-        let grew = p.log_end_offset() > before.0;
+        let end = p.log_end_offset();
+        let taken = self.checked_call(
+            |log| log.drive(take_fetched(&p, view, fetched, records.clone())),
+            |taken| *taken == Taken::BackOff,
+        );
+        let grew = p.log_end_offset() > end;
         let fetched_batches = records
             .filter(|_| grew)
             .map(|r| decode(&r))
@@ -354,25 +350,24 @@ impl SimLog {
         }
     }
 
-    /// Runs `append`; counts the segments it rolled; when it fails, checks what production
-    /// promises (`PartitionLog::write`): the log's end and high watermark are as they were,
-    /// and it still serves.
-    fn unchanged_on_error<T, E>(
+    /// Runs `call` (an append, or the taking of a fetch answer) and counts the segments it
+    /// rolled. Where `refused` says it was refused (a failed append, a stale answer), checks
+    /// what production promises (`PartitionLog::write`): the log's end and high watermark are
+    /// as they were, and it still serves.
+    fn checked_call<T>(
         &mut self,
-        append: impl FnOnce(&Rc<Partition>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        let p = &self.partition;
+        call: impl FnOnce(&mut SimLog) -> T,
+        refused: impl FnOnce(&T) -> bool,
+    ) -> T {
+        let p = self.partition.clone();
         let before = (p.log_end_offset(), p.high_watermark(), self.segments());
-        let result = append(p);
-        let segments = self.segments();
-        self.rolls += segments.saturating_sub(before.2) as u64;
-        if result.is_err() {
-            let p = &self.partition;
-            let after = (p.log_end_offset(), p.high_watermark(), segments);
+        let result = call(self);
+        self.rolls += self.segments().saturating_sub(before.2) as u64;
+        if refused(&result) {
             assert_eq!(
-                (after.0, after.1),
+                (p.log_end_offset(), p.high_watermark()),
                 (before.0, before.1),
-                "a failed append changes nothing the log serves"
+                "a failed append or a refused answer changes nothing the log serves"
             );
             assert!(!p.is_failed(), "a failed append is undone");
         }

@@ -432,9 +432,8 @@ impl World {
                 self.schedule_flush(i);
                 format!("fetched {end}..{now} (leader hw {leader_hw})")
             }
-            Taken::WaitSynced(_) => return self.replica_changed(i, tp),
             Taken::Rewritten => format!("past the leader's end: cut {end} → {}", r.log_end()),
-            Taken::BackOff => return self.replica_changed(i, tp),
+            Taken::WaitSynced(_) | Taken::BackOff => return self.replica_changed(i, tp),
         };
         self.trace
             .note(self.now_ms, format!("node {i}: {} {note}", tp_name(tp)));
