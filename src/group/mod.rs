@@ -411,7 +411,10 @@ async fn append_pending(
     accepted: Vec<((String, i32), state::CommittedOffset)>,
 ) -> Result<(u64, i64), i16> {
     let partition = offsets_partition_of(groups, group)?;
-    partition.check_insync(-1).map_err(|e| e.code())?;
+    partition
+        .replication()
+        .check_insync(-1)
+        .map_err(|e| e.code())?;
     let end_offset = append_to(groups, &partition, records, 1, None).await?;
     let Some((leadership, _)) = partition.leadership() else {
         return Err(ResponseError::NotLeaderOrFollower.code());

@@ -95,7 +95,9 @@ async fn read_or_redirect(
     closest: Option<&[i32]>,
 ) -> ReadResult {
     let metrics = shard.metrics();
-    if let Some(replica) = closest.and_then(|c| p.preferred_read_replica(c, read.offset)) {
+    if let Some(replica) =
+        closest.and_then(|c| p.replication().preferred_read_replica(c, read.offset))
+    {
         crate::metrics::bump(&metrics.preferred_replica_redirects);
         return p.redirect(read, replica).await;
     }

@@ -38,7 +38,7 @@ impl Request for EpochEndOnOwner {
                 Some(p) if current > p.leader_epoch() => failed(ResponseError::UnknownLeaderEpoch),
                 Some(p) if !p.is_leader() => failed(ResponseError::NotLeaderOrFollower),
                 Some(p) => {
-                    let (epoch, end) = p.epoch_end(asked);
+                    let (epoch, end) = p.replication().epoch_end(asked);
                     (epoch, end, 0)
                 }
             })

@@ -17,9 +17,13 @@
 //! locally).
 //!
 //! Replication (a cluster): the controller's assignment makes the partition a leader or a
-//! follower (`assign`). A follower's log takes the leader's batches as they are
-//! (`append_replica`) and cuts a divergent tail when it starts following a new leader
-//! (`truncate_diverged`).
+//! follower (`Replication::assign`). A follower's log takes the leader's batches as they are
+//! (`append_replica`, the second append path, beside `append_from`) and cuts a divergent
+//! tail when it starts following a new leader (`Replication::truncate_diverged`).
+//!
+//! `Partition` composes its parts and lends them out: the replication rules' view
+//! (`replication`, `replica.rs`), retention's (`retention`) and the cleaner's (`compaction`)
+//! each hold references to just the parts they work on; no other file has an `impl Partition`.
 //!
 //! Single-threaded: a partition lives in `Rc`s on its shard; other shards reach it by message.
 //! No `RefCell` borrow is held across an await.
@@ -179,6 +183,28 @@ pub struct Partition {
     env: Rc<Environment>,
 }
 
+/// Wakes read_committed waiters up to the current last stable offset (after the high
+/// watermark moved or a marker ended a transaction).
+fn wake_stable(log: &RefCell<PartitionLog>, watchers: &Watchers) {
+    watchers.advance(Watch::Stable, txn::last_stable_offset(&log.borrow()));
+}
+
+/// Wakes what waits on the high watermark when it `moved` (to that offset), and on the last
+/// stable offset, which moves with it.
+fn wake_committed(log: &RefCell<PartitionLog>, watchers: &Watchers, moved: Option<i64>) {
+    if let Some(high_watermark) = moved {
+        watchers.advance(Watch::Committed, high_watermark);
+        wake_stable(log, watchers);
+    }
+}
+
+/// Takes a partition out of service: appends are refused and every waiter wakes to find it
+/// failed.
+fn take_offline(log: &RefCell<PartitionLog>, watchers: &Watchers) {
+    log.borrow_mut().failed = true;
+    watchers.wake_all();
+}
+
 /// What a partition's log takes from its topic's configuration.
 fn log_settings(c: &TopicConfig) -> LogSettings {
     LogSettings {
@@ -294,13 +320,6 @@ impl Partition {
         txn::last_stable_offset(&self.log.borrow())
     }
 
-    /// Wakes read_committed waiters up to the current LSO (after the high watermark moved or
-    /// a marker ended a transaction).
-    fn advance_stable(&self) {
-        self.watchers
-            .advance(Watch::Stable, self.last_stable_offset());
-    }
-
     /// A read's answer (`txn::read_result`).
     fn read_result(
         &self,
@@ -345,6 +364,30 @@ impl Partition {
         retention::Retention::new(&self.name, &self.log, &self.append_lock, &self.env)
     }
 
+    /// This partition's part in replication: its role, its followers, a follower's
+    /// truncation (`replica.rs`).
+    pub fn replication(&self) -> replica::Replication<'_> {
+        let at = (self.name.as_str(), &self.log);
+        let (lock, watchers) = (&self.append_lock, &self.watchers);
+        replica::Replication::new(at, lock, watchers, &self.replica, &self.env)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.replica.is_leader()
+    }
+
+    /// Whether this node is a follower of the partition (a replica that does not lead).
+    pub fn is_follower(&self) -> bool {
+        self.replica.is_follower()
+    }
+
+    /// While this node leads: which time it became leader (see `leader_generation`), and the
+    /// offset its epoch began at (everything below was written by earlier leaders and is
+    /// committed once the high watermark reaches it).
+    pub fn leadership(&self) -> Option<(u64, i64)> {
+        self.replica.leadership().filter(|_| !self.is_failed())
+    }
+
     /// Applies the topic's current configuration (AlterConfigs): effective from the next
     /// append or roll.
     pub fn configure(&self, config: &TopicConfig) {
@@ -357,8 +400,7 @@ impl Partition {
     /// Takes the partition out of service (its topic was deleted): every waiter wakes and finds
     /// it failed, and appends are refused.
     pub fn retire(&self) {
-        self.log.borrow_mut().failed = true;
-        self.watchers.wake_all();
+        take_offline(&self.log, &self.watchers);
     }
 
     // ---- append ----------------------------------------------------------------------------
@@ -373,7 +415,7 @@ impl Partition {
         source: Source,
         acks: i16,
     ) -> impl Future<Output = Result<Appended, Rejected>> + 'static {
-        match self.check_insync(acks) {
+        match self.replication().check_insync(acks) {
             Err(e) => futures::future::Either::Left(futures::future::ready(Err(e.into()))),
             Ok(()) => futures::future::Either::Right(self.append_from(records, source)),
         }
@@ -446,7 +488,7 @@ impl Partition {
         self.queue_for_sync();
         self.watchers.advance(Watch::Written, appended.end_offset);
         if source == Source::Coordinator {
-            self.advance_stable(); // a marker may have ended a transaction below the HW
+            wake_stable(&self.log, &self.watchers); // a marker may have ended a transaction below the HW
         }
         Ok(appended)
     }
@@ -539,6 +581,53 @@ impl Partition {
         }
     }
 
+    /// Appends batches fetched from the leader as they are (offsets, epochs, CRCs kept), and
+    /// queues them for the flusher. Returns the new log end. The batches must be whole, valid,
+    /// dense and begin at the log end.
+    pub fn append_replica(
+        self: &Rc<Self>,
+        records: Bytes,
+    ) -> impl Future<Output = Result<i64, ResponseError>> + 'static {
+        let turn = self.append_lock.lock();
+        let this = self.clone();
+        async move {
+            let headers = batch::validate_all(&records).map_err(|e| {
+                log::warn!("replica of {}: bad batch from the leader: {e:?}", this.name);
+                ResponseError::CorruptMessage
+            })?;
+            let _turn = turn.await;
+            if this.is_failed() {
+                return Err(ResponseError::KafkaStorageError);
+            }
+            this.replication().take_replica_batches(&headers)?;
+            this.write_replica(records, &headers).await
+        }
+    }
+
+    async fn write_replica(
+        self: &Rc<Self>,
+        records: Bytes,
+        headers: &[batch::BatchHeader],
+    ) -> Result<i64, ResponseError> {
+        let now_ms = self.env.clock.wall_ms();
+        let offsets = headers.last().expect("validated").next_offset() - self.log_end_offset();
+        self.roll_if_needed(records.len() as u64, offsets, now_ms)
+            .await?;
+        let plan = self
+            .log
+            .borrow_mut()
+            .prepare_replica_append(&records, headers, now_ms);
+        let end = plan.end_offset;
+        if let Err(e) = PartitionLog::write(&self.log, plan).await {
+            self.env.storage_error(&self.name, "write", &e);
+            return Err(ResponseError::KafkaStorageError);
+        }
+        self.queue_for_sync();
+        self.watchers.advance(Watch::Written, end);
+        crate::metrics::add(&self.env.metrics.replicated_bytes, records.len() as u64);
+        Ok(end)
+    }
+
     fn queue_for_sync(self: &Rc<Self>) {
         if !self.queued_for_sync.replace(true) {
             self.env.sync_queue.push(self.clone());
@@ -573,7 +662,7 @@ impl Partition {
             log.synced().offset
         };
         self.watchers.advance(Watch::Synced, synced);
-        self.advance_commit();
+        self.replication().advance_commit();
     }
 
     /// Where position `what` stands now.
@@ -725,7 +814,8 @@ impl Partition {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         if req.replica >= 0 {
-            self.note_replica_fetch(req.replica, req.offset)?;
+            self.replication()
+                .note_replica_fetch(req.replica, req.offset)?;
         }
         Ok(())
     }

@@ -3,18 +3,52 @@
 //! batches, and the truncation of a divergent tail (see `commit.rs` for the rule these feed).
 
 use super::commit::IsrRequest;
-use super::replica_state::{Assigned, FollowerView, ReplicaLog, ReplicaRefusal};
-use super::{Partition, Watch};
+use super::env::Environment;
+use super::fifo_lock::FifoLock;
+use super::replica_state::{Assigned, FollowerView, ReplicaLog, ReplicaRefusal, ReplicaState};
+use super::retention::Retention;
+use super::watchers::Watchers;
 use crate::protocol::batch;
 use crate::storage::catalog::{BrokerRecord, PartitionAssignment};
 use crate::storage::epochs::LeaderEpochs;
 use crate::storage::log::PartitionLog;
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
+use std::cell::RefCell;
 use std::future::Future;
-use std::rc::Rc;
 
-impl Partition {
+/// The parts of a partition that replication works on (`Partition::replication`): its
+/// replica state and the log and waiters the replication rules move.
+pub struct Replication<'a> {
+    name: &'a str,
+    log: &'a RefCell<PartitionLog>,
+    append_lock: &'a FifoLock,
+    watchers: &'a Watchers,
+    replica: &'a ReplicaState,
+    env: &'a Environment,
+}
+
+impl<'a> Replication<'a> {
+    pub fn new(
+        (name, log): (&'a str, &'a RefCell<PartitionLog>),
+        append_lock: &'a FifoLock,
+        watchers: &'a Watchers,
+        replica: &'a ReplicaState,
+        env: &'a Environment,
+    ) -> Replication<'a> {
+        Replication {
+            name,
+            log,
+            append_lock,
+            watchers,
+            replica,
+            env,
+        }
+    }
+
+    fn is_failed(&self) -> bool {
+        self.log.borrow().failed
+    }
+
     /// Applies the controller's assignment of this partition (a cluster): the leader epoch,
     /// the replicas, the in-sync set and this node's role. A stale assignment (an older epoch)
     /// is ignored. Becoming leader starts a new epoch in the epoch cache at the log end;
@@ -39,8 +73,8 @@ impl Partition {
         );
         let assigned = assigned.unwrap_or_else(|e| {
             self.env
-                .storage_error(&self.name, "saving the leader epoch cache", &e);
-            self.retire();
+                .storage_error(self.name, "saving the leader epoch cache", &e);
+            super::take_offline(self.log, self.watchers);
             Assigned::Leads // the leadership began; the partition is offline now
         });
         if assigned == Assigned::Stale {
@@ -70,33 +104,17 @@ impl Partition {
         assigned
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.replica.is_leader()
-    }
-
-    /// Whether this node is a follower of the partition (a replica that does not lead).
-    pub fn is_follower(&self) -> bool {
-        self.replica.is_follower()
-    }
-
     /// The in-sync follower among `candidates` (the nodes of a consumer's rack) that this
     /// leader sends a consumer fetching at `fetch_offset` to, if any (KIP-392; see
     /// `Replicas::preferred_read_replica`).
     pub fn preferred_read_replica(&self, candidates: &[i32], fetch_offset: i64) -> Option<i32> {
-        if fetch_offset < self.log_start_offset() {
+        if fetch_offset < self.log.borrow().log_start_offset {
             return None; // out of range: the leader answers that itself
         }
         let now_ms = self.env.clock.monotonic_ms();
         self.replica
             .replicas()
             .preferred_read_replica(candidates, fetch_offset, now_ms)
-    }
-
-    /// While this node leads: which time it became leader (see `leader_generation`), and the
-    /// offset its epoch began at (everything below was written by earlier leaders and is
-    /// committed once the high watermark reaches it).
-    pub fn leadership(&self) -> Option<(u64, i64)> {
-        self.replica.leadership().filter(|_| !self.is_failed())
     }
 
     /// The in-sync replicas' count, and the topic's `min.insync.replicas`.
@@ -109,7 +127,7 @@ impl Partition {
     /// first, as Kafka does: a follower answers NOT_LEADER_OR_FOLLOWER, whatever its view of
     /// the in-sync set (NOT_ENOUGH_REPLICAS would keep the producer at the wrong node).
     pub fn check_insync(&self, acks: i16) -> Result<(), ResponseError> {
-        if !self.is_leader() {
+        if !self.replica.is_leader() {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         self.replica.check_insync(acks)
@@ -173,17 +191,14 @@ impl Partition {
     }
 
     /// Moves the high watermark as far as the commit rule allows now.
-    pub(super) fn advance_commit(&self) {
+    pub fn advance_commit(&self) {
         let moved = self.replica.advance_commit(&mut *self.log.borrow_mut());
         self.committed(moved);
     }
 
     /// Wakes what waits on the high watermark when it `moved` (to that offset).
     fn committed(&self, moved: Option<i64>) {
-        if let Some(high_watermark) = moved {
-            self.watchers.advance(Watch::Committed, high_watermark);
-            self.advance_stable();
-        }
+        super::wake_committed(self.log, self.watchers, moved);
     }
 
     // ---- follower side ---------------------------------------------------------------------
@@ -222,11 +237,16 @@ impl Partition {
     /// The leader's log start, from a fetch response: what DeleteRecords and retention removed
     /// on the leader goes here too, as far as this follower has committed.
     pub async fn learn_leader_log_start(&self, leader_log_start: i64) {
-        let target = leader_log_start.min(self.high_watermark());
-        if target <= self.log_start_offset() || self.is_leader() {
+        let (high_watermark, log_start) = {
+            let log = self.log.borrow();
+            (log.high_watermark(), log.log_start_offset)
+        };
+        let target = leader_log_start.min(high_watermark);
+        if target <= log_start || self.replica.is_leader() {
             return;
         }
-        if let Err(e) = self.retention().delete_records(target, true).await {
+        let retention = Retention::new(self.name, self.log, self.append_lock, self.env);
+        if let Err(e) = retention.delete_records(target, true).await {
             log::warn!(
                 "replica of {}: log start {target} not taken: {e:?}",
                 self.name
@@ -244,14 +264,14 @@ impl Partition {
         complete: bool,
     ) -> Result<(), ResponseError> {
         let _turn = self.append_lock.lock().await;
-        let end = self.log_end_offset();
+        let end = self.log.borrow().log_end_offset();
         if offset < end {
             log::warn!(
                 "partition {}: truncating the divergent tail {offset}..{end}",
                 self.name
             );
             self.rewrite_fenced("truncate", |now_ms| {
-                PartitionLog::truncate_to(&self.log, offset, now_ms)
+                PartitionLog::truncate_to(self.log, offset, now_ms)
             })
             .await?;
         }
@@ -272,8 +292,11 @@ impl Partition {
     /// records into the new log); then the fetcher fetches from `offset`.
     pub async fn restart_log_at(&self, offset: i64) -> Result<(), ResponseError> {
         let _turn = self.append_lock.lock().await;
-        let (start, end) = (self.log_start_offset(), self.log_end_offset());
-        if self.is_leader() || (end >= offset && start != end) {
+        let (start, end) = {
+            let log = self.log.borrow();
+            (log.log_start_offset, log.log_end_offset())
+        };
+        if self.replica.is_leader() || (end >= offset && start != end) {
             return Ok(()); // it leads now, or it holds records at `offset` after all
         }
         match end < offset {
@@ -289,7 +312,7 @@ impl Partition {
             ),
         }
         self.rewrite_fenced("restart at the leader's log start", |now_ms| {
-            PartitionLog::restart_at(&self.log, offset, now_ms)
+            PartitionLog::restart_at(self.log, offset, now_ms)
         })
         .await?;
         self.replica.set_needs_truncation(false);
@@ -312,39 +335,19 @@ impl Partition {
             Err(e) => Err(e),
         };
         if let Err(e) = done {
-            self.env.storage_error(&self.name, what, &e);
-            self.retire();
+            self.env.storage_error(self.name, what, &e);
+            super::take_offline(self.log, self.watchers);
             return Err(ResponseError::KafkaStorageError);
         }
         Ok(())
     }
 
-    /// Appends batches fetched from the leader as they are (offsets, epochs, CRCs kept), and
-    /// queues them for the flusher. Returns the new log end. The batches must be whole, valid,
-    /// dense and begin at the log end.
-    pub fn append_replica(
-        self: &Rc<Self>,
-        records: Bytes,
-    ) -> impl Future<Output = Result<i64, ResponseError>> + 'static {
-        let turn = self.append_lock.lock();
-        let this = self.clone();
-        async move {
-            let headers = batch::validate_all(&records).map_err(|e| {
-                log::warn!("replica of {}: bad batch from the leader: {e:?}", this.name);
-                ResponseError::CorruptMessage
-            })?;
-            let _turn = turn.await;
-            if this.is_failed() {
-                return Err(ResponseError::KafkaStorageError);
-            }
-            this.take_replica_batches(&headers)?;
-            this.write_replica(records, &headers).await
-        }
-    }
-
     /// `ReplicaState::take_replica_batches`: this node follows and the batches continue its
     /// log; the epochs they begin are in the saved cache.
-    fn take_replica_batches(&self, headers: &[batch::BatchHeader]) -> Result<(), ResponseError> {
+    pub(super) fn take_replica_batches(
+        &self,
+        headers: &[batch::BatchHeader],
+    ) -> Result<(), ResponseError> {
         let taken = self
             .replica
             .take_replica_batches(&mut *self.log.borrow_mut(), headers);
@@ -360,34 +363,10 @@ impl Partition {
             }
             Err(ReplicaRefusal::Storage(e)) => {
                 self.env
-                    .storage_error(&self.name, "saving the leader epoch cache", &e);
+                    .storage_error(self.name, "saving the leader epoch cache", &e);
                 Err(ResponseError::KafkaStorageError)
             }
         }
-    }
-
-    async fn write_replica(
-        self: &Rc<Self>,
-        records: Bytes,
-        headers: &[batch::BatchHeader],
-    ) -> Result<i64, ResponseError> {
-        let now_ms = self.env.clock.wall_ms();
-        let offsets = headers.last().expect("validated").next_offset() - self.log_end_offset();
-        self.roll_if_needed(records.len() as u64, offsets, now_ms)
-            .await?;
-        let plan = self
-            .log
-            .borrow_mut()
-            .prepare_replica_append(&records, headers, now_ms);
-        let end = plan.end_offset;
-        if let Err(e) = PartitionLog::write(&self.log, plan).await {
-            self.env.storage_error(&self.name, "write", &e);
-            return Err(ResponseError::KafkaStorageError);
-        }
-        self.queue_for_sync();
-        self.watchers.advance(Watch::Written, end);
-        crate::metrics::add(&self.env.metrics.replicated_bytes, records.len() as u64);
-        Ok(end)
     }
 }
 

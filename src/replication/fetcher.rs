@@ -96,7 +96,7 @@ pub fn followed_from(shard: &Shard, leader: i32) -> Vec<(Rc<Partition>, Follower
         .partition_list()
         .into_iter()
         .filter_map(|p| {
-            let view = p.follower_view()?;
+            let view = p.replication().follower_view()?;
             (view.leader == leader).then_some((p, view))
         })
         .collect()
@@ -175,8 +175,9 @@ async fn truncate(
         if a.error_code != 0 {
             continue; // stale metadata on one side: the next round asks again
         }
-        let (end, complete) = f.partition.cut_point((a.leader_epoch, a.end_offset));
-        if let Err(e) = f.partition.truncate_diverged(end, complete).await {
+        let replication = f.partition.replication();
+        let (end, complete) = replication.cut_point((a.leader_epoch, a.end_offset));
+        if let Err(e) = replication.truncate_diverged(end, complete).await {
             log::error!(
                 "replica of {}: truncation failed: {e:?}",
                 f.partition.name()
@@ -290,8 +291,9 @@ pub async fn take_fetched(
 /// What a follower takes of its leader's fetch answer once it synced what came
 /// (`Taken::WaitSynced`): the leader's high watermark, then its log start.
 pub async fn take_leader_offsets(partition: &Partition, (high_watermark, log_start): (i64, i64)) {
-    partition.learn_leader_high_watermark(high_watermark);
-    partition.learn_leader_log_start(log_start).await;
+    let replication = partition.replication();
+    replication.learn_leader_high_watermark(high_watermark);
+    replication.learn_leader_log_start(log_start).await;
 }
 
 /// Appends what the leader sent, after moving an empty log back to `restart_at`
@@ -302,14 +304,18 @@ async fn append_from_leader(
     records: Bytes,
 ) -> Result<i64, ResponseError> {
     if let Some(base) = restart_at {
-        partition.restart_log_at(base).await?;
+        partition.replication().restart_log_at(base).await?;
     }
     partition.append_replica(records).await
 }
 
 /// `Reaction::RestartAt`: an empty log at the leader's log start replaces this one.
 async fn restart_at_leader_start(partition: &Partition, leader_log_start: i64) {
-    if let Err(e) = partition.restart_log_at(leader_log_start).await {
+    if let Err(e) = partition
+        .replication()
+        .restart_log_at(leader_log_start)
+        .await
+    {
         log::error!(
             "replica of {}: restart at the leader's log start failed: {e:?}",
             partition.name()
@@ -319,7 +325,11 @@ async fn restart_at_leader_start(partition: &Partition, leader_log_start: i64) {
 
 /// `Reaction::TruncateTo`: the tail past the leader's high watermark goes.
 async fn truncate_past_leader_end(partition: &Partition, leader_hw: i64) {
-    if let Err(e) = partition.truncate_diverged(leader_hw, true).await {
+    if let Err(e) = partition
+        .replication()
+        .truncate_diverged(leader_hw, true)
+        .await
+    {
         log::error!("replica of {}: truncation failed: {e:?}", partition.name());
     }
 }

@@ -1,9 +1,9 @@
 //! The leader's side of the in-sync set (Kafka's ISR, KIP-497): every pass, each partition this
-//! shard leads says which change it should ask of the controller (`Partition::isr_request_due`:
+//! shard leads says which change it should ask of the controller (`Replication::isr_request_due`:
 //! members that have not caught up within `replica_lag_time_max_ms` leave, replicas that
 //! reached the high watermark join; one ask outstanding at a time, sent again after
 //! `RETRY_MS` while no answer settles it). A shrink counts only once the controller has
-//! committed it and this node installed it (`Partition::assign`); a member asked to join holds
+//! committed it and this node installed it (`Replication::assign`); a member asked to join holds
 //! the high watermark from the ask on, until the leader installs another set or the controller
 //! refuses the ask for good (`partition/commit.rs`).
 
@@ -36,11 +36,11 @@ pub async fn keep(controllers: Rc<Controllers>) {
         sent_ms.retain(|tp, _| partitions.iter().any(|p| p.id() == *tp));
         for p in partitions {
             let last = sent_ms.get(&p.id()).copied();
-            let Some(request) = p.isr_request_due(lag_max_ms, last, RETRY_MS) else {
+            let Some(request) = p.replication().isr_request_due(lag_max_ms, last, RETRY_MS) else {
                 continue;
             };
             sent_ms.insert(p.id(), now_ms);
-            let (current, _) = p.insync();
+            let (current, _) = p.replication().insync();
             let counter = if request.isr.len() < current {
                 &shard.metrics().isr_shrinks
             } else {
@@ -68,7 +68,7 @@ async fn ask(controllers: &Rc<Controllers>, p: &Partition, node: i32, request: I
             Some((code, msg)) => {
                 log::warn!("partition {name}: in-sync set {isr:?} refused ({code}: {msg:?})");
                 if refused_for_good(*code) {
-                    p.isr_refused(&request);
+                    p.replication().isr_refused(&request);
                 }
             }
             None => {}
@@ -87,10 +87,13 @@ pub fn refused_for_good(code: i16) -> bool {
 /// replicas, and how far the furthest follower of any of them trails (records, bytes, ms).
 fn publish(shard: &Shard, partitions: &[Rc<Partition>]) {
     use std::sync::atomic::Ordering::Relaxed;
-    let under = partitions.iter().filter(|p| p.under_replicated()).count();
+    let under = partitions
+        .iter()
+        .filter(|p| p.replication().under_replicated())
+        .count();
     let (records, bytes, ms) = partitions
         .iter()
-        .map(|p| p.follower_lag())
+        .map(|p| p.replication().follower_lag())
         .fold((0, 0, 0), |(r, b, m), (pr, pb, pm)| {
             (r.max(pr), b.max(pb), m.max(pm))
         });

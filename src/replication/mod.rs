@@ -18,7 +18,7 @@
 //! "fsynced on every in-sync replica".
 //!
 //! - **Roles.** Every applied catalog gives each open partition its assignment
-//!   (`Partition::assign`): replicas, ISR, leader, leader epoch. A node that becomes leader
+//!   (`Replication::assign`): replicas, ISR, leader, leader epoch. A node that becomes leader
 //!   starts a new epoch in the partition's epoch cache at its log end (`storage/epochs.rs`,
 //!   written before any batch of that epoch); one that becomes follower marks the log for
 //!   truncation and wakes every waiter (parked acks=all produces answer NOT_LEADER_OR_FOLLOWER).
@@ -40,7 +40,7 @@
 //!   follower whose whole log lies below the leader's log start (a new replica of a topic retention
 //!   has trimmed, a lost partition directory) is answered OFFSET_OUT_OF_RANGE with that start: it
 //!   fences the journal and replaces its log with an empty one starting there
-//!   (`Partition::restart_log_at`, `PartitionLog::restart_at`; Kafka's `truncateFullyAndStartAt`),
+//!   (`Replication::restart_log_at`, `PartitionLog::restart_at`; Kafka's `truncateFullyAndStartAt`),
 //!   moved back to the base of the first batch the leader sends when the start lies inside it.
 //! - **The leader** serves a replica's fetch on the owning shard like a consumer's, with three
 //!   differences: it notes the follower's fetch offset as its synced end (`commit.rs`), it reads
@@ -137,7 +137,7 @@ pub async fn run(controllers: Rc<Controllers>) {
         let mut leaders: Vec<i32> = shard
             .partition_list()
             .iter()
-            .filter_map(|p| p.follower_view())
+            .filter_map(|p| p.replication().follower_view())
             .map(|v| v.leader)
             .filter(|l| *l >= 0)
             .collect();

@@ -86,7 +86,7 @@ fn serve(shard: &Shard, catalog: Arc<Catalog>) {
             }
         };
         // A role change is the partition's to log and act on.
-        p.assign(
+        p.replication().assign(
             catalog.here.node_id,
             (a, partition_epoch),
             &catalog.brokers,

@@ -294,7 +294,7 @@ impl Shard {
             return Err(ResponseError::RequestTimedOut);
         }
         // Committed, but the in-sync set shrank below what the topic asks meanwhile.
-        if partition.check_insync(-1).is_err() {
+        if partition.replication().check_insync(-1).is_err() {
             return Err(ResponseError::NotEnoughReplicasAfterAppend);
         }
         Ok(())

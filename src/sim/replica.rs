@@ -123,9 +123,9 @@ impl SimReplica {
         self.partition().leadership()
     }
 
-    /// What production's fetcher reads of the partition (`Partition::follower_view`).
+    /// What production's fetcher reads of the partition (`Replication::follower_view`).
     pub fn follower_view(&self) -> Option<FollowerView> {
-        self.partition().follower_view()
+        self.partition().replication().follower_view()
     }
 
     /// Whether this follower must check its tail against its leader's before it fetches.
@@ -145,7 +145,7 @@ impl SimReplica {
         cut
     }
 
-    /// `Partition::assign`: the controller's assignment of this partition. Returns whether
+    /// `Replication::assign`: the controller's assignment of this partition. Returns whether
     /// this node's role changed.
     pub fn assign(
         &mut self,
@@ -155,7 +155,10 @@ impl SimReplica {
         now_ms: u64,
     ) -> bool {
         self.log.tick(now_ms);
-        let assigned = self.partition().assign(local, assignment, brokers, now_ms);
+        let assigned = self
+            .partition()
+            .replication()
+            .assign(local, assignment, brokers, now_ms);
         if assigned == Assigned::Follows {
             self.fetch_sent_ms = None;
         }
@@ -270,18 +273,18 @@ impl SimReplica {
         (read, records)
     }
 
-    /// `Partition::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
+    /// `Replication::epoch_end`: where `epoch` ends in this log (OffsetsForLeaderEpoch).
     pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
-        self.partition().epoch_end(epoch)
+        self.partition().replication().epoch_end(epoch)
     }
 
     /// Where this follower cuts its log for its leader's epoch answer, and whether that
-    /// settles it (`Partition::cut_point`).
+    /// settles it (`Replication::cut_point`).
     pub fn cut_point(&self, answer: (i32, i64)) -> (i64, bool) {
-        self.partition().cut_point(answer)
+        self.partition().replication().cut_point(answer)
     }
 
-    /// `Partition::truncate_diverged`: the log cut at `offset`; unless `complete`, the
+    /// `Replication::truncate_diverged`: the log cut at `offset`; unless `complete`, the
     /// follower asks its leader again.
     pub fn truncate_diverged(&mut self, offset: i64, complete: bool) {
         self.log.truncate_diverged(offset, complete);
@@ -303,12 +306,12 @@ impl SimReplica {
         taken
     }
 
-    /// The controller refused `request` for good (`Partition::isr_refused`).
+    /// The controller refused `request` for good (`Replication::isr_refused`).
     pub fn isr_refused(&mut self, request: &IsrRequest) {
-        self.partition().isr_refused(request);
+        self.partition().replication().isr_refused(request);
     }
 
-    /// The in-sync set change this leader should ask for now (`Partition::isr_request_due`).
+    /// The in-sync set change this leader should ask for now (`Replication::isr_request_due`).
     pub fn ask_isr(
         &mut self,
         now_ms: u64,
@@ -318,6 +321,7 @@ impl SimReplica {
         self.log.tick(now_ms);
         let retry_ms = crate::replication::isr::RETRY_MS;
         self.partition()
+            .replication()
             .isr_request_due(lag_max_ms, last_sent_ms, retry_ms)
     }
 

@@ -407,11 +407,11 @@ impl SimLog {
         true
     }
 
-    /// `Partition::truncate_diverged`: the batches from `offset` go (a cut inside a batch
+    /// `Replication::truncate_diverged`: the batches from `offset` go (a cut inside a batch
     /// keeps none of it); unless `complete`, the follower asks its leader again.
     pub fn truncate_diverged(&mut self, offset: i64, complete: bool) {
         let p = self.partition.clone();
-        self.drive(p.truncate_diverged(offset, complete))
+        self.drive(p.replication().truncate_diverged(offset, complete))
             .expect("the simulated disk truncates");
         self.follow_log(Vec::new());
     }

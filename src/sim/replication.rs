@@ -5,7 +5,7 @@
 //! from their synced end) and take each answer with the fetcher's own code
 //! (`fetcher::take_fetched`); a leader parks a fetch that finds nothing new, as its Fetch
 //! handler does; a flusher syncs each node's appends; leaders ask the controller for the
-//! in-sync set they want (`Partition::isr_request_due`, sent as AlterPartition); producers send
+//! in-sync set they want (`Replication::isr_request_due`, sent as AlterPartition); producers send
 //! batches with acks=all or acks=1.
 //!
 //! What a leader acknowledges at acks=all is recorded; the checks (`replica_checks.rs`) hold
@@ -160,7 +160,7 @@ impl World {
         replicas.get_mut(&tp).expect("made above")
     }
 
-    /// Installs node `i`'s catalog on its replicas when it changed (`Partition::assign`).
+    /// Installs node `i`'s catalog on its replicas when it changed (`Replication::assign`).
     fn assign_replicas(&mut self, i: usize) -> Result<(), super::checks::Violation> {
         let Some(node) = &self.slots[i].node else {
             return Ok(());
@@ -217,7 +217,7 @@ impl World {
         let now_ms = self.clock_ms(i);
         let mut out = Vec::new();
         for (tp, r) in self.slots[i].partitions.replicas.iter_mut() {
-            // What production's fetcher reads of the partition (`Partition::follower_view`).
+            // What production's fetcher reads of the partition (`Replication::follower_view`).
             let Some(view) = r.follower_view() else {
                 continue;
             };
