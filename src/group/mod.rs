@@ -56,6 +56,7 @@
 //!   read_committed consumers) answers UNSTABLE_OFFSET_COMMIT for a partition with pending
 //!   offsets, which clients retry.
 
+pub mod consumer;
 pub mod offsets;
 pub mod ops;
 pub mod records;

@@ -329,13 +329,17 @@ impl CatalogRecord {
 
     /// Replaces one scope's overrides (none: the scope is dropped).
     pub fn set_scope_configs(&mut self, broker: &str, configs: Vec<(String, String)>) {
+        let kept = !configs.is_empty();
         self.broker_configs.retain(|b| b.broker != broker);
-        if !configs.is_empty() {
+        if kept {
             self.broker_configs.push(BrokerConfigRecord {
                 broker: broker.to_string(),
                 configs,
             });
         }
+        // One record per scope, so that `scope_configs` finds them all: never two.
+        let records = self.broker_configs.iter().filter(|b| b.broker == broker);
+        assert_eq!(records.count(), usize::from(kept), "scope {broker:?}");
     }
 }
 
