@@ -134,13 +134,7 @@ fn uniform_settles_random_groups_balanced_and_sticky() {
     // A seeded walk of joins, leaves and subscription changes; the postcondition (every
     // subscribed partition held once, by a subscriber) is checked inside `assign`.
     let t = topics(&[(1, 7), (2, 16), (3, 1), (4, 30)]);
-    let mut seed: u64 = 0x5eed;
-    let mut draw = |n: u64| {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (seed >> 33) % n
-    };
+    let mut draw = crate::group::consumer::draws(0x5eed);
     let mut members: Vec<MemberSpec> = Vec::new();
     for round in 0..300 {
         match draw(4) {
