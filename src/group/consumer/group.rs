@@ -17,7 +17,7 @@
 //! revocation) by two members.
 
 use super::assignor::{Assignor, MemberSpec, Targets};
-use super::reconcile::Reconciliation;
+use super::reconcile::{MemberState, Reconciliation};
 use super::Partitions;
 use crate::storage::catalog::TopicId;
 use kafka_protocol::ResponseError;
@@ -62,12 +62,28 @@ pub struct Member {
     pub assignor: Option<Assignor>,
     pub previous_epoch: i32,
     pub at: Reconciliation,
+    /// When its session ends without a heartbeat (monotonic ms).
+    pub session_deadline_ms: u64,
+    /// While it must revoke partitions: when it is removed if it has not (its rebalance
+    /// timeout from when it was asked).
+    pub revoke_deadline_ms: Option<u64>,
+}
+
+/// Why a member's time ran out (`ConsumerGroup::expired`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// No heartbeat within the session timeout.
+    Session,
+    /// Partitions not revoked within its rebalance timeout.
+    Rebalance,
 }
 
 /// Limits the group enforces (`group.consumer.max.size`).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_members: usize,
+    /// `group.consumer.session.timeout.ms`.
+    pub session_timeout_ms: u64,
 }
 
 /// Topic name → (id, partition count), as the catalog says now.
@@ -107,7 +123,7 @@ impl ConsumerGroup {
     pub fn heartbeat(
         &mut self,
         hb: Heartbeat,
-        (topics, limits): (&Topics, Limits),
+        (topics, limits, now_ms): (&Topics, Limits, u64),
         new_id: impl FnOnce() -> String,
     ) -> Result<Answer, ResponseError> {
         validate(&hb)?;
@@ -130,8 +146,9 @@ impl ConsumerGroup {
         if self.epoch > self.assignment_epoch {
             self.assign();
         }
-        let assigned = self.reconcile(&member_id, hb.owned.as_ref());
-        let member = &self.members[&member_id];
+        let assigned = self.reconcile(&member_id, hb.owned.as_ref(), now_ms);
+        let member = self.members.get_mut(&member_id).expect("admitted");
+        member.session_deadline_ms = now_ms + limits.session_timeout_ms;
         let moved = before.as_ref() != Some(&member.at.assigned);
         Ok(Answer {
             member_id,
@@ -153,6 +170,24 @@ impl ConsumerGroup {
             self.subscribed_topics = now;
             self.epoch += 1;
         }
+    }
+
+    /// The members whose time ran out at `now_ms`, for the caller to `remove`: no heartbeat
+    /// within the session timeout (a static member that left with -2 too), or partitions
+    /// still unrevoked at the end of the rebalance timeout.
+    pub fn expired(&self, now_ms: u64) -> Vec<(String, Expiry)> {
+        let over = |deadline: u64| deadline <= now_ms;
+        self.members
+            .iter()
+            .filter_map(|(id, m)| {
+                let why = match (over(m.session_deadline_ms), m.revoke_deadline_ms) {
+                    (true, _) => Expiry::Session,
+                    (false, Some(d)) if over(d) => Expiry::Rebalance,
+                    _ => return None,
+                };
+                Some((id.clone(), why))
+            })
+            .collect()
     }
 
     /// Removes a member (it left, or its session or rebalance timeout ran out): its
@@ -254,6 +289,8 @@ impl ConsumerGroup {
             assignor: None,
             previous_epoch: 0,
             at: Reconciliation::joined(0),
+            session_deadline_ms: 0, // set by the heartbeat that joins it
+            revoke_deadline_ms: None,
         };
         self.members.insert(member_id.to_string(), member);
         Ok(())
@@ -295,6 +332,7 @@ impl ConsumerGroup {
             let member = self.members.get_mut(&member_id).expect("known");
             member.at.member_epoch = STATIC_LEAVE_EPOCH;
             member.at.pending_revocation.clear();
+            member.revoke_deadline_ms = None; // its session still runs
             self.owners.retain(|tp, owner| {
                 owner != &member_id
                     || member
@@ -349,7 +387,12 @@ impl ConsumerGroup {
 
     /// Moves a member toward its target (`reconcile.rs`) and records what it now owns.
     /// Returns what it is assigned.
-    fn reconcile(&mut self, member_id: &str, owned: Option<&Partitions>) -> Partitions {
+    fn reconcile(
+        &mut self,
+        member_id: &str,
+        owned: Option<&Partitions>,
+        now_ms: u64,
+    ) -> Partitions {
         let empty = Partitions::new();
         let target = self.targets.get(member_id).unwrap_or(&empty);
         let owners = &self.owners;
@@ -366,6 +409,13 @@ impl ConsumerGroup {
             }
         }
         let member = self.members.get_mut(member_id).expect("known");
+        let asked = next.state == MemberState::UnrevokedPartitions
+            && (member.at.state != next.state || member.at.member_epoch != next.member_epoch);
+        if asked {
+            member.revoke_deadline_ms = Some(now_ms + member.rebalance_timeout_ms.max(0) as u64);
+        } else if next.state != MemberState::UnrevokedPartitions {
+            member.revoke_deadline_ms = None;
+        }
         if next.member_epoch != member.at.member_epoch {
             member.previous_epoch = member.at.member_epoch;
         }

@@ -5,12 +5,13 @@
 //! - `reconcile.rs`: one member's way to its target assignment (revoke before assign, no
 //!   partition given while another member owns it);
 //! - `group.rs`: one group as its coordinator sees it: heartbeats in, answers out (member and
-//!   group epochs, the target assignment, static members, leaving, Kafka's error codes).
+//!   group epochs, the target assignment, static members, leaving, Kafka's error codes), and
+//!   each member's session and revocation deadlines (`expired`).
 //!
 //! Still to come: the ConsumerGroupHeartbeat and ConsumerGroupDescribe handlers, the group's
-//! records in `__consumer_offsets` and their replay, session and rebalance timeouts on the
-//! coordinator's wheel, regular-expression subscriptions, rack-aware assignment, offsets
-//! with member epochs, and the migration between classic and consumer groups.
+//! records in `__consumer_offsets` and their replay, the deadlines on the coordinator's wheel,
+//! regular-expression subscriptions, rack-aware assignment, offsets with member epochs, and
+//! the migration between classic and consumer groups.
 //!
 //! Not yet wired to a Kafka API: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69)
 //! are not advertised.

@@ -1,6 +1,9 @@
 use super::*;
 
-const LIMITS: Limits = Limits { max_members: 3 };
+const LIMITS: Limits = Limits {
+    max_members: 3,
+    session_timeout_ms: 45_000,
+};
 
 fn tid(n: u8) -> TopicId {
     [n; 16]
@@ -56,7 +59,7 @@ fn settle(g: &mut ConsumerGroup, topics: &Topics) -> BTreeMap<String, (i32, Part
                 (m.at.member_epoch, m.at.assigned.clone())
             });
             let a = g
-                .heartbeat(beat(&id, epoch, &owned), (topics, LIMITS), no_id)
+                .heartbeat(beat(&id, epoch, &owned), (topics, LIMITS, 0), no_id)
                 .unwrap();
             let now = (a.member_epoch, a.assignment.unwrap_or(owned));
             moved |= seen.insert(id, now.clone()) != Some(now);
@@ -74,7 +77,7 @@ fn members_join_get_a_balanced_assignment_and_the_same_epoch() {
     let mut g = ConsumerGroup::default();
     for id in ["a", "b", "c"] {
         let a = g
-            .heartbeat(join(id, &["t"]), (&topics, LIMITS), no_id)
+            .heartbeat(join(id, &["t"]), (&topics, LIMITS, 0), no_id)
             .unwrap();
         assert!(
             a.assignment.is_some(),
@@ -93,12 +96,12 @@ fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
     let topics = catalog(&[("t", 1, 2)]);
     let mut g = ConsumerGroup::default();
     let a = g
-        .heartbeat(join("a", &["t"]), (&topics, LIMITS), no_id)
+        .heartbeat(join("a", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     let a_owns = a.assignment.unwrap();
     assert_eq!(count(&a_owns), 2);
     let b = g
-        .heartbeat(join("b", &["t"]), (&topics, LIMITS), no_id)
+        .heartbeat(join("b", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     assert_eq!(
         count(&b.assignment.clone().unwrap()),
@@ -107,7 +110,11 @@ fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
     );
     // a is told to give one up: its assignment shrinks, its epoch holds.
     let a2 = g
-        .heartbeat(beat("a", a.member_epoch, &a_owns), (&topics, LIMITS), no_id)
+        .heartbeat(
+            beat("a", a.member_epoch, &a_owns),
+            (&topics, LIMITS, 0),
+            no_id,
+        )
         .unwrap();
     assert_eq!(a2.member_epoch, a.member_epoch);
     let a_keeps = a2.assignment.unwrap();
@@ -115,7 +122,7 @@ fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
     let b2 = g
         .heartbeat(
             beat("b", b.member_epoch, &Partitions::new()),
-            (&topics, LIMITS),
+            (&topics, LIMITS, 0),
             no_id,
         )
         .unwrap();
@@ -128,7 +135,7 @@ fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
     let a3 = g
         .heartbeat(
             beat("a", a2.member_epoch, &a_keeps),
-            (&topics, LIMITS),
+            (&topics, LIMITS, 0),
             no_id,
         )
         .unwrap();
@@ -136,7 +143,7 @@ fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
     let b3 = g
         .heartbeat(
             beat("b", b2.member_epoch, &Partitions::new()),
-            (&topics, LIMITS),
+            (&topics, LIMITS, 0),
             no_id,
         )
         .unwrap();
@@ -147,9 +154,9 @@ fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
 fn a_leaver_frees_its_partitions_at_once() {
     let topics = catalog(&[("t", 1, 4)]);
     let mut g = ConsumerGroup::default();
-    g.heartbeat(join("a", &["t"]), (&topics, LIMITS), no_id)
+    g.heartbeat(join("a", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
-    g.heartbeat(join("b", &["t"]), (&topics, LIMITS), no_id)
+    g.heartbeat(join("b", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     let settled = settle(&mut g, &topics);
     let leave = Heartbeat {
@@ -157,11 +164,11 @@ fn a_leaver_frees_its_partitions_at_once() {
         member_epoch: LEAVE_EPOCH,
         ..Heartbeat::default()
     };
-    let answer = g.heartbeat(leave, (&topics, LIMITS), no_id).unwrap();
+    let answer = g.heartbeat(leave, (&topics, LIMITS, 0), no_id).unwrap();
     assert_eq!(answer.member_epoch, LEAVE_EPOCH);
     let (epoch, owned) = settled["a"].clone();
     let a = g
-        .heartbeat(beat("a", epoch, &owned), (&topics, LIMITS), no_id)
+        .heartbeat(beat("a", epoch, &owned), (&topics, LIMITS, 0), no_id)
         .unwrap();
     assert_eq!(count(&a.assignment.unwrap()), 4);
 }
@@ -171,43 +178,51 @@ fn wrong_epochs_and_unknown_members_are_refused_as_kafka_does() {
     let topics = catalog(&[("t", 1, 2)]);
     let mut g = ConsumerGroup::default();
     let a = g
-        .heartbeat(join("a", &["t"]), (&topics, LIMITS), no_id)
+        .heartbeat(join("a", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     let owned = a.assignment.unwrap();
     let ahead = beat("a", a.member_epoch + 1, &owned);
     assert_eq!(
-        g.heartbeat(ahead, (&topics, LIMITS), no_id),
+        g.heartbeat(ahead, (&topics, LIMITS, 0), no_id),
         Err(ResponseError::FencedMemberEpoch)
     );
     let stranger = beat("z", 3, &Partitions::new());
     assert_eq!(
-        g.heartbeat(stranger, (&topics, LIMITS), no_id),
+        g.heartbeat(stranger, (&topics, LIMITS, 0), no_id),
         Err(ResponseError::UnknownMemberId)
     );
     // b joins; a gives one partition up and moves to the new epoch.
-    g.heartbeat(join("b", &["t"]), (&topics, LIMITS), no_id)
+    g.heartbeat(join("b", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     let a2 = g
-        .heartbeat(beat("a", a.member_epoch, &owned), (&topics, LIMITS), no_id)
+        .heartbeat(
+            beat("a", a.member_epoch, &owned),
+            (&topics, LIMITS, 0),
+            no_id,
+        )
         .unwrap();
     let kept = a2.assignment.unwrap();
     let a3 = g
-        .heartbeat(beat("a", a.member_epoch, &kept), (&topics, LIMITS), no_id)
+        .heartbeat(
+            beat("a", a.member_epoch, &kept),
+            (&topics, LIMITS, 0),
+            no_id,
+        )
         .unwrap();
     assert_eq!(a3.member_epoch, a.member_epoch + 1);
     // The previous epoch with a subset of the assignment is a lost answer: accepted; with
     // the partition it gave up, it is a member that missed its revocation: fenced.
     let lost = beat("a", a.member_epoch, &kept);
-    assert!(g.heartbeat(lost, (&topics, LIMITS), no_id).is_ok());
+    assert!(g.heartbeat(lost, (&topics, LIMITS, 0), no_id).is_ok());
     let stale = beat("a", a.member_epoch, &owned);
     assert_eq!(
-        g.heartbeat(stale, (&topics, LIMITS), no_id),
+        g.heartbeat(stale, (&topics, LIMITS, 0), no_id),
         Err(ResponseError::FencedMemberEpoch)
     );
     // Fenced, it gives everything up and rejoins under its id with epoch 0: it gets its
     // assignment again (KAFKA-19233).
     let rejoin = g
-        .heartbeat(join("a", &["t"]), (&topics, LIMITS), no_id)
+        .heartbeat(join("a", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     assert_eq!(rejoin.assignment, Some(kept));
     assert_eq!(rejoin.member_epoch, a3.member_epoch);
@@ -217,7 +232,8 @@ fn wrong_epochs_and_unknown_members_are_refused_as_kafka_does() {
 fn bad_fields_are_invalid_requests_and_unknown_assignors_unsupported() {
     let topics = catalog(&[("t", 1, 2)]);
     let mut g = ConsumerGroup::default();
-    let refuse = |g: &mut ConsumerGroup, hb: Heartbeat| g.heartbeat(hb, (&topics, LIMITS), no_id);
+    let refuse =
+        |g: &mut ConsumerGroup, hb: Heartbeat| g.heartbeat(hb, (&topics, LIMITS, 0), no_id);
     let mut no_topics = join("a", &[]);
     no_topics.subscribed = Some(BTreeSet::new());
     assert_eq!(
@@ -261,10 +277,10 @@ fn a_full_group_refuses_a_new_member_but_not_its_own() {
     let topics = catalog(&[("t", 1, 6)]);
     let mut g = ConsumerGroup::default();
     for id in ["a", "b", "c"] {
-        g.heartbeat(join(id, &["t"]), (&topics, LIMITS), no_id)
+        g.heartbeat(join(id, &["t"]), (&topics, LIMITS, 0), no_id)
             .unwrap();
     }
-    let d = g.heartbeat(join("d", &["t"]), (&topics, LIMITS), no_id);
+    let d = g.heartbeat(join("d", &["t"]), (&topics, LIMITS, 0), no_id);
     assert_eq!(d, Err(ResponseError::GroupMaxSizeReached));
     assert!(settle(&mut g, &topics).len() == 3);
 }
@@ -275,8 +291,8 @@ fn a_static_member_comes_back_to_its_assignment_under_a_new_id() {
     let mut g = ConsumerGroup::default();
     let mut s = join("s1", &["t"]);
     s.instance_id = Some("inst".into());
-    g.heartbeat(s.clone(), (&topics, LIMITS), no_id).unwrap();
-    g.heartbeat(join("d", &["t"]), (&topics, LIMITS), no_id)
+    g.heartbeat(s.clone(), (&topics, LIMITS, 0), no_id).unwrap();
+    g.heartbeat(join("d", &["t"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     let settled = settle(&mut g, &topics);
     let before = settled["s1"].1.clone();
@@ -284,7 +300,7 @@ fn a_static_member_comes_back_to_its_assignment_under_a_new_id() {
     let mut rival = s.clone();
     rival.member_id = "s2".into();
     assert_eq!(
-        g.heartbeat(rival.clone(), (&topics, LIMITS), no_id),
+        g.heartbeat(rival.clone(), (&topics, LIMITS, 0), no_id),
         Err(ResponseError::UnreleasedInstanceId)
     );
     // s1 leaves for a while (-2); s2 then takes its place, and its partitions, with no rebalance.
@@ -295,15 +311,15 @@ fn a_static_member_comes_back_to_its_assignment_under_a_new_id() {
         instance_id: Some("inst".into()),
         ..Heartbeat::default()
     };
-    g.heartbeat(leave, (&topics, LIMITS), no_id).unwrap();
-    let back = g.heartbeat(rival, (&topics, LIMITS), no_id).unwrap();
+    g.heartbeat(leave, (&topics, LIMITS, 0), no_id).unwrap();
+    let back = g.heartbeat(rival, (&topics, LIMITS, 0), no_id).unwrap();
     assert_eq!(back.assignment, Some(before));
     assert_eq!(g.epoch(), epoch, "a static member's return moves nothing");
     // The old id is fenced out by its instance.
     let mut old = beat("s1", 1, &Partitions::new());
     old.instance_id = Some("inst".into());
     assert_eq!(
-        g.heartbeat(old, (&topics, LIMITS), no_id),
+        g.heartbeat(old, (&topics, LIMITS, 0), no_id),
         Err(ResponseError::FencedInstanceId)
     );
 }
@@ -312,7 +328,7 @@ fn a_static_member_comes_back_to_its_assignment_under_a_new_id() {
 fn a_new_topic_or_more_partitions_move_the_group_epoch_and_are_assigned() {
     let mut topics = catalog(&[("t", 1, 2)]);
     let mut g = ConsumerGroup::default();
-    g.heartbeat(join("a", &["t", "later"]), (&topics, LIMITS), no_id)
+    g.heartbeat(join("a", &["t", "later"]), (&topics, LIMITS, 0), no_id)
         .unwrap();
     settle(&mut g, &topics);
     let epoch = g.epoch();
@@ -330,7 +346,7 @@ fn the_most_named_assignor_is_the_groups() {
     for id in ["a", "b"] {
         let mut hb = join(id, &["t", "u"]);
         hb.assignor = Some("range".into());
-        g.heartbeat(hb, (&topics, LIMITS), no_id).unwrap();
+        g.heartbeat(hb, (&topics, LIMITS, 0), no_id).unwrap();
     }
     let settled = settle(&mut g, &topics);
     // range co-partitions: a holds 0 and 1 of both topics.
@@ -347,7 +363,7 @@ fn a_dynamic_member_without_an_id_gets_one() {
     let topics = catalog(&[("t", 1, 1)]);
     let mut g = ConsumerGroup::default();
     let a = g
-        .heartbeat(join("", &["t"]), (&topics, LIMITS), || "drawn".into())
+        .heartbeat(join("", &["t"]), (&topics, LIMITS, 0), || "drawn".into())
         .unwrap();
     assert_eq!(a.member_id, "drawn");
 }
@@ -397,7 +413,10 @@ impl Client {
 #[test]
 fn random_joins_leaves_and_lagging_revocations_never_give_a_partition_to_two_clients() {
     let topics = catalog(&[("t", 1, 7), ("u", 2, 5)]);
-    let limits = Limits { max_members: 6 };
+    let limits = Limits {
+        max_members: 6,
+        session_timeout_ms: 45_000,
+    };
     let mut draw = crate::group::consumer::draws(0x848);
     let mut g = ConsumerGroup::default();
     let mut clients: Vec<Client> = Vec::new();
@@ -407,7 +426,7 @@ fn random_joins_leaves_and_lagging_revocations_never_give_a_partition_to_two_cli
                 let id = format!("c{step}");
                 let subs: &[&str] = if draw(2) == 0 { &["t", "u"] } else { &["t"] };
                 let a = g
-                    .heartbeat(join(&id, subs), (&topics, limits), no_id)
+                    .heartbeat(join(&id, subs), (&topics, limits, 0), no_id)
                     .unwrap();
                 clients.push(Client::joined(id, a));
             }
@@ -424,7 +443,7 @@ fn random_joins_leaves_and_lagging_revocations_never_give_a_partition_to_two_cli
                 let at = draw(clients.len() as u64) as usize;
                 let c = &mut clients[at];
                 let hb = beat(&c.id, c.epoch, &c.owns);
-                c.answered(g.heartbeat(hb, (&topics, limits), no_id).unwrap());
+                c.answered(g.heartbeat(hb, (&topics, limits, 0), no_id).unwrap());
             }
             _ => continue,
         }
@@ -436,7 +455,7 @@ fn random_joins_leaves_and_lagging_revocations_never_give_a_partition_to_two_cli
         for c in clients.iter_mut() {
             c.revoked();
             let hb = beat(&c.id, c.epoch, &c.owns);
-            c.answered(g.heartbeat(hb, (&topics, limits), no_id).unwrap());
+            c.answered(g.heartbeat(hb, (&topics, limits, 0), no_id).unwrap());
         }
     }
     if !clients.is_empty() {
@@ -467,4 +486,71 @@ fn no_partition_with_two(clients: &[Client], step: usize) {
             }
         }
     }
+}
+
+#[test]
+fn a_member_without_heartbeats_expires_after_its_session_and_each_heartbeat_renews_it() {
+    let topics = catalog(&[("t", 1, 2)]);
+    let mut g = ConsumerGroup::default();
+    let a = g
+        .heartbeat(join("a", &["t"]), (&topics, LIMITS, 1_000), no_id)
+        .unwrap();
+    assert!(g.expired(45_999).is_empty());
+    let owned = a.assignment.unwrap();
+    g.heartbeat(
+        beat("a", a.member_epoch, &owned),
+        (&topics, LIMITS, 40_000),
+        no_id,
+    )
+    .unwrap();
+    assert!(g.expired(46_000).is_empty(), "renewed at 40 s");
+    assert_eq!(g.expired(85_000), vec![("a".to_string(), Expiry::Session)]);
+}
+
+#[test]
+fn a_member_that_does_not_revoke_within_its_rebalance_timeout_expires() {
+    let topics = catalog(&[("t", 1, 2)]);
+    let mut g = ConsumerGroup::default();
+    let mut slow = join("a", &["t"]);
+    slow.rebalance_timeout_ms = 10_000;
+    let a = g.heartbeat(slow, (&topics, LIMITS, 0), no_id).unwrap();
+    let owned = a.assignment.unwrap();
+    g.heartbeat(join("b", &["t"]), (&topics, LIMITS, 1_000), no_id)
+        .unwrap();
+    // Asked at 2 s to give one partition up; it keeps heartbeating without doing so.
+    let a2 = g
+        .heartbeat(
+            beat("a", a.member_epoch, &owned),
+            (&topics, LIMITS, 2_000),
+            no_id,
+        )
+        .unwrap();
+    let asked = g.members()["a"].revoke_deadline_ms;
+    assert_eq!(asked, Some(12_000));
+    g.heartbeat(
+        beat("a", a2.member_epoch, &owned),
+        (&topics, LIMITS, 11_000),
+        no_id,
+    )
+    .unwrap();
+    assert_eq!(
+        g.members()["a"].revoke_deadline_ms,
+        asked,
+        "still the first ask's deadline"
+    );
+    assert!(g.expired(11_999).is_empty());
+    assert_eq!(
+        g.expired(12_000),
+        vec![("a".to_string(), Expiry::Rebalance)]
+    );
+    // Had it revoked, the deadline would be gone.
+    let kept = a2.assignment.unwrap();
+    g.heartbeat(
+        beat("a", a2.member_epoch, &kept),
+        (&topics, LIMITS, 11_500),
+        no_id,
+    )
+    .unwrap();
+    assert_eq!(g.members()["a"].revoke_deadline_ms, None);
+    assert!(g.expired(12_000).is_empty());
 }
