@@ -139,10 +139,10 @@ impl ConsumerGroup {
             || (hb.rebalance_timeout_ms != -1 && hb.subscribed.is_some() && hb.owned.is_some());
         let member = self.members.get_mut(&member_id).expect("admitted");
         let changed = update(member, &hb);
-        if changed || before.is_none() {
+        // One step of the group epoch for whatever moved, as Kafka counts.
+        if self.resolve_topics(topics) || changed || before.is_none() {
             self.epoch += 1;
         }
-        self.refresh_topics(topics);
         if self.epoch > self.assignment_epoch {
             self.assign();
         }
@@ -161,15 +161,21 @@ impl ConsumerGroup {
     /// grown): the group epoch moves when they changed. The caller calls this when the
     /// catalog changes; heartbeats call it too.
     pub fn refresh_topics(&mut self, topics: &Topics) {
+        if self.resolve_topics(topics) {
+            self.epoch += 1;
+        }
+    }
+
+    /// Resolves the members' subscriptions against the catalog; true when that changed them.
+    fn resolve_topics(&mut self, topics: &Topics) -> bool {
         let names: BTreeSet<&String> = self.members.values().flat_map(|m| &m.subscribed).collect();
         let now: Topics = names
             .into_iter()
             .filter_map(|n| topics.get(n).map(|t| (n.clone(), *t)))
             .collect();
-        if now != self.subscribed_topics {
-            self.subscribed_topics = now;
-            self.epoch += 1;
-        }
+        let changed = now != self.subscribed_topics;
+        self.subscribed_topics = now;
+        changed
     }
 
     /// The members whose time ran out at `now_ms`, for the caller to `remove`: no heartbeat
@@ -198,8 +204,8 @@ impl ConsumerGroup {
         }
         self.targets.remove(member_id);
         self.owners.retain(|_, owner| owner != member_id);
+        self.resolve_topics(topics);
         self.epoch += 1;
-        self.refresh_topics(topics);
         self.check();
     }
 

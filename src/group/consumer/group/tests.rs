@@ -92,6 +92,32 @@ fn members_join_get_a_balanced_assignment_and_the_same_epoch() {
 }
 
 #[test]
+fn the_group_epoch_moves_one_step_per_change_as_kafkas_does() {
+    let topics = catalog(&[("t", 1, 2)]);
+    let mut g = ConsumerGroup::default();
+    let a = g
+        .heartbeat(join("a", &["t"]), (&topics, LIMITS, 0), no_id)
+        .unwrap();
+    assert_eq!(
+        (g.epoch(), a.member_epoch),
+        (1, 1),
+        "the first member joins epoch 1"
+    );
+    g.heartbeat(join("b", &["t"]), (&topics, LIMITS, 0), no_id)
+        .unwrap();
+    assert_eq!(g.epoch(), 2);
+    g.remove("b", &topics);
+    assert_eq!(g.epoch(), 3);
+    let steady = beat("a", a.member_epoch, &a.assignment.unwrap());
+    g.heartbeat(steady, (&topics, LIMITS, 0), no_id).unwrap();
+    assert_eq!(
+        g.epoch(),
+        3,
+        "a heartbeat that changes nothing moves nothing"
+    );
+}
+
+#[test]
 fn a_partition_changes_hands_only_after_its_owner_revokes_it() {
     let topics = catalog(&[("t", 1, 2)]);
     let mut g = ConsumerGroup::default();
